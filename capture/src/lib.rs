@@ -1,0 +1,1 @@
+//! The capture node: packet sources, flow sampling, anonymization, rotating pcapng output

@@ -1,0 +1,1 @@
+//! Statistics and reports: response-time CDFs, relative error, verdicts

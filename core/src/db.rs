@@ -1,0 +1,194 @@
+//! The versioned SQLite schema (`schemas/NNNN_*.sql`) and the helpers every part uses to create
+//! a database atomically and to open one another part wrote.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension};
+
+/// Schema files, in order. The version of a database is the number of the last one applied.
+pub const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("../../schemas/0001_init.sql"))];
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{path}: no such file")]
+    NotFound { path: PathBuf },
+    #[error("{path}: not an SQLite database")]
+    NotSqlite { path: PathBuf },
+    #[error("{path}: an SQLite database, but not one mimic wrote (no {missing} table)")]
+    NotMimic { path: PathBuf, missing: &'static str },
+    #[error("{path}: schema version {found}, this mimic reads version {supported}")]
+    SchemaVersion { path: PathBuf, found: String, supported: u32 },
+    #[error("{path}: {source}")]
+    Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Applies every migration to an empty database and records the version.
+pub fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
+    for (_, sql) in MIGRATIONS {
+        conn.execute_batch(sql)?;
+    }
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    set_meta(conn, "schema_version", &SCHEMA_VERSION.to_string())?;
+    set_meta(conn, "tool", "mimic")?;
+    set_meta(conn, "tool_version", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", (key, value))?;
+    Ok(())
+}
+
+pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get::<_, Option<String>>(0))
+        .optional()
+        .map(Option::flatten)
+}
+
+/// A database being written: it lives under a temporary name beside its destination and
+/// takes the final name only on [`AtomicDb::commit`]. Dropped uncommitted, it is deleted, so an
+/// interrupted run leaves the previous result or none, never half of one.
+pub struct AtomicDb {
+    conn: Option<Connection>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl AtomicDb {
+    /// Creates a fresh database with the current schema for `dest`.
+    pub fn create(dest: impl AsRef<Path>) -> Result<AtomicDb, DbError> {
+        let dest = dest.as_ref().to_path_buf();
+        let tmp = temp_sibling(&dest);
+        let _ = std::fs::remove_file(&tmp);
+        let sq = |source| DbError::Sqlite { path: dest.clone(), source };
+        let conn = Connection::open(&tmp).map_err(sq)?;
+        // The temporary file is private to this run: trade durability for speed until commit.
+        conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;")
+            .map_err(sq)?;
+        init_schema(&conn).map_err(sq)?;
+        Ok(AtomicDb { conn: Some(conn), tmp, dest })
+    }
+
+    pub fn conn(&self) -> &Connection {
+        self.conn.as_ref().expect("connection present until commit")
+    }
+    pub fn conn_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("connection present until commit")
+    }
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Closes the database, flushes it to disk and moves it to its final name.
+    pub fn commit(mut self) -> Result<PathBuf, DbError> {
+        let conn = self.conn.take().expect("commit once");
+        let dest = self.dest.clone();
+        conn.close().map_err(|(_, source)| DbError::Sqlite { path: dest.clone(), source })?;
+        let io = |source| DbError::Io { path: dest.clone(), source };
+        std::fs::File::open(&self.tmp).and_then(|f| f.sync_all()).map_err(io)?;
+        std::fs::rename(&self.tmp, &dest).map_err(io)?;
+        Ok(dest)
+    }
+}
+
+impl Drop for AtomicDb {
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// `dir/.name.tmp-PID` beside `dest`.
+pub fn temp_sibling(dest: &Path) -> PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Writes a file atomically: a temporary sibling, fsync, rename.
+pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dest = dest.as_ref();
+    let tmp = temp_sibling(dest);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dest)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Opens a database some part of mimic wrote, read-only, and checks that it is one and that
+/// its schema version is the one this build reads.
+pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
+    let path = path.as_ref().to_path_buf();
+    if !path.exists() {
+        return Err(DbError::NotFound { path });
+    }
+    let mut header = [0u8; 16];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&path).map_err(|source| DbError::Io { path: path.clone(), source })?;
+        let n = f.read(&mut header).map_err(|source| DbError::Io { path: path.clone(), source })?;
+        if n < 16 || &header != b"SQLite format 3\0" {
+            return Err(DbError::NotSqlite { path });
+        }
+    }
+    let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+    for table in ["meta", "connections"] {
+        let exists: bool = conn
+            .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |r| r.get(0))
+            .map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+        if !exists {
+            return Err(DbError::NotMimic { path, missing: if table == "meta" { "meta" } else { "connections" } });
+        }
+    }
+    let version = get_meta(&conn, "schema_version").map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+    match version.as_deref() {
+        Some(v) if v == SCHEMA_VERSION.to_string() => Ok(conn),
+        Some(v) => Err(DbError::SchemaVersion { path, found: v.to_string(), supported: SCHEMA_VERSION }),
+        None => Err(DbError::SchemaVersion { path, found: "none".into(), supported: SCHEMA_VERSION }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_create_commit_and_reopen() {
+        let dir = std::env::temp_dir().join(format!("mimic-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dest = dir.join("flows.db");
+        {
+            let db = AtomicDb::create(&dest).unwrap();
+            set_meta(db.conn(), "role", "original").unwrap();
+            // dropped without commit: nothing at the destination, no temporary left
+        }
+        assert!(!dest.exists());
+        assert!(!temp_sibling(&dest).exists());
+        let db = AtomicDb::create(&dest).unwrap();
+        set_meta(db.conn(), "role", "original").unwrap();
+        db.commit().unwrap();
+        let c = open_existing(&dest).unwrap();
+        assert_eq!(get_meta(&c, "role").unwrap().as_deref(), Some("original"));
+        assert_eq!(get_meta(&c, "schema_version").unwrap().as_deref(), Some("1"));
+        drop(c);
+
+        let junk = dir.join("junk.db");
+        std::fs::write(&junk, b"not a database at all, just text").unwrap();
+        assert!(matches!(open_existing(&junk), Err(DbError::NotSqlite { .. })));
+        let other = dir.join("other.db");
+        Connection::open(&other).unwrap().execute_batch("CREATE TABLE t(x)").unwrap();
+        assert!(matches!(open_existing(&other), Err(DbError::NotMimic { .. })));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,21 @@
+//! Shared types for mimic.
+//!
+//! * [`time`] — one timestamp type (nanoseconds since the Unix epoch), converted at the edges.
+//! * [`seq`] — TCP sequence numbers that compare and subtract modulo 2^32.
+//! * [`flow`] — flow keys (VLAN stack + 4-tuple) with a canonical, direction-free form.
+//! * [`packet`] — decoding a captured frame of any supported link type down to a TCP segment,
+//!   with malformed input reported as a small `Copy` reason that callers count.
+//! * [`trace`] — reading pcap / pcapng (optionally gzip-compressed) files as timestamped frames.
+//! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
+
+pub mod db;
+pub mod flow;
+pub mod packet;
+pub mod seq;
+pub mod time;
+pub mod trace;
+
+pub use flow::{FlowKey, VlanStack};
+pub use packet::{DecodeError, LinkType, TcpFlags, TcpOptions, TcpSegment};
+pub use seq::SeqNum;
+pub use time::Timestamp;

@@ -1,0 +1,547 @@
+//! Reading trace files: classic pcap (µs and ns, either byte order), pcapng (several sections
+//! of either byte order, several interfaces each with its own link type, `if_tsresol` and
+//! `if_tsoffset`; EPB, SPB and the obsolete OPB), and gzip-compressed copies of either.
+//!
+//! The block parsing is pcap-parser's; this module keeps the per-section interface table,
+//! turns every timestamp into a [`Timestamp`], and reports what it could not use.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use pcap_parser::pcapng::Block;
+use pcap_parser::traits::PcapReaderIterator;
+use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
+
+use crate::packet::LinkType;
+use crate::time::Timestamp;
+
+/// Initial and largest read buffer. The largest single record we accept is a little under
+/// the maximum buffer (BIG TCP frames are ~80 KB, jumbo-GRO captures up to 256 KB).
+const INITIAL_BUFFER: usize = 1 << 20;
+const MAX_BUFFER: usize = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: not a pcap or pcapng file (starts with {magic})")]
+    NotATrace { path: PathBuf, magic: String },
+    #[error("{path}: empty file (no pcap or pcapng header)")]
+    Empty { path: PathBuf },
+    #[error("{path}: file is cut short in the middle of a record at byte {offset}")]
+    Truncated { path: PathBuf, offset: u64 },
+    #[error("{path}: corrupt record at byte {offset}: {what}")]
+    Corrupt { path: PathBuf, offset: u64, what: String },
+}
+
+impl TraceError {
+    /// Short reason key for counters (`meta` keys, summaries).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TraceError::Io { .. } => "io_error",
+            TraceError::NotATrace { .. } => "not_a_trace",
+            TraceError::Empty { .. } => "empty_file",
+            TraceError::Truncated { .. } => "file_truncated",
+            TraceError::Corrupt { .. } => "corrupt_record",
+        }
+    }
+}
+
+/// One captured frame, borrowed from the reader until the next call.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    pub ts: Timestamp,
+    pub link: LinkType,
+    /// Length on the wire (may exceed `data.len()` when a snaplen cut the frame).
+    pub wire_len: u32,
+    pub data: &'a [u8],
+    /// Interface index within its pcapng section (0 for classic pcap).
+    pub interface: u32,
+}
+
+/// Frames (or other records) the reader passed over, by reason.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReadStats {
+    pub frames: u64,
+    /// Timestamp does not fit the supported range (years 1678–2262); frame skipped.
+    pub ts_out_of_range: u64,
+    /// Sub-second field ≥ one second (carried into the seconds, frame kept).
+    pub ts_invalid_fraction: u64,
+    /// Simple Packet Blocks carry no timestamp; they get the previous frame's time.
+    pub ts_missing: u64,
+    /// A packet block names an interface its section never described; frame skipped.
+    pub unknown_interface: u64,
+    /// Interface statistics blocks: packets the capturing interface reported dropping.
+    pub if_dropped: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Pcap { nanos: bool, big_endian: bool },
+    PcapNg,
+}
+
+#[derive(Debug, Clone)]
+struct Interface {
+    link: LinkType,
+    units_per_sec: u64,
+    offset_secs: i64,
+}
+
+struct CountingReader<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A streaming reader of one trace file. Memory stays bounded by the read buffer.
+pub struct TraceReader {
+    path: PathBuf,
+    inner: Box<dyn PcapReaderIterator + Send>,
+    format: Option<Format>,
+    legacy_link: LinkType,
+    legacy_units: u64,
+    interfaces: Vec<Interface>,
+    section_big_endian: bool,
+    pending_consume: usize,
+    last_ts: Timestamp,
+    buffer_size: usize,
+    bytes_read: Arc<AtomicU64>,
+    file_size: u64,
+    gzip: bool,
+    pub stats: ReadStats,
+}
+
+impl TraceReader {
+    /// Opens a trace file, detecting gzip, pcap and pcapng from its first bytes.
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, TraceError> {
+        let path = path.as_ref().to_path_buf();
+        let io_err = |source| TraceError::Io { path: path.clone(), source };
+        let mut file = File::open(&path).map_err(io_err)?;
+        let file_size = file.metadata().map_err(io_err)?.len();
+        let mut magic = [0u8; 4];
+        let n = read_up_to(&mut file, &mut magic).map_err(io_err)?;
+        drop(file);
+        if n == 0 {
+            return Err(TraceError::Empty { path });
+        }
+        let gzip = n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+        let file = File::open(&path).map_err(io_err)?;
+        let bytes_read = Arc::new(AtomicU64::new(0));
+        let counted = CountingReader { inner: file, count: bytes_read.clone() };
+        let source: Box<dyn Read + Send> = if gzip {
+            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, counted)))
+        } else {
+            Box::new(counted)
+        };
+        let inner = match create_reader(INITIAL_BUFFER, source) {
+            Ok(r) => r,
+            Err(PcapError::Eof) => return Err(TraceError::Empty { path }),
+            Err(PcapError::Incomplete(_)) | Err(PcapError::UnexpectedEof) => {
+                return Err(TraceError::Truncated { path, offset: 0 })
+            }
+            Err(PcapError::ReadError) => {
+                return Err(TraceError::Io { path, source: io::Error::other("read failed (corrupt gzip stream?)") })
+            }
+            Err(_) => {
+                let magic = magic[..n].iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+                return Err(TraceError::NotATrace { path, magic: format!("bytes {magic}") });
+            }
+        };
+        Ok(TraceReader {
+            path,
+            inner,
+            format: None,
+            legacy_link: LinkType::Unknown(u32::MAX),
+            legacy_units: 1_000_000,
+            interfaces: Vec::new(),
+            section_big_endian: false,
+            pending_consume: 0,
+            last_ts: Timestamp::ZERO,
+            buffer_size: INITIAL_BUFFER,
+            bytes_read,
+            file_size,
+            gzip,
+            stats: ReadStats::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+    pub fn is_gzip(&self) -> bool {
+        self.gzip
+    }
+    /// Size of the file on disk (compressed size for `.gz`).
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+    /// A counter of bytes read from the file so far (compressed bytes for `.gz`), for progress.
+    pub fn bytes_read_counter(&self) -> Arc<AtomicU64> {
+        self.bytes_read.clone()
+    }
+    /// Link type of the classic pcap header, or of the first pcapng interface.
+    pub fn primary_link_type(&self) -> Option<LinkType> {
+        match self.format {
+            Some(Format::Pcap { .. }) => Some(self.legacy_link),
+            Some(Format::PcapNg) => self.interfaces.first().map(|i| i.link),
+            None => None,
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.inner.consumed() as u64
+    }
+
+    /// The next frame, `Ok(None)` at the end of the file. After an error the file cannot be
+    /// read further (classic pcap has no markers to resynchronise on); frames returned before
+    /// it remain valid.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, TraceError> {
+        if self.pending_consume > 0 {
+            self.inner.consume(self.pending_consume);
+            self.pending_consume = 0;
+        }
+        loop {
+            let step = match self.inner.next() {
+                Ok((offset, block)) => classify(offset, block, &mut self.format, self.section_big_endian),
+                Err(PcapError::Eof) => return Ok(None),
+                Err(PcapError::Incomplete(_)) => {
+                    let before = self.inner.data().len();
+                    if self.inner.refill().is_err() {
+                        return Err(self.truncated());
+                    }
+                    // At the end of the input the next call reports a clean end or a cut
+                    // record; a refill that adds nothing with input left means the buffer is
+                    // full, which the next call reports as too small.
+                    if self.inner.data().len() == before && !self.inner.reader_exhausted() && self.buffer_size >= MAX_BUFFER {
+                        return Err(self.truncated());
+                    }
+                    continue;
+                }
+                Err(PcapError::BufferTooSmall) => {
+                    if self.buffer_size >= MAX_BUFFER {
+                        return Err(TraceError::Corrupt {
+                            path: self.path.clone(),
+                            offset: self.position(),
+                            what: format!("record larger than {} MiB", MAX_BUFFER >> 20),
+                        });
+                    }
+                    self.buffer_size *= 2;
+                    self.inner.grow(self.buffer_size);
+                    if self.inner.refill().is_err() {
+                        return Err(self.truncated());
+                    }
+                    continue;
+                }
+                Err(PcapError::UnexpectedEof) => return Err(self.truncated()),
+                Err(PcapError::ReadError) => {
+                    return Err(TraceError::Io {
+                        path: self.path.clone(),
+                        source: io::Error::other("read failed (corrupt gzip stream?)"),
+                    })
+                }
+                Err(e) => {
+                    let what = match e {
+                        PcapError::HeaderNotRecognized => "block header not recognized".to_string(),
+                        PcapError::NomError(_, kind) => format!("unparseable block ({kind:?})"),
+                        PcapError::OwnedNomError(_, kind) => format!("unparseable block ({kind:?})"),
+                        other => format!("{other:?}"),
+                    };
+                    return Err(TraceError::Corrupt { path: self.path.clone(), offset: self.position(), what });
+                }
+            };
+            match step {
+                Step::Skip(offset) => self.inner.consume(offset),
+                Step::LegacyHeader { offset, link, nanos, big_endian } => {
+                    self.legacy_link = link;
+                    self.legacy_units = if nanos { 1_000_000_000 } else { 1_000_000 };
+                    self.format = Some(Format::Pcap { nanos, big_endian });
+                    self.inner.consume(offset);
+                }
+                Step::Section { offset, big_endian } => {
+                    self.interfaces.clear();
+                    self.section_big_endian = big_endian;
+                    self.inner.consume(offset);
+                }
+                Step::Interface { offset, link, units_per_sec, offset_secs } => {
+                    self.interfaces.push(Interface { link, units_per_sec, offset_secs });
+                    self.inner.consume(offset);
+                }
+                Step::IfStats { offset, dropped } => {
+                    self.stats.if_dropped += dropped;
+                    self.inner.consume(offset);
+                }
+                Step::Packet { offset, ts, iface, wire_len, data_ptr, data_len } => {
+                    let (link, ts) = match ts {
+                        RawTs::Legacy { secs, frac } => {
+                            if frac as u64 >= self.legacy_units {
+                                self.stats.ts_invalid_fraction += 1;
+                            }
+                            (self.legacy_link, Timestamp::from_parts(secs as i64, frac as u64, self.legacy_units))
+                        }
+                        RawTs::Ng(units) => match self.interfaces.get(iface as usize) {
+                            Some(i) => {
+                                let secs = (units / i.units_per_sec) as i64;
+                                let frac = units % i.units_per_sec;
+                                (i.link, secs.checked_add(i.offset_secs).and_then(|s| Timestamp::from_parts(s, frac, i.units_per_sec)))
+                            }
+                            None => {
+                                self.stats.unknown_interface += 1;
+                                self.inner.consume(offset);
+                                continue;
+                            }
+                        },
+                        RawTs::None => match self.interfaces.first() {
+                            Some(i) => {
+                                self.stats.ts_missing += 1;
+                                (i.link, Some(self.last_ts))
+                            }
+                            None => {
+                                self.stats.unknown_interface += 1;
+                                self.inner.consume(offset);
+                                continue;
+                            }
+                        },
+                    };
+                    let Some(ts) = ts else {
+                        self.stats.ts_out_of_range += 1;
+                        self.inner.consume(offset);
+                        continue;
+                    };
+                    // Locate the packet bytes in the (still unconsumed) buffer.
+                    let buf = self.inner.data();
+                    let start = data_ptr.wrapping_sub(buf.as_ptr() as usize);
+                    let Some(data) = start.checked_add(data_len).and_then(|end| buf.get(start..end)) else {
+                        return Err(TraceError::Corrupt {
+                            path: self.path.clone(),
+                            offset: self.position(),
+                            what: "packet data outside its block".into(),
+                        });
+                    };
+                    self.last_ts = ts;
+                    self.stats.frames += 1;
+                    self.pending_consume = offset;
+                    return Ok(Some(Frame { ts, link, wire_len, data, interface: iface }));
+                }
+            }
+        }
+    }
+
+    fn truncated(&self) -> TraceError {
+        TraceError::Truncated { path: self.path.clone(), offset: self.position() }
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+enum RawTs {
+    Legacy { secs: u32, frac: u32 },
+    /// Raw pcapng timestamp in interface units.
+    Ng(u64),
+    None,
+}
+
+/// What a block means for the reader, with no borrow of the block left.
+enum Step {
+    Skip(usize),
+    LegacyHeader { offset: usize, link: LinkType, nanos: bool, big_endian: bool },
+    Section { offset: usize, big_endian: bool },
+    Interface { offset: usize, link: LinkType, units_per_sec: u64, offset_secs: i64 },
+    IfStats { offset: usize, dropped: u64 },
+    Packet { offset: usize, ts: RawTs, iface: u32, wire_len: u32, data_ptr: usize, data_len: usize },
+}
+
+fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format>, section_be: bool) -> Step {
+    match block {
+        PcapBlockOwned::LegacyHeader(h) => Step::LegacyHeader {
+            offset,
+            // the upper bits of the link-type field carry FCS information (libpcap masks them)
+            link: LinkType::from_u32((h.network.0 as u32) & 0x03ff_ffff),
+            nanos: h.is_nanosecond_precision(),
+            big_endian: h.is_bigendian(),
+        },
+        PcapBlockOwned::Legacy(b) => Step::Packet {
+            offset,
+            ts: RawTs::Legacy { secs: b.ts_sec, frac: b.ts_usec },
+            iface: 0,
+            wire_len: b.origlen,
+            data_ptr: b.data.as_ptr() as usize,
+            data_len: b.data.len().min(b.caplen as usize),
+        },
+        PcapBlockOwned::NG(block) => {
+            *format = Some(Format::PcapNg);
+            match block {
+                Block::SectionHeader(shb) => Step::Section { offset, big_endian: shb.big_endian() },
+                Block::InterfaceDescription(idb) => Step::Interface {
+                    offset,
+                    link: LinkType::from_u32(idb.linktype.0 as u32),
+                    // an invalid if_tsresol falls back to the default (microseconds)
+                    units_per_sec: idb.ts_resolution().filter(|u| *u > 0).unwrap_or(1_000_000),
+                    offset_secs: idb.ts_offset(),
+                },
+                Block::EnhancedPacket(epb) => Step::Packet {
+                    offset,
+                    ts: RawTs::Ng(((epb.ts_high as u64) << 32) | epb.ts_low as u64),
+                    iface: epb.if_id,
+                    wire_len: epb.origlen,
+                    data_ptr: epb.data.as_ptr() as usize,
+                    data_len: epb.data.len().min(epb.caplen as usize),
+                },
+                Block::SimplePacket(spb) => Step::Packet {
+                    offset,
+                    ts: RawTs::None,
+                    iface: 0,
+                    wire_len: spb.origlen,
+                    data_ptr: spb.data.as_ptr() as usize,
+                    data_len: spb.data.len().min(spb.origlen as usize),
+                },
+                Block::InterfaceStatistics(isb) => {
+                    // isb_ifdrop (option code 5), a u64 in section byte order
+                    let dropped = isb
+                        .options
+                        .iter()
+                        .find(|o| o.code.0 == 5 && o.value.len() >= 8)
+                        .map(|o| {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(&o.value[..8]);
+                            if section_be { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) }
+                        })
+                        .unwrap_or(0);
+                    Step::IfStats { offset, dropped }
+                }
+                Block::Unknown(u) if u.block_type == 2 => {
+                    // Obsolete Packet Block: if_id(2) drops(2) ts_high(4) ts_low(4) caplen(4) len(4) data
+                    let d = u.data;
+                    if d.len() < 20 {
+                        return Step::Skip(offset);
+                    }
+                    let r16 = |i: usize| if section_be { u16::from_be_bytes([d[i], d[i + 1]]) } else { u16::from_le_bytes([d[i], d[i + 1]]) };
+                    let r32 = |i: usize| {
+                        let b = [d[i], d[i + 1], d[i + 2], d[i + 3]];
+                        if section_be { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) }
+                    };
+                    let caplen = r32(12) as usize;
+                    let data = &d[20..];
+                    Step::Packet {
+                        offset,
+                        ts: RawTs::Ng(((r32(4) as u64) << 32) | r32(8) as u64),
+                        iface: r16(0) as u32,
+                        wire_len: r32(16),
+                        data_ptr: data.as_ptr() as usize,
+                        data_len: data.len().min(caplen),
+                    }
+                }
+                _ => Step::Skip(offset),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn pcap_bytes(big_endian: bool, nanos: bool, records: &[(u32, u32, &[u8])]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let magic: u32 = if nanos { 0xa1b23c4d } else { 0xa1b2c3d4 };
+        let w32 = |v: &mut Vec<u8>, x: u32| if big_endian { v.extend_from_slice(&x.to_be_bytes()) } else { v.extend_from_slice(&x.to_le_bytes()) };
+        let w16 = |v: &mut Vec<u8>, x: u16| if big_endian { v.extend_from_slice(&x.to_be_bytes()) } else { v.extend_from_slice(&x.to_le_bytes()) };
+        w32(&mut v, magic);
+        w16(&mut v, 2);
+        w16(&mut v, 4);
+        w32(&mut v, 0);
+        w32(&mut v, 0);
+        w32(&mut v, 65535);
+        w32(&mut v, 1);
+        for (s, f, d) in records {
+            w32(&mut v, *s);
+            w32(&mut v, *f);
+            w32(&mut v, d.len() as u32);
+            w32(&mut v, d.len() as u32 + 10);
+            v.extend_from_slice(d);
+        }
+        v
+    }
+
+    fn write_tmp(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("mimic-core-{}-{name}", std::process::id()));
+        std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn classic_pcap_both_orders_and_precisions() {
+        for (be, nanos) in [(false, false), (true, false), (false, true), (true, true)] {
+            let bytes = pcap_bytes(be, nanos, &[(10, 5, b"abc"), (11, 7, b"defg")]);
+            let p = write_tmp(&format!("c{be}{nanos}.pcap"), &bytes);
+            let mut r = TraceReader::open(&p).unwrap();
+            let f = r.next_frame().unwrap().unwrap();
+            let unit = if nanos { 1 } else { 1000 };
+            assert_eq!(f.ts, Timestamp::from_nanos(10_000_000_000 + 5 * unit));
+            assert_eq!(f.data, b"abc");
+            assert_eq!(f.wire_len, 13);
+            assert_eq!(f.link, LinkType::Ethernet);
+            let f = r.next_frame().unwrap().unwrap();
+            assert_eq!(f.data, b"defg");
+            assert!(r.next_frame().unwrap().is_none());
+            assert_eq!(r.format(), Some(Format::Pcap { nanos, big_endian: be }));
+            std::fs::remove_file(p).ok();
+        }
+    }
+
+    #[test]
+    fn gzip_and_truncation() {
+        let bytes = pcap_bytes(false, false, &[(1, 0, b"abcdef"), (2, 0, b"ghijkl")]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&bytes).unwrap();
+        let p = write_tmp("g.pcap.gz", &gz.finish().unwrap());
+        let mut r = TraceReader::open(&p).unwrap();
+        assert!(r.is_gzip());
+        assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
+        assert_eq!(r.next_frame().unwrap().unwrap().data, b"ghijkl");
+        assert!(r.next_frame().unwrap().is_none());
+        std::fs::remove_file(p).ok();
+
+        let p = write_tmp("t.pcap", &bytes[..bytes.len() - 3]);
+        let mut r = TraceReader::open(&p).unwrap();
+        assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
+        let e = r.next_frame().unwrap_err();
+        assert_eq!(e.reason(), "file_truncated");
+        assert!(e.to_string().contains("cut short"));
+        std::fs::remove_file(p).ok();
+    }
+
+    #[test]
+    fn not_a_trace() {
+        let p = write_tmp("x.txt", b"hello world, not a capture");
+        let e = TraceReader::open(&p).err().unwrap();
+        assert!(matches!(e, TraceError::NotATrace { .. }), "{e}");
+        std::fs::remove_file(p).ok();
+        let p = write_tmp("e.pcap", b"");
+        assert!(matches!(TraceReader::open(&p).err().unwrap(), TraceError::Empty { .. }));
+        std::fs::remove_file(p).ok();
+    }
+}

@@ -1,0 +1,1 @@
+//! Monkey Do: client emulator, server emulator, replay orchestration and synthetic workloads

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian packages a task needs, idempotently: only what is missing is installed,
+# and nothing is done when everything is present. Usage: scripts/deps.sh demo|test|bench
+set -euo pipefail
+
+group=${1:-demo}
+
+# What the product itself runs: namespaces, veth offload switches, sysctls, ping in the lab.
+demo_pkgs=(iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates)
+# Building and testing: the C toolchain for the DPDK shim, libpcap and DPDK headers, and the
+# peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
+test_pkgs=("${demo_pkgs[@]}" build-essential pkg-config libpcap-dev dpdk-dev libdpdk-dev
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3)
+bench_pkgs=("${test_pkgs[@]}" hyperfine)
+
+case "$group" in
+  demo) pkgs=("${demo_pkgs[@]}") ;;
+  test) pkgs=("${test_pkgs[@]}") ;;
+  bench) pkgs=("${bench_pkgs[@]}") ;;
+  *) echo "usage: $0 demo|test|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "mimic: missing Debian packages: ${missing[*]}" >&2
+  echo "mimic: run this as root (or: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+
+echo "mimic: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer once, non-interactively.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

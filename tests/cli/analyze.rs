@@ -1,0 +1,1 @@
+//! `mimic analyze` command-line tests.

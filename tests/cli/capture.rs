@@ -1,0 +1,1 @@
+//! `mimic capture` command-line tests.

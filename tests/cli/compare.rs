@@ -1,0 +1,1 @@
+//! `mimic compare` command-line tests.

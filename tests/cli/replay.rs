@@ -1,0 +1,1 @@
+//! `mimic replay` command-line tests.

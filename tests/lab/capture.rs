@@ -1,0 +1,1 @@
+//! `mimic capture` lab tests (root, namespaces).

@@ -1,0 +1,1 @@
+//! `mimic demo` lab tests (root, namespaces).

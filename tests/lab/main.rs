@@ -1,0 +1,11 @@
+//! Lab tests: real network namespaces, real TCP stacks, timing. They need root (CI runs as
+//! root) and run in one process, one at a time (`--test-threads=1`), each with lab names
+//! unique to the run and torn down by a guard.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod capture;
+mod demo;
+mod netemu;
+mod replay;

@@ -1,0 +1,1 @@
+//! `mimic netemu` lab tests (root, namespaces).

@@ -1,0 +1,1 @@
+//! `mimic replay` lab tests (root, namespaces).

@@ -1,1 +1,3 @@
-//! Statistics and reports: response-time CDFs, relative error, verdicts
+//! Statistics and reports: response-time CDFs, relative error, verdicts.
+
+pub mod stats;

@@ -1,1 +1,19 @@
-//! Per-flow network emulation: the pipe engine, the userspace datapath, tc/ipfw backends and the three-host lab
+//! Per-flow network emulation for mimic: the pipe engine, the userspace datapath, `tc`/`ipfw`
+//! backends and the three-host lab.
+//!
+//! The core is pure and takes time as an argument ([`pipe`], [`wheel`], [`classify`], [`ack`],
+//! [`engine`]); everything that touches sockets, namespaces or the clock is a thin driver
+//! around it ([`datapath`], [`control`], [`lab`], [`stack`], [`netns`]).
+
+pub mod ack;
+pub mod classify;
+pub mod config;
+pub mod engine;
+pub mod pipe;
+pub mod rng;
+pub mod units;
+pub mod wheel;
+
+pub use config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
+pub use engine::{Direction, Engine, FlowRule, PipeCounters, PipeOwner, PipeTable, PrefixRule, RuleId, Side};
+pub use pipe::Counters;

@@ -1,0 +1,187 @@
+//! Parsing of the human units used in pipe and stack specifications: durations (`20ms`),
+//! rates (`10mbit`), sizes (`64kb`) and probabilities (`1%`). Every parser returns a message
+//! that names the offending text; callers add the key and the file.
+
+/// Nanoseconds, the one time unit inside the engine.
+pub type Nanos = u64;
+
+fn split_num(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    if end == 0 {
+        return None;
+    }
+    let v: f64 = s[..end].parse().ok()?;
+    if !v.is_finite() {
+        return None;
+    }
+    Some((v, s[end..].trim()))
+}
+
+/// `20ms`, `1.5ms`, `250us`, `250µs`, `100ns`, `2s`. A bare number is refused: the unit is
+/// never guessed.
+pub fn parse_duration(s: &str) -> Result<Nanos, String> {
+    let (v, unit) = split_num(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 20ms, 250us, 1s)"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "ns" => 1.0,
+        "us" | "µs" | "usec" => 1e3,
+        "ms" | "msec" => 1e6,
+        "s" | "sec" => 1e9,
+        "" => return Err(format!("`{s}` has no unit (write e.g. {s}ms)")),
+        u => return Err(format!("`{s}`: unknown time unit `{u}` (use ns, us, ms or s)")),
+    };
+    let ns = v * mult;
+    if ns > 3_600e9 {
+        return Err(format!("`{s}` is longer than an hour"));
+    }
+    Ok(ns.round() as Nanos)
+}
+
+/// Formats nanoseconds in the largest unit that keeps it exact (`20ms`, `1500us`, `7ns`).
+pub fn fmt_duration(ns: Nanos) -> String {
+    if ns == 0 {
+        "0ms".into()
+    } else if ns % 1_000_000_000 == 0 {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns % 1_000_000 == 0 {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns % 1_000 == 0 {
+        format!("{}us", ns / 1_000)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+/// Rates in bits per second: `10mbit`, `1.5Mbit/s`, `100kbit`, `1gbit`, `64000bit`, or bytes
+/// per second with `byte` units (`1mbyte` = 8 Mbit/s). Prefixes are decimal (k = 1000), as in
+/// tc and dummynet. `0`, `none` and `unlimited` mean no rate limit (returned as 0).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "0" || t == "none" || t == "unlimited" || t == "inf" {
+        return Ok(0);
+    }
+    let (v, unit) = split_num(&t).ok_or_else(|| format!("`{s}` is not a rate (e.g. 10mbit, 512kbit)"))?;
+    let unit = unit.strip_suffix("/s").or_else(|| unit.strip_suffix("ps")).map(|u| (u, true)).unwrap_or((unit, false));
+    let (unit, per_s) = unit;
+    let (prefix, base) = if let Some(p) = unit.strip_suffix("bit") {
+        (p, 1.0)
+    } else if let Some(p) = unit.strip_suffix("byte") {
+        (p, 8.0)
+    } else if per_s && unit.ends_with('b') {
+        return Err(format!("`{s}` is ambiguous (bits or bytes?): write e.g. 10mbit or 1mbyte"));
+    } else if unit.is_empty() {
+        return Err(format!("`{s}` has no unit (write e.g. {s}mbit)"));
+    } else {
+        return Err(format!("`{s}`: unknown rate unit (use bit, kbit, mbit, gbit or kbyte, mbyte)"));
+    };
+    let mult = match prefix {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        p => return Err(format!("`{s}`: unknown prefix `{p}` (use k, m, g)")),
+    };
+    let bps = v * mult * base;
+    if bps < 1.0 {
+        return Err(format!("`{s}` is below 1 bit/s"));
+    }
+    if bps > 1e13 {
+        return Err(format!("`{s}` is above 10 Tbit/s"));
+    }
+    Ok(bps.round() as u64)
+}
+
+/// Formats bits per second compactly and exactly (`10mbit`, `1500kbit`, `64001bit`).
+pub fn fmt_rate(bps: u64) -> String {
+    if bps == 0 {
+        "unlimited".into()
+    } else if bps % 1_000_000_000 == 0 {
+        format!("{}gbit", bps / 1_000_000_000)
+    } else if bps % 1_000_000 == 0 {
+        format!("{}mbit", bps / 1_000_000)
+    } else if bps % 1_000 == 0 {
+        format!("{}kbit", bps / 1_000)
+    } else {
+        format!("{bps}bit")
+    }
+}
+
+/// Byte sizes: `1500`, `1500b`, `64kb` (1000), `64kib` (1024), `1mb`, `1mib`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (v, unit) = split_num(&t).ok_or_else(|| format!("`{s}` is not a size (e.g. 64kb, 1500b)"))?;
+    let mult = match unit {
+        "" | "b" | "byte" | "bytes" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        u => return Err(format!("`{s}`: unknown size unit `{u}` (use b, kb, kib, mb, mib)")),
+    };
+    Ok((v * mult).round() as u64)
+}
+
+/// A probability: `1%`, `0.5%` or a fraction `0.01`, in [0, 1].
+pub fn parse_prob(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v = if let Some(p) = t.strip_suffix('%') {
+        p.trim().parse::<f64>().map_err(|_| format!("`{s}` is not a percentage"))? / 100.0
+    } else {
+        t.parse::<f64>().map_err(|_| format!("`{s}` is not a probability (write e.g. 1% or 0.01)"))?
+    };
+    if !(0.0..=1.0).contains(&v) || v.is_nan() {
+        return Err(format!("`{s}` is not between 0% and 100%"));
+    }
+    Ok(v)
+}
+
+/// Formats a probability as a percentage without losing digits (`1%`, `0.25%`).
+pub fn fmt_prob(p: f64) -> String {
+    let pct = p * 100.0;
+    let s = format!("{pct:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}%")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20ms"), Ok(20_000_000));
+        assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_duration("250us"), Ok(250_000));
+        assert_eq!(parse_duration("2s"), Ok(2_000_000_000));
+        assert!(parse_duration("20").unwrap_err().contains("no unit"));
+        assert!(parse_duration("20parsecs").unwrap_err().contains("unknown time unit"));
+        assert!(parse_duration("-1ms").is_err());
+        assert_eq!(fmt_duration(20_000_000), "20ms");
+        assert_eq!(fmt_duration(1_500_000), "1500us");
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("10mbit"), Ok(10_000_000));
+        assert_eq!(parse_rate("10Mbit/s"), Ok(10_000_000));
+        assert_eq!(parse_rate("1.5mbit"), Ok(1_500_000));
+        assert_eq!(parse_rate("1mbyte"), Ok(8_000_000));
+        assert_eq!(parse_rate("unlimited"), Ok(0));
+        assert!(parse_rate("10mbps").unwrap_err().contains("ambiguous"));
+        assert!(parse_rate("10").unwrap_err().contains("no unit"));
+        assert_eq!(fmt_rate(10_000_000), "10mbit");
+        assert_eq!(fmt_rate(1_500_000), "1500kbit");
+    }
+
+    #[test]
+    fn sizes_and_probabilities() {
+        assert_eq!(parse_bytes("64kb"), Ok(64_000));
+        assert_eq!(parse_bytes("64KiB"), Ok(65_536));
+        assert_eq!(parse_prob("1%"), Ok(0.01));
+        assert_eq!(parse_prob("0.25"), Ok(0.25));
+        assert!(parse_prob("101%").is_err());
+        assert_eq!(fmt_prob(0.01), "1%");
+        assert_eq!(fmt_prob(0.0025), "0.25%");
+    }
+}

@@ -1,0 +1,488 @@
+//! Rotating pcapng output. Each file is written as `NAME.pcapng.part` and renamed to
+//! `NAME.pcapng` once complete (section header, interface descriptions, packets, interface
+//! statistics), so any `*.pcapng` in the directory is a closed, valid file.
+//!
+//! Names: `{prefix}-{UTC start of capture, YYYYmmddTHHMMSSZ}-{sequence, 5 digits}.pcapng`.
+//! Rotation by size (before a packet would push the file past the limit) and by time
+//! (boundaries at multiples of the interval since the epoch, in capture time: a file is closed
+//! by the first packet past its boundary, and at the end of capture).
+//!
+//! A failed write (a full disk) truncates the file back to its last complete block, appends
+//! the statistics block if it fits, renames it, and reports how many buffered packets were lost.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use mimic_core::{LinkType, Timestamp};
+
+use crate::pcapng::{self, IfStats};
+
+/// Flush the block buffer to the file when it grows past this.
+const FLUSH_AT: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: disk full ({source}); capture stopped: every closed file is complete, {lost} buffered packets were lost (counted as dropped)")]
+    DiskFull {
+        path: PathBuf,
+        source: io::Error,
+        lost: u64,
+    },
+}
+
+impl OutputError {
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, OutputError::DiskFull { .. })
+    }
+    /// Packets that were accepted but could not be written.
+    pub fn lost(&self) -> u64 {
+        match self {
+            OutputError::DiskFull { lost, .. } => *lost,
+            OutputError::Io { .. } => 0,
+        }
+    }
+}
+
+fn is_space_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+    )
+}
+
+#[derive(Clone, Debug)]
+pub struct OutputConfig {
+    pub dir: PathBuf,
+    pub prefix: String,
+    pub rotate_bytes: Option<u64>,
+    pub rotate_nanos: Option<i64>,
+    /// Snaplen written into each interface description.
+    pub snaplen: u32,
+    pub if_name: String,
+    pub if_description: String,
+    pub filter: Option<String>,
+    /// Section header comments (the capture settings).
+    pub comments: Vec<String>,
+    pub user_appl: String,
+}
+
+/// What the statistics block of a closing file should say.
+pub type StatsProvider = Box<dyn Fn() -> (IfStats, String) + Send>;
+
+struct OpenFile {
+    file: File,
+    part: PathBuf,
+    path: PathBuf,
+    buf: Vec<u8>,
+    /// Bytes known to be on disk: always a block boundary.
+    durable: u64,
+    /// Packets in `buf` (lost if the flush fails).
+    buf_packets: u64,
+    packets: u64,
+    /// Link types of the interface descriptions written, by interface index.
+    ifaces: Vec<LinkType>,
+    boundary: Option<i64>,
+}
+
+pub struct Output {
+    cfg: OutputConfig,
+    stamp: String,
+    seq: u32,
+    cur: Option<OpenFile>,
+    closed: Vec<PathBuf>,
+    stats: StatsProvider,
+    last_link: LinkType,
+    written: u64,
+    failed: bool,
+}
+
+/// `YYYYmmddTHHMMSSZ` for a time in ns since the epoch (proleptic Gregorian, UTC).
+pub fn utc_stamp(ts: Timestamp) -> String {
+    let secs = ts.as_nanos().div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // civil-from-days (H. Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+impl Output {
+    /// Prepares output into `cfg.dir` (created if missing); `start` names the files.
+    pub fn new(
+        cfg: OutputConfig,
+        start: Timestamp,
+        stats: StatsProvider,
+    ) -> Result<Output, OutputError> {
+        fs::create_dir_all(&cfg.dir).map_err(|source| OutputError::Io {
+            path: cfg.dir.clone(),
+            source,
+        })?;
+        Ok(Output {
+            stamp: utc_stamp(start),
+            cfg,
+            seq: 0,
+            cur: None,
+            closed: Vec::new(),
+            stats,
+            last_link: LinkType::Ethernet,
+            written: 0,
+            failed: false,
+        })
+    }
+
+    /// Files closed so far, in order.
+    pub fn closed_files(&self) -> &[PathBuf] {
+        &self.closed
+    }
+    /// The file being written, if any (its final name; on disk it is `….part` until closed).
+    pub fn current_file(&self) -> Option<&Path> {
+        self.cur.as_ref().map(|f| f.path.as_path())
+    }
+    pub fn packets_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Opens the first file now (so a capture with no packets still leaves a valid file).
+    pub fn open_now(&mut self, link: LinkType) -> Result<(), OutputError> {
+        self.last_link = link;
+        if self.cur.is_none() {
+            self.open()?;
+            self.ensure_iface(link);
+        }
+        Ok(())
+    }
+
+    fn open(&mut self) -> Result<(), OutputError> {
+        self.seq += 1;
+        let name = format!("{}-{}-{:05}.pcapng", self.cfg.prefix, self.stamp, self.seq);
+        let path = self.cfg.dir.join(&name);
+        let part = self.cfg.dir.join(format!("{name}.part"));
+        if path.exists() {
+            return Err(OutputError::Io {
+                path,
+                source: io::Error::new(io::ErrorKind::AlreadyExists, "output file already exists"),
+            });
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&part)
+            .map_err(|source| OutputError::Io {
+                path: part.clone(),
+                source,
+            })?;
+        let mut buf = Vec::with_capacity(FLUSH_AT + 65_536);
+        let os = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
+        pcapng::section_header(&mut buf, &self.cfg.user_appl, &os, &self.cfg.comments);
+        self.cur = Some(OpenFile {
+            file,
+            part,
+            path,
+            buf,
+            durable: 0,
+            buf_packets: 0,
+            packets: 0,
+            ifaces: Vec::new(),
+            boundary: None,
+        });
+        Ok(())
+    }
+
+    fn ensure_iface(&mut self, link: LinkType) -> u32 {
+        let cfg = &self.cfg;
+        let f = self.cur.as_mut().expect("open file");
+        if let Some(i) = f.ifaces.iter().position(|&l| l == link) {
+            return i as u32;
+        }
+        pcapng::interface_description(
+            &mut f.buf,
+            link.to_u32(),
+            cfg.snaplen,
+            &cfg.if_name,
+            &cfg.if_description,
+            cfg.filter.as_deref(),
+        );
+        f.ifaces.push(link);
+        (f.ifaces.len() - 1) as u32
+    }
+
+    /// Appends one packet, rotating first when due.
+    pub fn write(
+        &mut self,
+        link: LinkType,
+        ts: Timestamp,
+        wire_len: u32,
+        data: &[u8],
+    ) -> Result<(), OutputError> {
+        if self.failed {
+            return Err(OutputError::Io {
+                path: self.cfg.dir.clone(),
+                source: io::Error::other("output already failed"),
+            });
+        }
+        self.last_link = link;
+        if let Some(f) = &self.cur {
+            let size = f.durable + f.buf.len() as u64;
+            let by_size = self
+                .cfg
+                .rotate_bytes
+                .is_some_and(|lim| f.packets > 0 && size + data.len() as u64 + 40 > lim);
+            let by_time = f.boundary.is_some_and(|b| ts.as_nanos() >= b);
+            if by_size || by_time {
+                self.close_current()?;
+            }
+        }
+        if self.cur.is_none() {
+            self.open()?;
+        }
+        let iface = self.ensure_iface(link);
+        let interval = self.cfg.rotate_nanos;
+        let f = self.cur.as_mut().expect("open file");
+        if f.boundary.is_none() {
+            f.boundary = interval.map(|i| (ts.as_nanos().div_euclid(i) + 1).saturating_mul(i));
+        }
+        pcapng::enhanced_packet(&mut f.buf, iface, ts, wire_len, data);
+        f.packets += 1;
+        f.buf_packets += 1;
+        if f.buf.len() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes buffered blocks to the current file.
+    pub fn flush(&mut self) -> Result<(), OutputError> {
+        let Some(f) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        if f.buf.is_empty() {
+            return Ok(());
+        }
+        match f.file.write_all(&f.buf) {
+            Ok(()) => {
+                f.durable += f.buf.len() as u64;
+                self.written += f.buf_packets;
+                f.buf.clear();
+                f.buf_packets = 0;
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// A write failed: cut the file back to its last complete block, try to end it with the
+    /// statistics block, rename it, and turn the error into a report.
+    fn fail(&mut self, e: io::Error) -> OutputError {
+        self.failed = true;
+        let Some(mut f) = self.cur.take() else {
+            return OutputError::Io {
+                path: self.cfg.dir.clone(),
+                source: e,
+            };
+        };
+        let lost = f.buf_packets;
+        let _ = f.file.set_len(f.durable);
+        if f.ifaces.is_empty() {
+            // nothing but the section header made it (or not even that): no valid file
+            let _ = fs::remove_file(&f.part);
+        } else {
+            let (mut stats, comment) = (self.stats)();
+            stats.os_dropped += lost;
+            let mut tail = Vec::new();
+            pcapng::interface_statistics(
+                &mut tail,
+                0,
+                stats.end,
+                &stats,
+                &format!("{comment}; capture stopped by a write error: {e}"),
+            );
+            use std::io::{Seek, SeekFrom};
+            let ok =
+                f.file.seek(SeekFrom::Start(f.durable)).is_ok() && f.file.write_all(&tail).is_ok();
+            if !ok {
+                let _ = f.file.set_len(f.durable);
+            }
+            let _ = f.file.sync_all();
+            if f.durable > 0 && fs::rename(&f.part, &f.path).is_ok() {
+                self.closed.push(f.path.clone());
+            } else {
+                let _ = fs::remove_file(&f.part);
+            }
+        }
+        if is_space_error(&e) {
+            OutputError::DiskFull {
+                path: f.path,
+                source: e,
+                lost,
+            }
+        } else {
+            OutputError::Io {
+                path: f.part,
+                source: e,
+            }
+        }
+    }
+
+    fn close_current(&mut self) -> Result<(), OutputError> {
+        if self.cur.is_none() {
+            return Ok(());
+        }
+        let link = self.last_link;
+        if self.cur.as_ref().is_some_and(|f| f.ifaces.is_empty()) {
+            self.ensure_iface(link);
+        }
+        let (stats, comment) = (self.stats)();
+        {
+            let f = self.cur.as_mut().expect("open file");
+            // the pending packets of this file are delivered once this flush succeeds
+            let mut s = stats;
+            s.delivered = self.written + f.buf_packets;
+            pcapng::interface_statistics(&mut f.buf, 0, s.end, &s, &comment);
+        }
+        self.flush()?;
+        let f = self.cur.take().expect("open file");
+        if let Err(e) = f.file.sync_data() {
+            self.cur = Some(f);
+            return Err(self.fail(e));
+        }
+        fs::rename(&f.part, &f.path).map_err(|source| OutputError::Io {
+            path: f.part.clone(),
+            source,
+        })?;
+        self.closed.push(f.path);
+        Ok(())
+    }
+
+    /// Closes the current file (if any), leaving every file renamed and complete.
+    pub fn finish(mut self) -> Result<Vec<PathBuf>, OutputError> {
+        if !self.failed {
+            self.close_current()?;
+        }
+        Ok(self.closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(dir: &Path, rotate_bytes: Option<u64>, rotate_nanos: Option<i64>) -> OutputConfig {
+        OutputConfig {
+            dir: dir.to_path_buf(),
+            prefix: "t".into(),
+            rotate_bytes,
+            rotate_nanos,
+            snaplen: 128,
+            if_name: "x".into(),
+            if_description: "test".into(),
+            filter: None,
+            comments: vec!["test".into()],
+            user_appl: "mimic test".into(),
+        }
+    }
+
+    fn count_frames(p: &Path) -> usize {
+        let mut r = mimic_core::trace::TraceReader::open(p).unwrap();
+        let mut n = 0;
+        while r.next_frame().unwrap().is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn stamp() {
+        assert_eq!(utc_stamp(Timestamp::from_nanos(0)), "19700101T000000Z");
+        assert_eq!(
+            utc_stamp(Timestamp::from_nanos(1_709_210_096_000_000_000)),
+            "20240229T123456Z"
+        );
+    }
+
+    #[test]
+    fn rotation_by_size_and_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Output::new(
+            cfg(dir.path(), Some(2_000), None),
+            Timestamp::from_nanos(0),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        for i in 0..100 {
+            o.write(
+                LinkType::Ethernet,
+                Timestamp::from_nanos(i),
+                100,
+                &[0u8; 100],
+            )
+            .unwrap();
+        }
+        let files = o.finish().unwrap();
+        assert!(files.len() >= 5, "{files:?}");
+        let total: usize = files.iter().map(|f| count_frames(f)).sum();
+        assert_eq!(total, 100);
+        for f in &files {
+            assert!(fs::metadata(f).unwrap().len() <= 2_000 + 200, "{f:?}");
+            assert!(f.to_str().unwrap().ends_with(".pcapng"));
+        }
+        assert!(fs::read_dir(dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".part")));
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Output::new(
+            cfg(dir.path(), None, Some(1_000_000_000)),
+            Timestamp::from_nanos(0),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        for s in [10, 10, 11, 13, 13, 13] {
+            o.write(
+                LinkType::Ethernet,
+                Timestamp::from_nanos(s * 1_000_000_000 + 5),
+                60,
+                &[1u8; 60],
+            )
+            .unwrap();
+        }
+        let files = o.finish().unwrap();
+        assert_eq!(
+            files.iter().map(|f| count_frames(f)).collect::<Vec<_>>(),
+            vec![2, 1, 3]
+        );
+    }
+
+    #[test]
+    fn empty_capture_leaves_a_valid_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Output::new(
+            cfg(dir.path(), None, None),
+            Timestamp::from_nanos(0),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        o.open_now(LinkType::Raw).unwrap();
+        let files = o.finish().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(count_frames(&files[0]), 0);
+    }
+}

@@ -257,6 +257,9 @@ pub struct TcpSegment<'a> {
     pub payload: &'a [u8],
     /// ECN codepoint of the IP header (0 = not ECT, 3 = CE).
     pub ip_ecn: u8,
+    /// Bytes of IP header (with extension headers) plus TCP header: what the segment adds on
+    /// the wire at the IP layer beyond its payload.
+    pub hdr_len: u16,
 }
 
 impl TcpSegment<'_> {
@@ -268,6 +271,26 @@ impl TcpSegment<'_> {
             dst: Endpoint::new(self.dst, self.dport),
         }
     }
+    /// The same segment without its payload bytes (e.g. to move it to another thread).
+    pub fn without_payload(&self) -> TcpSegment<'static> {
+        TcpSegment {
+            vlan: self.vlan,
+            src: self.src,
+            dst: self.dst,
+            sport: self.sport,
+            dport: self.dport,
+            seq: self.seq,
+            ack: self.ack,
+            flags: self.flags,
+            window: self.window,
+            options: self.options,
+            payload_len: self.payload_len,
+            payload: &[],
+            ip_ecn: self.ip_ecn,
+            hdr_len: self.hdr_len,
+        }
+    }
+
     /// Sequence space the segment occupies: payload plus one each for SYN and FIN.
     #[inline]
     pub fn seq_len(&self) -> u32 {
@@ -515,6 +538,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
         payload_len: payload_len as u32,
         payload: &captured[..captured.len().min(payload_len)],
         ip_ecn: ecn,
+        hdr_len: (ip_hdr_len + hdr_len).min(u16::MAX as usize) as u16,
     })
 }
 
@@ -550,6 +574,7 @@ mod tests {
         assert_eq!(s.payload_len, 0);
         assert_eq!(s.seq_len(), 1);
         assert_eq!(s.ip_ecn, 2);
+        assert_eq!(s.hdr_len, 60);
     }
 
     #[test]

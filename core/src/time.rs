@@ -8,7 +8,8 @@ use std::fmt;
 
 /// Nanoseconds since 1970-01-01T00:00:00Z. Signed, so differences and pre-epoch values are
 /// representable; the range is roughly years 1678–2262.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Timestamp(i64);
 
 impl Timestamp {

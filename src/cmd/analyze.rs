@@ -1,10 +1,159 @@
-//! `mimic analyze` (being built; see the open issue for its specification).
+//! `mimic analyze TRACE... -o flows.db`: trace files to a per-connection database.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use mimic_analyze::driver::{self, RunOptions, Summary};
+use mimic_analyze::{BwMethod, Cidr, Config};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Trace files: pcap or pcapng, optionally gzip-compressed; several are merged in time order.
+    #[arg(required = true, value_name = "TRACE")]
+    pub inputs: Vec<PathBuf>,
+    /// The database to write (replaced atomically when the run succeeds).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// A server port, for connections whose handshake was not captured (repeatable).
+    #[arg(long = "server-port", value_name = "P")]
+    pub server_ports: Vec<u16>,
+    /// A server prefix such as 10.0.0.0/8, for connections whose handshake was not captured (repeatable).
+    #[arg(long = "server-net", value_name = "CIDR", value_parser = parse_cidr)]
+    pub server_nets: Vec<Cidr>,
+    /// Analyzer threads (connections are sharded by flow; the reader runs on its own thread when N > 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Print the summary as JSON on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Close a connection after this many seconds without packets (capture time).
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub idle_timeout: f64,
+    /// Most connections tracked at once; beyond it the longest-idle are closed early (and flagged).
+    #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+    pub max_connections: usize,
+    /// How packet-pair samples are combined: mode (histogram, papers/004), capprobe (minimum delay sum, papers/001) or median.
+    #[arg(long, value_name = "METHOD", default_value = "mode", value_parser = parse_bw)]
+    pub bw_method: BwMethod,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mimic analyze` is not available in this build yet")
+fn parse_cidr(s: &str) -> Result<Cidr, String> {
+    s.parse()
+}
+
+fn parse_bw(s: &str) -> Result<BwMethod, String> {
+    s.parse()
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if !(a.idle_timeout > 0.0) {
+        anyhow::bail!("--idle-timeout must be positive");
+    }
+    if a.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    let config = Config {
+        server_ports: a.server_ports.clone(),
+        server_nets: a.server_nets.clone(),
+        idle_timeout_ns: (a.idle_timeout * 1e9) as i64,
+        max_connections: a.max_connections,
+        bw_method: a.bw_method,
+        ..Config::default()
+    };
+    let summary = analyze_with_progress(a.inputs.clone(), a.output.clone(), config, a.threads as usize)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    for i in &summary.input_issues {
+        eprintln!("mimic: warning: {} (frames before it were analyzed)", i.message);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the analysis with a progress bar of input bytes on a terminal.
+pub fn analyze_with_progress(inputs: Vec<PathBuf>, output: PathBuf, config: Config, threads: usize) -> anyhow::Result<Summary> {
+    let total = driver::input_bytes(&inputs);
+    let counter = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let pb = crate::progress::bytes(total, "analyze");
+    let ticker = {
+        let (counter, done, pb) = (counter.clone(), done.clone(), pb.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                pb.set_position(counter.load(Ordering::Relaxed));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        })
+    };
+    let cmdline: Vec<String> = std::env::args().collect();
+    let opts = RunOptions {
+        inputs,
+        output: output.clone(),
+        config,
+        threads,
+        progress: Some(counter),
+        meta: vec![("command".into(), cmdline.join(" "))],
+    };
+    let result = driver::run(&opts);
+    done.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    pb.finish_and_clear();
+    result.with_context(|| format!("analysis into {} failed", output.display()))
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn print_summary(s: &Summary) {
+    let files = s.inputs.len();
+    println!(
+        "analyzed {} file{}: {} frames ({} TCP) in {:.2} s, {:.2} M frames/s{}",
+        files,
+        if files == 1 { "" } else { "s" },
+        group(s.frames),
+        group(s.tcp_segments),
+        s.elapsed_s,
+        s.frames_per_s / 1e6,
+        if s.threads > 1 { format!(" with {} threads", s.threads) } else { String::new() }
+    );
+    let pruned: Vec<String> = s.pruned.iter().map(|(k, v)| format!("{k} {}", group(*v))).collect();
+    println!(
+        "connections: {} kept, {} complete{}",
+        group(s.connections),
+        group(s.complete),
+        if pruned.is_empty() { String::new() } else { format!("; pruned (flagged, kept in the table): {}", pruned.join(", ")) }
+    );
+    println!("exchanges: {}; connections with a bandwidth estimate: {}", group(s.exchanges), group(s.with_bandwidth));
+    let mut extra = Vec::new();
+    if s.port_reuse > 0 {
+        extra.push(format!("port reuse {}", group(s.port_reuse)));
+    }
+    if s.duplicate_frames > 0 {
+        extra.push(format!("duplicated frames ignored {}", group(s.duplicate_frames)));
+    }
+    if s.evicted > 0 {
+        extra.push(format!("evicted (table full) {}", group(s.evicted)));
+    }
+    if !extra.is_empty() {
+        println!("noted: {}", extra.join(", "));
+    }
+    if !s.skipped.is_empty() {
+        let sk: Vec<String> = s.skipped.iter().map(|(k, v)| format!("{k} {}", group(*v))).collect();
+        println!("frames not analyzed: {}", sk.join(", "));
+    }
+    println!("wrote {}", s.output);
 }

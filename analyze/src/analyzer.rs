@@ -1,0 +1,205 @@
+//! The connection table: frames in (with their capture time), connection records out.
+//!
+//! Sans-I/O: the analyzer never reads a clock or a file. Time only moves with the frames it
+//! is given, which drive idle timeouts; `finish` closes what is left at the end of the input.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use mimic_core::packet::{decode, DecodeError, LinkType};
+use mimic_core::{FlowKey, TcpSegment, Timestamp};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::record::ConnectionRecord;
+
+/// Counters of what the analyzer did with its input.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct AnalyzerStats {
+    pub frames: u64,
+    pub tcp_segments: u64,
+    /// Frames that did not decode to a TCP segment, by reason.
+    pub skipped: BTreeMap<&'static str, u64>,
+    /// Identical data segments captured twice in a row (a capture artefact), ignored.
+    pub duplicate_frames: u64,
+    pub connections: u64,
+    /// Connections closed early because the table was full.
+    pub evicted: u64,
+    /// Connections closed by the idle timeout.
+    pub idle_closed: u64,
+    /// New connections on a 4-tuple still in the table (port reuse).
+    pub port_reuse: u64,
+    /// Most connections tracked at once.
+    pub peak_connections: u64,
+    /// Frames whose time was earlier than a frame before them.
+    pub time_backwards: u64,
+}
+
+impl AnalyzerStats {
+    pub fn merge(&mut self, o: &AnalyzerStats) {
+        self.frames += o.frames;
+        self.tcp_segments += o.tcp_segments;
+        for (k, v) in &o.skipped {
+            *self.skipped.entry(k).or_default() += v;
+        }
+        self.duplicate_frames += o.duplicate_frames;
+        self.connections += o.connections;
+        self.evicted += o.evicted;
+        self.idle_closed += o.idle_closed;
+        self.port_reuse += o.port_reuse;
+        self.peak_connections += o.peak_connections;
+        self.time_backwards += o.time_backwards;
+    }
+}
+
+pub struct Analyzer {
+    cfg: Config,
+    table: FxHashMap<FlowKey, Conn>,
+    out: VecDeque<ConnectionRecord>,
+    stats: AnalyzerStats,
+    now: Timestamp,
+    last_sweep: Timestamp,
+}
+
+impl Analyzer {
+    pub fn new(cfg: Config) -> Analyzer {
+        Analyzer {
+            cfg,
+            table: FxHashMap::default(),
+            out: VecDeque::new(),
+            stats: AnalyzerStats::default(),
+            now: Timestamp::from_nanos(i64::MIN),
+            last_sweep: Timestamp::from_nanos(i64::MIN),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &AnalyzerStats {
+        &self.stats
+    }
+
+    /// Connections currently tracked.
+    pub fn open_connections(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Counts a frame that never reached the analyzer (e.g. unreadable), by reason.
+    pub fn count_skipped(&mut self, reason: &'static str, n: u64) {
+        self.stats.frames += n;
+        *self.stats.skipped.entry(reason).or_default() += n;
+    }
+
+    /// Decodes one captured frame and handles it. `frame_no` numbers the frames of the whole
+    /// input (1-based, in time order); a connection's id is the number of its first frame.
+    pub fn handle_frame(&mut self, frame_no: u64, t: Timestamp, link: LinkType, data: &[u8]) -> Result<(), DecodeError> {
+        match decode(link, data) {
+            Ok(seg) => {
+                self.handle_segment(frame_no, t, &seg);
+                Ok(())
+            }
+            Err(e) => {
+                self.count_skipped(e.as_str(), 1);
+                self.advance(t);
+                Err(e)
+            }
+        }
+    }
+
+    fn advance(&mut self, t: Timestamp) {
+        if t < self.now {
+            self.stats.time_backwards += 1;
+            return;
+        }
+        self.now = t;
+        let interval = (self.cfg.linger_ns.min(self.cfg.idle_timeout_ns) / 4).max(1);
+        if self.now.nanos_since(self.last_sweep) >= interval {
+            self.last_sweep = self.now;
+            self.sweep();
+        }
+    }
+
+    /// Closes connections that have been idle past their timeout.
+    fn sweep(&mut self) {
+        let now = self.now;
+        let (idle, linger) = (self.cfg.idle_timeout_ns, self.cfg.linger_ns);
+        let mut closed: Vec<Conn> = self
+            .table
+            .extract_if(|_, c| {
+                let quiet = now.nanos_since(c.t_last);
+                quiet >= idle || (c.terminated() && quiet >= linger)
+            })
+            .map(|(_, c)| c)
+            .collect();
+        closed.sort_by_key(|c| c.id);
+        for c in closed {
+            if !c.terminated() {
+                self.stats.idle_closed += 1;
+            }
+            self.emit(c);
+        }
+    }
+
+    pub fn handle_segment(&mut self, frame_no: u64, t: Timestamp, seg: &TcpSegment) {
+        self.stats.frames += 1;
+        self.stats.tcp_segments += 1;
+        self.advance(t);
+        let (key, swapped) = seg.flow_key().canonical();
+        let side = swapped as usize;
+        if let Some(c) = self.table.get_mut(&key) {
+            if !c.is_reuse(side, seg) {
+                c.handle(&self.cfg, side, t, seg);
+                return;
+            }
+            let old = self.table.remove(&key).expect("present");
+            self.stats.port_reuse += 1;
+            self.emit(old);
+        }
+        if self.table.len() >= self.cfg.max_connections {
+            self.evict();
+        }
+        let mut c = Conn::new(frame_no, key, t);
+        c.handle(&self.cfg, side, t, seg);
+        self.stats.connections += 1;
+        self.table.insert(key, c);
+        self.stats.peak_connections = self.stats.peak_connections.max(self.table.len() as u64);
+    }
+
+    /// Makes room in a full table: closes the longest-idle tenth of the connections.
+    fn evict(&mut self) {
+        let mut ages: Vec<Timestamp> = self.table.values().map(|c| c.t_last).collect();
+        let k = (ages.len() / 10).max(1).min(ages.len() - 1);
+        let (_, cutoff, _) = ages.select_nth_unstable(k);
+        let cutoff = *cutoff;
+        let keys: Vec<FlowKey> = self.table.iter().filter(|(_, c)| c.t_last <= cutoff).map(|(k, _)| *k).collect();
+        for key in keys {
+            if let Some(mut c) = self.table.remove(&key) {
+                c.evicted = true;
+                self.stats.evicted += 1;
+                self.emit(c);
+            }
+        }
+    }
+
+    fn emit(&mut self, c: Conn) {
+        self.stats.duplicate_frames += c.dup_frames();
+        self.out.push_back(c.into_record(&self.cfg));
+    }
+
+    /// The next finished connection, if any.
+    pub fn poll_record(&mut self) -> Option<ConnectionRecord> {
+        self.out.pop_front()
+    }
+
+    /// End of input: closes every connection still open.
+    pub fn finish(&mut self) {
+        let mut rest: Vec<Conn> = self.table.drain().map(|(_, c)| c).collect();
+        rest.sort_by_key(|c| c.id);
+        for c in rest {
+            self.emit(c);
+        }
+    }
+}

@@ -1,0 +1,913 @@
+//! One TCP connection as seen at the capture point.
+//!
+//! Both directions are tracked the same way (a [`Side`] per sender), and which side is the
+//! client is decided only when the record is built, so a handshake captured late, or a hint
+//! from `--server-port`, can still set it. Every per-connection list is bounded.
+
+use std::collections::VecDeque;
+
+use mimic_core::time::dur;
+use mimic_core::{FlowKey, SeqNum, TcpSegment, Timestamp};
+
+use crate::bandwidth::{self, Pair};
+use crate::config::Config;
+use crate::http;
+use crate::ranges::RangeSet;
+use crate::record::*;
+
+/// A data segment as first sent (at the capture point).
+#[derive(Clone, Debug)]
+struct Seg {
+    start: i64,
+    end: i64,
+    t: Timestamp,
+    retx: bool,
+    burst: u32,
+    /// IP-layer bytes (payload plus IP and TCP headers).
+    wire: u32,
+}
+
+/// A retransmission waiting for evidence on whether it was needed.
+#[derive(Clone, Debug)]
+struct Retx {
+    start: i64,
+    end: i64,
+    t: Timestamp,
+    spurious: bool,
+    /// No further evidence will be looked for.
+    decided: bool,
+}
+
+/// The previous ACK that advanced over this side's data (for packet pairs).
+#[derive(Clone, Copy, Debug)]
+struct AdvAck {
+    t: Timestamp,
+    ack: i64,
+    /// Send time and burst of the segment that ended exactly at `ack` (if any).
+    seg_t: Option<Timestamp>,
+    seg_burst: Option<u32>,
+    pure: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct SynInfo {
+    seen: bool,
+    isn: SeqNum,
+    count: u32,
+    t_first: Timestamp,
+    t_last: Timestamp,
+    mss: Option<u16>,
+    wscale: Option<u8>,
+    sack_perm: bool,
+    ts: bool,
+    /// SYN: ECE and CWR set; SYN-ACK: ECE set.
+    ecn: bool,
+    window: u16,
+    with_ack: bool,
+}
+
+/// One direction: the data this side sends, and what the other side's ACKs say about it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Side {
+    syn: SynInfo,
+    packets: u64,
+    base: Option<SeqNum>,
+    /// Highest relative sequence end sent so far.
+    hi: i64,
+    covered: RangeSet,
+    data_pkts: u64,
+    retx_pkts: u64,
+    max_seg: u32,
+    segs: VecDeque<Seg>,
+    segs_dropped: u64,
+    burst: u32,
+    last_data_t: Option<Timestamp>,
+    /// (start, end, raw ack) of the last data segment, to spot duplicated frames.
+    last_sig: Option<(i64, i64, u32, Timestamp)>,
+    dup_frames: u64,
+    // acknowledgements of this side's data by the other side
+    ack_seen: bool,
+    acked: i64,
+    adv: Option<AdvAck>,
+    dupacks: u64,
+    retx: VecDeque<Retx>,
+    dsack_seen: bool,
+    spurious_dsack: u64,
+    spurious_heur: u64,
+    first_retx_t: Option<Timestamp>,
+    // slow start delayed-ACK accounting (before this side's first retransmission)
+    ss_segs: u32,
+    ss_acks: u32,
+    /// Send→ACK delays of isolated segments (a round trip plus any delayed-ACK wait).
+    delack_delays: Vec<i64>,
+    // this side as a receiver
+    window_at_first_data: Option<u16>,
+    zero_window: u32,
+    fin_t: Option<Timestamp>,
+    rst_t: Option<Timestamp>,
+    // samples of this side's data
+    rtt: Vec<(Timestamp, i64)>,
+    bw: Vec<(Timestamp, f64, u64, i64, i64, bool)>,
+    samples_dropped: u64,
+}
+
+impl Side {
+    /// Relative (unwrapped) offset of `seq` in this side's sequence space.
+    #[inline]
+    fn rel(&self, seq: SeqNum) -> i64 {
+        match self.base {
+            Some(b) => self.hi + seq.diff(b.add(self.hi as u32)) as i64,
+            None => 0,
+        }
+    }
+}
+
+/// One application data unit: a maximal run of new data in one direction.
+#[derive(Clone, Debug)]
+struct Adu {
+    side: u8,
+    t_first: Timestamp,
+    t_last: Timestamp,
+    bytes: u64,
+    start: i64,
+    end: i64,
+    /// First transmissions: (time, start, end, time the other side's ACK covered it).
+    segs: Vec<(Timestamp, i64, i64, Option<Timestamp>)>,
+    prefix: [u8; 16],
+    prefix_len: u8,
+    /// Segments before this index have their ACK time set.
+    acked_upto: usize,
+}
+
+const ADU_SEGS: usize = 256;
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub id: u64,
+    /// Canonical key: side 0 sent from `key.src`, side 1 from `key.dst`.
+    pub key: FlowKey,
+    pub t_first: Timestamp,
+    pub t_last: Timestamp,
+    frames: u64,
+    s: [Side; 2],
+    /// Time the client's ACK of the SYN-ACK was seen.
+    hs_ack: Option<Timestamp>,
+    adus: Vec<Adu>,
+    adus_dropped: u64,
+    last_side: Option<u8>,
+    pub evicted: bool,
+    min_rtt_hint: Option<i64>,
+}
+
+impl Conn {
+    pub fn new(id: u64, key: FlowKey, t: Timestamp) -> Conn {
+        Conn {
+            id,
+            key,
+            t_first: t,
+            t_last: t,
+            frames: 0,
+            s: [Side::default(), Side::default()],
+            hs_ack: None,
+            adus: Vec::new(),
+            adus_dropped: 0,
+            last_side: None,
+            evicted: false,
+            min_rtt_hint: None,
+        }
+    }
+
+    /// FIN from both sides, or a RST: the connection is over (late packets may still come).
+    pub fn terminated(&self) -> bool {
+        (self.s[0].fin_t.is_some() && self.s[1].fin_t.is_some()) || self.s[0].rst_t.is_some() || self.s[1].rst_t.is_some()
+    }
+
+    /// Whether a SYN from `side` starts a new connection on this 4-tuple (port reuse) rather
+    /// than belonging to this one.
+    pub fn is_reuse(&self, side: usize, seg: &TcpSegment) -> bool {
+        if !seg.flags.syn() || seg.flags.ack() {
+            return false;
+        }
+        let me = &self.s[side];
+        if self.terminated() || me.fin_t.is_some() {
+            return !(me.syn.seen && me.syn.isn == seg.seq && me.hi <= 1);
+        }
+        // a SYN with a new ISN after this connection carried data or completed its handshake
+        me.syn.seen && me.syn.isn != seg.seq && (self.hs_ack.is_some() || me.hi > 1 || self.s[1 - side].hi > 1)
+    }
+
+    fn pair(&mut self, d: usize) -> (&mut Side, &mut Side) {
+        let (a, b) = self.s.split_at_mut(1);
+        if d == 0 {
+            (&mut a[0], &mut b[0])
+        } else {
+            (&mut b[0], &mut a[0])
+        }
+    }
+
+    /// Current best RTT estimate (handshake or data samples), for thresholds.
+    fn rtt_hint(&self) -> Option<i64> {
+        self.min_rtt_hint
+    }
+
+    fn note_rtt(&mut self, ns: i64) {
+        if ns > 0 {
+            self.min_rtt_hint = Some(self.min_rtt_hint.map_or(ns, |m| m.min(ns)));
+        }
+    }
+
+    pub fn handle(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment) {
+        let o = 1 - d;
+        self.frames += 1;
+        if t > self.t_last {
+            self.t_last = t;
+        }
+        let flags = seg.flags;
+        self.s[d].packets += 1;
+
+        // duplicated frames (a capture artefact): identical data segment right after itself
+        if seg.payload_len > 0 && self.last_side == Some(d as u8) && self.s[d].base.is_some() {
+            if let Some((s0, e0, a0, t0)) = self.s[d].last_sig {
+                let start = self.s[d].rel(seg.seq) + flags.syn() as i64;
+                if start == s0 && start + seg.payload_len as i64 == e0 && seg.ack.0 == a0 && t.nanos_since(t0) < 2 * dur::MS {
+                    self.s[d].dup_frames += 1;
+                    return;
+                }
+            }
+        }
+        self.last_side = Some(d as u8);
+
+        if flags.syn() {
+            self.on_syn(d, t, seg);
+        }
+        if self.s[d].base.is_none() {
+            // no SYN seen from this side: its first sequence number is relative zero
+            self.s[d].base = Some(seg.seq);
+        }
+
+        // acknowledgement of the other side's data
+        if flags.ack() && self.s[o].base.is_some() {
+            self.on_ack(cfg, d, t, seg);
+        }
+
+        // this side's data (and FIN)
+        let start = self.s[d].rel(seg.seq) + flags.syn() as i64;
+        if seg.payload_len > 0 {
+            self.on_data(cfg, d, t, seg, start);
+        }
+        if flags.fin() {
+            let fin_at = start + seg.payload_len as i64;
+            let side = &mut self.s[d];
+            side.covered.insert(fin_at, fin_at + 1);
+            side.hi = side.hi.max(fin_at + 1);
+            if side.fin_t.is_none() {
+                side.fin_t = Some(t);
+            }
+        }
+        if flags.rst() && self.s[d].rst_t.is_none() {
+            self.s[d].rst_t = Some(t);
+        }
+
+        // receive window advertised by this side
+        if !flags.syn() && !flags.rst() && seg.window == 0 {
+            self.s[d].zero_window += 1;
+        }
+        if seg.payload_len > 0 && self.s[d].window_at_first_data.is_none() {
+            self.s[d].window_at_first_data = Some(seg.window);
+        }
+    }
+
+    fn on_syn(&mut self, d: usize, t: Timestamp, seg: &TcpSegment) {
+        let side = &mut self.s[d];
+        let syn = &mut side.syn;
+        if syn.seen && syn.isn == seg.seq {
+            syn.count += 1;
+            syn.t_last = t;
+            return;
+        }
+        *syn = SynInfo {
+            seen: true,
+            isn: seg.seq,
+            count: 1,
+            t_first: t,
+            t_last: t,
+            mss: seg.options.mss,
+            wscale: seg.options.wscale,
+            sack_perm: seg.options.sack_permitted,
+            ts: seg.options.timestamp.is_some(),
+            ecn: if seg.flags.ack() { seg.flags.ece() } else { seg.flags.ece() && seg.flags.cwr() },
+            window: seg.window,
+            with_ack: seg.flags.ack(),
+        };
+        side.base = Some(seg.seq);
+        side.hi = side.hi.max(1);
+        side.covered.insert(0, 1);
+    }
+
+    fn on_data(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment, start: i64) {
+        let len = seg.payload_len as i64;
+        let end = start + len;
+        let ins = self.s[d].covered.insert(start, end);
+        let burst_gap = self.burst_gap();
+        let side = &mut self.s[d];
+        side.data_pkts += 1;
+        side.max_seg = side.max_seg.max(seg.payload_len);
+        side.last_sig = Some((start, end, seg.ack.0, t));
+        let is_retx = ins.old_bytes > 0;
+        if is_retx {
+            side.retx_pkts += 1;
+            if side.first_retx_t.is_none() {
+                side.first_retx_t = Some(t);
+            }
+            for s in side.segs.iter_mut().rev() {
+                if s.end <= start {
+                    break;
+                }
+                if s.start < end {
+                    s.retx = true;
+                }
+            }
+            if side.retx.len() >= 256 {
+                side.retx.pop_front();
+            }
+            // data the receiver had already acknowledged when it was resent
+            let already = side.ack_seen && side.acked >= end;
+            if already {
+                side.spurious_heur += 1;
+            }
+            side.retx.push_back(Retx { start, end, t, spurious: already, decided: already });
+        }
+        if ins.new_bytes > 0 {
+            // a new burst starts after a pause in this side's sending
+            let new_burst = side.last_data_t.is_none_or(|lt| t.nanos_since(lt) > burst_gap);
+            if new_burst {
+                side.burst += 1;
+            }
+            side.last_data_t = Some(t);
+            if side.segs.len() >= cfg.max_outstanding_segments {
+                side.segs.pop_front();
+                side.segs_dropped += 1;
+            }
+            side.segs.push_back(Seg {
+                start,
+                end,
+                t,
+                retx: is_retx,
+                burst: side.burst,
+                wire: seg.payload_len + seg.hdr_len as u32,
+            });
+            if side.first_retx_t.is_none() {
+                side.ss_segs += 1;
+            }
+            side.hi = side.hi.max(end);
+            self.on_new_data(cfg, d, t, start, end, ins.new_bytes as u64, seg.payload);
+        } else if is_retx {
+            // a pure retransmission still extends its exchange's last-packet time
+            for a in self.adus.iter_mut().rev() {
+                if a.side == d as u8 && a.start < end && start < a.end {
+                    a.t_last = a.t_last.max(t);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Inter-segment pause that separates two bursts of one sender.
+    fn burst_gap(&self) -> i64 {
+        match self.rtt_hint() {
+            Some(r) => (r / 8).clamp(100 * dur::US, 5 * dur::MS),
+            None => dur::MS,
+        }
+    }
+
+    fn on_new_data(&mut self, cfg: &Config, d: usize, t: Timestamp, start: i64, end: i64, new_bytes: u64, payload: &[u8]) {
+        if let Some(a) = self.adus.last_mut() {
+            if a.side == d as u8 {
+                a.t_last = a.t_last.max(t);
+                a.bytes += new_bytes;
+                a.end = a.end.max(end);
+                if a.segs.len() < ADU_SEGS {
+                    a.segs.push((t, start, end, None));
+                }
+                return;
+            }
+        }
+        if self.adus.len() >= cfg.max_exchanges * 2 {
+            self.adus_dropped += 1;
+            return;
+        }
+        let mut prefix = [0u8; 16];
+        let n = payload.len().min(16);
+        prefix[..n].copy_from_slice(&payload[..n]);
+        self.adus.push(Adu {
+            side: d as u8,
+            t_first: t,
+            t_last: t,
+            bytes: new_bytes,
+            start,
+            end,
+            segs: vec![(t, start, end, None)],
+            prefix,
+            prefix_len: n as u8,
+            acked_upto: 0,
+        });
+    }
+
+    fn on_ack(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment) {
+        let o = 1 - d;
+        let a = self.s[o].rel(seg.ack);
+        let pure = seg.payload_len == 0 && !seg.flags.syn() && !seg.flags.fin() && !seg.flags.rst();
+
+        // handshake completion: the SYN sender acknowledges the SYN-ACK
+        if self.hs_ack.is_none() && self.s[d].syn.seen && !self.s[d].syn.with_ack && self.s[o].syn.seen && self.s[o].syn.with_ack && a >= 1 && !seg.flags.syn() {
+            self.hs_ack = Some(t);
+            let rtt = t.nanos_since(self.s[d].syn.t_last);
+            self.note_rtt(rtt);
+        }
+
+        // D-SACK: a first SACK block below the cumulative ACK, or inside the second block
+        let blocks = seg.options.sack_blocks();
+        if let Some(&(l, r)) = blocks.first() {
+            let (lr, rr) = (self.s[o].rel(l), self.s[o].rel(r));
+            let dsack = rr <= a || blocks.get(1).is_some_and(|&(l2, r2)| {
+                let (l2, r2) = (self.s[o].rel(l2), self.s[o].rel(r2));
+                l2 <= lr && rr <= r2
+            });
+            if dsack && rr > lr {
+                let side = &mut self.s[o];
+                side.dsack_seen = true;
+                if let Some(rx) = side.retx.iter_mut().find(|x| !x.spurious && x.start < rr && lr < x.end) {
+                    rx.spurious = true;
+                    rx.decided = true;
+                    side.spurious_dsack += 1;
+                }
+            }
+        }
+
+        let rtt_hint = self.rtt_hint();
+        let advanced = !self.s[o].ack_seen || a > self.s[o].acked;
+        if advanced {
+            let (_, data) = self.pair(d);
+            let prev_acked = if data.ack_seen { data.acked } else { i64::MIN };
+            let mut sample: Option<i64> = None;
+            let mut exact: Option<(Timestamp, u32)> = None;
+            // Karn: a sample from the newest segment the ACK covers, if never retransmitted
+            let mut any_retx = false;
+            let mut newly: u32 = 0;
+            let mut isolated: Option<(Timestamp, i64)> = None;
+            // segments are kept in sending order, which is sequence order but for gap fills
+            let upto = data.segs.partition_point(|s| s.end <= a);
+            for s in data.segs.range(..upto).rev() {
+                if s.end <= prev_acked {
+                    break;
+                }
+                newly += 1;
+                any_retx |= s.retx;
+                if exact.is_none() {
+                    exact = Some((s.t, s.burst));
+                    if !s.retx && t >= s.t {
+                        sample = Some(t.nanos_since(s.t));
+                    }
+                    // the only segment in flight, nothing sent after it
+                    if s.start == prev_acked && s.end == data.hi {
+                        isolated = Some((s.t, s.end));
+                    }
+                }
+            }
+            if any_retx {
+                sample = None;
+            }
+            if let Some(r) = sample {
+                if data.rtt.len() < cfg.max_samples {
+                    data.rtt.push((t, r));
+                } else {
+                    data.samples_dropped += 1;
+                }
+            }
+            // delayed-ACK accounting in slow start (before the first retransmission)
+            if data.first_retx_t.is_none() && newly > 0 {
+                data.ss_acks += 1;
+            }
+            // an isolated segment (the only one in flight, nothing sent after it) reveals the
+            // receiver's delayed-ACK timer
+            if let Some((st, _)) = isolated {
+                if newly == 1 && !any_retx && data.delack_delays.len() < 1024 {
+                    data.delack_delays.push(t.nanos_since(st));
+                }
+            }
+            // packet pair on the spacing of two consecutive advancing ACKs
+            if let Some(prev) = data.adv {
+                let bytes = a - prev.ack;
+                let gap = t.nanos_since(prev.t);
+                if bytes > 0 && gap > 0 && prev.seg_t.is_some() {
+                    let mut wire: u64 = 0;
+                    let mut same_burst = prev.seg_burst.is_some();
+                    let mut last_t = None;
+                    let mut clean = pure && prev.pure;
+                    let from = data.segs.partition_point(|s| s.end <= prev.ack);
+                    for s in data.segs.range(from..upto.max(from)) {
+                        wire += s.wire as u64;
+                        clean &= !s.retx;
+                        same_burst &= Some(s.burst) == prev.seg_burst;
+                        last_t = Some(last_t.map_or(s.t, |lt: Timestamp| lt.max(s.t)));
+                    }
+                    if wire > 0 {
+                        let bps = wire as f64 * 8.0 / (gap as f64 / 1e9);
+                        let send_gap = match (prev.seg_t, last_t) {
+                            (Some(p), Some(l)) => l.nanos_since(p),
+                            _ => i64::MAX,
+                        };
+                        // a lone segment at the end of a flight may have waited for the
+                        // receiver's delayed-ACK timer: its ACK's spacing says nothing
+                        let lone_tail = newly == 1 && a >= data.hi;
+                        let used = clean && same_burst && !lone_tail && send_gap.saturating_mul(2) < gap;
+                        let delay_sum = match (prev.seg_t, exact) {
+                            (Some(p), Some((et, _))) => prev.t.nanos_since(p) + t.nanos_since(et),
+                            _ => i64::MAX,
+                        };
+                        if data.bw.len() < cfg.max_samples {
+                            data.bw.push((t, bps, wire, gap, delay_sum, used));
+                        } else {
+                            data.samples_dropped += 1;
+                        }
+                    }
+                }
+            }
+            data.adv = Some(AdvAck { t, ack: a, seg_t: exact.map(|e| e.0), seg_burst: exact.map(|e| e.1), pure });
+            // retransmissions: an ACK covering them too soon after they were sent was caused by
+            // the original (the resend was spurious)
+            for rx in data.retx.iter_mut().filter(|x| !x.decided && x.end <= a) {
+                let soon = rtt_hint.map_or(false, |r| t.nanos_since(rx.t) < r * 3 / 4);
+                if soon {
+                    rx.spurious = true;
+                    data.spurious_heur += 1;
+                }
+                rx.decided = true;
+            }
+            data.acked = a;
+            data.ack_seen = true;
+            // keep the segment ending at the cumulative ACK for the next pair
+            while data.segs.len() > 1 && data.segs[1].end <= a {
+                data.segs.pop_front();
+            }
+            if let Some(sample) = sample {
+                self.note_rtt_data(o, sample);
+            }
+            // ACK times of response segments, for the query-delay test
+            for adu in self.adus.iter_mut().rev().take(4).filter(|x| x.side == o as u8) {
+                while adu.acked_upto < adu.segs.len() && adu.segs[adu.acked_upto].2 <= a {
+                    adu.segs[adu.acked_upto].3 = Some(t);
+                    adu.acked_upto += 1;
+                }
+            }
+        } else if a == self.s[o].acked && pure && self.s[o].hi > a {
+            let data = &mut self.s[o];
+            data.dupacks += 1;
+            // Monkey's heuristic: a duplicate ACK answering a retransmission of data the
+            // receiver already holds means the retransmission was spurious
+            for rx in data.retx.iter_mut().filter(|x| !x.decided) {
+                let answered = rtt_hint.map_or(true, |r| t.nanos_since(rx.t) >= r * 3 / 4);
+                if answered {
+                    if a >= rx.end {
+                        rx.spurious = true;
+                        data.spurious_heur += 1;
+                    }
+                    rx.decided = true;
+                }
+            }
+        }
+    }
+
+    fn note_rtt_data(&mut self, _data_side: usize, sample: i64) {
+        // data→ACK samples tighten the thresholds only when the handshake gave none
+        if self.hs_ack.is_none() {
+            self.note_rtt(sample);
+        }
+    }
+
+    /// Which side is the client (index) and how that was decided.
+    fn roles(&self, cfg: &Config) -> (usize, ServerBy) {
+        let s = &self.s;
+        if s[0].syn.seen && !s[0].syn.with_ack {
+            return (0, ServerBy::Syn);
+        }
+        if s[1].syn.seen && !s[1].syn.with_ack {
+            return (1, ServerBy::Syn);
+        }
+        if s[0].syn.seen && s[0].syn.with_ack {
+            return (1, ServerBy::Synack);
+        }
+        if s[1].syn.seen && s[1].syn.with_ack {
+            return (0, ServerBy::Synack);
+        }
+        let ports = [self.key.src.port, self.key.dst.port];
+        let addrs = [self.key.src.addr, self.key.dst.addr];
+        for side in 0..2 {
+            if cfg.server_ports.contains(&ports[side]) && !cfg.server_ports.contains(&ports[1 - side]) {
+                return (1 - side, ServerBy::Port);
+            }
+        }
+        for side in 0..2 {
+            let inside = |i: usize| cfg.server_nets.iter().any(|n| n.contains(&addrs[i]));
+            if inside(side) && !inside(1 - side) {
+                return (1 - side, ServerBy::Net);
+            }
+        }
+        // well-known port, else the lower port, serves
+        let wk = |p: u16| p < 1024 || matches!(p, 1080 | 3128 | 8000 | 8008 | 8080 | 8443 | 8888);
+        let server = match (wk(ports[0]), wk(ports[1])) {
+            (true, false) => 0,
+            (false, true) => 1,
+            _ => {
+                if ports[0] <= ports[1] {
+                    0
+                } else {
+                    1
+                }
+            }
+        };
+        (1 - server, ServerBy::Guess)
+    }
+
+    /// Builds the record. `cfg` decides roles for connections without a handshake.
+    pub fn into_record(self, cfg: &Config) -> ConnectionRecord {
+        let (ci, server_by) = self.roles(cfg);
+        let si = 1 - ci;
+        let c = &self.s[ci];
+        let sv = &self.s[si];
+        let (client, server) = if ci == 0 { (self.key.src, self.key.dst) } else { (self.key.dst, self.key.src) };
+
+        let handshake = c.syn.seen && !c.syn.with_ack && sv.syn.seen && sv.syn.with_ack;
+        let hs_rtt = if handshake { self.hs_ack.map(|t| t.nanos_since(c.syn.t_last)).filter(|r| *r >= 0) } else { None };
+        let mut rtt_samples: Vec<RttSample> = Vec::new();
+        if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
+            rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind: RttKind::Handshake });
+        }
+        rtt_samples.extend(sv.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Data }));
+        rtt_samples.extend(c.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Upstream }));
+        let min_rtt_ns = hs_rtt.into_iter().chain(sv.rtt.iter().map(|x| x.1)).filter(|r| *r > 0).min();
+
+        let both = |f: fn(&SynInfo) -> bool| if c.syn.seen && sv.syn.seen { Some(f(&c.syn) && f(&sv.syn)) } else { None };
+        let sack_ok = both(|s| s.sack_perm);
+        let ts_ok = both(|s| s.ts);
+        let ecn_ok = both(|s| s.ecn);
+        let wscale_on = c.syn.seen && sv.syn.seen && c.syn.wscale.is_some() && sv.syn.wscale.is_some();
+        let scale = if wscale_on { c.syn.wscale.unwrap_or(0).min(14) } else { 0 };
+        // client's receive window at its first request segment (Monkey: not the SYN's)
+        let rwin = c.window_at_first_data.map(|w| (w as u64) << scale);
+        let rwin_syn = c.syn.seen.then_some(c.syn.window as u64);
+
+        // spurious retransmissions: D-SACK where the receiver uses it, else the heuristics
+        let (spurious, spurious_by) = if sv.dsack_seen {
+            (sv.spurious_dsack, Some("dsack"))
+        } else if sv.retx_pkts > 0 {
+            (sv.spurious_heur.min(sv.retx_pkts), Some("dupack"))
+        } else {
+            (0, None)
+        };
+        let loss = (sv.data_pkts > 0).then(|| (sv.retx_pkts.saturating_sub(spurious)) as f64 / sv.data_pkts as f64);
+
+        // bandwidth from the client's ACKs of server data
+        let pairs: Vec<Pair> = sv.bw.iter().filter(|b| b.5).map(|b| Pair { bps: b.1, delay_sum_ns: b.4 }).collect();
+        let bw = bandwidth::combine(cfg.bw_method, &pairs);
+        let bw_samples: Vec<BwSample> = sv
+            .bw
+            .iter()
+            .map(|b| BwSample { t: b.0, bps: b.1, bytes: b.2, gap_us: dur::ns_to_us(b.3), used: b.5 })
+            .collect();
+
+        // delayed-ACK policy in slow start
+        let (policy, aps) = if sv.ss_segs >= 2 {
+            let r = sv.ss_acks as f64 / sv.ss_segs as f64;
+            (if r >= 0.75 { DelackPolicy::Quick } else { DelackPolicy::Delayed }, Some(r))
+        } else {
+            (DelackPolicy::Unknown, None)
+        };
+        let delack_timeout = {
+            let rtt = min_rtt_ns.unwrap_or(0);
+            let mut v: Vec<i64> = sv.delack_delays.iter().map(|d| d - rtt).filter(|x| *x > dur::MS).collect();
+            v.sort_unstable();
+            (!v.is_empty() && policy != DelackPolicy::Quick).then(|| dur::ns_to_us(v[v.len() / 2]))
+        };
+
+        // exchanges
+        let mss_eff = {
+            let opt = c.syn.mss.map(|m| m as u32 - if ts_ok == Some(true) { 12 } else { 0 });
+            match opt {
+                Some(m) if sv.max_seg > m || sv.max_seg == 0 => m,
+                _ => sv.max_seg,
+            }
+        };
+        let exchanges = build_exchanges(&self.adus, ci as u8, mss_eff);
+        let first_req = exchanges.iter().find_map(|e| e.t_req_first);
+        let last_resp = exchanges.iter().rev().find_map(|e| e.t_resp_last);
+        let response_time = match (first_req, last_resp) {
+            (Some(a), Some(b)) if b >= a => Some(dur::ns_to_us(b.nanos_since(a))),
+            _ => None,
+        };
+
+        // termination
+        let rst = [c.rst_t, sv.rst_t];
+        let fin = [c.fin_t, sv.fin_t];
+        let first_rst = rst.iter().flatten().min().copied();
+        let both_fin = fin[0].zip(fin[1]).map(|(a, b)| a.max(b));
+        let termination = match (first_rst, both_fin, fin[0].or(fin[1])) {
+            (Some(r), Some(bf), _) if r > bf => Termination::Fin,
+            (Some(r), _, _) => {
+                let last_server_data = self.adus.iter().rev().find(|a| a.side == si as u8).map(|a| a.t_last);
+                let all_acked = sv.ack_seen && sv.acked >= sv.hi - fin[1].is_some() as i64;
+                match last_server_data {
+                    Some(ld) if r >= ld && all_acked => Termination::RstAfterResponse,
+                    _ => Termination::RstAbort,
+                }
+            }
+            (None, _, Some(_)) => Termination::Fin,
+            _ => Termination::None,
+        };
+        let closer = |side: usize| {
+            [self.s[side].fin_t, self.s[side].rst_t].into_iter().flatten().min()
+        };
+        let closed_by = match (closer(ci), closer(si)) {
+            (Some(a), Some(b)) => Some(if a <= b { "client" } else { "server" }),
+            (Some(_), None) => Some("client"),
+            (None, Some(_)) => Some("server"),
+            (None, None) => None,
+        };
+
+        // completeness
+        let holes = |s: &Side, other: &Side| {
+            let mut h = s.covered.gaps();
+            if s.syn.seen && s.covered.first().is_some_and(|f| f > 0) {
+                h += 1;
+            }
+            // the receiver acknowledged data the capture never saw
+            if other_acks_beyond(s, other) {
+                h += 1;
+            }
+            h
+        };
+        let holes_down = holes(sv, c);
+        let holes_up = holes(c, sv);
+        let mut prune = Vec::new();
+        if !handshake {
+            prune.push(PruneReason::NoHandshake);
+        }
+        if termination == Termination::None {
+            prune.push(PruneReason::NoTermination);
+        }
+        if holes_down + holes_up > 0 {
+            prune.push(PruneReason::SeqHoles);
+        }
+        if self.evicted {
+            prune.push(PruneReason::Evicted);
+        }
+        if c.packets == 0 || sv.packets == 0 {
+            prune.push(PruneReason::OneDirection);
+        }
+
+        ConnectionRecord {
+            id: self.id,
+            client_ip: client.addr,
+            client_port: client.port,
+            server_ip: server.addr,
+            server_port: server.port,
+            vlan: self.key.vlan.outer(),
+            t_syn: c.syn.seen.then_some(c.syn.t_first).filter(|_| !c.syn.with_ack),
+            t_first: self.t_first,
+            t_end: self.t_last,
+            prune,
+            server_by,
+            min_rtt_us: min_rtt_ns.map(dur::ns_to_us),
+            hs_rtt_us: hs_rtt.map(dur::ns_to_us),
+            rtt_sample_count: rtt_samples.len() as u32,
+            mss_client: c.syn.mss,
+            mss_server: sv.syn.mss,
+            wscale_client: c.syn.wscale,
+            wscale_server: sv.syn.wscale,
+            sack_ok,
+            ts_ok,
+            ecn_ok,
+            syn_retx: c.syn.count.saturating_sub(1),
+            rwin_bytes: rwin,
+            rwin_syn_bytes: rwin_syn,
+            zero_window: c.zero_window,
+            data_pkts_down: sv.data_pkts,
+            data_bytes_down: data_bytes(sv),
+            retx_down: sv.retx_pkts,
+            spurious_retx_down: spurious,
+            spurious_by,
+            loss_rate_down: loss,
+            data_pkts_up: c.data_pkts,
+            data_bytes_up: data_bytes(c),
+            retx_up: c.retx_pkts,
+            bw_bps: bw,
+            delack_policy: policy,
+            acks_per_seg: aps,
+            delack_timeout_us: delack_timeout,
+            termination,
+            closed_by,
+            response_time_us: response_time,
+            holes_down,
+            holes_up,
+            frames: self.frames,
+            exchanges,
+            rtt_samples,
+            bw_samples,
+        }
+    }
+
+    pub fn dup_frames(&self) -> u64 {
+        self.s[0].dup_frames + self.s[1].dup_frames
+    }
+}
+
+/// Unique payload bytes a side sent (SYN and FIN excluded).
+fn data_bytes(s: &Side) -> u64 {
+    let mut t = s.covered.total();
+    if s.syn.seen {
+        t -= 1;
+    }
+    if s.fin_t.is_some() {
+        t -= 1;
+    }
+    t.max(0) as u64
+}
+
+fn other_acks_beyond(data: &Side, _acker: &Side) -> bool {
+    data.ack_seen && data.acked > data.hi
+}
+
+/// Pairs request and response data units into exchanges and runs the query-delay test.
+fn build_exchanges(adus: &[Adu], client: u8, mss: u32) -> Vec<Exchange> {
+    let mut out: Vec<Exchange> = Vec::new();
+    let mut i = 0;
+    let mut prev_resp_last: Option<Timestamp> = None;
+    while i < adus.len() {
+        // data units alternate sides: a request is followed by its response, if any;
+        // data the server sent first is a response without a request
+        let (req, resp) = if adus[i].side == client {
+            let resp = adus.get(i + 1);
+            i += 1 + resp.is_some() as usize;
+            (Some(&adus[i - 1 - resp.is_some() as usize]), resp)
+        } else {
+            i += 1;
+            (None, Some(&adus[i - 1]))
+        };
+        let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize])).map(str::to_string);
+        let status = resp.and_then(|r| http::response_status(&r.prefix[..r.prefix_len as usize]));
+        let (query_delay, header) = match resp {
+            Some(r) => query_delay(r, mss),
+            None => (None, None),
+        };
+        let think = match (prev_resp_last, req) {
+            (Some(p), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(p))),
+            _ => None,
+        };
+        let response_delay = match (req, resp) {
+            (Some(q), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(q.t_last))),
+            _ => None,
+        };
+        if let Some(r) = resp {
+            prev_resp_last = Some(r.t_last);
+        }
+        out.push(Exchange {
+            seq: out.len() as u32,
+            t_req_first: req.map(|r| r.t_first),
+            t_req_last: req.map(|r| r.t_last),
+            req_bytes: req.map_or(0, |r| r.bytes),
+            t_resp_first: resp.map(|r| r.t_first),
+            t_resp_last: resp.map(|r| r.t_last),
+            resp_bytes: resp.map_or(0, |r| r.bytes),
+            response_delay_us: response_delay,
+            query_delay_us: query_delay,
+            header_bytes: header,
+            think_time_us: think,
+            method,
+            status,
+        });
+    }
+    out
+}
+
+/// Monkey's query-delay algorithm (§3.3.3), applied to one response: walk the response's
+/// segments in sending order; the first segment `c` sent after its predecessor `p` was
+/// acknowledged (the server had room but no data), or following a sub-MSS `p` (the end of
+/// what the server had written), begins the part that waited on the query. Returns the delay
+/// from the first response segment to `c` and the bytes sent before `c`; (0, all bytes) when
+/// no such split exists.
+fn query_delay(r: &Adu, mss: u32) -> (Option<i64>, Option<u64>) {
+    let segs = &r.segs;
+    let Some(&(t0, s0, _, _)) = segs.first() else {
+        return (None, None);
+    };
+    for w in segs.windows(2) {
+        let (pt, ps, pe, pack) = w[0];
+        let (ct, cs, _, _) = w[1];
+        let acked_before = pack.is_some_and(|a| ct > a) && ct > pt;
+        let short = mss > 0 && ((pe - ps) as u32) < mss;
+        if acked_before || short {
+            return (Some(dur::ns_to_us(ct.nanos_since(t0))), Some((cs - s0).max(0) as u64));
+        }
+    }
+    (Some(0), Some(r.bytes))
+}

@@ -1,0 +1,492 @@
+//! The I/O around the analyzer: read trace files (several merged in time order), feed the
+//! frames to one analyzer (or, with `threads > 1`, to analyzer shards by flow), and write the
+//! records to the database atomically.
+
+use std::collections::{BTreeMap, BinaryHeap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mimic_core::db::DbError;
+use mimic_core::packet::{decode, LinkType, TcpSegment};
+use mimic_core::trace::{TraceError, TraceReader};
+use mimic_core::Timestamp;
+use serde::Serialize;
+
+use crate::analyzer::{Analyzer, AnalyzerStats};
+use crate::config::Config;
+use crate::record::{ConnectionRecord, PruneReason};
+use crate::store::RecordStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    #[error("no input files")]
+    NoInputs,
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{0}: the output would overwrite an input")]
+    OutputIsInput(PathBuf),
+}
+
+pub struct RunOptions {
+    pub inputs: Vec<PathBuf>,
+    pub output: PathBuf,
+    pub config: Config,
+    /// Analyzer shards; 1 analyzes on the calling thread.
+    pub threads: usize,
+    /// Incremented with the bytes read from the inputs, for a progress bar.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Extra `meta` rows (e.g. the command line).
+    pub meta: Vec<(String, String)>,
+}
+
+/// A problem with one input that did not stop the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputIssue {
+    pub file: String,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub output: String,
+    pub inputs: Vec<String>,
+    pub frames: u64,
+    pub tcp_segments: u64,
+    /// Frames not analyzed, by reason (decode failures and unreadable records).
+    pub skipped: BTreeMap<String, u64>,
+    pub connections: u64,
+    pub complete: u64,
+    /// Connections flagged incomplete, by reason (a connection can have several).
+    pub pruned: BTreeMap<String, u64>,
+    pub exchanges: u64,
+    pub with_bandwidth: u64,
+    pub duplicate_frames: u64,
+    pub port_reuse: u64,
+    pub evicted: u64,
+    pub peak_connections: u64,
+    pub input_issues: Vec<InputIssue>,
+    pub threads: usize,
+    pub elapsed_s: f64,
+    pub frames_per_s: f64,
+}
+
+/// Total size of the inputs on disk, for a progress bar.
+pub fn input_bytes(inputs: &[PathBuf]) -> u64 {
+    inputs.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+}
+
+/// A frame copied out of its reader, for merging several files.
+struct Owned {
+    ts: Timestamp,
+    link: LinkType,
+    data: Vec<u8>,
+    src: usize,
+}
+
+impl PartialEq for Owned {
+    fn eq(&self, o: &Self) -> bool {
+        self.ts == o.ts && self.src == o.src
+    }
+}
+impl Eq for Owned {}
+impl PartialOrd for Owned {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Owned {
+    // min-heap on (time, file index)
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.ts.cmp(&self.ts).then(o.src.cmp(&self.src))
+    }
+}
+
+/// Reads every frame of the inputs in time order (files merged; frames within a file in file
+/// order) and hands them to `sink` with their 1-based index.
+struct FrameSource {
+    readers: Vec<TraceReader>,
+    issues: Vec<InputIssue>,
+    unreadable: AnalyzerStats,
+    progress: Option<Arc<AtomicU64>>,
+    last_bytes: Vec<u64>,
+}
+
+impl FrameSource {
+    fn open(inputs: &[PathBuf], progress: Option<Arc<AtomicU64>>) -> Result<FrameSource, AnalyzeError> {
+        let mut readers = Vec::new();
+        for p in inputs {
+            readers.push(TraceReader::open(p)?);
+        }
+        let n = readers.len();
+        Ok(FrameSource { readers, issues: Vec::new(), unreadable: AnalyzerStats::default(), progress, last_bytes: vec![0; n] })
+    }
+
+    fn report_progress(&mut self, i: usize) {
+        if let Some(p) = &self.progress {
+            let now = self.readers[i].bytes_read_counter().load(Ordering::Relaxed);
+            p.fetch_add(now - self.last_bytes[i], Ordering::Relaxed);
+            self.last_bytes[i] = now;
+        }
+    }
+
+    fn note_error(&mut self, e: TraceError) {
+        *self.unreadable.skipped.entry(e.reason()).or_default() += 1;
+        self.issues.push(InputIssue { file: path_of(&e), reason: e.reason(), message: e.to_string() });
+    }
+
+    fn run(&mut self, mut sink: impl FnMut(u64, Timestamp, LinkType, &[u8])) {
+        let mut frame_no = 0u64;
+        if self.readers.len() == 1 {
+            loop {
+                let r = &mut self.readers[0];
+                match r.next_frame() {
+                    Ok(Some(f)) => {
+                        frame_no += 1;
+                        sink(frame_no, f.ts, f.link, f.data);
+                        if frame_no & 0xfff == 0 {
+                            self.report_progress(0);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.note_error(e);
+                        break;
+                    }
+                }
+            }
+            self.report_progress(0);
+            return;
+        }
+        let mut heap = BinaryHeap::new();
+        for i in 0..self.readers.len() {
+            if let Some(f) = self.pull(i) {
+                heap.push(f);
+            }
+        }
+        while let Some(f) = heap.pop() {
+            frame_no += 1;
+            sink(frame_no, f.ts, f.link, &f.data);
+            let src = f.src;
+            if let Some(next) = self.pull_reuse(src, f.data) {
+                heap.push(next);
+            }
+            if frame_no & 0xfff == 0 {
+                self.report_progress(src);
+            }
+        }
+        for i in 0..self.readers.len() {
+            self.report_progress(i);
+        }
+    }
+
+    fn pull(&mut self, i: usize) -> Option<Owned> {
+        self.pull_reuse(i, Vec::new())
+    }
+
+    fn pull_reuse(&mut self, i: usize, mut buf: Vec<u8>) -> Option<Owned> {
+        match self.readers[i].next_frame() {
+            Ok(Some(f)) => {
+                buf.clear();
+                buf.extend_from_slice(f.data);
+                Some(Owned { ts: f.ts, link: f.link, data: buf, src: i })
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.note_error(e);
+                None
+            }
+        }
+    }
+
+    /// Frames the readers skipped (out-of-range timestamps, unknown interfaces).
+    fn reader_skips(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = BTreeMap::new();
+        for r in &self.readers {
+            let s = &r.stats;
+            for (k, v) in [("timestamp_out_of_range", s.ts_out_of_range), ("unknown_interface", s.unknown_interface)] {
+                if v > 0 {
+                    *m.entry(k).or_default() += v;
+                }
+            }
+        }
+        m
+    }
+}
+
+fn path_of(e: &TraceError) -> String {
+    match e {
+        TraceError::Io { path, .. }
+        | TraceError::NotATrace { path, .. }
+        | TraceError::Empty { path }
+        | TraceError::Truncated { path, .. }
+        | TraceError::Corrupt { path, .. } => path.display().to_string(),
+    }
+}
+
+/// Analyzes the inputs into `opts.output`.
+pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
+    if opts.inputs.is_empty() {
+        return Err(AnalyzeError::NoInputs);
+    }
+    let out_abs = std::path::absolute(&opts.output).unwrap_or_else(|_| opts.output.clone());
+    for p in &opts.inputs {
+        if std::path::absolute(p).ok().as_deref() == Some(out_abs.as_path()) {
+            return Err(AnalyzeError::OutputIsInput(p.clone()));
+        }
+    }
+    let started = Instant::now();
+    let mut source = FrameSource::open(&opts.inputs, opts.progress.clone())?;
+    let mut store = RecordStore::create(&opts.output)?;
+    let mut totals = Totals::default();
+    let mut db_error: Option<DbError> = None;
+
+    let stats = if opts.threads <= 1 {
+        let mut an = Analyzer::new(opts.config.clone());
+        source.run(|no, ts, link, data| {
+            let _ = an.handle_frame(no, ts, link, data);
+            while let Some(r) = an.poll_record() {
+                store_record(&mut store, &mut totals, &r, &mut db_error);
+            }
+        });
+        an.finish();
+        while let Some(r) = an.poll_record() {
+            store_record(&mut store, &mut totals, &r, &mut db_error);
+        }
+        an.stats().clone()
+    } else {
+        run_sharded(&mut source, opts, &mut store, &mut totals, &mut db_error)
+    };
+    if let Some(e) = db_error {
+        return Err(e.into());
+    }
+
+    let mut stats = stats;
+    stats.merge(&source.unreadable);
+    for (k, v) in source.reader_skips() {
+        *stats.skipped.entry(k).or_default() += v;
+        stats.frames += v;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = Summary {
+        output: opts.output.display().to_string(),
+        inputs: opts.inputs.iter().map(|p| p.display().to_string()).collect(),
+        frames: stats.frames,
+        tcp_segments: stats.tcp_segments,
+        skipped: stats.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        connections: totals.connections,
+        complete: totals.complete,
+        pruned: totals.pruned.iter().map(|(k, v)| (k.as_str().to_string(), *v)).collect(),
+        exchanges: totals.exchanges,
+        with_bandwidth: totals.with_bw,
+        duplicate_frames: stats.duplicate_frames,
+        port_reuse: stats.port_reuse,
+        evicted: stats.evicted,
+        peak_connections: stats.peak_connections,
+        input_issues: source.issues.clone(),
+        threads: opts.threads.max(1),
+        elapsed_s: elapsed,
+        frames_per_s: if elapsed > 0.0 { stats.frames as f64 / elapsed } else { 0.0 },
+    };
+    write_meta(&store, opts, &summary)?;
+    store.commit()?;
+    Ok(summary)
+}
+
+#[derive(Default)]
+struct Totals {
+    connections: u64,
+    complete: u64,
+    exchanges: u64,
+    with_bw: u64,
+    pruned: BTreeMap<PruneReason, u64>,
+}
+
+fn store_record(store: &mut RecordStore, totals: &mut Totals, r: &ConnectionRecord, err: &mut Option<DbError>) {
+    if err.is_some() {
+        return;
+    }
+    totals.connections += 1;
+    totals.complete += r.complete() as u64;
+    totals.exchanges += r.exchanges.len() as u64;
+    totals.with_bw += r.bw_bps.is_some() as u64;
+    for p in &r.prune {
+        *totals.pruned.entry(*p).or_default() += 1;
+    }
+    if let Err(e) = store.insert(r) {
+        *err = Some(e);
+    }
+}
+
+fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(), DbError> {
+    let cfg = &opts.config;
+    let json = |v: &dyn erased::Ser| v.json();
+    let mut rows: Vec<(String, String)> = vec![
+        ("role".into(), "original".into()),
+        ("inputs".into(), json(&s.inputs)),
+        ("frames".into(), s.frames.to_string()),
+        ("tcp_segments".into(), s.tcp_segments.to_string()),
+        ("connections".into(), s.connections.to_string()),
+        ("complete".into(), s.complete.to_string()),
+        ("exchanges".into(), s.exchanges.to_string()),
+        ("duplicate_frames".into(), s.duplicate_frames.to_string()),
+        ("port_reuse".into(), s.port_reuse.to_string()),
+        ("evicted".into(), s.evicted.to_string()),
+        ("peak_connections".into(), s.peak_connections.to_string()),
+        ("server_ports".into(), json(&cfg.server_ports)),
+        ("server_nets".into(), json(&cfg.server_nets.iter().map(|n| format!("{}/{}", n.addr, n.len)).collect::<Vec<_>>())),
+        ("idle_timeout_s".into(), (cfg.idle_timeout_ns as f64 / 1e9).to_string()),
+        ("bw_method".into(), format!("{:?}", cfg.bw_method)),
+        ("bw_unit".into(), "IP-layer bits per second (payload plus IP and TCP headers)".into()),
+        ("input_issues".into(), json(&s.input_issues)),
+    ];
+    for (k, v) in &s.skipped {
+        rows.push((format!("skipped.{k}"), v.to_string()));
+    }
+    for (k, v) in &s.pruned {
+        rows.push((format!("pruned.{k}"), v.to_string()));
+    }
+    rows.extend(opts.meta.iter().cloned());
+    for (k, v) in rows {
+        store.set_meta(&k, &v)?;
+    }
+    Ok(())
+}
+
+mod erased {
+    pub trait Ser {
+        fn json(&self) -> String;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn json(&self) -> String {
+            serde_json::to_string(self).unwrap_or_else(|_| "null".into())
+        }
+    }
+}
+
+/// A decoded segment moved between threads: the header fields and the first payload bytes
+/// (all the analyzer reads of a payload).
+struct Moved {
+    frame_no: u64,
+    ts: Timestamp,
+    seg: TcpSegment<'static>,
+    prefix: [u8; 16],
+    prefix_len: u8,
+}
+
+const BATCH: usize = 1024;
+
+/// `--threads N`: this thread reads and decodes; N analyzer shards each own the connections
+/// whose direction-free flow hash falls to them; records come back here to be written.
+fn run_sharded(
+    source: &mut FrameSource,
+    opts: &RunOptions,
+    store: &mut RecordStore,
+    totals: &mut Totals,
+    db_error: &mut Option<DbError>,
+) -> AnalyzerStats {
+    let n = opts.threads;
+    let (rec_tx, rec_rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(64);
+    let mut txs = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..n {
+        let (tx, rx) = mpsc::sync_channel::<Vec<Moved>>(16);
+        txs.push(tx);
+        let rec_tx = rec_tx.clone();
+        let cfg = opts.config.clone();
+        handles.push(std::thread::spawn(move || {
+            let mut an = Analyzer::new(cfg);
+            let mut out = Vec::new();
+            for batch in rx {
+                for m in batch {
+                    let prefix = m.prefix;
+                    let seg = TcpSegment { payload: &prefix[..m.prefix_len as usize], ..m.seg };
+                    an.handle_segment(m.frame_no, m.ts, &seg);
+                    while let Some(r) = an.poll_record() {
+                        out.push(r);
+                    }
+                }
+                if out.len() >= 64 {
+                    let _ = rec_tx.send(std::mem::take(&mut out));
+                }
+            }
+            an.finish();
+            while let Some(r) = an.poll_record() {
+                out.push(r);
+            }
+            let _ = rec_tx.send(out);
+            an.stats().clone()
+        }));
+    }
+    drop(rec_tx);
+
+    let mut reader_stats = AnalyzerStats::default();
+    let mut batches: Vec<Vec<Moved>> = (0..n).map(|_| Vec::with_capacity(BATCH)).collect();
+    {
+        let drain = |store: &mut RecordStore, totals: &mut Totals, db_error: &mut Option<DbError>| {
+            while let Ok(recs) = rec_rx.try_recv() {
+                for r in &recs {
+                    store_record(store, totals, r, db_error);
+                }
+            }
+        };
+        source.run(|no, ts, link, data| match decode(link, data) {
+            Ok(seg) => {
+                let shard = (seg.flow_key().symmetric_hash() % n as u64) as usize;
+                let mut prefix = [0u8; 16];
+                let k = seg.payload.len().min(16);
+                prefix[..k].copy_from_slice(&seg.payload[..k]);
+                let moved = Moved { frame_no: no, ts, seg: seg.without_payload(), prefix, prefix_len: k as u8 };
+                batches[shard].push(moved);
+                if batches[shard].len() >= BATCH {
+                    let full = std::mem::replace(&mut batches[shard], Vec::with_capacity(BATCH));
+                    let _ = txs[shard].send(full);
+                    drain(store, totals, db_error);
+                }
+            }
+            Err(e) => {
+                reader_stats.frames += 1;
+                *reader_stats.skipped.entry(e.as_str()).or_default() += 1;
+            }
+        });
+    }
+    for (i, b) in batches.into_iter().enumerate() {
+        if !b.is_empty() {
+            let _ = txs[i].send(b);
+        }
+    }
+    drop(txs);
+    // the shards emit their last records once their input channels close
+    let mut pending: Vec<ConnectionRecord> = Vec::new();
+    for recs in rec_rx {
+        pending.extend(recs);
+    }
+    pending.sort_by_key(|r| r.id);
+    for r in &pending {
+        store_record(store, totals, r, db_error);
+    }
+    let mut stats = reader_stats;
+    for h in handles {
+        if let Ok(s) = h.join() {
+            stats.merge(&s);
+        }
+    }
+    stats
+}
+
+/// Convenience for tests and tools: analyze one file with default settings into `out`.
+pub fn analyze_file(input: &Path, out: &Path) -> Result<Summary, AnalyzeError> {
+    run(&RunOptions {
+        inputs: vec![input.to_path_buf()],
+        output: out.to_path_buf(),
+        config: Config::default(),
+        threads: 1,
+        progress: None,
+        meta: Vec::new(),
+    })
+}

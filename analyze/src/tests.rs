@@ -1,0 +1,433 @@
+//! Tests of the sans-I/O analyzer over crafted segment sequences with exact expected values.
+//! The capture point is in front of the server: server packets are seen as they leave, client
+//! packets a full round trip after the server packet that triggered them.
+
+use std::net::IpAddr;
+
+use mimic_core::packet::{TcpFlags, TcpOptions, TcpSegment};
+use mimic_core::{SeqNum, Timestamp, VlanStack};
+
+use crate::analyzer::Analyzer;
+use crate::config::Config;
+use crate::record::*;
+
+const MS: i64 = 1_000_000;
+const US: i64 = 1_000;
+
+/// Drives an analyzer with one client (10.0.0.1:40000) and one server (10.0.0.2:80).
+struct Wire {
+    an: Analyzer,
+    no: u64,
+    cport: u16,
+    payload: Vec<u8>,
+}
+
+struct P {
+    client: bool,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    len: u32,
+    win: u16,
+    opts: TcpOptions,
+}
+
+fn p(client: bool, seq: u32, ack: u32, flags: u16, len: u32) -> P {
+    P { client, seq, ack, flags, len, win: 65535, opts: TcpOptions::default() }
+}
+
+const S: u16 = TcpFlags::SYN;
+const A: u16 = TcpFlags::ACK;
+const F: u16 = TcpFlags::FIN;
+const R: u16 = TcpFlags::RST;
+const PA: u16 = TcpFlags::PSH | TcpFlags::ACK;
+
+fn syn_opts(mss: u16, ws: u8) -> TcpOptions {
+    TcpOptions { mss: Some(mss), wscale: Some(ws), sack_permitted: true, timestamp: None, ..TcpOptions::default() }
+}
+
+impl Wire {
+    fn new() -> Wire {
+        Wire { an: Analyzer::new(Config::default()), no: 0, cport: 40000, payload: Vec::new() }
+    }
+
+    fn send(&mut self, t_ns: i64, p: P) {
+        let c: IpAddr = "10.0.0.1".parse().unwrap();
+        let s: IpAddr = "10.0.0.2".parse().unwrap();
+        let (src, dst, sport, dport) = if p.client { (c, s, self.cport, 80) } else { (s, c, 80, self.cport) };
+        self.no += 1;
+        let seg = TcpSegment {
+            vlan: VlanStack::NONE,
+            src,
+            dst,
+            sport,
+            dport,
+            seq: SeqNum(p.seq),
+            ack: SeqNum(p.ack),
+            flags: TcpFlags(p.flags),
+            window: p.win,
+            options: p.opts,
+            payload_len: p.len,
+            payload: &self.payload[..self.payload.len().min(p.len as usize)],
+            ip_ecn: 0,
+            hdr_len: 40,
+        };
+        self.an.handle_segment(self.no, Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + t_ns), &seg);
+    }
+
+    fn finish(mut self) -> Vec<ConnectionRecord> {
+        self.an.finish();
+        let mut v = Vec::new();
+        while let Some(r) = self.an.poll_record() {
+            v.push(r);
+        }
+        v
+    }
+
+    /// SYN at `t`, SYN-ACK 0.1 ms later, the client's ACK one RTT after the SYN-ACK.
+    fn handshake(&mut self, t: i64, rtt: i64, cisn: u32, sisn: u32) -> i64 {
+        let mut syn = p(true, cisn, 0, S, 0);
+        syn.opts = syn_opts(1460, 7);
+        syn.win = 64240;
+        self.send(t, syn);
+        let mut sa = p(false, sisn, cisn.wrapping_add(1), S | A, 0);
+        sa.opts = syn_opts(1460, 7);
+        self.send(t + 100 * US, sa);
+        self.send(t + 100 * US + rtt, p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), A, 0));
+        t + 100 * US + rtt
+    }
+}
+
+#[test]
+fn handshake_rtt_exchange_and_fin() {
+    let mut w = Wire::new();
+    w.payload = b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    let rtt = 50 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    // request: one segment right after the handshake ACK, window 1026 << 7
+    let mut req = p(true, 1001, 5001, PA, 300);
+    req.win = 1026;
+    w.send(t + 1 * MS, req);
+    w.payload = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
+    // server ACKs the request 0.2 ms later and answers 5 ms after the request
+    w.send(t + 1 * MS + 200 * US, p(false, 5001, 1301, A, 0));
+    w.send(t + 6 * MS, p(false, 5001, 1301, PA, 1000));
+    // the client ACKs one RTT later, then closes
+    w.send(t + 6 * MS + rtt, p(true, 1301, 6001, A, 0));
+    w.send(t + 10 * MS + rtt, p(true, 1301, 6001, F | A, 0));
+    w.send(t + 10 * MS + rtt + 100 * US, p(false, 6001, 1302, F | A, 0));
+    w.send(t + 10 * MS + 2 * rtt + 100 * US, p(true, 1302, 6002, A, 0));
+    let recs = w.finish();
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    assert!(r.complete(), "{:?}", r.prune);
+    assert_eq!(r.server_port, 80);
+    assert_eq!(r.server_by, ServerBy::Syn);
+    // SYN → client's ACK of the SYN-ACK: 0.1 ms + 50 ms
+    assert_eq!(r.hs_rtt_us, Some(50_100));
+    // the data sample (response → ACK) is exactly 50 ms, below the handshake's
+    assert_eq!(r.min_rtt_us, Some(50_000));
+    assert_eq!(r.mss_client, Some(1460));
+    assert_eq!(r.wscale_client, Some(7));
+    assert_eq!(r.sack_ok, Some(true));
+    assert_eq!(r.rwin_bytes, Some(1026 << 7));
+    assert_eq!(r.rwin_syn_bytes, Some(64240));
+    assert_eq!(r.termination, Termination::Fin);
+    assert_eq!(r.closed_by, Some("client"));
+    assert_eq!(r.exchanges.len(), 1);
+    let e = &r.exchanges[0];
+    assert_eq!(e.req_bytes, 300);
+    assert_eq!(e.resp_bytes, 1000);
+    assert_eq!(e.response_delay_us, Some(5_000));
+    assert_eq!(e.method.as_deref(), Some("GET"));
+    assert_eq!(e.status, Some(200));
+    // one response segment: no split, the whole response is "header"
+    assert_eq!(e.query_delay_us, Some(0));
+    assert_eq!(e.header_bytes, Some(1000));
+    assert_eq!(r.response_time_us, Some(5_000));
+    assert_eq!(r.data_pkts_down, 1);
+    assert_eq!(r.data_bytes_down, 1000);
+    assert_eq!(r.data_bytes_up, 300);
+    assert_eq!(r.retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(0.0));
+}
+
+/// Request, then `n` full segments of response sent back to back, starting at `t`.
+fn burst(w: &mut Wire, t: i64, first_seq: u32, n: u32, mss: u32) {
+    for k in 0..n {
+        w.send(t + k as i64 * 10 * US, p(false, first_seq + k * mss, 1101, A, mss));
+    }
+}
+
+#[test]
+fn spurious_retransmission_by_early_ack() {
+    let mut w = Wire::new();
+    let rtt = 100 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    // server sends 2 segments; the client's ACK is held up (in the network) past the RTO
+    burst(&mut w, t + 2 * MS, 5001, 2, 1000);
+    // RTO fires at +300 ms: the first segment is resent
+    w.send(t + 302 * MS, p(false, 5001, 1101, A, 1000));
+    // the ACK of both originals arrives 10 ms after the resend: far too soon to answer it
+    w.send(t + 312 * MS, p(true, 1101, 7001, A, 0));
+    // and the client answers the duplicate with a duplicate ACK one RTT after the resend
+    w.send(t + 402 * MS, p(true, 1101, 7001, A, 0));
+    w.send(t + 403 * MS, p(true, 1101, 7001, R, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_eq!(r.spurious_retx_down, 1);
+    assert_eq!(r.spurious_by, Some("dupack"));
+    assert_eq!(r.data_pkts_down, 3);
+    assert_eq!(r.loss_rate_down, Some(0.0));
+    assert_eq!(r.termination, Termination::RstAfterResponse);
+}
+
+#[test]
+fn genuine_loss_and_dsack() {
+    // 1) a real loss: the client's ACKs stop at the lost segment, the resend is needed
+    let mut w = Wire::new();
+    let rtt = 40 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    burst(&mut w, t + 2 * MS, 5001, 4, 1000);
+    // segment 2 lost downstream: ACK for seg 1, then dupacks
+    w.send(t + 2 * MS + rtt, p(true, 1101, 6001, A, 0));
+    w.send(t + 2 * MS + rtt + 20 * US, p(true, 1101, 6001, A, 0));
+    w.send(t + 2 * MS + rtt + 30 * US, p(true, 1101, 6001, A, 0));
+    w.send(t + 2 * MS + rtt + 100 * US, p(false, 6001, 1101, A, 1000));
+    w.send(t + 2 * MS + 2 * rtt + 100 * US, p(true, 1101, 9001, A, 0));
+    w.send(t + 3 * MS + 2 * rtt, p(true, 1101, 9001, F | A, 0));
+    w.send(t + 3 * MS + 2 * rtt + 100 * US, p(false, 9001, 1102, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_eq!(r.spurious_retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(1.0 / 5.0));
+
+    // 2) the same resend reported as a duplicate by D-SACK
+    let mut w = Wire::new();
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    burst(&mut w, t + 2 * MS, 5001, 2, 1000);
+    w.send(t + 250 * MS, p(false, 5001, 1101, A, 1000));
+    let mut d = p(true, 1101, 7001, A, 0);
+    d.opts.sack[0] = (SeqNum(5001), SeqNum(6001));
+    d.opts.sack_len = 1;
+    w.send(t + 250 * MS + rtt, d);
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_eq!(r.spurious_retx_down, 1);
+    assert_eq!(r.spurious_by, Some("dsack"));
+}
+
+#[test]
+fn delayed_ack_client() {
+    let mut w = Wire::new();
+    let rtt = 60 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    // 6 segments leave back to back; a 10 Mbit/s bottleneck spaces them 832 µs apart and the
+    // client ACKs every second one as it arrives
+    let tb = 832 * US;
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 6, 1000);
+    for k in 1..=3i64 {
+        w.send(t0 + rtt + 2 * k * tb, p(true, 1101, 5001 + (2 * k as u32) * 1000, A, 0));
+    }
+    // 100 ms later one more segment goes out alone: the client holds its ACK for its 200 ms
+    // delayed-ACK timer
+    let t7 = t0 + 100 * MS;
+    w.send(t7, p(false, 11001, 1101, A, 1000));
+    w.send(t7 + rtt + 200 * MS, p(true, 1101, 12001, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.delack_policy, DelackPolicy::Delayed);
+    assert_eq!(r.acks_per_seg, Some(4.0 / 7.0));
+    // the min RTT is the handshake's (it includes the server's 0.1 ms before its SYN-ACK), so
+    // the timer shows as 200 ms less that 0.1 ms
+    assert_eq!(r.min_rtt_us, Some(60_100));
+    assert_eq!(r.delack_timeout_us, Some(199_900));
+    // ACK pairs within the burst give the bottleneck; the pair ending at the lone segment's
+    // delayed ACK is recorded but not used
+    let used: Vec<&BwSample> = r.bw_samples.iter().filter(|s| s.used).collect();
+    assert_eq!(used.len(), 2, "{:?}", r.bw_samples);
+    for s in &used {
+        assert_eq!(s.bytes, 2 * 1040);
+        assert_eq!(s.gap_us, 1664);
+    }
+    assert!(r.bw_samples.iter().any(|s| !s.used && s.bytes == 1040));
+    let bw = r.bw_bps.unwrap();
+    assert!((bw - 10e6).abs() < 1.0, "{bw}");
+}
+
+#[test]
+fn quick_ack_client_and_bandwidth() {
+    let mut w = Wire::new();
+    let rtt = 30 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    // 10 segments leave back to back; a 10 Mbit/s bottleneck spaces them 1040*8/10e6 = 832 µs
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 10, 1000);
+    for k in 1..=10i64 {
+        w.send(t0 + rtt + k * 832 * US, p(true, 1101, 5001 + k as u32 * 1000, A, 0));
+    }
+    let r = &w.finish()[0];
+    assert_eq!(r.delack_policy, DelackPolicy::Quick);
+    assert_eq!(r.acks_per_seg, Some(1.0));
+    let bw = r.bw_bps.unwrap();
+    assert!((bw - 10e6).abs() < 1e3, "{bw}");
+    // nine pairs; the last ACK covers the flight's lone final segment and is not used
+    assert_eq!(r.bw_samples.len(), 9);
+    assert_eq!(r.bw_samples.iter().filter(|s| s.used).count(), 8);
+    assert_eq!(r.delack_timeout_us, None);
+}
+
+#[test]
+fn two_burst_response_with_query_delay() {
+    let mut w = Wire::new();
+    let rtt = 20 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 500));
+    // response delay 3 ms: an 800-byte header, then after a 150 ms query the results
+    let t1 = t + 4 * MS;
+    w.send(t1, p(false, 5001, 1501, PA, 800));
+    w.send(t1 + rtt, p(true, 1501, 5801, A, 0));
+    burst(&mut w, t1 + 150 * MS, 5801, 3, 1448);
+    w.send(t1 + 150 * MS + rtt, p(true, 1501, 5801 + 3 * 1448, A, 0));
+    let r = &w.finish()[0];
+    let e = &r.exchanges[0];
+    assert_eq!(e.response_delay_us, Some(3_000));
+    assert_eq!(e.query_delay_us, Some(150_000));
+    assert_eq!(e.header_bytes, Some(800));
+    assert_eq!(e.resp_bytes, 800 + 3 * 1448);
+    assert_eq!(r.response_time_us, Some(3_000 + 150_000 + 20));
+}
+
+#[test]
+fn query_delay_when_header_was_acked_before_results() {
+    // full-sized header segments, so only the "acknowledged before the next send" test applies
+    let mut w = Wire::new();
+    let rtt = 20 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 500));
+    let t1 = t + 2 * MS;
+    burst(&mut w, t1, 5001, 2, 1448);
+    w.send(t1 + rtt + 20 * US, p(true, 1501, 5001 + 2 * 1448, A, 0));
+    burst(&mut w, t1 + 100 * MS, 5001 + 2 * 1448, 2, 1448);
+    let r = &w.finish()[0];
+    let e = &r.exchanges[0];
+    assert_eq!(e.query_delay_us, Some(100_000));
+    assert_eq!(e.header_bytes, Some(2 * 1448));
+}
+
+#[test]
+fn sequence_wraparound() {
+    let mut w = Wire::new();
+    let rtt = 10 * MS;
+    let cisn = u32::MAX - 50;
+    let sisn = u32::MAX - 1500;
+    let t = w.handshake(0, rtt, cisn, sisn);
+    w.send(t + MS, p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), PA, 100));
+    // 3000 response bytes crossing 2^32
+    for k in 0..3u32 {
+        w.send(t + 2 * MS + k as i64 * 10 * US, p(false, sisn.wrapping_add(1 + k * 1000), cisn.wrapping_add(101), A, 1000));
+    }
+    w.send(t + 2 * MS + rtt, p(true, cisn.wrapping_add(101), sisn.wrapping_add(3001), A, 0));
+    w.send(t + 3 * MS + rtt, p(true, cisn.wrapping_add(101), sisn.wrapping_add(3001), F | A, 0));
+    w.send(t + 3 * MS + rtt + 100 * US, p(false, sisn.wrapping_add(3001), cisn.wrapping_add(102), F | A, 0));
+    let r = &w.finish()[0];
+    assert!(r.complete(), "{:?}", r.prune);
+    assert_eq!(r.data_bytes_down, 3000);
+    assert_eq!(r.retx_down, 0);
+    assert_eq!(r.holes_down, 0);
+    assert_eq!(r.exchanges[0].resp_bytes, 3000);
+    assert_eq!(r.min_rtt_us, Some(10_000 - 20));
+}
+
+#[test]
+fn port_reuse_starts_a_new_connection() {
+    let mut w = Wire::new();
+    let rtt = 5 * MS;
+    for (i, isn) in [1000u32, 900_000].into_iter().enumerate() {
+        let t0 = i as i64 * 100 * MS;
+        let t = w.handshake(t0, rtt, isn, 5000 + i as u32);
+        w.send(t + MS, p(true, isn + 1, 5001 + i as u32, PA, 10));
+        w.send(t + 2 * MS, p(false, 5001 + i as u32, isn + 11, PA, 20));
+        w.send(t + 3 * MS, p(true, isn + 11, 5021 + i as u32, F | A, 0));
+        w.send(t + 3 * MS + 100 * US, p(false, 5021 + i as u32, isn + 12, F | A, 0));
+    }
+    let recs = w.finish();
+    assert_eq!(recs.len(), 2);
+    assert!(recs.iter().all(|r| r.complete() && r.exchanges.len() == 1));
+    assert_ne!(recs[0].id, recs[1].id);
+    // a retransmitted SYN (same ISN) is not a new connection
+    let mut w = Wire::new();
+    let mut syn = p(true, 77, 0, S, 0);
+    syn.opts = syn_opts(1460, 0);
+    w.send(0, syn);
+    let mut syn = p(true, 77, 0, S, 0);
+    syn.opts = syn_opts(1460, 0);
+    w.send(1000 * MS, syn);
+    let recs = w.finish();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].syn_retx, 1);
+}
+
+#[test]
+fn persistent_connection_think_time() {
+    let mut w = Wire::new();
+    let rtt = 10 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    let mut cs = 1001u32;
+    let mut ss = 5001u32;
+    for k in 0..3i64 {
+        let tk = t + MS + k * 500 * MS;
+        w.send(tk, p(true, cs, ss, PA, 200));
+        cs += 200;
+        w.send(tk + 2 * MS, p(false, ss, cs, PA, 700));
+        ss += 700;
+        w.send(tk + 2 * MS + rtt, p(true, cs, ss, A, 0));
+    }
+    let r = &w.finish()[0];
+    assert_eq!(r.exchanges.len(), 3);
+    assert_eq!(r.exchanges[0].think_time_us, None);
+    assert_eq!(r.exchanges[1].think_time_us, Some(498_000));
+    assert_eq!(r.exchanges[2].think_time_us, Some(498_000));
+    assert_eq!(r.response_time_us, Some(1_002_000));
+    assert_eq!(r.termination, Termination::None);
+    assert_eq!(r.prune, vec![PruneReason::NoTermination]);
+}
+
+#[test]
+fn no_handshake_uses_server_port_hint() {
+    let mut cfg = Config::default();
+    cfg.server_ports = vec![40000];
+    let mut w = Wire::new();
+    w.an = Analyzer::new(cfg);
+    w.send(0, p(false, 100, 200, PA, 50));
+    let r = &w.finish()[0];
+    assert_eq!(r.server_by, ServerBy::Port);
+    assert_eq!(r.server_port, 40000);
+    let mut w = Wire::new();
+    w.send(0, p(false, 100, 200, PA, 50));
+    let r = &w.finish()[0];
+    assert_eq!(r.server_by, ServerBy::Guess);
+    assert_eq!(r.server_port, 80);
+    assert!(r.prune.contains(&PruneReason::NoHandshake));
+    assert!(r.prune.contains(&PruneReason::OneDirection));
+}
+
+#[test]
+fn idle_connections_are_closed_in_capture_time() {
+    let mut cfg = Config::default();
+    cfg.idle_timeout_ns = 10 * 1_000 * MS;
+    let mut w = Wire::new();
+    w.an = Analyzer::new(cfg);
+    w.send(0, p(true, 1, 1, PA, 10));
+    // a different connection 20 s later pushes capture time past the first one's timeout
+    w.cport = 40001;
+    w.send(20_000 * MS, p(true, 1, 1, PA, 10));
+    let first = w.an.poll_record().expect("first connection closed by the idle timer");
+    assert_eq!(first.client_port, 40000);
+    assert_eq!(w.an.stats().idle_closed, 1);
+}

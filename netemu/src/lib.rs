@@ -8,9 +8,13 @@
 pub mod ack;
 pub mod classify;
 pub mod config;
+pub mod datapath;
 pub mod engine;
+pub mod lab;
+pub mod netns;
 pub mod pipe;
 pub mod rng;
+pub mod stack;
 pub mod units;
 pub mod wheel;
 

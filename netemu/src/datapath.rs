@@ -1,0 +1,544 @@
+//! The userspace datapath: bridges two interfaces through the [`Engine`] on one dedicated
+//! thread.
+//!
+//! * Receive: an AF_PACKET socket per interface with a TPACKET_V2 receive ring (mmap, no copy
+//!   and no system call per frame); the frame's arrival time is the kernel's receive timestamp
+//!   (converted to CLOCK_MONOTONIC), so the time the thread takes to get to a frame does not add
+//!   to the emulated delay.
+//! * Transmit: `sendmmsg` on the other interface's socket (PACKET_QDISC_BYPASS), in batches.
+//!   Our own transmissions are not seen again (PACKET_IGNORE_OUTGOING).
+//! * Timing: CLOCK_MONOTONIC, timer slack 1 ns, `ppoll` with a nanosecond timeout until
+//!   `spin` before the next departure, then a busy wait (which keeps receiving) until it is due.
+//!   Optional SCHED_FIFO priority.
+//! * Bounds: a fixed pool of frame buffers; a frame arriving when the pool is empty is dropped
+//!   and counted (`no_buffer`). Ring overruns are counted by the kernel (`ring_drops`).
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::mpsc::Receiver;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Action, Engine, Side, Verdict};
+use crate::units::Nanos;
+
+/// A job the control channel runs on the datapath thread, between packets.
+pub type Job = Box<dyn FnOnce(&mut Ctx<'_>) + Send>;
+
+/// What a [`Job`] can touch.
+pub struct Ctx<'a> {
+    pub engine: &'a mut Engine<u32>,
+    pub stats: &'a DatapathStats,
+    pub now: Nanos,
+    /// Set to stop the datapath after this job.
+    pub stop: &'a mut bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct DatapathConfig {
+    pub client_if: String,
+    pub server_if: String,
+    /// Frames per receive ring (rounded up to a multiple of 32).
+    pub ring_frames: u32,
+    /// Frame buffers for packets waiting in pipes.
+    pub buffers: u32,
+    /// Busy-wait this long before a departure instead of sleeping.
+    pub spin_ns: Nanos,
+    /// SCHED_FIFO priority for the datapath thread (None: normal scheduling).
+    pub rt_priority: Option<i32>,
+}
+
+impl Default for DatapathConfig {
+    fn default() -> Self {
+        DatapathConfig { client_if: String::new(), server_if: String::new(), ring_frames: 4096, buffers: 65_536, spin_ns: 100_000, rt_priority: None }
+    }
+}
+
+/// Datapath counters. Lateness is how long after its due time a packet was handed to the
+/// kernel (the scheduling error the datapath adds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DatapathStats {
+    pub rx_frames: [u64; 2],
+    pub tx_frames: [u64; 2],
+    pub tx_errors: u64,
+    pub no_buffer: u64,
+    pub ring_drops: u64,
+    pub forwarded_unshaped: u64,
+    pub pipe_drops: u64,
+    pub discarded: u64,
+    pub late_p50_ns: u64,
+    pub late_p99_ns: u64,
+    pub late_max_ns: u64,
+    #[serde(skip)]
+    pub late_hist: Vec<u64>,
+}
+
+const LATE_BUCKET_NS: u64 = 1_000;
+const LATE_BUCKETS: usize = 10_001;
+
+impl DatapathStats {
+    fn record_late(&mut self, ns: u64) {
+        if self.late_hist.is_empty() {
+            self.late_hist = vec![0; LATE_BUCKETS];
+        }
+        let b = ((ns / LATE_BUCKET_NS) as usize).min(LATE_BUCKETS - 1);
+        self.late_hist[b] += 1;
+        self.late_max_ns = self.late_max_ns.max(ns);
+    }
+
+    /// Fills the percentile fields from the histogram (1 µs buckets; upper bounds).
+    pub fn finish(&mut self) {
+        let total: u64 = self.late_hist.iter().sum();
+        if total == 0 {
+            return;
+        }
+        let pct = |q: f64| {
+            let target = (total as f64 * q).ceil() as u64;
+            let mut acc = 0;
+            for (i, c) in self.late_hist.iter().enumerate() {
+                acc += c;
+                if acc >= target {
+                    return (i as u64 + 1) * LATE_BUCKET_NS;
+                }
+            }
+            self.late_max_ns
+        };
+        self.late_p50_ns = pct(0.5).min(self.late_max_ns);
+        self.late_p99_ns = pct(0.99).min(self.late_max_ns);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    #[error("{what}: {err}")]
+    Os { what: String, err: io::Error },
+}
+
+fn os(what: impl Into<String>) -> DatapathError {
+    DatapathError::Os { what: what.into(), err: io::Error::last_os_error() }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn mono_now() -> Nanos {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+fn clock(id: libc::clockid_t) -> Nanos {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+const FRAME_SIZE: u32 = 2048;
+const BLOCK_SIZE: u32 = 1 << 16;
+
+struct Ring {
+    fd: RawFd,
+    ifindex: i32,
+    map: *mut u8,
+    map_len: usize,
+    frames: u32,
+}
+
+// SAFETY: the ring is used by one thread at a time (it is moved into the datapath thread).
+unsafe impl Send for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the region we mapped and closing the socket we opened.
+        unsafe {
+            libc::munmap(self.map as *mut libc::c_void, self.map_len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, level: i32, name: i32, val: &T, what: &str) -> Result<(), DatapathError> {
+    // SAFETY: `val` points to a live value of the size we pass.
+    let r = unsafe { libc::setsockopt(fd, level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
+    if r != 0 {
+        return Err(os(what.to_string()));
+    }
+    Ok(())
+}
+
+fn ifindex(name: &str) -> Result<i32, DatapathError> {
+    let c = std::ffi::CString::new(name).map_err(|_| DatapathError::Os { what: format!("interface name {name:?}"), err: io::ErrorKind::InvalidInput.into() })?;
+    // SAFETY: a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(os(format!("interface {name} (in this network namespace)")));
+    }
+    Ok(i as i32)
+}
+
+impl Ring {
+    fn open(ifname: &str, frames: u32) -> Result<Ring, DatapathError> {
+        let idx = ifindex(ifname)?;
+        let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
+        // SAFETY: plain socket creation.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
+        if fd < 0 {
+            return Err(os(format!("AF_PACKET socket for {ifname} (needs CAP_NET_RAW)")));
+        }
+        let guard = FdGuard(fd);
+        let v2: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &v2, "PACKET_VERSION TPACKET_V2")?;
+        let per_block = BLOCK_SIZE / FRAME_SIZE;
+        let blocks = frames.div_ceil(per_block).max(1);
+        let req = libc::tpacket_req { tp_block_size: BLOCK_SIZE, tp_block_nr: blocks, tp_frame_size: FRAME_SIZE, tp_frame_nr: blocks * per_block };
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+        let one: libc::c_int = 1;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one, "PACKET_IGNORE_OUTGOING")?;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one, "PACKET_QDISC_BYPASS")?;
+        let map_len = (BLOCK_SIZE * blocks) as usize;
+        // SAFETY: mapping the ring the kernel just allocated for this socket.
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+        if map == libc::MAP_FAILED {
+            return Err(os("mmap of the receive ring"));
+        }
+        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = idx;
+        // SAFETY: binding to a sockaddr_ll of the right size.
+        let r = unsafe { libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        if r != 0 {
+            // SAFETY: unmapping what we mapped above.
+            unsafe { libc::munmap(map, map_len) };
+            return Err(os(format!("binding to {ifname}")));
+        }
+        std::mem::forget(guard);
+        Ok(Ring { fd, ifindex: idx, map: map as *mut u8, map_len, frames: blocks * per_block })
+    }
+
+    fn header(&self, i: u32) -> *mut libc::tpacket2_hdr {
+        // SAFETY: i < frames, so the offset stays inside the mapping.
+        unsafe { self.map.add((i * FRAME_SIZE) as usize) as *mut libc::tpacket2_hdr }
+    }
+
+    fn status(&self, i: u32) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: tp_status is the first, 4-byte aligned field of the frame header; the kernel
+        // and we access it as a 32-bit word.
+        unsafe { &*(self.header(i) as *const std::sync::atomic::AtomicU32) }
+    }
+
+    fn ready(&self, i: u32) -> bool {
+        self.status(i).load(std::sync::atomic::Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    fn drops(&self) -> u64 {
+        let mut st = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as u32;
+        // SAFETY: getsockopt writes at most `len` bytes into `st`.
+        let r = unsafe { libc::getsockopt(self.fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, &mut st as *mut _ as *mut libc::c_void, &mut len) };
+        if r == 0 {
+            st.tp_drops as u64
+        } else {
+            0
+        }
+    }
+}
+
+struct FdGuard(RawFd);
+impl Drop for FdGuard {
+    fn drop(&mut self) {
+        // SAFETY: closing a descriptor we own.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+struct Pool {
+    mem: Vec<u8>,
+    len: Vec<u16>,
+    free: Vec<u32>,
+}
+
+impl Pool {
+    fn new(n: u32) -> Pool {
+        // Zeroed allocation: pages are only touched when used.
+        Pool { mem: vec![0u8; n as usize * FRAME_SIZE as usize], len: vec![0; n as usize], free: (0..n).rev().collect() }
+    }
+    fn slot(&mut self, i: u32) -> &mut [u8] {
+        let s = i as usize * FRAME_SIZE as usize;
+        &mut self.mem[s..s + FRAME_SIZE as usize]
+    }
+    fn frame(&self, i: u32) -> &[u8] {
+        let s = i as usize * FRAME_SIZE as usize;
+        &self.mem[s..s + self.len[i as usize] as usize]
+    }
+}
+
+/// Sends frames on a bound AF_PACKET socket with one `sendmmsg` per batch.
+fn send_batch(fd: RawFd, ifindex: i32, frames: &[&[u8]]) -> (u64, u64) {
+    if frames.is_empty() {
+        return (0, 0);
+    }
+    // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = ifindex;
+    sll.sll_halen = 6;
+    let mut iov: Vec<libc::iovec> = frames.iter().map(|f| libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: f.len() }).collect();
+    let mut msgs: Vec<libc::mmsghdr> = iov
+        .iter_mut()
+        .map(|v| {
+            // SAFETY: msghdr is plain data; zeroed is valid, then filled in.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = &mut sll as *mut _ as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            h.msg_iov = v as *mut libc::iovec;
+            h.msg_iovlen = 1;
+            libc::mmsghdr { msg_hdr: h, msg_len: 0 }
+        })
+        .collect();
+    let mut sent = 0usize;
+    let mut errors = 0u64;
+    while sent < msgs.len() {
+        // SAFETY: msgs[sent..] are valid mmsghdr entries pointing at live buffers.
+        let r = unsafe { libc::sendmmsg(fd, msgs[sent..].as_mut_ptr(), (msgs.len() - sent) as u32, 0) };
+        if r <= 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Skip the frame that failed and go on with the rest.
+            errors += 1;
+            sent += 1;
+            continue;
+        }
+        sent += r as usize;
+    }
+    (sent as u64 - errors, errors)
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (call before spawning threads, so all
+/// inherit it) and returns a signalfd that becomes readable when one arrives.
+pub fn block_stop_signals() -> io::Result<RawFd> {
+    // SAFETY: sigset manipulation on a local set, then masking this thread and creating a
+    // signalfd for the same set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+}
+
+/// An eventfd the control side writes to wake the datapath.
+#[derive(Clone, Copy, Debug)]
+pub struct Waker(RawFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: plain eventfd creation.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Waker(fd))
+    }
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a local u64 to our eventfd.
+        unsafe { libc::write(self.0, &one as *const u64 as *const libc::c_void, 8) };
+    }
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a local u64 from our (non-blocking) eventfd.
+        unsafe { libc::read(self.0, &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
+/// Configures the calling thread for timing: 1 ns timer slack, optional SCHED_FIFO.
+fn tune_thread(rt: Option<i32>) -> Option<String> {
+    // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if let Some(p) = rt {
+        let param = libc::sched_param { sched_priority: p };
+        // SAFETY: setting this thread's scheduling policy with a valid param.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        if r != 0 {
+            return Some(format!("SCHED_FIFO priority {p} not granted: {}", io::Error::last_os_error()));
+        }
+    }
+    None
+}
+
+/// What the datapath hands back when it stops.
+pub struct Finished {
+    pub engine: Engine<u32>,
+    pub stats: DatapathStats,
+}
+
+/// Opens both interfaces (in the current network namespace) and returns a runner to move
+/// onto the datapath thread. Opening first lets the caller report errors before it detaches.
+pub struct Datapath {
+    cfg: DatapathConfig,
+    rings: [Ring; 2],
+}
+
+impl Datapath {
+    pub fn open(cfg: DatapathConfig) -> Result<Datapath, DatapathError> {
+        let c = Ring::open(&cfg.client_if, cfg.ring_frames)?;
+        let s = Ring::open(&cfg.server_if, cfg.ring_frames)?;
+        Ok(Datapath { cfg, rings: [c, s] })
+    }
+
+    /// Runs until a stop signal arrives on `signal_fd`, or a job sets `stop`.
+    pub fn run(self, mut engine: Engine<u32>, jobs: Receiver<Job>, waker: Waker, signal_fd: Option<RawFd>) -> Finished {
+        if let Some(w) = tune_thread(self.cfg.rt_priority) {
+            tracing::warn!("{w}");
+        }
+        let rings = self.rings;
+        let mut pool = Pool::new(self.cfg.buffers);
+        let mut stats = DatapathStats::default();
+        let mut actions: Vec<Action<u32>> = Vec::with_capacity(1024);
+        let mut out_tokens: [Vec<u32>; 2] = [Vec::with_capacity(64), Vec::with_capacity(64)];
+        let mut stop = false;
+        let spin = self.cfg.spin_ns;
+        let sides = [Side::Client, Side::Server];
+        let mut offset = clock(libc::CLOCK_REALTIME) as i128 - mono_now() as i128;
+        let mut iter: u64 = 0;
+        let mut cursor = [0u32; 2];
+        while !stop {
+            iter += 1;
+            if iter % 1024 == 0 {
+                offset = clock(libc::CLOCK_REALTIME) as i128 - mono_now() as i128;
+            }
+            // Control jobs.
+            while let Ok(job) = jobs.try_recv() {
+                let now = mono_now();
+                job(&mut Ctx { engine: &mut engine, stats: &stats, now, stop: &mut stop });
+            }
+            // Receive.
+            let mut got = 0;
+            for ri in 0..2 {
+                let r = &rings[ri];
+                for _ in 0..256 {
+                    let i = cursor[ri];
+                    if !r.ready(i) {
+                        break;
+                    }
+                    let h = r.header(i);
+                    // SAFETY: the kernel handed this frame to us (TP_STATUS_USER); its header
+                    // and the data at tp_mac..tp_mac+tp_snaplen lie inside the frame slot.
+                    let (frame, ts, outgoing) = unsafe {
+                        let hdr = &*h;
+                        let sll = (h as *const u8).add(libc::TPACKET_ALIGN(std::mem::size_of::<libc::tpacket2_hdr>())) as *const libc::sockaddr_ll;
+                        let data = std::slice::from_raw_parts((h as *const u8).add(hdr.tp_mac as usize), hdr.tp_snaplen as usize);
+                        (data, hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64, (*sll).sll_pkttype == libc::PACKET_OUTGOING)
+                    };
+                    if !outgoing {
+                        got += 1;
+                        stats.rx_frames[ri] += 1;
+                        let now = mono_now();
+                        let mut arrival = (ts as i128 - offset) as u64;
+                        if arrival > now || now - arrival > 1_000_000_000 {
+                            arrival = now;
+                        }
+                        handle_frame(&mut engine, &mut pool, &mut stats, &rings, sides[ri], frame, arrival);
+                    }
+                    r.status(i).store(libc::TP_STATUS_KERNEL, std::sync::atomic::Ordering::Release);
+                    cursor[ri] = (i + 1) % r.frames;
+                }
+            }
+            // Departures.
+            let now = mono_now();
+            engine.poll(now, &mut actions);
+            if !actions.is_empty() {
+                let sent_at = mono_now();
+                for a in actions.drain(..) {
+                    match a {
+                        Action::Send { token, out, due } => {
+                            stats.record_late(sent_at.saturating_sub(due));
+                            out_tokens[(out == Side::Server) as usize].push(token);
+                        }
+                        Action::Discard { token } => {
+                            stats.discarded += 1;
+                            pool.free.push(token);
+                        }
+                    }
+                }
+                for (oi, toks) in out_tokens.iter_mut().enumerate() {
+                    for chunk in toks.chunks(64) {
+                        let frames: Vec<&[u8]> = chunk.iter().map(|&t| pool.frame(t)).collect();
+                        let (ok, err) = send_batch(rings[oi].fd, rings[oi].ifindex, &frames);
+                        stats.tx_frames[oi] += ok;
+                        stats.tx_errors += err;
+                    }
+                    pool.free.extend(toks.drain(..));
+                }
+            }
+            if got > 0 {
+                continue;
+            }
+            // Sleep until the next departure (less the spin margin), a frame, a job or a signal.
+            let now = mono_now();
+            let timeout = match engine.next_deadline() {
+                Some(d) if d <= now + spin => continue,
+                Some(d) => Some(d - now - spin),
+                None => None,
+            };
+            let mut fds = [
+                libc::pollfd { fd: rings[0].fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: rings[1].fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: waker.0, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: signal_fd.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+            ];
+            let ts = timeout.map(|t| libc::timespec { tv_sec: (t / 1_000_000_000) as i64, tv_nsec: (t % 1_000_000_000) as i64 });
+            // SAFETY: fds is a valid array; the timespec (if any) outlives the call.
+            unsafe {
+                libc::ppoll(fds.as_mut_ptr(), fds.len() as u64, ts.as_ref().map_or(std::ptr::null(), |t| t as *const _), std::ptr::null());
+            }
+            if fds[2].revents != 0 {
+                waker.drain();
+            }
+            if fds[3].revents != 0 {
+                stop = true;
+            }
+        }
+        stats.ring_drops = rings.iter().map(|r| r.drops()).sum();
+        stats.finish();
+        Finished { engine, stats }
+    }
+}
+
+fn handle_frame(engine: &mut Engine<u32>, pool: &mut Pool, stats: &mut DatapathStats, rings: &[Ring; 2], side: Side, frame: &[u8], arrival: Nanos) {
+    let out = (side == Side::Client) as usize; // client side frames go out on the server ring
+    if frame.len() > FRAME_SIZE as usize {
+        stats.tx_errors += 1;
+        return;
+    }
+    let Some(token) = pool.free.pop() else {
+        stats.no_buffer += 1;
+        return;
+    };
+    match engine.handle(arrival, side, frame, token) {
+        Verdict::Forward => {
+            pool.free.push(token);
+            stats.forwarded_unshaped += 1;
+            let (ok, err) = send_batch(rings[out].fd, rings[out].ifindex, &[frame]);
+            stats.tx_frames[out] += ok;
+            stats.tx_errors += err;
+        }
+        Verdict::Dropped(_) => {
+            stats.pipe_drops += 1;
+            pool.free.push(token);
+        }
+        Verdict::Scheduled(_) | Verdict::Held => {
+            pool.slot(token)[..frame.len()].copy_from_slice(frame);
+            pool.len[token as usize] = frame.len() as u16;
+        }
+    }
+}

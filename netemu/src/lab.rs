@@ -1,0 +1,475 @@
+//! The three-host lab: network namespaces `NAME-cli`, `NAME-emu`, `NAME-srv`, joined by veth
+//! pairs through the emu host, on the benchmarking range 198.18.0.0/15.
+//!
+//! ```text
+//!  NAME-cli                       NAME-emu                        NAME-srv
+//!  NAME-c 198.18.0.2/24 ── NAME-ec  [mimic netemu]  NAME-es ── NAME-s 198.18.0.1/24
+//!  lo: local 198.19.0.0/19                                        route 198.19.0.0/19 via 198.18.0.2
+//! ```
+//!
+//! The emu host has no addresses: `mimic netemu run` bridges its two interfaces in userspace.
+//! The client and the server are on one /24 with static neighbours (fixed, locally administered
+//! MAC addresses), so no ARP has to cross the emulator; the client pool 198.19.0.0/19 (8,190
+//! usable addresses) is local to the client namespace, so a socket there can bind any of them,
+//! and the server routes it back through the emulator. IPv6 is off in all three namespaces,
+//! offloads (tso/gso/gro, and tx checksum on the end hosts) are off on every veth.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::classify::IpNet;
+use crate::stack::{self, StackProfile};
+
+pub const LAB_NET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+pub const CLIENT_POOL: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 0);
+pub const CLIENT_POOL_PREFIX: u8 = 19;
+/// Longest lab name: interface names (`NAME-ec`) must fit Linux's 15 characters.
+pub const MAX_NAME_LEN: usize = 12;
+const MAC_CLI: &str = "02:6d:69:00:00:01";
+const MAC_EMU_C: &str = "02:6d:69:00:00:02";
+const MAC_EMU_S: &str = "02:6d:69:00:00:03";
+const MAC_SRV: &str = "02:6d:69:00:00:04";
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LabError {
+    #[error("bad lab name `{name}`: {why}")]
+    BadName { name: String, why: String },
+    #[error("lab `{0}` is not up (run `mimic lab up {0}`)")]
+    NotUp(String),
+    #[error("`{cmd}` failed: {stderr}")]
+    Command { cmd: String, stderr: String },
+    #[error("{0}")]
+    Io(String),
+    #[error("{0}")]
+    Profile(String),
+}
+
+/// Options of [`up`].
+#[derive(Clone, Debug, Default)]
+pub struct LabOptions {
+    /// Applied to the server namespace after the lab is built (or, when it already is, again).
+    pub stack: Option<StackProfile>,
+}
+
+/// Names and addresses of a lab (pure: computed from the name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LabInfo {
+    pub name: String,
+    pub ns_cli: String,
+    pub ns_emu: String,
+    pub ns_srv: String,
+    /// Client's interface (in `ns_cli`).
+    pub cli_if: String,
+    /// Emulator's interface towards the client (in `ns_emu`).
+    pub emu_cli_if: String,
+    /// Emulator's interface towards the server (in `ns_emu`).
+    pub emu_srv_if: String,
+    /// Server's interface (in `ns_srv`): capture here to see what the server sees.
+    pub srv_if: String,
+    pub server_addr: Ipv4Addr,
+    /// The client interface's own address.
+    pub client_addr: Ipv4Addr,
+    /// Addresses a socket in `ns_cli` can bind as its source (routed through the emulator).
+    pub client_pool: IpNet,
+    pub runtime_dir: PathBuf,
+    /// Where `mimic netemu run --lab NAME` listens by default (`unix:PATH`).
+    pub control: String,
+    /// The control channel's token (created by `up`, mode 0600).
+    pub token_file: PathBuf,
+}
+
+impl LabInfo {
+    pub fn for_name(name: &str) -> Result<LabInfo, LabError> {
+        validate_name(name)?;
+        let dir = runtime_dir(name);
+        Ok(LabInfo {
+            name: name.into(),
+            ns_cli: format!("{name}-cli"),
+            ns_emu: format!("{name}-emu"),
+            ns_srv: format!("{name}-srv"),
+            cli_if: format!("{name}-c"),
+            emu_cli_if: format!("{name}-ec"),
+            emu_srv_if: format!("{name}-es"),
+            srv_if: format!("{name}-s"),
+            server_addr: SERVER_ADDR,
+            client_addr: CLIENT_ADDR,
+            client_pool: IpNet { addr: CLIENT_POOL.into(), prefix: CLIENT_POOL_PREFIX },
+            control: format!("unix:{}", dir.join("netemu.sock").display()),
+            token_file: dir.join("netemu.token"),
+            runtime_dir: dir,
+        })
+    }
+
+    /// Number of usable pool addresses (the all-zeros and all-ones host parts are skipped).
+    pub fn pool_len(&self) -> u32 {
+        (1u32 << (32 - CLIENT_POOL_PREFIX)) - 2
+    }
+
+    /// The `i`-th usable client pool address (0-based), `None` past the end.
+    pub fn pool_addr(&self, i: u32) -> Option<Ipv4Addr> {
+        (i < self.pool_len()).then(|| Ipv4Addr::from(u32::from(CLIENT_POOL) + 1 + i))
+    }
+
+    pub fn namespaces(&self) -> [&str; 3] {
+        [&self.ns_cli, &self.ns_emu, &self.ns_srv]
+    }
+
+    /// Reads the control token.
+    pub fn token(&self) -> Result<String, LabError> {
+        read_token(&self.token_file)
+    }
+}
+
+/// Reads a token file (the first line, trimmed; it must not be empty).
+pub fn read_token(path: &Path) -> Result<String, LabError> {
+    let t = std::fs::read_to_string(path).map_err(|e| LabError::Io(format!("reading token file {}: {e}", path.display())))?;
+    let t = t.lines().next().unwrap_or("").trim().to_string();
+    if t.is_empty() {
+        return Err(LabError::Io(format!("token file {} is empty", path.display())));
+    }
+    Ok(t)
+}
+
+/// Per-lab directory for sockets, tokens and pid files.
+pub fn runtime_dir(name: &str) -> PathBuf {
+    Path::new("/run/mimic").join(name)
+}
+
+pub fn validate_name(name: &str) -> Result<(), LabError> {
+    let bad = |why: &str| Err(LabError::BadName { name: name.into(), why: why.into() });
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad(&format!("at most {MAX_NAME_LEN} characters (interface names like `{name}-ec` must fit Linux's 15)"));
+    }
+    if !name.chars().next().unwrap().is_ascii_alphabetic() {
+        return bad("it must start with a letter");
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return bad("use only letters, digits, `-` and `_`");
+    }
+    Ok(())
+}
+
+/// Runs a command; its stdout on success, its stderr in the error otherwise.
+pub(crate) fn run(mut c: Command) -> Result<String, LabError> {
+    let desc = format!("{c:?}").replace('"', "");
+    let out = c.output().map_err(|e| LabError::Command { cmd: desc.clone(), stderr: e.to_string() })?;
+    if !out.status.success() {
+        return Err(LabError::Command { cmd: desc, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub(crate) fn ip(args: &[&str]) -> Result<String, LabError> {
+    let mut c = Command::new("ip");
+    c.args(args);
+    run(c)
+}
+
+pub(crate) fn ip_in(ns: &str, args: &[String]) -> Result<String, LabError> {
+    let mut c = Command::new("ip");
+    c.args(["-n", ns]).args(args);
+    run(c)
+}
+
+fn ipn(ns: &str, args: &str) -> Result<String, LabError> {
+    let v: Vec<String> = args.split_whitespace().map(String::from).collect();
+    ip_in(ns, &v)
+}
+
+fn link_exists(ns: &str, dev: &str) -> bool {
+    exists_ns(ns) && ipn(ns, &format!("link show dev {dev}")).is_ok()
+}
+
+fn exists_ns(ns: &str) -> bool {
+    crate::netns::exists(ns)
+}
+
+fn marker(info: &LabInfo) -> PathBuf {
+    info.runtime_dir.join("lab.ok")
+}
+
+/// Whether every namespace and interface of the lab exists and the build completed.
+fn complete(info: &LabInfo) -> bool {
+    marker(info).exists()
+        && info.namespaces().iter().all(|n| exists_ns(n))
+        && link_exists(&info.ns_cli, &info.cli_if)
+        && link_exists(&info.ns_emu, &info.emu_cli_if)
+        && link_exists(&info.ns_emu, &info.emu_srv_if)
+        && link_exists(&info.ns_srv, &info.srv_if)
+}
+
+fn ethtool(ns: &str, dev: &str, features: &[&str]) -> Result<(), LabError> {
+    let mut args = vec!["-K", dev];
+    args.extend_from_slice(features);
+    run(crate::netns::command(ns, "ethtool", args)).map(|_| ())
+}
+
+fn write_token(info: &LabInfo) -> Result<(), LabError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    if info.token_file.exists() {
+        return Ok(());
+    }
+    let mut raw = [0u8; 24];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut raw)).map_err(|e| LabError::Io(format!("/dev/urandom: {e}")))?;
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = info.token_file.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
+    use std::io::Write;
+    writeln!(f, "{hex}").map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, &info.token_file).map_err(|e| LabError::Io(format!("{}: {e}", info.token_file.display())))
+}
+
+/// Builds the lab (or checks that it is built). Idempotent: when the lab is complete it is
+/// left as it is (a running emulator keeps running) and only the stack profile is applied.
+/// A half-built lab (e.g. after a crash) is torn down and rebuilt.
+pub fn up(name: &str, opts: &LabOptions) -> Result<(LabInfo, Vec<String>), LabError> {
+    let info = LabInfo::for_name(name)?;
+    let mut notes = Vec::new();
+    if !complete(&info) {
+        down(name)?;
+        if let Err(e) = build(&info) {
+            let _ = down(name);
+            return Err(e);
+        }
+    }
+    if let Some(p) = &opts.stack {
+        notes.extend(stack::apply(name, p)?);
+    }
+    Ok((info, notes))
+}
+
+fn build(info: &LabInfo) -> Result<(), LabError> {
+    std::fs::create_dir_all(&info.runtime_dir).map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
+    for ns in info.namespaces() {
+        ip(&["netns", "add", ns])?;
+    }
+    ip(&[
+        "link", "add", &info.cli_if, "netns", &info.ns_cli, "address", MAC_CLI, "type", "veth", "peer", "name", &info.emu_cli_if, "netns",
+        &info.ns_emu, "address", MAC_EMU_C,
+    ])?;
+    ip(&[
+        "link", "add", &info.emu_srv_if, "netns", &info.ns_emu, "address", MAC_EMU_S, "type", "veth", "peer", "name", &info.srv_if, "netns",
+        &info.ns_srv, "address", MAC_SRV,
+    ])?;
+    for ns in info.namespaces() {
+        stack::sysctl_in(
+            ns,
+            &[("net.ipv6.conf.all.disable_ipv6", "1"), ("net.ipv6.conf.default.disable_ipv6", "1"), ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")],
+        )?;
+        ipn(ns, "link set lo up")?;
+    }
+    // Wide ephemeral port range on the client: replay opens many connections.
+    stack::sysctl_in(&info.ns_cli, &[("net.ipv4.ip_local_port_range", "1024 65535")])?;
+    let (c, s) = (&info.ns_cli, &info.ns_srv);
+    ipn(c, &format!("addr add {CLIENT_ADDR}/24 dev {}", info.cli_if))?;
+    ipn(s, &format!("addr add {SERVER_ADDR}/24 dev {}", info.srv_if))?;
+    for (ns, dev) in [(c, &info.cli_if), (&info.ns_emu, &info.emu_cli_if), (&info.ns_emu, &info.emu_srv_if), (s, &info.srv_if)] {
+        ethtool(ns, dev, &["tso", "off", "gso", "off", "gro", "off"])?;
+        ipn(ns, &format!("link set {dev} up"))?;
+    }
+    for (ns, dev) in [(c, &info.cli_if), (s, &info.srv_if)] {
+        ethtool(ns, dev, &["tx", "off"])?;
+    }
+    for dev in [&info.emu_cli_if, &info.emu_srv_if] {
+        ipn(&info.ns_emu, &format!("link set {dev} promisc on"))?;
+    }
+    ipn(c, &format!("route add local {} dev lo", info.client_pool))?;
+    ipn(s, &format!("route add {} via {CLIENT_ADDR} dev {}", info.client_pool, info.srv_if))?;
+    ipn(c, &format!("neigh replace {SERVER_ADDR} lladdr {MAC_SRV} dev {} nud permanent", info.cli_if))?;
+    ipn(s, &format!("neigh replace {CLIENT_ADDR} lladdr {MAC_CLI} dev {} nud permanent", info.srv_if))?;
+    write_token(info)?;
+    std::fs::write(marker(info), b"ok\n").map_err(|e| LabError::Io(format!("{}: {e}", marker(info).display())))?;
+    Ok(())
+}
+
+/// What [`down`] removed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DownReport {
+    pub killed: Vec<i32>,
+    pub namespaces: Vec<String>,
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence; no signal is sent.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Tears the lab down completely: kills every process in its namespaces (TERM, then KILL after
+/// two seconds), deletes the namespaces (and with them the veths) and the runtime directory.
+/// Works on partial labs and on labs that never existed.
+pub fn down(name: &str) -> Result<DownReport, LabError> {
+    let info = LabInfo::for_name(name)?;
+    let mut report = DownReport::default();
+    let me = std::process::id() as i32;
+    let mut victims: Vec<i32> = Vec::new();
+    for ns in info.namespaces() {
+        if exists_ns(ns) {
+            victims.extend(crate::netns::pids(ns).into_iter().filter(|&p| p != me));
+        }
+    }
+    victims.sort();
+    victims.dedup();
+    for &p in &victims {
+        // SAFETY: sending SIGTERM to a pid that `ip netns pids` reported inside our lab.
+        unsafe { libc::kill(p, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while victims.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &p in &victims {
+        if alive(p) {
+            // SAFETY: as above; the process ignored SIGTERM.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+    }
+    report.killed = victims;
+    for ns in info.namespaces() {
+        if exists_ns(ns) {
+            ip(&["netns", "del", ns])?;
+            report.namespaces.push(ns.to_string());
+        }
+    }
+    // Interfaces created in the host namespace by an interrupted older build.
+    for dev in [&info.cli_if, &info.emu_cli_if, &info.emu_srv_if, &info.srv_if] {
+        if ip(&["link", "show", "dev", dev]).is_ok() {
+            let _ = ip(&["link", "del", dev]);
+        }
+    }
+    if info.runtime_dir.exists() {
+        std::fs::remove_dir_all(&info.runtime_dir).map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
+    }
+    Ok(report)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct InterfaceStatus {
+    pub namespace: String,
+    pub name: String,
+    pub present: bool,
+    pub up: bool,
+    pub mac: Option<String>,
+    pub addresses: Vec<String>,
+    /// Offload features still on that should be off (empty when all is well).
+    pub offloads_on: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LabStatus {
+    pub name: String,
+    /// All namespaces and interfaces present.
+    pub up: bool,
+    pub namespaces: Vec<(String, bool)>,
+    pub interfaces: Vec<InterfaceStatus>,
+    pub server_addr: Ipv4Addr,
+    pub client_addr: Ipv4Addr,
+    pub client_pool: IpNet,
+    /// The server's TCP stack profile in force (read back), when the lab is up.
+    pub stack: Option<StackProfile>,
+    /// Pid of a `mimic netemu run --lab NAME` that is running, if any.
+    pub netemu_pid: Option<i32>,
+    pub processes: Vec<i32>,
+    pub info: LabInfo,
+}
+
+fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
+    let mut st = InterfaceStatus { namespace: ns.into(), name: dev.into(), present: false, up: false, mac: None, addresses: vec![], offloads_on: vec![] };
+    if !exists_ns(ns) {
+        return st;
+    }
+    let Ok(json) = ipn(ns, &format!("-j addr show dev {dev}")) else { return st };
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let Some(l) = v.get(0) else { return st };
+    st.present = true;
+    st.up = l.get("flags").and_then(|f| f.as_array()).is_some_and(|f| f.iter().any(|x| x == "UP"));
+    st.mac = l.get("address").and_then(|a| a.as_str()).map(String::from);
+    if let Some(a) = l.get("addr_info").and_then(|a| a.as_array()) {
+        st.addresses = a.iter().filter_map(|x| Some(format!("{}/{}", x.get("local")?.as_str()?, x.get("prefixlen")?.as_u64()?))).collect();
+    }
+    if let Ok(out) = run(crate::netns::command(ns, "ethtool", ["-k", dev])) {
+        let mut want_off = vec!["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload"];
+        if end_host {
+            want_off.push("tx-checksumming");
+        }
+        for line in out.lines() {
+            if let Some((k, v)) = line.split_once(':') {
+                if want_off.contains(&k.trim()) && v.trim().starts_with("on") {
+                    st.offloads_on.push(k.trim().to_string());
+                }
+            }
+        }
+    }
+    st
+}
+
+/// What exists of the lab right now.
+pub fn status(name: &str) -> Result<LabStatus, LabError> {
+    let info = LabInfo::for_name(name)?;
+    let namespaces: Vec<(String, bool)> = info.namespaces().iter().map(|n| (n.to_string(), exists_ns(n))).collect();
+    let interfaces = vec![
+        iface_status(&info.ns_cli, &info.cli_if, true),
+        iface_status(&info.ns_emu, &info.emu_cli_if, false),
+        iface_status(&info.ns_emu, &info.emu_srv_if, false),
+        iface_status(&info.ns_srv, &info.srv_if, true),
+    ];
+    let up = namespaces.iter().all(|n| n.1) && interfaces.iter().all(|i| i.present);
+    let stack = if up { stack::read_back(name).ok() } else { None };
+    let netemu_pid = std::fs::read_to_string(info.runtime_dir.join("netemu.pid")).ok().and_then(|s| s.trim().parse().ok()).filter(|&p| alive(p));
+    let mut processes: Vec<i32> = info.namespaces().iter().filter(|n| exists_ns(n)).flat_map(|n| crate::netns::pids(n)).collect();
+    processes.sort();
+    processes.dedup();
+    Ok(LabStatus {
+        name: name.into(),
+        up,
+        namespaces,
+        interfaces,
+        server_addr: info.server_addr,
+        client_addr: info.client_addr,
+        client_pool: info.client_pool,
+        stack,
+        netemu_pid,
+        processes,
+        info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_interface_names_fit() {
+        let i = LabInfo::for_name("abcdefghijkl").unwrap();
+        assert!(i.emu_cli_if.len() <= 15 && i.emu_srv_if.len() <= 15);
+        assert!(LabInfo::for_name("abcdefghijklm").unwrap_err().to_string().contains("at most 12"));
+        assert!(LabInfo::for_name("a/b").is_err());
+        assert!(LabInfo::for_name("1lab").is_err());
+        assert!(LabInfo::for_name("").is_err());
+    }
+
+    #[test]
+    fn pool_has_at_least_4096_addresses() {
+        let i = LabInfo::for_name("x").unwrap();
+        assert!(i.pool_len() >= 4096);
+        assert_eq!(i.pool_addr(0), Some(Ipv4Addr::new(198, 19, 0, 1)));
+        assert_eq!(i.pool_addr(i.pool_len() - 1), Some(Ipv4Addr::new(198, 19, 31, 254)));
+        assert_eq!(i.pool_addr(i.pool_len()), None);
+        assert!(i.client_pool.contains(i.pool_addr(5000).unwrap().into()));
+    }
+}

@@ -8,13 +8,16 @@
 pub mod ack;
 pub mod classify;
 pub mod config;
+pub mod control;
 pub mod datapath;
 pub mod engine;
 pub mod lab;
 pub mod netns;
 pub mod pipe;
+pub mod render;
 pub mod rng;
 pub mod stack;
+pub mod table;
 pub mod units;
 pub mod wheel;
 

@@ -1,3 +1,88 @@
-//! Statistics and reports: response-time CDFs, relative error, verdicts.
+//! mimic-compare: response-time distributions of mimic databases compared — percentiles with
+//! bootstrap confidence intervals, the two-sample Kolmogorov–Smirnov test, per-connection
+//! relative error of a replay (Monkey §5.1, Figures 6–8), the population being replayed — and
+//! the report an operator reads before a rollout: a verdict line, a self-contained HTML file,
+//! PNG plots, JSON, and a `--fail-if` gate.
+//!
+//! ```no_run
+//! use std::path::{Path, PathBuf};
+//! use mimic_compare::{FailIf, Options, Report};
+//! let report = Report::build(Path::new("original.db"), &[PathBuf::from("replay.db")], &Options::default())?;
+//! println!("{}", report.verdict());
+//! report.write_html(Path::new("report.html"))?;
+//! let gate = FailIf::parse("p90 > +5%")?;
+//! if gate.holds(&report) { std::process::exit(1) }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+use std::path::{Path, PathBuf};
+
+mod failif;
+pub mod fmt;
+mod html;
+mod input;
+mod plots;
+mod png;
+mod report;
 pub mod stats;
+mod svg;
+#[cfg(test)]
+mod tests;
+mod text;
+
+pub use failif::{FailIf, FailIfError, Op, Outcome, Stat, Threshold};
+pub use report::{
+    Breakdown, Comparison, Direction, Distribution, ErrorStats, Excluded, InputSummary, Options, Paired, PopulationMetric, Report,
+    StatDiff, Unpaired, ERROR_BANDS,
+};
+pub use stats::{KsMethod, KsTest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// Not found, not SQLite, not a mimic database, another schema version.
+    #[error(transparent)]
+    Db(#[from] mimic_core::db::DbError),
+    #[error("{path}: {source}")]
+    Query { path: PathBuf, source: rusqlite::Error },
+    #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL for all), nothing to compare") })]
+    Empty { path: PathBuf, connections: u64 },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("PNG output: {0}")]
+    Png(String),
+    #[error("{0}")]
+    Options(String),
+}
+
+impl Report {
+    /// The self-contained HTML report as a string.
+    pub fn to_html(&self) -> String {
+        html::render(self)
+    }
+
+    /// Writes the HTML report to `path` atomically.
+    pub fn write_html(&self, path: &Path) -> Result<(), CompareError> {
+        mimic_core::db::write_atomic(path, self.to_html().as_bytes()).map_err(|source| CompareError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Writes every figure of the report as `DIR/<name>.png` (creating DIR) and returns the
+    /// paths: `response_time_cdf`, `rel_error_<other>_by_{response_time,bandwidth,min_rtt}`
+    /// for each replay of BASE, `population_{min_rtt,bandwidth,loss,response_delay,query_delay}`.
+    pub fn write_pngs(&self, dir: &Path) -> Result<Vec<PathBuf>, CompareError> {
+        let figures: Vec<(String, String)> = plots::figures(self).into_iter().map(|f| (f.name, f.chart.to_svg())).collect();
+        png::write_all(dir, &figures)
+    }
+
+    /// Writes the JSON (pretty-printed, newline-terminated) to `path` atomically.
+    pub fn write_json(&self, path: &Path) -> Result<(), CompareError> {
+        let mut s = serde_json::to_string_pretty(&self.to_json()).expect("a report serialises");
+        s.push('\n');
+        mimic_core::db::write_atomic(path, s.as_bytes()).map_err(|source| CompareError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

@@ -87,7 +87,13 @@ pub fn ks_2samp_with(a: &[f64], b: &[f64], method: KsMethod) -> Option<KsTest> {
             kolmogorov_sf(en.sqrt() * d)
         }
     };
-    Some(KsTest { d, p_value: p_value.clamp(0.0, 1.0), method, n1: a.len(), n2: b.len() })
+    Some(KsTest {
+        d,
+        p_value: p_value.clamp(0.0, 1.0),
+        method,
+        n1: a.len(),
+        n2: b.len(),
+    })
 }
 
 /// n₁·n₂·D as an integer: the largest |i·n₂ − j·n₁| where i and j count the values of `a` and
@@ -227,7 +233,10 @@ pub fn bootstrap(sorted: &[f64], percentiles: &[f64], replicates: usize, seed: u
     let n = sorted.len();
     let mut values = Vec::with_capacity(replicates);
     if n == 0 {
-        return Replicates { percentiles: percentiles.to_vec(), values };
+        return Replicates {
+            percentiles: percentiles.to_vec(),
+            values,
+        };
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // Ranks needed (0-based order statistics): ⌊h⌋ and ⌊h⌋+1 for each percentile.
@@ -272,7 +281,10 @@ pub fn bootstrap(sorted: &[f64], percentiles: &[f64], replicates: usize, seed: u
         row.push(sum / n as f64);
         values.push(row);
     }
-    Replicates { percentiles: percentiles.to_vec(), values }
+    Replicates {
+        percentiles: percentiles.to_vec(),
+        values,
+    }
 }
 
 /// The central `confidence` interval (e.g. 0.95) of `values` by the percentile method
@@ -357,7 +369,14 @@ mod tests {
             let t = ks_2samp_with(&a, &b, KsMethod::Exact).unwrap();
             let (d, p) = (c["d"].as_f64().unwrap(), c["p"].as_f64().unwrap());
             assert!(close(t.d, d, 0.0, 1e-12), "D {} vs scipy {} for {}", t.d, d, c["a"]);
-            assert!(close(t.p_value, p, 1e-9, 1e-300), "p {:e} vs scipy {:e} for {} / {}", t.p_value, p, c["a"], c["b"]);
+            assert!(
+                close(t.p_value, p, 1e-9, 1e-300),
+                "p {:e} vs scipy {:e} for {} / {}",
+                t.p_value,
+                p,
+                c["a"],
+                c["b"]
+            );
             // symmetric in its arguments
             let s = ks_2samp_with(&b, &a, KsMethod::Exact).unwrap();
             assert!(close(s.p_value, t.p_value, 1e-12, 0.0) && s.d == t.d);
@@ -386,7 +405,12 @@ mod tests {
     fn kolmogorov_sf_matches_scipy() {
         for c in expected()["kolmogorov"].as_array().unwrap() {
             let (l, want) = (c["lambda"].as_f64().unwrap(), c["sf"].as_f64().unwrap());
-            assert!(close(kolmogorov_sf(l), want, 1e-10, 1e-15), "Q({l}) = {} vs {}", kolmogorov_sf(l), want);
+            assert!(
+                close(kolmogorov_sf(l), want, 1e-10, 1e-15),
+                "Q({l}) = {} vs {}",
+                kolmogorov_sf(l),
+                want
+            );
         }
     }
 
@@ -477,7 +501,11 @@ mod tests {
         let sd = (means.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (means.len() - 1) as f64).sqrt();
         let sigma = (xs.iter().map(|x| (x - 51.0).powi(2)).sum::<f64>() / 101.0).sqrt();
         assert!((m - 51.0).abs() < 0.2, "bootstrap mean {m}");
-        assert!((sd / (sigma / 101f64.sqrt()) - 1.0).abs() < 0.08, "bootstrap sd {sd} vs {}", sigma / 101f64.sqrt());
+        assert!(
+            (sd / (sigma / 101f64.sqrt()) - 1.0).abs() < 0.08,
+            "bootstrap sd {sd} vs {}",
+            sigma / 101f64.sqrt()
+        );
     }
 
     const GOLDEN_FIRST_REPLICATE: [f64; 3] = [59.0, 90.0, 5342.0 / 101.0];

@@ -1,0 +1,230 @@
+//! Reading one mimic database into what a comparison needs: its response times, the
+//! connections left out and why, the inferred population (RTT, bandwidth, loss, server delays)
+//! and, for a replay, its `replay_map`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::CompareError;
+
+/// One connection as the per-connection (paired) analysis sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnFacts {
+    pub response_time_us: Option<f64>,
+    pub bw_bps: Option<f64>,
+    pub min_rtt_us: Option<f64>,
+}
+
+/// A row of `replay_map`.
+#[derive(Debug, Clone)]
+pub(crate) struct MapRow {
+    pub orig_conn_id: i64,
+    pub replay_conn_id: Option<i64>,
+    pub status: String,
+    pub failure: Option<String>,
+}
+
+/// A sorted sample of one population metric plus how many connections (or exchanges) had no
+/// value for it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Metric {
+    pub values: Vec<f64>,
+    pub missing: u64,
+}
+
+/// Everything a report uses from one database.
+#[derive(Debug, Clone)]
+pub(crate) struct Input {
+    pub path: PathBuf,
+    pub meta: BTreeMap<String, String>,
+    pub connections: u64,
+    /// Ascending response times (µs) of the connections that have one.
+    pub response_times_us: Vec<f64>,
+    /// Connections without a response time, by reason, most frequent first.
+    pub excluded: Vec<(String, u64)>,
+    pub min_rtt_us: Metric,
+    pub bw_bps: Metric,
+    pub loss_rate_down: Metric,
+    pub response_delay_us: Metric,
+    pub query_delay_us: Metric,
+    pub exchanges: u64,
+    /// By `connections.id`.
+    pub by_id: HashMap<i64, ConnFacts>,
+    /// `None` when the database has no `replay_map` table.
+    pub replay_map: Option<Vec<MapRow>>,
+}
+
+impl Input {
+    pub fn role(&self) -> Option<&str> {
+        self.meta.get("role").map(String::as_str)
+    }
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Opens and reads `path`; an input without a single response time is an error.
+pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
+    let conn = mimic_core::db::open_existing(path)?;
+    let q = |source| CompareError::Query {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = read_meta(&conn).map_err(q)?;
+
+    let mut by_id = HashMap::new();
+    let mut rts = Vec::new();
+    let mut excluded: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut min_rtt, mut bw, mut loss) = (Metric::default(), Metric::default(), Metric::default());
+    let mut connections = 0u64;
+    {
+        let mut stmt = conn
+            .prepare(
+                "SELECT id, response_time_us, min_rtt_us, bw_bps, loss_rate_down, exchanges, prune_reason, termination
+                 FROM connections",
+            )
+            .map_err(q)?;
+        let mut rows = stmt.query([]).map_err(q)?;
+        while let Some(r) = rows.next().map_err(q)? {
+            connections += 1;
+            let id: i64 = r.get(0).map_err(q)?;
+            let rt: Option<i64> = r.get(1).map_err(q)?;
+            let rtt: Option<i64> = r.get(2).map_err(q)?;
+            let bps: Option<f64> = r.get(3).map_err(q)?;
+            let lr: Option<f64> = r.get(4).map_err(q)?;
+            let exchanges: i64 = r.get(5).map_err(q)?;
+            let prune: Option<String> = r.get(6).map_err(q)?;
+            let termination: String = r.get(7).map_err(q)?;
+            // A negative response time would be a writer's bug; count it as unusable.
+            let rt = rt.filter(|&v| v >= 0).map(|v| v as f64);
+            match rt {
+                Some(v) => rts.push(v),
+                None => {
+                    *excluded
+                        .entry(exclusion_reason(exchanges, prune.as_deref(), &termination))
+                        .or_default() += 1
+                }
+            }
+            let rtt = rtt.filter(|&v| v >= 0).map(|v| v as f64);
+            let bps = bps.filter(|v| v.is_finite() && *v > 0.0);
+            let lr = lr.filter(|v| v.is_finite() && *v >= 0.0);
+            push(&mut min_rtt, rtt);
+            push(&mut bw, bps);
+            push(&mut loss, lr);
+            by_id.insert(
+                id,
+                ConnFacts {
+                    response_time_us: rt,
+                    bw_bps: bps,
+                    min_rtt_us: rtt,
+                },
+            );
+        }
+    }
+    if rts.is_empty() {
+        return Err(CompareError::Empty {
+            path: path.to_path_buf(),
+            connections,
+        });
+    }
+
+    let (mut rd, mut qd) = (Metric::default(), Metric::default());
+    let mut exchanges = 0u64;
+    if table_exists(&conn, "exchanges").map_err(q)? {
+        let mut stmt = conn.prepare("SELECT response_delay_us, query_delay_us FROM exchanges").map_err(q)?;
+        let mut rows = stmt.query([]).map_err(q)?;
+        while let Some(r) = rows.next().map_err(q)? {
+            exchanges += 1;
+            let a: Option<i64> = r.get(0).map_err(q)?;
+            let b: Option<i64> = r.get(1).map_err(q)?;
+            push(&mut rd, a.filter(|&v| v >= 0).map(|v| v as f64));
+            push(&mut qd, b.filter(|&v| v >= 0).map(|v| v as f64));
+        }
+    }
+
+    let replay_map = if table_exists(&conn, "replay_map").map_err(q)? {
+        let mut stmt = conn
+            .prepare("SELECT orig_conn_id, replay_conn_id, status, failure FROM replay_map ORDER BY orig_conn_id")
+            .map_err(q)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(MapRow {
+                    orig_conn_id: r.get(0)?,
+                    replay_conn_id: r.get(1)?,
+                    status: r.get(2)?,
+                    failure: r.get(3)?,
+                })
+            })
+            .map_err(q)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(q)?;
+        Some(rows)
+    } else {
+        None
+    };
+
+    let mut excluded: Vec<(String, u64)> = excluded.into_iter().collect();
+    excluded.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for m in [&mut min_rtt, &mut bw, &mut loss, &mut rd, &mut qd] {
+        m.values = sorted(std::mem::take(&mut m.values));
+    }
+    Ok(Input {
+        path: path.to_path_buf(),
+        meta,
+        connections,
+        response_times_us: sorted(rts),
+        excluded,
+        min_rtt_us: min_rtt,
+        bw_bps: bw,
+        loss_rate_down: loss,
+        response_delay_us: rd,
+        query_delay_us: qd,
+        exchanges,
+        by_id,
+        replay_map,
+    })
+}
+
+fn push(m: &mut Metric, v: Option<f64>) {
+    match v {
+        Some(v) => m.values.push(v),
+        None => m.missing += 1,
+    }
+}
+
+/// Why a connection has no response time, in words an operator recognises.
+fn exclusion_reason(exchanges: i64, prune: Option<&str>, termination: &str) -> String {
+    if exchanges == 0 {
+        return match termination {
+            "rst_abort" => "no request/response exchange (reset)".into(),
+            _ => "no request/response exchange".into(),
+        };
+    }
+    match prune {
+        Some(p) if !p.is_empty() => format!("incomplete ({p})"),
+        _ => "response time not measurable".into(),
+    }
+}
+
+fn read_meta(conn: &Connection) -> rusqlite::Result<BTreeMap<String, String>> {
+    let mut stmt = conn.prepare("SELECT key, value FROM meta")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let (k, v) = row?;
+        out.insert(k, v.unwrap_or_default());
+    }
+    Ok(out)
+}
+
+fn table_exists(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get(0),
+    )
+}

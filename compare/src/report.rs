@@ -1,0 +1,651 @@
+//! The comparison itself: BASE against each OTHER, as data (serialisable to JSON) from which the
+//! verdict, the text summary, the HTML report and the PNG plots are drawn.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::fmt;
+use crate::input::{self, Input, Metric};
+use crate::stats::{self, KsTest, TABLE_PERCENTILES};
+use crate::CompareError;
+
+/// How a report is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Options {
+    /// Bootstrap resamples per input for the confidence intervals.
+    pub bootstrap_replicates: usize,
+    /// Seed of the bootstrap generator (ChaCha8): the same inputs and seed give the same report.
+    pub seed: u64,
+    /// Confidence level of the intervals (0.95 = 95%).
+    pub confidence: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bootstrap_replicates: 2000,
+            seed: 1,
+            confidence: 0.95,
+        }
+    }
+}
+
+/// The shares of relative error the report tabulates (±10% and ±20%, as Monkey §5.1).
+pub const ERROR_BANDS: [f64; 2] = [0.10, 0.20];
+
+/// Summary of one distribution: size, mean, the table percentiles and 101 quantiles (p0..p100)
+/// that describe its CDF.
+#[derive(Debug, Clone, Serialize)]
+pub struct Distribution {
+    pub n: usize,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+    /// "p10" → value, for [`TABLE_PERCENTILES`].
+    pub percentiles: BTreeMap<String, f64>,
+    /// Percentile 0, 1, …, 100 (type 7): enough to redraw the CDF.
+    pub quantiles: Vec<f64>,
+}
+
+impl Distribution {
+    fn of(sorted: &[f64]) -> Distribution {
+        Distribution {
+            n: sorted.len(),
+            mean: stats::mean(sorted),
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            percentiles: TABLE_PERCENTILES
+                .iter()
+                .map(|&p| (stat_name(p), stats::percentile_sorted(sorted, p)))
+                .collect(),
+            quantiles: (0..=100).map(|p| stats::percentile_sorted(sorted, p as f64)).collect(),
+        }
+    }
+}
+
+/// A population metric of one input: its distribution and how many had no value.
+#[derive(Debug, Clone, Serialize)]
+pub struct PopulationMetric {
+    #[serde(flatten)]
+    pub dist: Distribution,
+    /// Connections (or exchanges, for the server delays) without a value.
+    pub missing: u64,
+}
+
+/// Connections left out of the response-time distribution, by reason.
+#[derive(Debug, Clone, Serialize)]
+pub struct Excluded {
+    pub reason: String,
+    pub count: u64,
+}
+
+/// One input database as the report describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputSummary {
+    /// Short name used in tables and legends (file stem, made unique).
+    pub label: String,
+    pub path: PathBuf,
+    /// `meta.role`: original / replay / synth (None if the database does not say).
+    pub role: Option<String>,
+    /// Every `meta` key of the database (stack profile, tool version, inputs, …).
+    pub meta: BTreeMap<String, String>,
+    pub connections: u64,
+    pub with_response_time: usize,
+    pub excluded: Vec<Excluded>,
+    pub response_time_us: Distribution,
+    /// min_rtt_us, bw_bps, loss_rate_down (per connection); response_delay_us, query_delay_us
+    /// (per exchange).
+    pub population: BTreeMap<String, PopulationMetric>,
+    pub exchanges: u64,
+}
+
+/// Which way a difference points, when its interval excludes zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// OTHER is significantly smaller (faster).
+    Faster,
+    /// OTHER is significantly larger (slower).
+    Slower,
+    /// The interval contains zero.
+    NotSignificant,
+}
+
+/// One row of the percentile table: a statistic of BASE and OTHER and their difference.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatDiff {
+    /// "p10" … "p99" or "mean".
+    pub stat: String,
+    pub base_us: f64,
+    pub other_us: f64,
+    /// other − base (µs), with its bootstrap interval.
+    pub diff_us: f64,
+    pub diff_ci_us: [f64; 2],
+    /// (other − base) / base, a fraction (−0.12 = 12% faster), with its bootstrap interval.
+    pub rel: f64,
+    pub rel_ci: [f64; 2],
+    pub direction: Direction,
+}
+
+/// Failed or unusable replayed connections, by reason.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unpaired {
+    /// `replay_map.status` (failed / missing / …) or "ok" for a replayed connection that
+    /// could not be paired for another reason.
+    pub status: String,
+    /// `replay_map.failure` or the reason it could not be paired.
+    pub reason: String,
+    pub count: u64,
+}
+
+/// Relative-error statistics of a set of paired connections.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorStats {
+    pub label: String,
+    pub n: usize,
+    /// Share of connections with |relative error| ≤ 10% and ≤ 20%.
+    pub within_10: f64,
+    pub within_20: f64,
+    /// Share with a negative error (replay faster than the original).
+    pub below_zero: f64,
+    /// p10/p25/p50/p75/p90/p95/p99 of the relative error (fractions).
+    pub percentiles: BTreeMap<String, f64>,
+    #[serde(skip)]
+    pub(crate) errors: Vec<f64>,
+}
+
+impl ErrorStats {
+    fn of(label: String, mut errors: Vec<f64>) -> ErrorStats {
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        let share = |f: &dyn Fn(f64) -> bool| {
+            if n == 0 {
+                f64::NAN
+            } else {
+                errors.iter().filter(|&&e| f(e)).count() as f64 / n as f64
+            }
+        };
+        ErrorStats {
+            label,
+            n,
+            within_10: share(&|e| e.abs() <= ERROR_BANDS[0] + 1e-12),
+            within_20: share(&|e| e.abs() <= ERROR_BANDS[1] + 1e-12),
+            below_zero: share(&|e| e < 0.0),
+            percentiles: TABLE_PERCENTILES
+                .iter()
+                .map(|&p| (stat_name(p), stats::percentile_sorted(&errors, p)))
+                .collect(),
+            errors,
+        }
+    }
+}
+
+/// Relative error broken down by a property of the original connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct Breakdown {
+    /// "response_time", "bandwidth" or "min_rtt".
+    pub by: String,
+    /// How the classes were formed.
+    pub method: String,
+    pub classes: Vec<ErrorStats>,
+}
+
+/// The per-connection comparison of a replay with the BASE connections it reproduces.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paired {
+    /// Rows in OTHER's replay_map.
+    pub replay_map_rows: usize,
+    /// Connections of BASE with a response time that OTHER did not replay at all.
+    pub not_replayed: usize,
+    /// Connections paired (both response times known).
+    pub pairs: usize,
+    /// Everything in replay_map that did not become a pair, by reason: failed replays are
+    /// reported here, never silently dropped.
+    pub unpaired: Vec<Unpaired>,
+    /// All pairs.
+    pub overall: ErrorStats,
+    /// By original response time, bottleneck bandwidth and min RTT (Monkey Figures 6–8).
+    pub breakdowns: Vec<Breakdown>,
+}
+
+/// BASE against one OTHER.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub base: String,
+    pub other: String,
+    /// p10 … p99, then the mean.
+    pub rows: Vec<StatDiff>,
+    pub ks: KsTest,
+    /// One line in plain words.
+    pub verdict: String,
+    /// Present when OTHER is a replay of BASE.
+    pub paired: Option<Paired>,
+    /// Why there is no per-connection analysis, when OTHER has a replay_map but it does not
+    /// pair with BASE.
+    pub pairing_note: Option<String>,
+}
+
+/// A full report: BASE (inputs[0]) against each OTHER.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// "mimic-compare/1": bumped when a field changes meaning.
+    pub format: &'static str,
+    pub tool_version: &'static str,
+    pub options: Options,
+    pub inputs: Vec<InputSummary>,
+    pub comparisons: Vec<Comparison>,
+    #[serde(skip)]
+    pub(crate) samples: Vec<Vec<f64>>,
+    #[serde(skip)]
+    pub(crate) loaded: Vec<Input>,
+}
+
+/// "p50" for 50, "p99.9" for 99.9.
+pub fn stat_name(p: f64) -> String {
+    if p.fract() == 0.0 {
+        format!("p{}", p as u64)
+    } else {
+        format!("p{p}")
+    }
+}
+
+impl Report {
+    /// Reads BASE and every OTHER and computes the comparison. Errors name the file at fault:
+    /// not SQLite, not a mimic database, another schema version, or no connection with a
+    /// response time.
+    pub fn build(base: &Path, others: &[PathBuf], options: &Options) -> Result<Report, CompareError> {
+        if !(options.confidence > 0.0 && options.confidence < 1.0) {
+            return Err(CompareError::Options(format!(
+                "confidence must be between 0 and 1, not {}",
+                options.confidence
+            )));
+        }
+        if options.bootstrap_replicates < 100 {
+            return Err(CompareError::Options(format!(
+                "at least 100 bootstrap replicates are needed for a {}% interval, not {}",
+                options.confidence * 100.0,
+                options.bootstrap_replicates
+            )));
+        }
+        let mut loaded = vec![input::load(base)?];
+        for o in others {
+            loaded.push(input::load(o)?);
+        }
+        Ok(Report::from_inputs(loaded, options))
+    }
+
+    pub(crate) fn from_inputs(loaded: Vec<Input>, options: &Options) -> Report {
+        let labels = unique_labels(&loaded.iter().map(|i| i.path.as_path()).collect::<Vec<_>>());
+        let inputs: Vec<InputSummary> = loaded.iter().zip(&labels).map(|(i, l)| summarize(i, l.clone())).collect();
+        let samples: Vec<Vec<f64>> = loaded.iter().map(|i| i.response_times_us.clone()).collect();
+
+        let mut ps: Vec<f64> = TABLE_PERCENTILES.to_vec();
+        ps.dedup();
+        let base_reps = stats::bootstrap(&samples[0], &ps, options.bootstrap_replicates, options.seed);
+        let mut comparisons = Vec::new();
+        for k in 1..loaded.len() {
+            // An independent stream per OTHER, so adding an input leaves the others' intervals alone.
+            let seed = options.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let other_reps = stats::bootstrap(&samples[k], &ps, options.bootstrap_replicates, seed);
+            let mut rows = Vec::new();
+            for (idx, name) in ps
+                .iter()
+                .map(|&p| stat_name(p))
+                .chain(std::iter::once("mean".to_string()))
+                .enumerate()
+            {
+                let (b, o) = if idx < ps.len() {
+                    (
+                        stats::percentile_sorted(&samples[0], ps[idx]),
+                        stats::percentile_sorted(&samples[k], ps[idx]),
+                    )
+                } else {
+                    (stats::mean(&samples[0]), stats::mean(&samples[k]))
+                };
+                let diffs: Vec<f64> = base_reps
+                    .values
+                    .iter()
+                    .zip(&other_reps.values)
+                    .map(|(br, or)| or[idx] - br[idx])
+                    .collect();
+                let rels: Vec<f64> = base_reps
+                    .values
+                    .iter()
+                    .zip(&other_reps.values)
+                    .map(|(br, or)| if br[idx] > 0.0 { (or[idx] - br[idx]) / br[idx] } else { f64::NAN })
+                    .collect();
+                let (dlo, dhi) = stats::percentile_interval(&diffs, options.confidence);
+                let (rlo, rhi) = stats::percentile_interval(&rels, options.confidence);
+                let direction = if dlo > 0.0 {
+                    Direction::Slower
+                } else if dhi < 0.0 {
+                    Direction::Faster
+                } else {
+                    Direction::NotSignificant
+                };
+                rows.push(StatDiff {
+                    stat: name,
+                    base_us: b,
+                    other_us: o,
+                    diff_us: o - b,
+                    diff_ci_us: [dlo, dhi],
+                    rel: if b > 0.0 { (o - b) / b } else { f64::NAN },
+                    rel_ci: [rlo, rhi],
+                    direction,
+                });
+            }
+            let ks = stats::ks_2samp(&samples[0], &samples[k]).expect("inputs are never empty");
+            let (paired, pairing_note) = pair(&loaded[0], &loaded[k], &labels[0], &labels[k]);
+            let verdict = verdict_line(&labels[0], &labels[k], &rows, &ks, options.confidence);
+            comparisons.push(Comparison {
+                base: labels[0].clone(),
+                other: labels[k].clone(),
+                rows,
+                ks,
+                verdict,
+                paired,
+                pairing_note,
+            });
+        }
+        Report {
+            format: "mimic-compare/1",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            options: *options,
+            inputs,
+            comparisons,
+            samples,
+            loaded,
+        }
+    }
+
+    /// The verdict: one line per OTHER, in plain words.
+    pub fn verdict(&self) -> String {
+        if self.comparisons.is_empty() {
+            return format!("{}: no OTHER input to compare with", self.inputs[0].label);
+        }
+        self.comparisons.iter().map(|c| c.verdict.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Everything machine-readable (the `--json` output).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("a report serialises");
+        v["verdict"] = serde_json::Value::from(self.comparisons.iter().map(|c| c.verdict.clone()).collect::<Vec<_>>());
+        v
+    }
+
+    /// Sorted response times (µs) of input `k` (0 = BASE).
+    pub fn response_times_us(&self, k: usize) -> &[f64] {
+        &self.samples[k]
+    }
+
+    /// Percentile `p` (0–100) or, for `None`, the mean of input `k`'s response times (µs).
+    pub fn stat_us(&self, k: usize, p: Option<f64>) -> f64 {
+        match p {
+            Some(p) => stats::percentile_sorted(&self.samples[k], p),
+            None => stats::mean(&self.samples[k]),
+        }
+    }
+
+    /// A plain-text summary for a terminal: inputs, the percentile table, KS, paired error,
+    /// and the verdict lines.
+    pub fn to_text(&self) -> String {
+        crate::text::render(self)
+    }
+}
+
+/// File stems, made unique by falling back to the file name and then to a counter.
+fn unique_labels(paths: &[&Path]) -> Vec<String> {
+    let stem = |p: &Path| {
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let mut labels: Vec<String> = paths.iter().map(|p| stem(p)).collect();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for l in &labels {
+        *seen.entry(l.clone()).or_default() += 1;
+    }
+    for (i, l) in labels.iter_mut().enumerate() {
+        if seen[l.as_str()] > 1 {
+            *l = format!("{l}#{}", i + 1);
+        }
+    }
+    labels
+}
+
+fn metric(m: &Metric) -> PopulationMetric {
+    PopulationMetric {
+        dist: Distribution::of(&m.values),
+        missing: m.missing,
+    }
+}
+
+fn summarize(i: &Input, label: String) -> InputSummary {
+    let mut population = BTreeMap::new();
+    population.insert("min_rtt_us".to_string(), metric(&i.min_rtt_us));
+    population.insert("bw_bps".to_string(), metric(&i.bw_bps));
+    population.insert("loss_rate_down".to_string(), metric(&i.loss_rate_down));
+    population.insert("response_delay_us".to_string(), metric(&i.response_delay_us));
+    population.insert("query_delay_us".to_string(), metric(&i.query_delay_us));
+    InputSummary {
+        label,
+        path: i.path.clone(),
+        role: i.role().map(str::to_string),
+        meta: i.meta.clone(),
+        connections: i.connections,
+        with_response_time: i.response_times_us.len(),
+        excluded: i
+            .excluded
+            .iter()
+            .map(|(reason, count)| Excluded {
+                reason: reason.clone(),
+                count: *count,
+            })
+            .collect(),
+        response_time_us: Distribution::of(&i.response_times_us),
+        population,
+        exchanges: i.exchanges,
+    }
+}
+
+/// Pairs OTHER's replayed connections with BASE's originals through OTHER's replay_map.
+fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Option<Paired>, Option<String>) {
+    let Some(map) = &other.replay_map else { return (None, None) };
+    if map.is_empty() {
+        return (None, None);
+    }
+    if base.role() == Some("replay") {
+        return (
+            None,
+            Some(format!(
+                "{other_label} is a replay, but {base_label} is itself a replay: {other_label}'s replay_map names connections of \
+                 the workload both were replayed from, not of {base_label}, so there is no per-connection comparison"
+            )),
+        );
+    }
+    let foreign = map.iter().filter(|r| !base.by_id.contains_key(&r.orig_conn_id)).count();
+    if foreign > 0 {
+        return (
+            None,
+            Some(format!(
+                "{other_label} has a replay_map, but {foreign} of its {} rows name connections {base_label} does not have: \
+                 it is not a replay of {base_label}, so there is no per-connection comparison",
+                map.len()
+            )),
+        );
+    }
+    let mut unpaired: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut pairs: Vec<(f64, input::ConnFacts)> = Vec::new(); // (relative error, original's facts)
+    let mut replayed = std::collections::HashSet::new();
+    for r in map {
+        replayed.insert(r.orig_conn_id);
+        let orig = base.by_id[&r.orig_conn_id];
+        if r.status != "ok" {
+            let reason = r
+                .failure
+                .clone()
+                .filter(|f| !f.is_empty())
+                .unwrap_or_else(|| "no reason recorded".into());
+            *unpaired.entry((r.status.clone(), reason)).or_default() += 1;
+            continue;
+        }
+        let replay_rt = r
+            .replay_conn_id
+            .and_then(|id| other.by_id.get(&id))
+            .and_then(|f| f.response_time_us);
+        let why = match (orig.response_time_us, r.replay_conn_id, replay_rt) {
+            (None, _, _) => Some("original connection has no response time"),
+            (Some(o), _, _) if o <= 0.0 => Some("original response time is 0"),
+            (_, None, _) => Some("status ok but no replayed connection id"),
+            (_, Some(id), _) if !other.by_id.contains_key(&id) => Some("replayed connection id not in the replay's connections"),
+            (_, _, None) => Some("replayed connection has no response time"),
+            _ => None,
+        };
+        match why {
+            Some(w) => *unpaired.entry(("ok".into(), w.into())).or_default() += 1,
+            None => {
+                let (o, p) = (orig.response_time_us.unwrap(), replay_rt.unwrap());
+                pairs.push(((p - o) / o, orig));
+            }
+        }
+    }
+    let not_replayed = base
+        .by_id
+        .iter()
+        .filter(|(id, f)| f.response_time_us.is_some() && !replayed.contains(*id))
+        .count();
+    let overall = ErrorStats::of("all".into(), pairs.iter().map(|p| p.0).collect());
+    let breakdowns = vec![
+        breakdown("response_time", &pairs, |f| f.response_time_us, fmt::duration),
+        breakdown("bandwidth", &pairs, |f| f.bw_bps, fmt::bitrate),
+        breakdown("min_rtt", &pairs, |f| f.min_rtt_us, fmt::duration),
+    ];
+    let unpaired = unpaired
+        .into_iter()
+        .map(|((status, reason), count)| Unpaired { status, reason, count })
+        .collect();
+    (
+        Some(Paired {
+            replay_map_rows: map.len(),
+            not_replayed,
+            pairs: pairs.len(),
+            unpaired,
+            overall,
+            breakdowns,
+        }),
+        None,
+    )
+}
+
+/// Classes of the original connections by one property: one class per value when there are at
+/// most five distinct values (a synthetic workload's bandwidth classes, say), otherwise the
+/// quartiles of the paired connections' values, rounded to two significant digits; connections
+/// without a value form an "unknown" class.
+fn breakdown(
+    by: &str,
+    pairs: &[(f64, input::ConnFacts)],
+    key: impl Fn(&input::ConnFacts) -> Option<f64>,
+    label: fn(f64) -> String,
+) -> Breakdown {
+    let mut known: Vec<f64> = pairs.iter().filter_map(|p| key(&p.1)).collect();
+    known.sort_by(f64::total_cmp);
+    let mut distinct = known.clone();
+    distinct.dedup();
+    let mut classes = Vec::new();
+    let method;
+    if distinct.len() <= 5 {
+        method = "one class per distinct value".to_string();
+        for v in &distinct {
+            let errs = pairs.iter().filter(|p| key(&p.1) == Some(*v)).map(|p| p.0).collect();
+            classes.push(ErrorStats::of(label(*v), errs));
+        }
+    } else {
+        method = "quartiles of the original connections' values (2 significant digits)".to_string();
+        let mut bounds: Vec<f64> = [25.0, 50.0, 75.0]
+            .iter()
+            .map(|&p| round2(stats::percentile_sorted(&known, p)))
+            .collect();
+        bounds.dedup();
+        bounds.retain(|&b| b > known[0]);
+        let mut lo = f64::NEG_INFINITY;
+        for i in 0..=bounds.len() {
+            let hi = bounds.get(i).copied().unwrap_or(f64::INFINITY);
+            let errs: Vec<f64> = pairs
+                .iter()
+                .filter(|p| key(&p.1).is_some_and(|v| v >= lo && v < hi))
+                .map(|p| p.0)
+                .collect();
+            let name = match (lo.is_finite(), hi.is_finite()) {
+                (false, true) => format!("< {}", label(hi)),
+                (true, true) => format!("{} – {}", label(lo), label(hi)),
+                (true, false) => format!("≥ {}", label(lo)),
+                (false, false) => "all".into(),
+            };
+            if !errs.is_empty() {
+                classes.push(ErrorStats::of(name, errs));
+            }
+            lo = hi;
+        }
+    }
+    let unknown: Vec<f64> = pairs.iter().filter(|p| key(&p.1).is_none()).map(|p| p.0).collect();
+    if !unknown.is_empty() {
+        classes.push(ErrorStats::of("unknown".into(), unknown));
+    }
+    Breakdown {
+        by: by.to_string(),
+        method,
+        classes,
+    }
+}
+
+fn round2(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return v;
+    }
+    let mag = 10f64.powi(v.log10().floor() as i32 - 1);
+    (v / mag).round() * mag
+}
+
+/// "OTHER vs BASE: p50 −12.0% [−15.1%, −9.2%], p90 −20.3% [−25.0%, −16.1%]: OTHER is faster;
+/// the distributions differ (KS D=0.21, p<0.001)".
+fn verdict_line(base: &str, other: &str, rows: &[StatDiff], ks: &KsTest, confidence: f64) -> String {
+    let row = |s: &str| rows.iter().find(|r| r.stat == s).expect("p50 and p90 are in the table");
+    let (p50, p90) = (row("p50"), row("p90"));
+    let show = |r: &StatDiff| {
+        format!(
+            "{} {} [{}, {}]",
+            r.stat,
+            fmt::pct_signed(r.rel),
+            fmt::pct_signed(r.rel_ci[0]),
+            fmt::pct_signed(r.rel_ci[1])
+        )
+    };
+    use Direction::*;
+    let word = |d: Direction| match d {
+        Faster => "faster",
+        Slower => "slower",
+        NotSignificant => "",
+    };
+    let level = format!("{}%", (confidence * 100.0).round());
+    let finding = match (p50.direction, p90.direction) {
+        (NotSignificant, NotSignificant) => {
+            format!("no significant difference at p50 or p90 ({level} intervals include 0)")
+        }
+        (a, b) if a == b => format!("{other} is {}", word(a)),
+        (a, NotSignificant) => format!("{other} is {} at the median; no significant difference at p90", word(a)),
+        (NotSignificant, b) => format!("{other} is {} at p90; no significant difference at the median", word(b)),
+        (a, b) => format!("{other} is {} at the median but {} at p90", word(a), word(b)),
+    };
+    let ks_words = if ks.p_value < 0.05 {
+        format!("the distributions differ (KS D={:.3}, {})", ks.d, fmt::p_value(ks.p_value))
+    } else {
+        format!(
+            "KS finds no significant difference between the distributions (D={:.3}, {})",
+            ks.d,
+            fmt::p_value(ks.p_value)
+        )
+    };
+    format!("{other} vs {base}: {}, {}: {finding}; {ks_words}", show(p50), show(p90))
+}

@@ -1,0 +1,445 @@
+//! Report-level tests over databases written here with the real schema.
+
+use std::path::{Path, PathBuf};
+
+use mimic_core::db::{set_meta, AtomicDb};
+
+use crate::*;
+
+pub(crate) struct Conn {
+    pub id: i64,
+    pub rt_us: Option<i64>,
+    pub min_rtt_us: Option<i64>,
+    pub bw_bps: Option<f64>,
+    pub loss: Option<f64>,
+}
+
+pub(crate) struct MapRow {
+    pub orig: i64,
+    pub replay: Option<i64>,
+    pub status: &'static str,
+    pub failure: Option<&'static str>,
+}
+
+/// Writes a mimic database with `conns` (one exchange each when it has a response time) and
+/// an optional replay_map.
+pub(crate) fn write_db(path: &Path, role: &str, meta: &[(&str, &str)], conns: &[Conn], map: &[MapRow]) {
+    let db = AtomicDb::create(path).unwrap();
+    let c = db.conn();
+    set_meta(c, "role", role).unwrap();
+    for (k, v) in meta {
+        set_meta(c, k, v).unwrap();
+    }
+    for x in conns {
+        c.execute(
+            "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_first, t_end,
+               complete, prune_reason, server_by, min_rtt_us, bw_bps, loss_rate_down, termination, exchanges, response_time_us)
+             VALUES (?1, '198.18.0.2', ?2, '198.19.0.2', 80, 4, 1000, 2000, ?3, ?4, 'syn', ?5, ?6, ?7, 'fin', ?8, ?9)",
+            rusqlite::params![
+                x.id,
+                10000 + x.id,
+                x.rt_us.is_some() as i64,
+                if x.rt_us.is_some() { None } else { Some("no_response") },
+                x.min_rtt_us,
+                x.bw_bps,
+                x.loss,
+                x.rt_us.is_some() as i64,
+                x.rt_us
+            ],
+        )
+        .unwrap();
+        if let Some(rt) = x.rt_us {
+            c.execute(
+                "INSERT INTO exchanges (conn_id, seq, req_bytes, resp_bytes, response_delay_us, query_delay_us) VALUES (?1, 0, 300, 5000, ?2, ?3)",
+                rusqlite::params![x.id, rt / 10, rt / 5],
+            )
+            .unwrap();
+        }
+    }
+    for m in map {
+        c.execute(
+            "INSERT INTO replay_map (orig_conn_id, replay_conn_id, status, failure) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![m.orig, m.replay, m.status, m.failure],
+        )
+        .unwrap();
+    }
+    db.commit().unwrap();
+}
+
+/// splitmix64 → uniform (0,1).
+struct Gen(u64);
+impl Gen {
+    fn u(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+}
+
+/// A workload of `n` originals with response times from 50 ms to 300 ms.
+pub(crate) fn originals(n: i64, seed: u64) -> Vec<Conn> {
+    let mut g = Gen(seed);
+    (1..=n)
+        .map(|id| {
+            let rtt = [5_000, 20_000, 80_000, 200_000][(id % 4) as usize];
+            let bw = [56e3, 1e6, 10e6, 100e6][((id / 4) % 4) as usize];
+            // log-uniform 50 … 150 ms, stretched by the RTT (up to 2×): smooth, right-skewed
+            let rt = (50_000.0 * 3f64.powf(g.u()) * (1.0 + rtt as f64 / 200_000.0)) as i64;
+            Conn {
+                id,
+                rt_us: if id % 50 == 0 { None } else { Some(rt) },
+                min_rtt_us: Some(rtt),
+                bw_bps: if id % 7 == 0 { None } else { Some(bw) },
+                loss: Some(if id % 10 == 0 { 0.02 } else { 0.0 }),
+            }
+        })
+        .collect()
+}
+
+pub(crate) struct Fixture {
+    pub _dir: tempfile::TempDir,
+    pub base: PathBuf,
+    pub replay: PathBuf,
+    pub faster: PathBuf,
+    pub same: PathBuf,
+}
+
+/// BASE (original, 400 connections, 8 without a response time), a replay of it (ids shifted
+/// by 1000, relative error (id % 39 − 19)/100 up to rounding, 3 failed: 2 timeout + 1 refused, one
+/// missing, one ok without a response time), a 25%-faster original and an identical one.
+pub(crate) fn fixture() -> Fixture {
+    let dir = tempfile::Builder::new().prefix("mimic-compare-").tempdir().unwrap();
+    let base = dir.path().join("original.db");
+    let orig = originals(400, 7);
+    write_db(&base, "original", &[], &orig, &[]);
+
+    let replay = dir.path().join("replay.db");
+    let mut conns = Vec::new();
+    let mut map = Vec::new();
+    for o in &orig {
+        let rid = o.id + 1000;
+        match o.id {
+            3 | 4 => map.push(MapRow {
+                orig: o.id,
+                replay: None,
+                status: "failed",
+                failure: Some("timeout"),
+            }),
+            5 => map.push(MapRow {
+                orig: o.id,
+                replay: None,
+                status: "failed",
+                failure: Some("refused"),
+            }),
+            6 => map.push(MapRow {
+                orig: o.id,
+                replay: None,
+                status: "missing",
+                failure: None,
+            }),
+            7 => {
+                conns.push(Conn {
+                    id: rid,
+                    rt_us: None,
+                    min_rtt_us: o.min_rtt_us,
+                    bw_bps: o.bw_bps,
+                    loss: o.loss,
+                });
+                map.push(MapRow {
+                    orig: o.id,
+                    replay: Some(rid),
+                    status: "ok",
+                    failure: None,
+                });
+            }
+            _ => {
+                let err = ((o.id % 39) - 19) as f64 / 100.0;
+                let rt = o.rt_us.map(|v| (v as f64 * (1.0 + err)).round() as i64);
+                conns.push(Conn {
+                    id: rid,
+                    rt_us: rt,
+                    min_rtt_us: o.min_rtt_us,
+                    bw_bps: o.bw_bps,
+                    loss: o.loss,
+                });
+                map.push(MapRow {
+                    orig: o.id,
+                    replay: Some(rid),
+                    status: "ok",
+                    failure: None,
+                });
+            }
+        }
+    }
+    write_db(&replay, "replay", &[("stack_profile", "initcwnd=10,cc=cubic")], &conns, &map);
+
+    let faster = dir.path().join("faster.db");
+    let f: Vec<Conn> = originals(400, 7)
+        .into_iter()
+        .map(|c| Conn {
+            rt_us: c.rt_us.map(|v| v * 3 / 4),
+            ..c
+        })
+        .collect();
+    write_db(&faster, "original", &[], &f, &[]);
+    let same = dir.path().join("same.db");
+    write_db(&same, "original", &[], &originals(400, 7), &[]);
+    Fixture {
+        _dir: dir,
+        base,
+        replay,
+        faster,
+        same,
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        bootstrap_replicates: 500,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn paired_relative_error_and_failures() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.replay.clone()], &opts()).unwrap();
+    assert_eq!(r.inputs[0].connections, 400);
+    assert_eq!(r.inputs[0].with_response_time, 392);
+    assert_eq!(r.inputs[0].excluded.len(), 1);
+    assert_eq!(r.inputs[0].excluded[0].count, 8);
+    let p = r.comparisons[0].paired.as_ref().expect("replay of BASE is paired");
+    assert_eq!(p.replay_map_rows, 400);
+    // expected pairs: ids with an original response time, minus 3..=7
+    let expected: Vec<f64> = (1..=400i64)
+        .filter(|id| id % 50 != 0 && !(3..=7).contains(id))
+        .map(|id| {
+            let o = originals(400, 7).into_iter().find(|c| c.id == id).unwrap().rt_us.unwrap() as f64;
+            let rep = (o * (1.0 + ((id % 39) - 19) as f64 / 100.0)).round();
+            (rep - o) / o
+        })
+        .collect();
+    assert_eq!(p.pairs, expected.len());
+    let w10 = expected.iter().filter(|e| e.abs() <= 0.10 + 1e-12).count() as f64 / expected.len() as f64;
+    let w20 = expected.iter().filter(|e| e.abs() <= 0.20 + 1e-12).count() as f64 / expected.len() as f64;
+    assert!((p.overall.within_10 - w10).abs() < 1e-12, "{} vs {w10}", p.overall.within_10);
+    assert!((p.overall.within_20 - w20).abs() < 1e-12);
+    assert!(w20 > 0.99 && w10 < 0.6, "fixture shape: {w10} {w20}");
+    // failures are reported by status and reason, never dropped
+    let count = |status: &str, reason: &str| {
+        p.unpaired
+            .iter()
+            .find(|u| u.status == status && u.reason == reason)
+            .map(|u| u.count)
+    };
+    assert_eq!(count("failed", "timeout"), Some(2));
+    assert_eq!(count("failed", "refused"), Some(1));
+    assert_eq!(count("missing", "no reason recorded"), Some(1));
+    assert_eq!(count("ok", "replayed connection has no response time"), Some(1));
+    // originals without response time that were replayed (ids 50, 100, …) are "ok" but unpairable
+    assert_eq!(count("ok", "original connection has no response time"), Some(8));
+    // breakdowns: 4 RTT values → one class each; bandwidth 4 values + unknown
+    let by = |name: &str| p.breakdowns.iter().find(|b| b.by == name).unwrap();
+    assert_eq!(by("min_rtt").classes.len(), 4);
+    assert_eq!(by("bandwidth").classes.len(), 5);
+    assert_eq!(by("bandwidth").classes.last().unwrap().label, "unknown");
+    assert_eq!(by("response_time").classes.len(), 4, "quartile classes");
+    let total: usize = by("response_time").classes.iter().map(|c| c.n).sum();
+    assert_eq!(total, p.pairs);
+    assert!(
+        by("min_rtt").classes[0].label.contains("5 ms"),
+        "{}",
+        by("min_rtt").classes[0].label
+    );
+}
+
+#[test]
+fn verdicts_faster_and_no_difference() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.faster.clone(), f.same.clone()], &opts()).unwrap();
+    let faster = &r.comparisons[0];
+    assert!(faster.verdict.contains("faster is faster"), "{}", faster.verdict);
+    assert!(faster.verdict.contains("the distributions differ"), "{}", faster.verdict);
+    let p50 = faster.rows.iter().find(|r| r.stat == "p50").unwrap();
+    assert!((p50.rel + 0.25).abs() < 0.01, "{}", p50.rel);
+    assert!(p50.rel_ci[0] < p50.rel && p50.rel < p50.rel_ci[1]);
+    assert_eq!(p50.direction, Direction::Faster);
+    let same = &r.comparisons[1];
+    assert!(same.verdict.contains("no significant difference at p50 or p90"), "{}", same.verdict);
+    assert!(same.verdict.contains("KS finds no significant difference"), "{}", same.verdict);
+    assert_eq!(same.ks.d, 0.0);
+    assert!(same.rows.iter().all(|r| r.direction == Direction::NotSignificant));
+    assert!(same.paired.is_none() && same.pairing_note.is_none());
+    assert_eq!(r.verdict().lines().count(), 2);
+}
+
+#[test]
+fn reproducible_with_a_seed() {
+    let f = fixture();
+    let a = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap().to_json();
+    let b = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap().to_json();
+    assert_eq!(a, b);
+    let c = Report::build(&f.base, &[f.faster.clone()], &Options { seed: 99, ..opts() })
+        .unwrap()
+        .to_json();
+    assert_ne!(a["comparisons"][0]["rows"], c["comparisons"][0]["rows"]);
+}
+
+#[test]
+fn a_replay_of_something_else_is_not_paired() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.db");
+    let conns = originals(10, 3)
+        .into_iter()
+        .map(|c| Conn { id: c.id + 5000, ..c })
+        .collect::<Vec<_>>();
+    let map: Vec<MapRow> = (1..=10)
+        .map(|i| MapRow {
+            orig: i + 90_000,
+            replay: Some(i + 5000),
+            status: "ok",
+            failure: None,
+        })
+        .collect();
+    write_db(&foreign, "replay", &[], &conns, &map);
+    let r = Report::build(&f.base, &[foreign], &opts()).unwrap();
+    assert!(r.comparisons[0].paired.is_none());
+    let note = r.comparisons[0].pairing_note.as_deref().unwrap();
+    assert!(
+        note.contains("10 of its 10 rows") && note.contains("not a replay of original"),
+        "{note}"
+    );
+    // a replay as BASE: no pairing either, and it says why
+    let r = Report::build(&f.replay, &[f.replay.clone()], &opts()).unwrap();
+    assert!(r.comparisons[0].pairing_note.as_deref().unwrap().contains("itself a replay"));
+}
+
+#[test]
+fn bad_inputs_get_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "hello, not a database").unwrap();
+    let e = Report::build(&text, &[f.base.clone()], &opts()).unwrap_err().to_string();
+    assert!(e.contains("notes.db") && e.contains("not an SQLite database"), "{e}");
+
+    let empty = dir.path().join("empty.db");
+    write_db(&empty, "original", &[], &[], &[]);
+    let e = Report::build(&f.base, &[empty.clone()], &opts()).unwrap_err().to_string();
+    assert!(
+        e.contains("empty.db") && e.contains("empty input") && e.contains("no connections"),
+        "{e}"
+    );
+
+    let no_rt = dir.path().join("nort.db");
+    write_db(
+        &no_rt,
+        "original",
+        &[],
+        &[Conn {
+            id: 1,
+            rt_us: None,
+            min_rtt_us: None,
+            bw_bps: None,
+            loss: None,
+        }],
+        &[],
+    );
+    let e = Report::build(&no_rt, &[f.base.clone()], &opts()).unwrap_err().to_string();
+    assert!(
+        e.contains("nort.db") && e.contains("none of its 1 connections has a response time"),
+        "{e}"
+    );
+
+    let e = Report::build(&f.base, &[dir.path().join("absent.db")], &opts())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("absent.db") && e.contains("no such file"), "{e}");
+
+    let e = Report::build(
+        &f.base,
+        &[],
+        &Options {
+            bootstrap_replicates: 10,
+            ..opts()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("bootstrap"), "{e}");
+}
+
+#[test]
+fn json_has_everything() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.replay.clone(), f.faster.clone()], &opts()).unwrap();
+    let j = r.to_json();
+    assert_eq!(j["format"], "mimic-compare/1");
+    assert_eq!(j["inputs"].as_array().unwrap().len(), 3);
+    assert_eq!(j["inputs"][1]["role"], "replay");
+    assert_eq!(j["inputs"][1]["meta"]["stack_profile"], "initcwnd=10,cc=cubic");
+    assert_eq!(j["inputs"][0]["response_time_us"]["quantiles"].as_array().unwrap().len(), 101);
+    assert_eq!(j["inputs"][0]["excluded"][0]["count"], 8);
+    for key in ["min_rtt_us", "bw_bps", "loss_rate_down", "response_delay_us", "query_delay_us"] {
+        assert!(j["inputs"][0]["population"][key]["n"].as_u64().unwrap() > 0, "{key}");
+    }
+    assert_eq!(j["inputs"][0]["population"]["bw_bps"]["missing"], 57);
+    let c = &j["comparisons"][0];
+    assert_eq!(c["rows"].as_array().unwrap().len(), 8);
+    assert_eq!(c["rows"][7]["stat"], "mean");
+    assert!(c["rows"][2]["rel_ci"].as_array().unwrap().len() == 2);
+    assert!(c["ks"]["p_value"].as_f64().is_some() && c["ks"]["method"] == "exact");
+    assert!(c["paired"]["overall"]["within_20"].as_f64().unwrap() > 0.99);
+    assert_eq!(c["paired"]["breakdowns"].as_array().unwrap().len(), 3);
+    assert!(j["comparisons"][1]["paired"].is_null());
+    assert_eq!(j["verdict"].as_array().unwrap().len(), 2);
+    assert_eq!(j["options"]["bootstrap_replicates"], 500);
+}
+
+#[test]
+fn fail_if_against_a_report() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap();
+    assert!(FailIf::parse("p50 < -20%").unwrap().holds(&r));
+    assert!(!FailIf::parse("p50 < -30%").unwrap().holds(&r));
+    assert!(!FailIf::parse("p90 > +5%").unwrap().holds(&r));
+    assert!(FailIf::parse("mean <= -1ms").unwrap().holds(&r));
+    let o = FailIf::parse("median < -20%").unwrap().evaluate(&r);
+    assert_eq!(o.len(), 1);
+    assert!(o[0].explanation.starts_with("p50 \u{2212}25"), "{}", o[0].explanation);
+    // any OTHER makes it hold
+    let r = Report::build(&f.base, &[f.same.clone(), f.faster.clone()], &opts()).unwrap();
+    let o = FailIf::parse("p50 < -20%").unwrap().evaluate(&r);
+    assert_eq!((o[0].holds, o[1].holds), (false, true));
+    assert!(FailIf::parse("p50 < -20%").unwrap().holds(&r));
+}
+
+#[test]
+fn html_is_self_contained_and_png_renders() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.replay.clone(), f.faster.clone()], &opts()).unwrap();
+    let html = r.to_html();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    // 1 response-time CDF + 3 relative-error plots + 5 population plots
+    assert_eq!(html.matches("<svg ").count(), 9);
+    for needle in ["<script", "<link", "@import", "url(http", "src="] {
+        assert!(!html.contains(needle), "{needle} in the report");
+    }
+    let external: Vec<&str> = html
+        .match_indices("http")
+        .map(|(i, _)| &html[i..(i + 40).min(html.len())])
+        .filter(|s| !s.starts_with("http://www.w3.org/2000/svg"))
+        .collect();
+    assert!(external.is_empty(), "{external:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let files = r.write_pngs(&dir.path().join("png")).unwrap();
+    assert_eq!(files.len(), 9);
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        assert!(bytes.len() > 20_000, "{} is suspiciously small", f.display());
+    }
+}

@@ -752,8 +752,131 @@ fn writer_loop(
             break;
         }
     }
-    match output.finish() {
-        Ok(files) => (files, failed),
-        Err(e) => (Vec::new(), Some(failed.unwrap_or(e))),
+    let closed = output.close();
+    sh.written
+        .store(output.packets_written(), Ordering::Relaxed);
+    let files = output.closed_files().to_vec();
+    match closed {
+        Ok(()) => (files, failed),
+        Err(e) => (files, Some(failed.unwrap_or(e))),
+    }
+}
+
+/// A stop flag set by SIGINT or SIGTERM (a second SIGINT exits at once with status 130).
+pub fn stop_on_signals() -> std::io::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        stop.clone(),
+    )?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    Ok(stop)
+}
+
+/// Parses a size such as `1GiB`, `500MB`, `64k` or `1000000` (bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| {
+        format!("size {s:?}: expected a number with an optional unit (k, M, G, KiB, MiB, GiB, B)")
+    })?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" | "b" => 1.0,
+        "k" | "K" | "KB" | "kB" => 1e3,
+        "M" | "MB" => 1e6,
+        "G" | "GB" => 1e9,
+        "T" | "TB" => 1e12,
+        "KiB" | "Ki" => 1024.0,
+        "MiB" | "Mi" => 1024.0 * 1024.0,
+        "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" | "Ti" => 1024.0f64.powi(4),
+        u => {
+            return Err(format!(
+                "size {s:?}: unknown unit {u:?} (use k, M, G, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    let b = v * mult;
+    if !(b >= 1.0) || !b.is_finite() {
+        return Err(format!("size {s:?} must be at least one byte"));
+    }
+    Ok(b as u64)
+}
+
+/// Parses a duration such as `10m`, `30s`, `1h`, `250ms` or `1.5` (seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("duration {s:?}: expected a number with a unit (ms, s, m, h, d)"))?;
+    let secs = v * match unit.trim() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        u => {
+            return Err(format!(
+                "duration {s:?}: unknown unit {u:?} (use ms, s, m, h, d)"
+            ))
+        }
+    };
+    if !(secs > 0.0) || !secs.is_finite() {
+        return Err(format!("duration {s:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A `--rotate` value: a size or a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Rotate {
+    Size(u64),
+    Time(Duration),
+}
+
+pub fn parse_rotate(s: &str) -> Result<Rotate, String> {
+    let unit: String = s
+        .trim()
+        .chars()
+        .skip_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    match unit.trim() {
+        "ms" | "s" | "sec" | "m" | "min" | "h" | "d" => parse_duration(s).map(Rotate::Time),
+        "" => Err(format!(
+            "--rotate {s:?}: give a unit, a size (100MB, 1GiB) or a time (10m, 1h)"
+        )),
+        _ => parse_size(s).map(Rotate::Size),
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_times_rotate() {
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("64k").unwrap(), 64_000);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_rotate("1GiB").unwrap(), Rotate::Size(1 << 30));
+        assert_eq!(
+            parse_rotate("10m").unwrap(),
+            Rotate::Time(Duration::from_secs(600))
+        );
+        assert!(parse_rotate("10").is_err());
     }
 }

@@ -371,10 +371,16 @@ impl Output {
     }
 
     /// Closes the current file (if any), leaving every file renamed and complete.
-    pub fn finish(mut self) -> Result<Vec<PathBuf>, OutputError> {
+    pub fn close(&mut self) -> Result<(), OutputError> {
         if !self.failed {
             self.close_current()?;
         }
+        Ok(())
+    }
+
+    /// Closes the current file and returns every closed file.
+    pub fn finish(mut self) -> Result<Vec<PathBuf>, OutputError> {
+        self.close()?;
         Ok(self.closed)
     }
 }

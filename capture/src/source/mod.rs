@@ -141,7 +141,9 @@ pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Opened, SourceError
 
 /// The host's real-time clock as a capture timestamp.
 pub fn now() -> Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     Timestamp::from_nanos(d.as_nanos() as i64)
 }
 
@@ -151,9 +153,18 @@ mod tests {
 
     #[test]
     fn parse_specs() {
-        assert_eq!("pcap:/tmp/x.pcap".parse::<SourceSpec>().unwrap(), SourceSpec::File("/tmp/x.pcap".into()));
-        assert_eq!("iface:veth0".parse::<SourceSpec>().unwrap(), SourceSpec::Iface("veth0".into()));
-        assert_eq!("dpdk:--no-huge -m 256".parse::<SourceSpec>().unwrap(), SourceSpec::Dpdk("--no-huge -m 256".into()));
+        assert_eq!(
+            "pcap:/tmp/x.pcap".parse::<SourceSpec>().unwrap(),
+            SourceSpec::File("/tmp/x.pcap".into())
+        );
+        assert_eq!(
+            "iface:veth0".parse::<SourceSpec>().unwrap(),
+            SourceSpec::Iface("veth0".into())
+        );
+        assert_eq!(
+            "dpdk:--no-huge -m 256".parse::<SourceSpec>().unwrap(),
+            SourceSpec::Dpdk("--no-huge -m 256".into())
+        );
         assert!("eth0".parse::<SourceSpec>().is_err());
         assert!("iface:".parse::<SourceSpec>().is_err());
         assert!("tap:x".parse::<SourceSpec>().is_err());

@@ -3,6 +3,7 @@
 -- epoch (INTEGER); durations are microseconds; rates are bits per second; byte counts are
 -- TCP payload bytes unless a column says otherwise. NULL means "not known / not measurable".
 -- Column names are the contract that analyze, replay and compare rely on (see DESIGN.md).
+-- Each CREATE INDEX stays on one line: bulk writers create indexes after loading the rows.
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -89,23 +90,23 @@ CREATE TABLE exchanges (
     PRIMARY KEY (conn_id, seq)
 );
 
+-- Packet pairs that qualified as bandwidth samples (two consecutive client ACKs advancing over
+-- server segments sent in one burst, none retransmitted, spaced wider than the server sent them).
 CREATE TABLE bw_samples (
     conn_id  INTEGER NOT NULL REFERENCES connections(id),
     t_us     INTEGER NOT NULL,             -- time of the second ACK of the pair
     bps      REAL NOT NULL,
     bytes    INTEGER NOT NULL,             -- bytes newly acknowledged by the second ACK
     gap_us   INTEGER NOT NULL,             -- spacing of the two ACKs
-    used     INTEGER NOT NULL              -- 1 if the sample survived filtering
+    used     INTEGER NOT NULL              -- 1 if the combiner used it for bw_bps (see meta bw_method)
 );
-CREATE INDEX bw_samples_by_conn ON bw_samples(conn_id);
 
 CREATE TABLE rtt_samples (
     conn_id  INTEGER NOT NULL REFERENCES connections(id),
     t_us     INTEGER NOT NULL,
     rtt_us   INTEGER NOT NULL,
-    kind     TEXT NOT NULL                 -- handshake / data
+    kind     TEXT NOT NULL                 -- handshake (SYN -> client's ACK of the SYN-ACK) / data (server data -> client ACK)
 );
-CREATE INDEX rtt_samples_by_conn ON rtt_samples(conn_id);
 
 -- Replay databases: which replayed connection reproduces which original one.
 CREATE TABLE replay_map (

@@ -55,7 +55,7 @@ impl AnalyzerStats {
 
 pub struct Analyzer {
     cfg: Config,
-    table: FxHashMap<FlowKey, Conn>,
+    table: FxHashMap<FlowKey, Box<Conn>>,
     out: VecDeque<ConnectionRecord>,
     stats: AnalyzerStats,
     now: Timestamp,
@@ -126,7 +126,7 @@ impl Analyzer {
     fn sweep(&mut self) {
         let now = self.now;
         let (idle, linger) = (self.cfg.idle_timeout_ns, self.cfg.linger_ns);
-        let mut closed: Vec<Conn> = self
+        let mut closed: Vec<Box<Conn>> = self
             .table
             .extract_if(|_, c| {
                 let quiet = now.nanos_since(c.t_last);
@@ -161,7 +161,7 @@ impl Analyzer {
         if self.table.len() >= self.cfg.max_connections {
             self.evict();
         }
-        let mut c = Conn::new(frame_no, key, t);
+        let mut c = Box::new(Conn::new(frame_no, key, t));
         c.handle(&self.cfg, side, t, seg);
         self.stats.connections += 1;
         self.table.insert(key, c);
@@ -184,7 +184,7 @@ impl Analyzer {
         }
     }
 
-    fn emit(&mut self, c: Conn) {
+    fn emit(&mut self, c: Box<Conn>) {
         self.stats.duplicate_frames += c.dup_frames();
         self.out.push_back(c.into_record(&self.cfg));
     }
@@ -196,7 +196,7 @@ impl Analyzer {
 
     /// End of input: closes every connection still open.
     pub fn finish(&mut self) {
-        let mut rest: Vec<Conn> = self.table.drain().map(|(_, c)| c).collect();
+        let mut rest: Vec<Box<Conn>> = self.table.drain().map(|(_, c)| c).collect();
         rest.sort_by_key(|c| c.id);
         for c in rest {
             self.emit(c);

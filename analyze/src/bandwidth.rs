@@ -16,21 +16,40 @@ pub(crate) struct Pair {
     pub delay_sum_ns: i64,
 }
 
-pub(crate) fn combine(method: BwMethod, pairs: &[Pair]) -> Option<f64> {
-    let mut v: Vec<f64> = pairs.iter().map(|p| p.bps).filter(|b| b.is_finite() && *b > 0.0).collect();
+/// The estimate, and for each pair whether it is one the estimate came from (the samples in
+/// the strongest mode, the middle sample(s), or the minimum-delay-sum pair).
+pub(crate) fn combine(method: BwMethod, pairs: &[Pair]) -> (Option<f64>, Vec<bool>) {
+    let mut used = vec![false; pairs.len()];
+    let valid = |p: &Pair| p.bps.is_finite() && p.bps > 0.0;
+    let mut v: Vec<f64> = pairs.iter().filter(|p| valid(p)).map(|p| p.bps).collect();
     if v.is_empty() {
-        return None;
+        return (None, used);
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    match method {
-        BwMethod::Median => Some(median(&v)),
-        BwMethod::MinDelaySum => pairs
-            .iter()
-            .filter(|p| p.bps.is_finite() && p.bps > 0.0)
-            .min_by(|a, b| a.delay_sum_ns.cmp(&b.delay_sum_ns).then(b.bps.total_cmp(&a.bps)))
-            .map(|p| p.bps),
-        BwMethod::HistogramMode => Some(histogram_mode(&v)),
+    let (est, lo, hi) = match method {
+        BwMethod::Median => {
+            let n = v.len();
+            (median(&v), v[(n - 1) / 2], v[n / 2])
+        }
+        BwMethod::MinDelaySum => {
+            let best = pairs
+                .iter()
+                .filter(|p| valid(p))
+                .min_by(|a, b| a.delay_sum_ns.cmp(&b.delay_sum_ns).then(b.bps.total_cmp(&a.bps)))
+                .map(|p| p.bps)
+                .expect("non-empty");
+            (best, best, best)
+        }
+        BwMethod::HistogramMode => histogram_mode(&v),
+    };
+    let mut marked = false;
+    for (u, p) in used.iter_mut().zip(pairs) {
+        if valid(p) && p.bps >= lo && p.bps <= hi && !(method == BwMethod::MinDelaySum && marked) {
+            *u = true;
+            marked = true;
+        }
     }
+    (Some(est), used)
 }
 
 fn median(sorted: &[f64]) -> f64 {
@@ -53,19 +72,20 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     }
 }
 
-/// `sorted` ascending, non-empty.
-fn histogram_mode(sorted: &[f64]) -> f64 {
+/// `sorted` ascending, non-empty. Returns the estimate and the range of the samples it came from.
+fn histogram_mode(sorted: &[f64]) -> (f64, f64, f64) {
     // drop the lower half (keep at least one sample)
     let upper = &sorted[sorted.len() / 2..];
+    let whole = |u: &[f64]| (median(u), u[0], u[u.len() - 1]);
     if upper.len() < 3 {
-        return median(upper);
+        return whole(upper);
     }
     let iqr = quantile(upper, 0.75) - quantile(upper, 0.25);
     let width = 2.0 * iqr / (upper.len() as f64).cbrt();
     let lo = upper[0];
     let hi = upper[upper.len() - 1];
     if !(width > 0.0) || hi <= lo {
-        return median(upper);
+        return whole(upper);
     }
     let bins = (((hi - lo) / width).floor() as usize + 1).min(10_000);
     let mut counts = vec![0u32; bins];
@@ -83,7 +103,7 @@ fn histogram_mode(sorted: &[f64]) -> f64 {
     }
     // centre of the mode: the median of the samples inside the bin
     let in_bin: Vec<f64> = upper.iter().copied().filter(|x| ((((x - lo) / width) as usize).min(bins - 1)) == best).collect();
-    median(&in_bin)
+    whole(&in_bin)
 }
 
 #[cfg(test)]
@@ -98,15 +118,18 @@ mod tests {
     fn mode_ignores_low_tail_and_outliers() {
         // true rate 10 Mbit/s; low samples from spaced sends, one compressed-ACK outlier
         let v = [2e6, 3e6, 5e6, 9.9e6, 10e6, 10.1e6, 10e6, 9.95e6, 40e6];
-        let est = combine(BwMethod::HistogramMode, &pairs(&v)).unwrap();
+        let (est, used) = combine(BwMethod::HistogramMode, &pairs(&v));
+        let est = est.unwrap();
         assert!((est - 10e6).abs() < 0.3e6, "{est}");
-        assert_eq!(combine(BwMethod::Median, &pairs(&[1.0, 3.0, 2.0])), Some(2.0));
-        assert_eq!(combine(BwMethod::HistogramMode, &[]), None);
+        // the samples of the strongest bin are marked; the low tail and the outlier are not
+        assert_eq!(used, vec![false, false, false, false, true, false, true, true, false]);
+        assert_eq!(combine(BwMethod::Median, &pairs(&[1.0, 3.0, 2.0])), (Some(2.0), vec![false, false, true]));
+        assert_eq!(combine(BwMethod::HistogramMode, &[]), (None, vec![]));
     }
 
     #[test]
     fn min_delay_sum_picks_least_queued_pair() {
         let p = [Pair { bps: 5e6, delay_sum_ns: 900 }, Pair { bps: 8e6, delay_sum_ns: 300 }, Pair { bps: 20e6, delay_sum_ns: 700 }];
-        assert_eq!(combine(BwMethod::MinDelaySum, &p), Some(8e6));
+        assert_eq!(combine(BwMethod::MinDelaySum, &p), (Some(8e6), vec![false, true, false]));
     }
 }

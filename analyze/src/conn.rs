@@ -27,6 +27,16 @@ struct Seg {
     wire: u32,
 }
 
+/// A packet pair that qualified as a bandwidth sample.
+#[derive(Clone, Copy, Debug)]
+struct BwPair {
+    t: Timestamp,
+    bps: f64,
+    wire: u64,
+    gap: i64,
+    delay_sum: i64,
+}
+
 /// A retransmission waiting for evidence on whether it was needed.
 #[derive(Clone, Debug)]
 struct Retx {
@@ -107,7 +117,7 @@ pub(crate) struct Side {
     rst_t: Option<Timestamp>,
     // samples of this side's data
     rtt: Vec<(Timestamp, i64)>,
-    bw: Vec<(Timestamp, f64, u64, i64, i64, bool)>,
+    bw: Vec<BwPair>,
     samples_dropped: u64,
 }
 
@@ -131,15 +141,23 @@ struct Adu {
     bytes: u64,
     start: i64,
     end: i64,
-    /// First transmissions: (time, start, end, time the other side's ACK covered it).
-    segs: Vec<(Timestamp, i64, i64, Option<Timestamp>)>,
+    /// This unit's first transmissions are `Conn::adu_segs[seg_start..seg_start + seg_len]`.
+    seg_start: u32,
+    seg_len: u32,
+    /// Segments before this index (into `Conn::adu_segs`) have their ACK time set.
+    acked_upto: u32,
     prefix: [u8; 16],
     prefix_len: u8,
-    /// Segments before this index have their ACK time set.
-    acked_upto: usize,
 }
 
-const ADU_SEGS: usize = 256;
+/// A data unit's first transmission: time, sequence range, and when the other side's ACK
+/// covered it.
+type AduSeg = (Timestamp, i64, i64, Option<Timestamp>);
+
+/// Segments remembered per data unit (the query-delay test looks at the first ones), and per
+/// connection in all.
+const ADU_SEGS: u32 = 256;
+const CONN_ADU_SEGS: usize = 1 << 16;
 
 #[derive(Debug)]
 pub(crate) struct Conn {
@@ -153,6 +171,7 @@ pub(crate) struct Conn {
     /// Time the client's ACK of the SYN-ACK was seen.
     hs_ack: Option<Timestamp>,
     adus: Vec<Adu>,
+    adu_segs: Vec<AduSeg>,
     adus_dropped: u64,
     last_side: Option<u8>,
     pub evicted: bool,
@@ -170,6 +189,7 @@ impl Conn {
             s: [Side::default(), Side::default()],
             hs_ack: None,
             adus: Vec::new(),
+            adu_segs: Vec::new(),
             adus_dropped: 0,
             last_side: None,
             evicted: false,
@@ -381,13 +401,15 @@ impl Conn {
     }
 
     fn on_new_data(&mut self, cfg: &Config, d: usize, t: Timestamp, start: i64, end: i64, new_bytes: u64, payload: &[u8]) {
+        let room = self.adu_segs.len() < CONN_ADU_SEGS;
         if let Some(a) = self.adus.last_mut() {
             if a.side == d as u8 {
                 a.t_last = a.t_last.max(t);
                 a.bytes += new_bytes;
                 a.end = a.end.max(end);
-                if a.segs.len() < ADU_SEGS {
-                    a.segs.push((t, start, end, None));
+                if a.seg_len < ADU_SEGS && room {
+                    self.adu_segs.push((t, start, end, None));
+                    a.seg_len += 1;
                 }
                 return;
             }
@@ -406,11 +428,15 @@ impl Conn {
             bytes: new_bytes,
             start,
             end,
-            segs: vec![(t, start, end, None)],
+            seg_start: self.adu_segs.len() as u32,
+            seg_len: room as u32,
+            acked_upto: self.adu_segs.len() as u32,
             prefix,
             prefix_len: n as u8,
-            acked_upto: 0,
         });
+        if room {
+            self.adu_segs.push((t, start, end, None));
+        }
     }
 
     fn on_ack(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment) {
@@ -520,15 +546,17 @@ impl Conn {
                         // a lone segment at the end of a flight may have waited for the
                         // receiver's delayed-ACK timer: its ACK's spacing says nothing
                         let lone_tail = newly == 1 && a >= data.hi;
-                        let used = clean && same_burst && !lone_tail && send_gap.saturating_mul(2) < gap;
-                        let delay_sum = match (prev.seg_t, exact) {
-                            (Some(p), Some((et, _))) => prev.t.nanos_since(p) + t.nanos_since(et),
-                            _ => i64::MAX,
-                        };
-                        if data.bw.len() < cfg.max_samples {
-                            data.bw.push((t, bps, wire, gap, delay_sum, used));
-                        } else {
-                            data.samples_dropped += 1;
+                        let valid = clean && same_burst && !lone_tail && send_gap.saturating_mul(2) < gap;
+                        if valid {
+                            let delay_sum = match (prev.seg_t, exact) {
+                                (Some(p), Some((et, _))) => prev.t.nanos_since(p) + t.nanos_since(et),
+                                _ => i64::MAX,
+                            };
+                            if data.bw.len() < cfg.max_samples {
+                                data.bw.push(BwPair { t, bps, wire, gap, delay_sum });
+                            } else {
+                                data.samples_dropped += 1;
+                            }
                         }
                     }
                 }
@@ -555,8 +583,9 @@ impl Conn {
             }
             // ACK times of response segments, for the query-delay test
             for adu in self.adus.iter_mut().rev().take(4).filter(|x| x.side == o as u8) {
-                while adu.acked_upto < adu.segs.len() && adu.segs[adu.acked_upto].2 <= a {
-                    adu.segs[adu.acked_upto].3 = Some(t);
+                let end = adu.seg_start + adu.seg_len;
+                while adu.acked_upto < end && self.adu_segs[adu.acked_upto as usize].2 <= a {
+                    self.adu_segs[adu.acked_upto as usize].3 = Some(t);
                     adu.acked_upto += 1;
                 }
             }
@@ -630,7 +659,7 @@ impl Conn {
     }
 
     /// Builds the record. `cfg` decides roles for connections without a handshake.
-    pub fn into_record(self, cfg: &Config) -> ConnectionRecord {
+    pub fn into_record(&self, cfg: &Config) -> ConnectionRecord {
         let (ci, server_by) = self.roles(cfg);
         let si = 1 - ci;
         let c = &self.s[ci];
@@ -644,8 +673,23 @@ impl Conn {
             rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind: RttKind::Handshake });
         }
         rtt_samples.extend(sv.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Data }));
-        rtt_samples.extend(c.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Upstream }));
-        let min_rtt_ns = hs_rtt.into_iter().chain(sv.rtt.iter().map(|x| x.1)).filter(|r| *r > 0).min();
+        // The round trip at the tap is the tap→client→tap part plus the tap→server→tap part:
+        // the first is seen from the SYN-ACK to the client's ACK and from server data to the
+        // client's ACKs, the second from the SYN to the SYN-ACK. The minimum of the first plus
+        // the second is the path's minimum RTT wherever the tap sits (in front of the server
+        // the second part is the server's SYN-ACK turnaround, close to zero).
+        let down_part = (if handshake { self.hs_ack.map(|t| t.nanos_since(sv.syn.t_last)) } else { None })
+            .into_iter()
+            .chain(sv.rtt.iter().map(|x| x.1))
+            .filter(|r| *r >= 0)
+            .min();
+        let up_part = (if handshake { Some(sv.syn.t_last.nanos_since(c.syn.t_last)) } else { None }).filter(|r| *r >= 0);
+        let min_rtt_ns = match (down_part, up_part) {
+            (Some(d), Some(u)) => Some(d + u),
+            (Some(d), None) => Some(d),
+            _ => hs_rtt,
+        }
+        .filter(|r| *r > 0);
 
         let both = |f: fn(&SynInfo) -> bool| if c.syn.seen && sv.syn.seen { Some(f(&c.syn) && f(&sv.syn)) } else { None };
         let sack_ok = both(|s| s.sack_perm);
@@ -668,12 +712,13 @@ impl Conn {
         let loss = (sv.data_pkts > 0).then(|| (sv.retx_pkts.saturating_sub(spurious)) as f64 / sv.data_pkts as f64);
 
         // bandwidth from the client's ACKs of server data
-        let pairs: Vec<Pair> = sv.bw.iter().filter(|b| b.5).map(|b| Pair { bps: b.1, delay_sum_ns: b.4 }).collect();
-        let bw = bandwidth::combine(cfg.bw_method, &pairs);
+        let pairs: Vec<Pair> = sv.bw.iter().map(|b| Pair { bps: b.bps, delay_sum_ns: b.delay_sum }).collect();
+        let (bw, used) = bandwidth::combine(cfg.bw_method, &pairs);
         let bw_samples: Vec<BwSample> = sv
             .bw
             .iter()
-            .map(|b| BwSample { t: b.0, bps: b.1, bytes: b.2, gap_us: dur::ns_to_us(b.3), used: b.5 })
+            .zip(used)
+            .map(|(b, used)| BwSample { t: b.t, bps: b.bps, bytes: b.wire, gap_us: dur::ns_to_us(b.gap), used })
             .collect();
 
         // delayed-ACK policy in slow start
@@ -698,7 +743,7 @@ impl Conn {
                 _ => sv.max_seg,
             }
         };
-        let exchanges = build_exchanges(&self.adus, ci as u8, mss_eff);
+        let exchanges = build_exchanges(&self.adus, &self.adu_segs, ci as u8, mss_eff, if handshake { self.hs_ack } else { None });
         let first_req = exchanges.iter().find_map(|e| e.t_req_first);
         let last_resp = exchanges.iter().rev().find_map(|e| e.t_resp_last);
         let response_time = match (first_req, last_resp) {
@@ -838,10 +883,13 @@ fn other_acks_beyond(data: &Side, _acker: &Side) -> bool {
 }
 
 /// Pairs request and response data units into exchanges and runs the query-delay test.
-fn build_exchanges(adus: &[Adu], client: u8, mss: u32) -> Vec<Exchange> {
+///
+/// Think time is the client's pause before a request: after the previous response, or for the
+/// first request after the handshake completed (`connected`).
+fn build_exchanges(adus: &[Adu], segs: &[AduSeg], client: u8, mss: u32, connected: Option<Timestamp>) -> Vec<Exchange> {
     let mut out: Vec<Exchange> = Vec::new();
     let mut i = 0;
-    let mut prev_resp_last: Option<Timestamp> = None;
+    let mut prev_resp_last: Option<Timestamp> = connected;
     while i < adus.len() {
         // data units alternate sides: a request is followed by its response, if any;
         // data the server sent first is a response without a request
@@ -853,10 +901,10 @@ fn build_exchanges(adus: &[Adu], client: u8, mss: u32) -> Vec<Exchange> {
             i += 1;
             (None, Some(&adus[i - 1]))
         };
-        let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize])).map(str::to_string);
+        let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize]));
         let status = resp.and_then(|r| http::response_status(&r.prefix[..r.prefix_len as usize]));
         let (query_delay, header) = match resp {
-            Some(r) => query_delay(r, mss),
+            Some(r) => query_delay(r, &segs[r.seg_start as usize..(r.seg_start + r.seg_len) as usize], mss),
             None => (None, None),
         };
         let think = match (prev_resp_last, req) {
@@ -895,8 +943,7 @@ fn build_exchanges(adus: &[Adu], client: u8, mss: u32) -> Vec<Exchange> {
 /// what the server had written), begins the part that waited on the query. Returns the delay
 /// from the first response segment to `c` and the bytes sent before `c`; (0, all bytes) when
 /// no such split exists.
-fn query_delay(r: &Adu, mss: u32) -> (Option<i64>, Option<u64>) {
-    let segs = &r.segs;
+fn query_delay(r: &Adu, segs: &[AduSeg], mss: u32) -> (Option<i64>, Option<u64>) {
     let Some(&(t0, s0, _, _)) = segs.first() else {
         return (None, None);
     };

@@ -242,29 +242,42 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     }
     let started = Instant::now();
     let mut source = FrameSource::open(&opts.inputs, opts.progress.clone())?;
-    let mut store = RecordStore::create(&opts.output)?;
-    let mut totals = Totals::default();
-    let mut db_error: Option<DbError> = None;
+    let store = RecordStore::create(&opts.output)?;
+    // the database is loaded on its own thread while the analysis goes on
+    let (tx, rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(8);
+    let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(move || -> Result<RecordStore, DbError> {
+        let mut store = store;
+        for batch in rx {
+            for r in batch {
+                store.insert(r)?;
+            }
+        }
+        Ok(store)
+    });
+    let writer = writer.map_err(|e| AnalyzeError::Db(DbError::Io { path: opts.output.clone(), source: e }))?;
+    let mut sink = Sink { tx, batch: Vec::with_capacity(SINK_BATCH), totals: Totals::default() };
 
     let stats = if opts.threads <= 1 {
         let mut an = Analyzer::new(opts.config.clone());
         source.run(|no, ts, link, data| {
             let _ = an.handle_frame(no, ts, link, data);
             while let Some(r) = an.poll_record() {
-                store_record(&mut store, &mut totals, &r, &mut db_error);
+                sink.push(r);
             }
         });
         an.finish();
         while let Some(r) = an.poll_record() {
-            store_record(&mut store, &mut totals, &r, &mut db_error);
+            sink.push(r);
         }
         an.stats().clone()
     } else {
-        run_sharded(&mut source, opts, &mut store, &mut totals, &mut db_error)
+        run_sharded(&mut source, opts, &mut sink)
     };
-    if let Some(e) = db_error {
-        return Err(e.into());
-    }
+    let totals = sink.finish();
+    let store = match writer.join() {
+        Ok(r) => r?,
+        Err(_) => return Err(AnalyzeError::Db(DbError::Io { path: opts.output.clone(), source: std::io::Error::other("database writer failed") })),
+    };
 
     let mut stats = stats;
     stats.merge(&source.unreadable);
@@ -295,6 +308,10 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     };
     write_meta(&store, opts, &summary)?;
     store.commit()?;
+    // the time includes building the indexes and committing the database
+    let mut summary = summary;
+    summary.elapsed_s = started.elapsed().as_secs_f64();
+    summary.frames_per_s = if summary.elapsed_s > 0.0 { summary.frames as f64 / summary.elapsed_s } else { 0.0 };
     Ok(summary)
 }
 
@@ -307,19 +324,37 @@ struct Totals {
     pruned: BTreeMap<PruneReason, u64>,
 }
 
-fn store_record(store: &mut RecordStore, totals: &mut Totals, r: &ConnectionRecord, err: &mut Option<DbError>) {
-    if err.is_some() {
-        return;
+const SINK_BATCH: usize = 256;
+
+/// Counts records and hands them, in batches, to the database writer thread.
+struct Sink {
+    tx: mpsc::SyncSender<Vec<ConnectionRecord>>,
+    batch: Vec<ConnectionRecord>,
+    totals: Totals,
+}
+
+impl Sink {
+    fn push(&mut self, r: ConnectionRecord) {
+        let t = &mut self.totals;
+        t.connections += 1;
+        t.complete += r.complete() as u64;
+        t.exchanges += r.exchanges.len() as u64;
+        t.with_bw += r.bw_bps.is_some() as u64;
+        for p in &r.prune {
+            *t.pruned.entry(*p).or_default() += 1;
+        }
+        self.batch.push(r);
+        if self.batch.len() >= SINK_BATCH {
+            // a send fails only when the writer stopped on an error, reported at its join
+            let _ = self.tx.send(std::mem::replace(&mut self.batch, Vec::with_capacity(SINK_BATCH)));
+        }
     }
-    totals.connections += 1;
-    totals.complete += r.complete() as u64;
-    totals.exchanges += r.exchanges.len() as u64;
-    totals.with_bw += r.bw_bps.is_some() as u64;
-    for p in &r.prune {
-        *totals.pruned.entry(*p).or_default() += 1;
-    }
-    if let Err(e) = store.insert(r) {
-        *err = Some(e);
+
+    fn finish(self) -> Totals {
+        if !self.batch.is_empty() {
+            let _ = self.tx.send(self.batch);
+        }
+        self.totals
     }
 }
 
@@ -383,13 +418,7 @@ const BATCH: usize = 1024;
 
 /// `--threads N`: this thread reads and decodes; N analyzer shards each own the connections
 /// whose direction-free flow hash falls to them; records come back here to be written.
-fn run_sharded(
-    source: &mut FrameSource,
-    opts: &RunOptions,
-    store: &mut RecordStore,
-    totals: &mut Totals,
-    db_error: &mut Option<DbError>,
-) -> AnalyzerStats {
+fn run_sharded(source: &mut FrameSource, opts: &RunOptions, sink: &mut Sink) -> AnalyzerStats {
     let n = opts.threads;
     let (rec_tx, rec_rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(64);
     let mut txs = Vec::new();
@@ -428,10 +457,10 @@ fn run_sharded(
     let mut reader_stats = AnalyzerStats::default();
     let mut batches: Vec<Vec<Moved>> = (0..n).map(|_| Vec::with_capacity(BATCH)).collect();
     {
-        let drain = |store: &mut RecordStore, totals: &mut Totals, db_error: &mut Option<DbError>| {
+        let drain = |sink: &mut Sink| {
             while let Ok(recs) = rec_rx.try_recv() {
-                for r in &recs {
-                    store_record(store, totals, r, db_error);
+                for r in recs {
+                    sink.push(r);
                 }
             }
         };
@@ -446,7 +475,7 @@ fn run_sharded(
                 if batches[shard].len() >= BATCH {
                     let full = std::mem::replace(&mut batches[shard], Vec::with_capacity(BATCH));
                     let _ = txs[shard].send(full);
-                    drain(store, totals, db_error);
+                    drain(sink);
                 }
             }
             Err(e) => {
@@ -467,8 +496,8 @@ fn run_sharded(
         pending.extend(recs);
     }
     pending.sort_by_key(|r| r.id);
-    for r in &pending {
-        store_record(store, totals, r, db_error);
+    for r in pending {
+        sink.push(r);
     }
     let mut stats = reader_stats;
     for h in handles {

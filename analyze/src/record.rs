@@ -115,7 +115,7 @@ pub struct Exchange {
     pub query_delay_us: Option<i64>,
     pub header_bytes: Option<u64>,
     pub think_time_us: Option<i64>,
-    pub method: Option<String>,
+    pub method: Option<&'static str>,
     pub status: Option<u16>,
 }
 
@@ -126,8 +126,6 @@ pub enum RttKind {
     Handshake,
     /// Server data to the client's ACK (the downstream round trip).
     Data,
-    /// Client data to the server's ACK (the tap-to-server round trip).
-    Upstream,
 }
 
 impl RttKind {
@@ -135,7 +133,6 @@ impl RttKind {
         match self {
             RttKind::Handshake => "handshake",
             RttKind::Data => "data",
-            RttKind::Upstream => "upstream",
         }
     }
 }

@@ -1,9 +1,14 @@
 //! Writing connection records into a mimic database (schema `schemas/0001_init.sql`).
+//!
+//! Bulk loading is the expensive part of an analysis (a busy trace yields millions of
+//! exchange and sample rows), so rows are buffered and inserted many per statement with
+//! pre-bound parameters, and the indexes are built once at the end.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use mimic_core::db::{set_meta, AtomicDb, DbError};
-use rusqlite::params;
+use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::Timestamp;
+use rusqlite::{Connection, ToSql};
 
 use crate::record::ConnectionRecord;
 
@@ -11,155 +16,177 @@ use crate::record::ConnectionRecord;
 /// transaction and the file takes its final name only in [`RecordStore::commit`].
 pub struct RecordStore {
     db: AtomicDb,
+    pending: Vec<ConnectionRecord>,
     pub connections: u64,
     pub exchanges: u64,
     pub rtt_samples: u64,
     pub bw_samples: u64,
 }
 
-fn sq(dest: &Path) -> impl Fn(rusqlite::Error) -> DbError + '_ {
-    move |source| DbError::Sqlite { path: dest.to_path_buf(), source }
+const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vlan, ip_version, t_syn, t_first, t_end,
+    complete, prune_reason, server_by, min_rtt_us, hs_rtt_us, rtt_samples, mss_client, mss_server, wscale_client,
+    wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
+    data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, data_pkts_up, data_bytes_up, retx_up,
+    bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
+    response_time_us, holes_down, holes_up, frames";
+const CONN_N: usize = 48;
+const EXCH_COLS: &str = "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
+    response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
+const EXCH_N: usize = 14;
+const RTT_COLS: &str = "conn_id, t_us, rtt_us, kind";
+const RTT_N: usize = 4;
+const BW_COLS: &str = "conn_id, t_us, bps, bytes, gap_us, used";
+const BW_N: usize = 6;
+
+/// Rows per multi-row INSERT, and records buffered before a flush.
+const CHUNK: usize = 64;
+const BUFFER_RECORDS: usize = 512;
+
+fn insert_sql(table: &str, cols: &str, n: usize, rows: usize) -> String {
+    let one = format!("({})", vec!["?"; n].join(","));
+    format!("INSERT INTO {table} ({cols}) VALUES {}", vec![one.as_str(); rows].join(","))
+}
+
+fn us(t: Option<Timestamp>) -> Option<i64> {
+    t.map(|t| t.as_micros())
+}
+
+/// Binds and executes `rows` through multi-row statements of CHUNK rows, the rest one by one.
+fn load<R>(conn: &Connection, table: &str, cols: &str, n: usize, rows: &[R], bind: impl Fn(&mut Binder, &R)) -> rusqlite::Result<()> {
+    let mut chunks = rows.chunks_exact(CHUNK);
+    if chunks.len() > 0 {
+        let mut st = conn.prepare_cached(&insert_sql(table, cols, n, CHUNK))?;
+        for chunk in &mut chunks {
+            let mut b = Binder { st: &mut st, idx: 1, err: None };
+            for r in chunk {
+                bind(&mut b, r);
+            }
+            if let Some(e) = b.err {
+                return Err(e);
+            }
+            st.raw_execute()?;
+        }
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut st = conn.prepare_cached(&insert_sql(table, cols, n, 1))?;
+        for r in rest {
+            let mut b = Binder { st: &mut st, idx: 1, err: None };
+            bind(&mut b, r);
+            if let Some(e) = b.err {
+                return Err(e);
+            }
+            st.raw_execute()?;
+        }
+    }
+    Ok(())
+}
+
+/// Binds parameters in order, remembering the first error.
+struct Binder<'a, 'b> {
+    st: &'a mut rusqlite::CachedStatement<'b>,
+    idx: usize,
+    err: Option<rusqlite::Error>,
+}
+
+impl Binder<'_, '_> {
+    #[inline]
+    fn v<T: ToSql>(&mut self, v: T) -> &mut Self {
+        if self.err.is_none() {
+            if let Err(e) = self.st.raw_bind_parameter(self.idx, v) {
+                self.err = Some(e);
+            }
+        }
+        self.idx += 1;
+        self
+    }
 }
 
 impl RecordStore {
     pub fn create(dest: &Path) -> Result<RecordStore, DbError> {
-        let db = AtomicDb::create(dest)?;
-        db.conn().execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -65536; BEGIN;").map_err(sq(dest))?;
-        Ok(RecordStore { db, connections: 0, exchanges: 0, rtt_samples: 0, bw_samples: 0 })
+        let db = AtomicDb::create_with(dest, false)?;
+        db.conn()
+            .execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; BEGIN;")
+            .map_err(|source| DbError::Sqlite { path: dest.to_path_buf(), source })?;
+        Ok(RecordStore { db, pending: Vec::with_capacity(BUFFER_RECORDS), connections: 0, exchanges: 0, rtt_samples: 0, bw_samples: 0 })
     }
 
-    pub fn conn(&self) -> &rusqlite::Connection {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> DbError + '_ {
+        move |source| DbError::Sqlite { path: self.db.dest().to_path_buf(), source }
+    }
+
+    pub fn conn(&self) -> &Connection {
         self.db.conn()
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<(), DbError> {
-        set_meta(self.db.conn(), key, value).map_err(sq(self.db.dest()))
+        set_meta(self.db.conn(), key, value).map_err(self.err())
     }
 
-    pub fn insert(&mut self, r: &ConnectionRecord) -> Result<(), DbError> {
-        let dest = self.db.dest().to_path_buf();
-        let c = self.db.conn();
-        let us = |t: Option<mimic_core::Timestamp>| t.map(|t| t.as_micros());
-        let b = |x: Option<bool>| x.map(|v| v as i64);
-        let mut st = c
-            .prepare_cached(
-                "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, vlan, ip_version, t_syn, t_first, t_end,
-                 complete, prune_reason, server_by, min_rtt_us, hs_rtt_us, rtt_samples, mss_client, mss_server, wscale_client,
-                 wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
-                 data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, data_pkts_up, data_bytes_up, retx_up,
-                 bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
-                 response_time_us, holes_down, holes_up, frames)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
-                 ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43, ?44, ?45, ?46,
-                 ?47, ?48)",
-            )
-            .map_err(sq(&dest))?;
-        st.execute(params![
-            r.id as i64,
-            r.client_ip.to_string(),
-            r.client_port,
-            r.server_ip.to_string(),
-            r.server_port,
-            r.vlan,
-            r.ip_version(),
-            us(r.t_syn),
-            r.t_first.as_micros(),
-            r.t_end.as_micros(),
-            r.complete() as i64,
-            r.prune_reason(),
-            r.server_by.as_str(),
-            r.min_rtt_us,
-            r.hs_rtt_us,
-            r.rtt_sample_count,
-            r.mss_client,
-            r.mss_server,
-            r.wscale_client,
-            r.wscale_server,
-            b(r.sack_ok),
-            b(r.ts_ok),
-            b(r.ecn_ok),
-            r.syn_retx,
-            r.rwin_bytes.map(|v| v as i64),
-            r.rwin_syn_bytes.map(|v| v as i64),
-            r.zero_window,
-            r.data_pkts_down as i64,
-            r.data_bytes_down as i64,
-            r.retx_down as i64,
-            r.spurious_retx_down as i64,
-            r.spurious_by,
-            r.loss_rate_down,
-            r.data_pkts_up as i64,
-            r.data_bytes_up as i64,
-            r.retx_up as i64,
-            r.bw_bps,
-            r.bw_samples.iter().filter(|s| s.used).count() as i64,
-            r.delack_policy.as_str(),
-            r.acks_per_seg,
-            r.delack_timeout_us,
-            r.termination.as_str(),
-            r.closed_by,
-            r.exchanges.len() as i64,
-            r.response_time_us,
-            r.holes_down,
-            r.holes_up,
-            r.frames as i64,
-        ])
-        .map_err(sq(&dest))?;
-        if !r.exchanges.is_empty() {
-            let mut st = c
-                .prepare_cached(
-                    "INSERT INTO exchanges (conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
-                     response_delay_us, query_delay_us, header_bytes, think_time_us, method, status)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                )
-                .map_err(sq(&dest))?;
-            for e in &r.exchanges {
-                st.execute(params![
-                    r.id as i64,
-                    e.seq,
-                    us(e.t_req_first),
-                    us(e.t_req_last),
-                    e.req_bytes as i64,
-                    us(e.t_resp_first),
-                    us(e.t_resp_last),
-                    e.resp_bytes as i64,
-                    e.response_delay_us,
-                    e.query_delay_us,
-                    e.header_bytes.map(|v| v as i64),
-                    e.think_time_us,
-                    e.method,
-                    e.status,
-                ])
-                .map_err(sq(&dest))?;
-            }
-        }
-        if !r.rtt_samples.is_empty() {
-            let mut st = c
-                .prepare_cached("INSERT INTO rtt_samples (conn_id, t_us, rtt_us, kind) VALUES (?1, ?2, ?3, ?4)")
-                .map_err(sq(&dest))?;
-            for s in &r.rtt_samples {
-                st.execute(params![r.id as i64, s.t.as_micros(), s.rtt_us, s.kind.as_str()]).map_err(sq(&dest))?;
-            }
-        }
-        if !r.bw_samples.is_empty() {
-            let mut st = c
-                .prepare_cached("INSERT INTO bw_samples (conn_id, t_us, bps, bytes, gap_us, used) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-                .map_err(sq(&dest))?;
-            for s in &r.bw_samples {
-                st.execute(params![r.id as i64, s.t.as_micros(), s.bps, s.bytes as i64, s.gap_us, s.used as i64]).map_err(sq(&dest))?;
-            }
-        }
+    /// Queues a record; rows reach the database in batches.
+    pub fn insert(&mut self, r: ConnectionRecord) -> Result<(), DbError> {
         self.connections += 1;
         self.exchanges += r.exchanges.len() as u64;
         self.rtt_samples += r.rtt_samples.len() as u64;
         self.bw_samples += r.bw_samples.len() as u64;
+        self.pending.push(r);
+        if self.pending.len() >= BUFFER_RECORDS {
+            self.flush()?;
+        }
         Ok(())
     }
 
-    /// Ends the transaction and moves the database to its final name.
-    pub fn commit(self) -> Result<std::path::PathBuf, DbError> {
-        let dest = self.db.dest().to_path_buf();
-        self.db.conn().execute_batch("COMMIT;").map_err(sq(&dest))?;
+    fn flush(&mut self) -> Result<(), DbError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let recs = std::mem::take(&mut self.pending);
+        let c = self.db.conn();
+        let res = (|| -> rusqlite::Result<()> {
+            load(c, "connections", CONN_COLS, CONN_N, &recs, |b, r| {
+                let bo = |x: Option<bool>| x.map(|v| v as i64);
+                b.v(r.id as i64).v(r.client_ip.to_string()).v(r.client_port).v(r.server_ip.to_string()).v(r.server_port);
+                b.v(r.vlan).v(r.ip_version()).v(us(r.t_syn)).v(r.t_first.as_micros()).v(r.t_end.as_micros());
+                b.v(r.complete() as i64).v(r.prune_reason()).v(r.server_by.as_str()).v(r.min_rtt_us).v(r.hs_rtt_us);
+                b.v(r.rtt_sample_count).v(r.mss_client).v(r.mss_server).v(r.wscale_client).v(r.wscale_server);
+                b.v(bo(r.sack_ok)).v(bo(r.ts_ok)).v(bo(r.ecn_ok)).v(r.syn_retx);
+                b.v(r.rwin_bytes.map(|v| v as i64)).v(r.rwin_syn_bytes.map(|v| v as i64)).v(r.zero_window);
+                b.v(r.data_pkts_down as i64).v(r.data_bytes_down as i64).v(r.retx_down as i64).v(r.spurious_retx_down as i64);
+                b.v(r.spurious_by).v(r.loss_rate_down).v(r.data_pkts_up as i64).v(r.data_bytes_up as i64).v(r.retx_up as i64);
+                b.v(r.bw_bps).v(r.bw_samples.iter().filter(|s| s.used).count() as i64).v(r.delack_policy.as_str());
+                b.v(r.acks_per_seg).v(r.delack_timeout_us).v(r.termination.as_str()).v(r.closed_by);
+                b.v(r.exchanges.len() as i64).v(r.response_time_us).v(r.holes_down).v(r.holes_up).v(r.frames as i64);
+            })?;
+            let ex: Vec<(i64, &crate::record::Exchange)> =
+                recs.iter().flat_map(|r| r.exchanges.iter().map(move |e| (r.id as i64, e))).collect();
+            load(c, "exchanges", EXCH_COLS, EXCH_N, &ex, |b, (id, e)| {
+                b.v(*id).v(e.seq).v(us(e.t_req_first)).v(us(e.t_req_last)).v(e.req_bytes as i64);
+                b.v(us(e.t_resp_first)).v(us(e.t_resp_last)).v(e.resp_bytes as i64).v(e.response_delay_us);
+                b.v(e.query_delay_us).v(e.header_bytes.map(|v| v as i64)).v(e.think_time_us).v(e.method.as_deref()).v(e.status);
+            })?;
+            let rtt: Vec<(i64, &crate::record::RttSample)> =
+                recs.iter().flat_map(|r| r.rtt_samples.iter().map(move |s| (r.id as i64, s))).collect();
+            load(c, "rtt_samples", RTT_COLS, RTT_N, &rtt, |b, (id, s)| {
+                b.v(*id).v(s.t.as_micros()).v(s.rtt_us).v(s.kind.as_str());
+            })?;
+            let bw: Vec<(i64, &crate::record::BwSample)> =
+                recs.iter().flat_map(|r| r.bw_samples.iter().map(move |s| (r.id as i64, s))).collect();
+            load(c, "bw_samples", BW_COLS, BW_N, &bw, |b, (id, s)| {
+                b.v(*id).v(s.t.as_micros()).v(s.bps).v(s.bytes as i64).v(s.gap_us).v(s.used as i64);
+            })?;
+            Ok(())
+        })();
+        res.map_err(self.err())
+    }
+
+    /// Writes what is buffered, builds the indexes, ends the transaction and moves the
+    /// database to its final name.
+    pub fn commit(mut self) -> Result<PathBuf, DbError> {
+        self.flush()?;
+        for ix in index_statements() {
+            self.db.conn().execute_batch(ix).map_err(self.err())?;
+        }
+        self.db.conn().execute_batch("COMMIT;").map_err(self.err())?;
         self.db.commit()
     }
 }

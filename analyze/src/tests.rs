@@ -125,8 +125,9 @@ fn handshake_rtt_exchange_and_fin() {
     assert_eq!(r.server_by, ServerBy::Syn);
     // SYN → client's ACK of the SYN-ACK: 0.1 ms + 50 ms
     assert_eq!(r.hs_rtt_us, Some(50_100));
-    // the data sample (response → ACK) is exactly 50 ms, below the handshake's
-    assert_eq!(r.min_rtt_us, Some(50_000));
+    // min RTT: the client part (response → ACK, 50 ms) plus the server part (SYN → SYN-ACK
+    // 0.1 ms, below the request → ACK 0.2 ms)
+    assert_eq!(r.min_rtt_us, Some(50_100));
     assert_eq!(r.mss_client, Some(1460));
     assert_eq!(r.wscale_client, Some(7));
     assert_eq!(r.sack_ok, Some(true));
@@ -247,14 +248,13 @@ fn delayed_ack_client() {
     assert_eq!(r.min_rtt_us, Some(60_100));
     assert_eq!(r.delack_timeout_us, Some(199_900));
     // ACK pairs within the burst give the bottleneck; the pair ending at the lone segment's
-    // delayed ACK is recorded but not used
-    let used: Vec<&BwSample> = r.bw_samples.iter().filter(|s| s.used).collect();
-    assert_eq!(used.len(), 2, "{:?}", r.bw_samples);
-    for s in &used {
+    // delayed ACK does not qualify as a sample
+    assert_eq!(r.bw_samples.len(), 2, "{:?}", r.bw_samples);
+    for s in &r.bw_samples {
+        assert!(s.used);
         assert_eq!(s.bytes, 2 * 1040);
         assert_eq!(s.gap_us, 1664);
     }
-    assert!(r.bw_samples.iter().any(|s| !s.used && s.bytes == 1040));
     let bw = r.bw_bps.unwrap();
     assert!((bw - 10e6).abs() < 1.0, "{bw}");
 }
@@ -276,9 +276,9 @@ fn quick_ack_client_and_bandwidth() {
     assert_eq!(r.acks_per_seg, Some(1.0));
     let bw = r.bw_bps.unwrap();
     assert!((bw - 10e6).abs() < 1e3, "{bw}");
-    // nine pairs; the last ACK covers the flight's lone final segment and is not used
-    assert_eq!(r.bw_samples.len(), 9);
-    assert_eq!(r.bw_samples.iter().filter(|s| s.used).count(), 8);
+    // nine pairs; the last ACK covers the flight's lone final segment and does not qualify
+    assert_eq!(r.bw_samples.len(), 8);
+    assert!(r.bw_samples.iter().all(|s| s.used && s.gap_us == 832));
     assert_eq!(r.delack_timeout_us, None);
 }
 
@@ -341,7 +341,7 @@ fn sequence_wraparound() {
     assert_eq!(r.retx_down, 0);
     assert_eq!(r.holes_down, 0);
     assert_eq!(r.exchanges[0].resp_bytes, 3000);
-    assert_eq!(r.min_rtt_us, Some(10_000 - 20));
+    assert_eq!(r.min_rtt_us, Some(10_000 - 20 + 100));
 }
 
 #[test]
@@ -390,7 +390,8 @@ fn persistent_connection_think_time() {
     }
     let r = &w.finish()[0];
     assert_eq!(r.exchanges.len(), 3);
-    assert_eq!(r.exchanges[0].think_time_us, None);
+    // before the first request: 1 ms after the handshake completed
+    assert_eq!(r.exchanges[0].think_time_us, Some(1_000));
     assert_eq!(r.exchanges[1].think_time_us, Some(498_000));
     assert_eq!(r.exchanges[2].think_time_us, Some(498_000));
     assert_eq!(r.response_time_us, Some(1_002_000));
@@ -431,3 +432,4 @@ fn idle_connections_are_closed_in_capture_time() {
     assert_eq!(first.client_port, 40000);
     assert_eq!(w.an.stats().idle_closed, 1);
 }
+

@@ -9,6 +9,10 @@ use clap::{Parser, Subcommand};
 mod cmd;
 mod progress;
 
+// Analysis allocates and frees many small per-connection buffers on several threads.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "mimic", version, about = "Capture, distil and replay TCP workloads to predict what a TCP stack change does to response times")]
 struct Cli {

@@ -1,5 +1,8 @@
 //! `analyze_file TRACE OUT.db [THREADS]`: runs the analysis driver without the CLI (for
 //! profiling the library on its own).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let threads = a.get(3).and_then(|t| t.parse().ok()).unwrap_or(1);

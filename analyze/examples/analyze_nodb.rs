@@ -2,6 +2,9 @@
 //! measure the analyzer without the database).
 use mimic_core::trace::TraceReader;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let path = std::env::args().nth(1).expect("TRACE");
     let mut r = TraceReader::open(&path).expect("open");

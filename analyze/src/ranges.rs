@@ -24,6 +24,21 @@ impl RangeSet {
         if end <= start {
             return Insert { new_bytes: 0, old_bytes: 0 };
         }
+        // fast path: in-order data extends the last range or starts a new one after it
+        if let Some(last) = self.ranges.last_mut() {
+            if start >= last.0 && start <= last.1 && end >= last.1 {
+                let old = last.1 - start;
+                last.1 = end;
+                return Insert { new_bytes: (end - start) - old, old_bytes: old };
+            }
+            if start > last.1 && self.ranges.len() < Self::MAX_RANGES {
+                self.ranges.push((start, end));
+                return Insert { new_bytes: end - start, old_bytes: 0 };
+            }
+        } else {
+            self.ranges.push((start, end));
+            return Insert { new_bytes: end - start, old_bytes: 0 };
+        }
         // ranges are sorted by start and disjoint (adjacent ones merged)
         let i = self.ranges.partition_point(|r| r.1 < start);
         let mut j = i;

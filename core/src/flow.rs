@@ -48,7 +48,7 @@ impl fmt::Debug for VlanStack {
     }
 }
 
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
     pub addr: IpAddr,
     pub port: u16,
@@ -57,6 +57,24 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(addr: IpAddr, port: u16) -> Self {
         Endpoint { addr, port }
+    }
+    /// Address and port packed into one integer (IPv4 and IPv6 never collide): cheap to hash
+    /// and to compare.
+    #[inline]
+    fn packed(&self) -> (u128, u32) {
+        match self.addr {
+            IpAddr::V4(a) => (u32::from(a) as u128, self.port as u32),
+            IpAddr::V6(a) => (u128::from(a), self.port as u32 | 1 << 16),
+        }
+    }
+}
+
+impl Hash for Endpoint {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let (a, p) = self.packed();
+        state.write_u64(a as u64);
+        state.write_u64((a >> 64) as u64 ^ (p as u64) << 40);
     }
 }
 
@@ -88,7 +106,7 @@ impl FlowKey {
     /// swapped to get there. Both directions of a connection map to one canonical key.
     #[inline]
     pub fn canonical(&self) -> (FlowKey, bool) {
-        if (self.src.addr, self.src.port) <= (self.dst.addr, self.dst.port) {
+        if self.src.packed() <= self.dst.packed() {
             (*self, false)
         } else {
             (self.reversed(), true)
@@ -115,7 +133,7 @@ impl FlowKey {
 impl Hash for FlowKey {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.vlan.hash(state);
+        state.write_u64(self.vlan.0);
         self.src.hash(state);
         self.dst.hash(state);
     }

@@ -190,6 +190,17 @@ impl TcpOptions {
 
     pub fn parse(mut bytes: &[u8]) -> TcpOptions {
         let mut o = TcpOptions::default();
+        // fast path for the two layouts that make up nearly every segment: no options, and
+        // NOP NOP TS (RFC 7323 appendix A)
+        if bytes.is_empty() {
+            return o;
+        }
+        if bytes.len() == 12 && bytes[..4] == [1, 1, 8, 10] {
+            let v = u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+            let e = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            o.timestamp = Some((v, e));
+            return o;
+        }
         'outer: loop {
             let mut it = TcpOptionsIterator::from_slice(bytes);
             loop {
@@ -634,6 +645,18 @@ mod tests {
         nf.extend_from_slice(ip);
         assert_eq!(decode(LinkType::Nflog, &nf).unwrap().dport, 80);
         assert_eq!(decode(LinkType::Unknown(147), ip).unwrap_err(), DecodeError::UnsupportedLinkType);
+    }
+
+    #[test]
+    fn timestamp_fast_path_matches_general_parse() {
+        let b = [1, 1, 8, 10, 0, 0, 1, 0, 0, 0, 0, 7];
+        let fast = TcpOptions::parse(&b);
+        let mut general = TcpOptions::default();
+        for e in TcpOptionsIterator::from_slice(&b) {
+            general.apply(e.unwrap());
+        }
+        assert_eq!(fast, general);
+        assert_eq!(fast.timestamp, Some((256, 7)));
     }
 
     #[test]

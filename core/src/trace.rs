@@ -211,7 +211,7 @@ impl TraceReader {
     /// it remain valid.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, TraceError> {
         if self.pending_consume > 0 {
-            self.inner.consume(self.pending_consume);
+            self.inner.consume_noshift(self.pending_consume);
             self.pending_consume = 0;
         }
         loop {
@@ -264,25 +264,25 @@ impl TraceReader {
                 }
             };
             match step {
-                Step::Skip(offset) => self.inner.consume(offset),
+                Step::Skip(offset) => self.inner.consume_noshift(offset),
                 Step::LegacyHeader { offset, link, nanos, big_endian } => {
                     self.legacy_link = link;
                     self.legacy_units = if nanos { 1_000_000_000 } else { 1_000_000 };
                     self.format = Some(Format::Pcap { nanos, big_endian });
-                    self.inner.consume(offset);
+                    self.inner.consume_noshift(offset);
                 }
                 Step::Section { offset, big_endian } => {
                     self.interfaces.clear();
                     self.section_big_endian = big_endian;
-                    self.inner.consume(offset);
+                    self.inner.consume_noshift(offset);
                 }
                 Step::Interface { offset, link, units_per_sec, offset_secs } => {
                     self.interfaces.push(Interface { link, units_per_sec, offset_secs });
-                    self.inner.consume(offset);
+                    self.inner.consume_noshift(offset);
                 }
                 Step::IfStats { offset, dropped } => {
                     self.stats.if_dropped += dropped;
-                    self.inner.consume(offset);
+                    self.inner.consume_noshift(offset);
                 }
                 Step::Packet { offset, ts, iface, wire_len, data_ptr, data_len } => {
                     let (link, ts) = match ts {
@@ -300,7 +300,7 @@ impl TraceReader {
                             }
                             None => {
                                 self.stats.unknown_interface += 1;
-                                self.inner.consume(offset);
+                                self.inner.consume_noshift(offset);
                                 continue;
                             }
                         },
@@ -311,14 +311,14 @@ impl TraceReader {
                             }
                             None => {
                                 self.stats.unknown_interface += 1;
-                                self.inner.consume(offset);
+                                self.inner.consume_noshift(offset);
                                 continue;
                             }
                         },
                     };
                     let Some(ts) = ts else {
                         self.stats.ts_out_of_range += 1;
-                        self.inner.consume(offset);
+                        self.inner.consume_noshift(offset);
                         continue;
                     };
                     // Locate the packet bytes in the (still unconsumed) buffer.

@@ -1,1 +1,532 @@
-//! `mimic capture` command-line tests.
+//! `mimic capture` command-line tests (file and DPDK net_pcap sources; no network needed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mimic_core::packet::decode;
+use mimic_core::trace::TraceReader;
+
+use crate::common::{mimic, require_tool, stderr, tempdir, trace};
+
+/// One kept packet: timestamp (ns), wire length, bytes.
+type Pkt = (i64, u32, Vec<u8>);
+
+pub fn read_packets(files: &[PathBuf]) -> Vec<Pkt> {
+    let mut out = Vec::new();
+    for f in files {
+        let mut r = TraceReader::open(f).unwrap_or_else(|e| panic!("{e}"));
+        while let Some(fr) = r.next_frame().unwrap_or_else(|e| panic!("{e}")) {
+            out.push((fr.ts.as_nanos(), fr.wire_len, fr.data.to_vec()));
+        }
+    }
+    out
+}
+
+/// The closed pcapng files of a capture directory, in name order; fails on a leftover `.part`.
+pub fn pcapng_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            !name.ends_with(".part"),
+            "left-over partial file {}",
+            p.display()
+        );
+        if name.ends_with(".pcapng") {
+            v.push(p);
+        }
+    }
+    v.sort();
+    v
+}
+
+/// `capinfos` and `tshark -r` read the file without complaint; returns tshark's packet count.
+pub fn wireshark_reads(f: &Path) -> usize {
+    require_tool("capinfos");
+    require_tool("tshark");
+    let o = Command::new("capinfos")
+        .arg("-c")
+        .arg("-M")
+        .arg(f)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "capinfos {}: {}",
+        f.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new("tshark")
+        .arg("-n")
+        .arg("-r")
+        .arg(f)
+        .arg("-T")
+        .arg("fields")
+        .arg("-e")
+        .arg("frame.number")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tshark -r {}: {}",
+        f.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("appears to be damaged") && !err.contains("cut short"),
+        "tshark -r {}: {err}",
+        f.display()
+    );
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+pub fn summary(dir: &Path) -> serde_json::Value {
+    let p = dir.join("capture-summary.json");
+    serde_json::from_str(
+        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+pub fn keygen(dir: &Path) -> PathBuf {
+    let k = dir.join("test.key");
+    let o = mimic()
+        .args(["capture", "keygen"])
+        .arg(&k)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    k
+}
+
+/// Runs `mimic capture` on a file source; returns the output directory's closed files.
+fn capture_file(input: &Path, out: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let o = mimic()
+        .arg("-q")
+        .arg("capture")
+        .arg("--source")
+        .arg(format!("pcap:{}", input.display()))
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mimic capture failed: {}", stderr(&o));
+    pcapng_files(out)
+}
+
+/// Connections (canonical 4-tuple) → (directions seen (true = from the higher endpoint), packets).
+pub fn directions(pkts: &[Pkt]) -> BTreeMap<String, (BTreeSet<bool>, usize)> {
+    let mut m: BTreeMap<String, (BTreeSet<bool>, usize)> = BTreeMap::new();
+    for (_, _, d) in pkts {
+        if let Ok(s) = decode(mimic_core::LinkType::Ethernet, d) {
+            let (c, swapped) = s.flow_key().canonical();
+            let e = m.entry(format!("{:?}-{:?}", c.src, c.dst)).or_default();
+            e.0.insert(swapped);
+            e.1 += 1;
+        }
+    }
+    m
+}
+
+#[test]
+fn keygen_makes_a_private_key_and_refuses_to_overwrite() {
+    let dir = tempdir();
+    let k = keygen(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&k).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let text = std::fs::read_to_string(&k).unwrap();
+    assert!(text.contains("mimic-capture-key-v1 "));
+    let o = mimic()
+        .args(["capture", "keygen"])
+        .arg(&k)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&k).unwrap(), text);
+}
+
+#[test]
+fn file_source_writes_valid_pcapng_with_settings_and_stats() {
+    let dir = tempdir();
+    let input = trace("web/zeek_http_bro.org.pcap");
+    let out = dir.path().join("out");
+    let files = capture_file(&input, &out, &["--sample", "1/2", "--payload-bytes", "64"]);
+    assert_eq!(files.len(), 1);
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("capture-") && name.ends_with("-00001.pcapng"),
+        "{name}"
+    );
+    let n = wireshark_reads(&files[0]);
+    let s = summary(&out);
+    assert_eq!(n as u64, s["kept"].as_u64().unwrap());
+    assert_eq!(s["written"], s["kept"]);
+    assert_eq!(s["received"].as_u64().unwrap(), 751);
+    assert_eq!(
+        s["kept"].as_u64().unwrap()
+            + s["sampled_out"].as_u64().unwrap()
+            + s["non_tcp_dropped"].as_u64().unwrap(),
+        751
+    );
+    // the key was generated into the directory, private
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(out.join("capture.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert!(out.join("capture.ready").exists());
+    // comments, ns resolution and the statistics block, as Wireshark sees them
+    let o = Command::new("capinfos").arg(&files[0]).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "nanoseconds",
+        "sampling: 1/2 of connections",
+        "headers + first 64 payload bytes",
+        "anonymized: yes",
+        "Number of stat entries = 1",
+        "mimic-capture-settings",
+    ] {
+        assert!(info.contains(want), "capinfos lacks {want:?}:\n{info}");
+    }
+    // wire lengths preserved, caplen cut to headers + 64
+    let pkts = read_packets(&files);
+    assert!(pkts.iter().any(|(_, w, d)| *w as usize > d.len()));
+    assert!(pkts.iter().all(|(_, _, d)| d.len() <= 14 + 60 + 60 + 64));
+}
+
+#[test]
+fn rotation_by_size_every_file_readable() {
+    let dir = tempdir();
+    let input = trace("web/zeek_echo-connections.pcap");
+    let out = dir.path().join("out");
+    let files = capture_file(
+        &input,
+        &out,
+        &[
+            "--rotate",
+            "1MiB",
+            "--payload-bytes",
+            "all",
+            "--no-anonymize",
+        ],
+    );
+    assert!(files.len() >= 5, "expected several files, got {files:?}");
+    let mut total = 0;
+    for (i, f) in files.iter().enumerate() {
+        assert!(f
+            .to_string_lossy()
+            .ends_with(&format!("-{:05}.pcapng", i + 1)));
+        assert!(
+            std::fs::metadata(f).unwrap().len() <= 1024 * 1024,
+            "{} too big",
+            f.display()
+        );
+        total += wireshark_reads(f);
+    }
+    assert_eq!(total as u64, summary(&out)["kept"].as_u64().unwrap());
+    // nothing lost across the boundaries: same packets as one unrotated capture
+    let one = dir.path().join("one");
+    let single = capture_file(&input, &one, &["--payload-bytes", "all", "--no-anonymize"]);
+    let a: Vec<_> = read_packets(&files);
+    let b: Vec<_> = read_packets(&single);
+    assert_eq!(a.len(), b.len());
+    assert!(a == b, "rotated files differ from the single file");
+}
+
+#[test]
+fn rotation_by_time_uses_capture_time() {
+    let dir = tempdir();
+    let input = trace("web/zeek_http_bro.org.pcap"); // about 17 s of traffic
+    let out = dir.path().join("out");
+    let files = capture_file(&input, &out, &["--rotate", "5s"]);
+    assert!((4..=5).contains(&files.len()), "{files:?}");
+    for f in &files {
+        wireshark_reads(f);
+        let p = read_packets(&[f.clone()]);
+        let span = p.last().unwrap().0 - p.first().unwrap().0;
+        assert!(span < 5_000_000_000, "{} spans {span} ns", f.display());
+    }
+}
+
+#[test]
+fn unanonymized_headers_only_is_a_prefix_of_the_original() {
+    let dir = tempdir();
+    let input = trace("web/tcpreplay_test.pcap");
+    let out = dir.path().join("out");
+    let files = capture_file(
+        &input,
+        &out,
+        &[
+            "--no-anonymize",
+            "--non-tcp",
+            "keep",
+            "--payload-bytes",
+            "all",
+        ],
+    );
+    let kept = read_packets(&files);
+    let orig = read_packets(&[input.clone()]);
+    assert_eq!(kept.len(), orig.len());
+    for (k, o) in kept.iter().zip(&orig) {
+        assert_eq!(k.0, o.0);
+        assert_eq!(k.1, o.1);
+        assert!(
+            o.2.starts_with(&k.2),
+            "kept bytes are not a prefix of the original"
+        );
+    }
+}
+
+#[test]
+fn same_key_same_output_and_anonymization_is_consistent() {
+    let dir = tempdir();
+    let key = keygen(dir.path());
+    let input = trace("web/zeek_http_bro.org.pcap");
+    let k = key.to_str().unwrap();
+    let a = read_packets(&capture_file(
+        &input,
+        &dir.path().join("a"),
+        &["--key", k, "--sample", "1/3"],
+    ));
+    let b = read_packets(&capture_file(
+        &input,
+        &dir.path().join("b"),
+        &["--key", k, "--sample", "1/3"],
+    ));
+    assert!(!a.is_empty());
+    assert!(a == b, "same key and rate must give the same packets");
+    // another key: other connections and other pseudonyms
+    let c = read_packets(&capture_file(
+        &input,
+        &dir.path().join("c"),
+        &["--sample", "1/3"],
+    ));
+    assert!(a != c);
+    // anonymized addresses never show the originals
+    let orig: BTreeSet<_> = read_packets(&[input.clone()])
+        .iter()
+        .filter_map(|p| {
+            decode(mimic_core::LinkType::Ethernet, &p.2)
+                .ok()
+                .map(|s| s.src)
+        })
+        .collect();
+    for p in &a {
+        let s = decode(mimic_core::LinkType::Ethernet, &p.2).unwrap();
+        assert!(
+            !orig.contains(&s.src) && !orig.contains(&s.dst),
+            "original address {} leaked",
+            s.src
+        );
+    }
+}
+
+#[test]
+fn sampling_keeps_whole_connections_near_one_in_n() {
+    let dir = tempdir();
+    let input = trace("web/zeek_echo-connections.pcap");
+    let all = read_packets(&capture_file(
+        &input,
+        &dir.path().join("all"),
+        &["--no-anonymize"],
+    ));
+    let all_dirs = directions(&all);
+    let key = keygen(dir.path());
+    for (rule, n) in [("keyed", 4u64), ("last-octet", 2)] {
+        let out = dir.path().join(format!("s-{rule}"));
+        let kept = read_packets(&capture_file(
+            &input,
+            &out,
+            &[
+                "--no-anonymize",
+                "--key",
+                key.to_str().unwrap(),
+                "--sample",
+                &format!("1/{n}"),
+                "--sample-rule",
+                rule,
+            ],
+        ));
+        let kept_dirs = directions(&kept);
+        assert!(!kept_dirs.is_empty());
+        for (conn, seen) in &kept_dirs {
+            // every packet of a kept connection is kept: both directions, same count
+            assert_eq!(Some(seen), all_dirs.get(conn), "{conn} half-kept ({rule})");
+        }
+        if rule == "keyed" {
+            let share = kept_dirs.len() as f64 / all_dirs.len() as f64;
+            assert!(
+                (share - 0.25).abs() < 0.12,
+                "kept {} of {} connections",
+                kept_dirs.len(),
+                all_dirs.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn count_stops_after_exactly_n_packets() {
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let files = capture_file(
+        &trace("web/zeek_http_bro.org.pcap"),
+        &out,
+        &["--count", "100"],
+    );
+    assert_eq!(read_packets(&files).len(), 100);
+    assert_eq!(summary(&out)["stop_reason"], "count");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tempdir();
+    let junk = dir.path().join("junk.pcap");
+    std::fs::write(&junk, b"this is not a capture at all").unwrap();
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", junk.display()))
+        .arg("-o")
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("junk.pcap") && stderr(&o).contains("not a pcap"),
+        "{}",
+        stderr(&o)
+    );
+    for (args, want) in [
+        (vec!["--source", "eth0"], "expected pcap:FILE"),
+        (vec!["--source", "pcap:/nonexistent.pcap"], "no such file"),
+        (
+            vec!["--source", "pcap:/dev/null", "--sample", "0/3"],
+            "1 <= K <= N",
+        ),
+        (
+            vec!["--source", "pcap:/dev/null", "--rotate", "10"],
+            "give a unit",
+        ),
+        (
+            vec!["--source", "pcap:/dev/null", "--filter", "tcp"],
+            "iface: sources only",
+        ),
+    ] {
+        let o = mimic()
+            .arg("capture")
+            .args(&args)
+            .arg("-o")
+            .arg(dir.path().join("o2"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    // a file cut in the middle of a record: what came before is kept, the cut is reported
+    let input = trace("web/zeek_http_bro.org.pcap");
+    let bytes = std::fs::read(&input).unwrap();
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2 + 7]).unwrap();
+    let out = dir.path().join("cut-out");
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", cut.display()))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cut short"), "{}", stderr(&o));
+    let files = pcapng_files(&out);
+    assert!(wireshark_reads(&files[0]) > 100);
+}
+
+#[test]
+fn public_traces_of_every_link_type_capture_cleanly() {
+    let dir = tempdir();
+    for (i, rel) in [
+        "encap/pcapplusplus_sll.pcap",
+        "encap/tcptrace_dlt_null.dmp.pcap",
+        "encap/pcapplusplus_raw_ip.pcap",
+        "encap/arkime_v6-http.pcap",
+        "encap/zeek_http-qinq-0.pcap",
+        "web/chrissanders_http_espn.pcapng",
+        "encap/zeek_nflog-http.pcap",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let input = trace(rel);
+        let out = dir.path().join(format!("o{i}"));
+        let files = capture_file(&input, &out, &["--payload-bytes", "16"]);
+        let s = summary(&out);
+        let n: usize = files.iter().map(|f| wireshark_reads(f)).sum();
+        assert_eq!(n as u64, s["kept"].as_u64().unwrap(), "{rel}");
+        if rel.contains("nflog") {
+            // NFLOG frames cannot be anonymized (their addresses are not rewritten): dropped, counted
+            assert!(s["unanonymizable"].as_u64().unwrap() > 0, "{rel}");
+        } else {
+            assert!(n > 0, "{rel}: nothing kept");
+        }
+    }
+}
+
+#[cfg(feature = "dpdk")]
+#[test]
+fn dpdk_net_pcap_matches_the_file_source_byte_for_byte() {
+    let dir = tempdir();
+    let key = keygen(dir.path());
+    for rel in [
+        "web/zeek_http_bro.org.pcap",
+        "web/zeek_echo-connections.pcap",
+    ] {
+        let input = trace(rel);
+        let args = [
+            "--key",
+            key.to_str().unwrap(),
+            "--sample",
+            "1/3",
+            "--payload-bytes",
+            "32",
+        ];
+        let from_file = read_packets(&capture_file(&input, &dir.path().join("file"), &args));
+        let out = dir.path().join("dpdk");
+        let eal = format!("dpdk:--no-huge --no-pci --no-shconf --no-telemetry --log-level=warning -m 256 --vdev=net_pcap0,rx_pcap={}", input.display());
+        let o = mimic()
+            .arg("-q")
+            .arg("capture")
+            .arg("--source")
+            .arg(eal)
+            .arg("-o")
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "DPDK capture failed: {}", stderr(&o));
+        let files = pcapng_files(&out);
+        for f in &files {
+            wireshark_reads(f);
+        }
+        let from_dpdk = read_packets(&files);
+        assert!(!from_file.is_empty());
+        assert_eq!(from_dpdk.len(), from_file.len(), "{rel}");
+        assert!(
+            from_dpdk == from_file,
+            "{rel}: DPDK and file source kept different packets"
+        );
+        std::fs::remove_dir_all(dir.path().join("file")).unwrap();
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}

@@ -20,6 +20,8 @@ use crate::pcapng::{self, IfStats};
 
 /// Flush the block buffer to the file when it grows past this.
 const FLUSH_AT: usize = 1 << 20;
+/// Bytes kept free in a size-limited file for its interface statistics block.
+const TRAILER_RESERVE: u64 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
@@ -240,10 +242,12 @@ impl Output {
         self.last_link = link;
         if let Some(f) = &self.cur {
             let size = f.durable + f.buf.len() as u64;
+            // room for this packet's block and the closing statistics block
+            let need = 32 + data.len() as u64 + 3 + TRAILER_RESERVE;
             let by_size = self
                 .cfg
                 .rotate_bytes
-                .is_some_and(|lim| f.packets > 0 && size + data.len() as u64 + 40 > lim);
+                .is_some_and(|lim| f.packets > 0 && size + need > lim);
             let by_time = f.boundary.is_some_and(|b| ts.as_nanos() >= b);
             if by_size || by_time {
                 self.close_current()?;

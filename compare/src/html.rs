@@ -300,6 +300,13 @@ fn paired_summary(h: &mut String, c: &Comparison, p: &Paired) {
         fmt::pct_signed(o.percentiles["p50"]),
         fmt::pct(o.below_zero, 0)
     );
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">Pairing check: {} of {} replayed connections have the same number of exchanges and the same response bytes (within 5%) as the {} connection they reproduce.</p>",
+        p.consistent,
+        p.consistency_checked,
+        esc(&c.base)
+    );
     let unpaired: u64 = p.unpaired.iter().map(|u| u.count).sum();
     let _ = write!(
         h,

@@ -15,6 +15,10 @@ pub(crate) struct ConnFacts {
     pub response_time_us: Option<f64>,
     pub bw_bps: Option<f64>,
     pub min_rtt_us: Option<f64>,
+    /// Request/response exchanges and unique downstream bytes: what a replay reproduces, so
+    /// they tell whether a replay_map really pairs with this database.
+    pub exchanges: i64,
+    pub bytes_down: i64,
 }
 
 /// A row of `replay_map`.
@@ -84,7 +88,8 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     {
         let mut stmt = conn
             .prepare(
-                "SELECT id, response_time_us, min_rtt_us, bw_bps, loss_rate_down, exchanges, prune_reason, termination
+                "SELECT id, response_time_us, min_rtt_us, bw_bps, loss_rate_down, exchanges, prune_reason, termination,
+                        data_bytes_down
                  FROM connections",
             )
             .map_err(q)?;
@@ -99,6 +104,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
             let exchanges: i64 = r.get(5).map_err(q)?;
             let prune: Option<String> = r.get(6).map_err(q)?;
             let termination: String = r.get(7).map_err(q)?;
+            let bytes_down: i64 = r.get(8).map_err(q)?;
             // A negative response time would be a writer's bug; count it as unusable.
             let rt = rt.filter(|&v| v >= 0).map(|v| v as f64);
             match rt {
@@ -121,6 +127,8 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
                     response_time_us: rt,
                     bw_bps: bps,
                     min_rtt_us: rtt,
+                    exchanges,
+                    bytes_down,
                 },
             );
         }

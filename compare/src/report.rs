@@ -197,6 +197,10 @@ pub struct Breakdown {
 pub struct Paired {
     /// Rows in OTHER's replay_map.
     pub replay_map_rows: usize,
+    /// Replayed connections whose exchange count and response bytes agree with their original
+    /// (within 5% or 1500 bytes), of those checked: how sure the pairing is.
+    pub consistent: usize,
+    pub consistency_checked: usize,
     /// Connections of BASE with a response time that OTHER did not replay at all.
     pub not_replayed: usize,
     /// Connections paired (both response times known).
@@ -476,6 +480,34 @@ fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Op
             )),
         );
     }
+    // The ids match; do the connections? A replay reproduces each connection's exchanges and
+    // response bytes, so most replayed connections must agree with the BASE connection of
+    // that id. (Ids alone would pair a replay with any database of as many connections.)
+    let mut checked = 0usize;
+    let mut agree = 0usize;
+    for r in map.iter().filter(|r| r.status == "ok") {
+        let (Some(o), Some(p)) = (
+            base.by_id.get(&r.orig_conn_id),
+            r.replay_conn_id.and_then(|id| other.by_id.get(&id)),
+        ) else {
+            continue;
+        };
+        checked += 1;
+        let tolerance = (o.bytes_down as f64 * 0.05).max(1500.0);
+        if o.exchanges == p.exchanges && ((o.bytes_down - p.bytes_down) as f64).abs() <= tolerance {
+            agree += 1;
+        }
+    }
+    if checked > 0 && (agree as f64) < 0.5 * checked as f64 {
+        return (
+            None,
+            Some(format!(
+                "{other_label} has a replay_map naming connections of {base_label}, but only {agree} of {checked} replayed \
+                 connections have the same number of exchanges and response bytes as the {base_label} connection they \
+                 claim to reproduce: it does not look like a replay of {base_label}, so there is no per-connection comparison"
+            )),
+        );
+    }
     let mut unpaired: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut pairs: Vec<(f64, input::ConnFacts)> = Vec::new(); // (relative error, original's facts)
     let mut replayed = std::collections::HashSet::new();
@@ -529,6 +561,8 @@ fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Op
     (
         Some(Paired {
             replay_map_rows: map.len(),
+            consistent: agree,
+            consistency_checked: checked,
             not_replayed,
             pairs: pairs.len(),
             unpaired,

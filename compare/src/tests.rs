@@ -212,6 +212,8 @@ fn paired_relative_error_and_failures() {
     assert_eq!(r.inputs[0].excluded[0].count, 8);
     let p = r.comparisons[0].paired.as_ref().expect("replay of BASE is paired");
     assert_eq!(p.replay_map_rows, 400);
+    // every replayed connection with a counterpart agrees except id 7 (no exchange in the replay)
+    assert_eq!((p.consistent + 1, p.consistency_checked), (p.consistency_checked, 396));
     // expected pairs: ids with an original response time, minus 3..=7
     let expected: Vec<f64> = (1..=400i64)
         .filter(|id| id % 50 != 0 && !(3..=7).contains(id))
@@ -310,6 +312,32 @@ fn a_replay_of_something_else_is_not_paired() {
     let note = r.comparisons[0].pairing_note.as_deref().unwrap();
     assert!(
         note.contains("10 of its 10 rows") && note.contains("not a replay of original"),
+        "{note}"
+    );
+    // ids that exist in BASE, but connections that do not match theirs (exchange counts differ)
+    let lookalike = dir.path().join("lookalike.db");
+    let conns = originals(20, 5)
+        .into_iter()
+        .map(|c| Conn { id: c.id + 5000, ..c })
+        .collect::<Vec<_>>();
+    let map: Vec<MapRow> = (1..=20)
+        .map(|i| MapRow {
+            orig: i,
+            replay: Some(i + 5000),
+            status: "ok",
+            failure: None,
+        })
+        .collect();
+    write_db(&lookalike, "replay", &[], &conns, &map);
+    rusqlite::Connection::open(&lookalike)
+        .unwrap()
+        .execute("UPDATE connections SET exchanges = 3", [])
+        .unwrap();
+    let r = Report::build(&f.base, &[lookalike], &opts()).unwrap();
+    assert!(r.comparisons[0].paired.is_none());
+    let note = r.comparisons[0].pairing_note.as_deref().unwrap();
+    assert!(
+        note.contains("only 0 of 20 replayed connections") && note.contains("does not look like a replay"),
         "{note}"
     );
     // a replay as BASE: no pairing either, and it says why

@@ -1,1 +1,585 @@
-//! `mimic compare` command-line tests.
+//! `mimic compare` command-line tests: the HTML report in headless Chromium (renders, plots
+//! present, nothing fetched; screenshot kept as an artifact), error messages for bad inputs,
+//! `--fail-if` exit codes, and the JSON.
+//!
+//! Artifacts: `<cargo target dir>/test-artifacts/compare/` — `report.html`, `report.png` (full
+//! page), `report-top.png`, `png/*.png` (the `--png` plots), `report.json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mimic_core::db::{set_meta, AtomicDb};
+
+use crate::common::{mimic, require_tool, run, stderr, stdout, tempdir};
+
+// ---------------------------------------------------------------- fixtures
+
+struct Conn {
+    id: i64,
+    rt_us: Option<i64>,
+    min_rtt_us: i64,
+    bw_bps: Option<f64>,
+    loss: f64,
+    bytes_down: i64,
+}
+
+/// A mimic database written the way analyze/replay write theirs: the real schema through
+/// AtomicDb, rows by plain INSERTs. `map`: (orig_conn_id, replay_conn_id, status, failure).
+fn write_db(path: &Path, role: &str, meta: &[(&str, &str)], conns: &[Conn], map: &[(i64, Option<i64>, &str, Option<&str>)]) {
+    let db = AtomicDb::create(path).unwrap();
+    let c = db.conn();
+    set_meta(c, "role", role).unwrap();
+    for (k, v) in meta {
+        set_meta(c, k, v).unwrap();
+    }
+    for x in conns {
+        c.execute(
+            "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_first, t_end,
+               complete, prune_reason, server_by, min_rtt_us, bw_bps, loss_rate_down, termination, exchanges, response_time_us,
+               data_bytes_down)
+             VALUES (?1, '198.18.0.2', ?2, '198.19.0.2', 80, 4, 1000, 2000, ?3, ?4, 'syn', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            rusqlite::params![
+                x.id,
+                20000 + x.id,
+                x.rt_us.is_some() as i64,
+                if x.rt_us.is_some() { None } else { Some("no_fin") },
+                x.min_rtt_us,
+                x.bw_bps,
+                x.loss,
+                if x.rt_us.is_some() { "fin" } else { "rst_abort" },
+                x.rt_us.is_some() as i64,
+                x.rt_us,
+                x.bytes_down
+            ],
+        )
+        .unwrap();
+        if let Some(rt) = x.rt_us {
+            c.execute(
+                "INSERT INTO exchanges (conn_id, seq, req_bytes, resp_bytes, response_delay_us, query_delay_us) VALUES (?1, 0, 420, ?2, ?3, ?4)",
+                rusqlite::params![x.id, x.bytes_down, 200 + rt / 20, rt / 8],
+            )
+            .unwrap();
+        }
+    }
+    for (orig, replay, status, failure) in map {
+        c.execute(
+            "INSERT INTO replay_map (orig_conn_id, replay_conn_id, status, failure) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![orig, replay, status, failure],
+        )
+        .unwrap();
+    }
+    db.commit().unwrap();
+}
+
+/// splitmix64-based uniform (0,1) and standard normal draws (deterministic).
+struct Rng(u64);
+impl Rng {
+    fn u(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        (-2.0 * self.u().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.u()).cos()
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+    replay: PathBuf,
+    replay_iw10: PathBuf,
+    capture2: PathBuf,
+}
+
+/// BASE: 600 "original" connections whose response time follows from RTT, bandwidth and a
+/// server delay (12 without one); `replay-iw3`: a faithful replay (errors mostly within ±20%,
+/// 4 failed: 3 timeout + 1 refused); `replay-iw10`: a replay ~30% faster; `capture-2`: another
+/// capture of a similar workload, not a replay.
+fn fixture() -> Fixture {
+    let dir = tempdir();
+    let mut g = Rng(11);
+    let rtts = [4_000i64, 15_000, 40_000, 90_000, 180_000];
+    let bws = [256e3, 1.5e6, 8e6, 50e6];
+    let mut orig = Vec::new();
+    for id in 1..=600i64 {
+        let rtt = (rtts[(g.u() * 5.0) as usize] as f64 * (0.9 + 0.2 * g.u())) as i64;
+        let bw = bws[(g.u() * 4.0) as usize] * (0.8 + 0.4 * g.u());
+        let bytes = 20_000.0 * (1.0 + 3.0 * g.u());
+        let server = 2_000.0 * (g.normal() * 0.6).exp();
+        let rt = 2.0 * rtt as f64 + bytes * 8.0 / bw * 1e6 + server;
+        orig.push(Conn {
+            id,
+            rt_us: if id % 50 == 0 { None } else { Some(rt as i64) },
+            min_rtt_us: rtt,
+            bw_bps: if id % 9 == 0 { None } else { Some(bw) },
+            loss: if g.u() < 0.15 { 0.01 + 0.04 * g.u() } else { 0.0 },
+            bytes_down: bytes as i64,
+        });
+    }
+    let base = dir.path().join("original.db");
+    write_db(&base, "original", &[("inputs", "prod-2026-05-01.pcapng")], &orig, &[]);
+
+    let replay_of = |name: &str, speed: f64, sd: f64, seed: u64, stack: &str| -> PathBuf {
+        let mut g = Rng(seed);
+        let mut conns = Vec::new();
+        let mut map = Vec::new();
+        for o in &orig {
+            let rid = o.id + 10_000;
+            if o.id % 150 == 1 {
+                map.push((o.id, None, "failed", Some(if o.id == 1 { "refused" } else { "timeout" })));
+                continue;
+            }
+            let err = speed * (1.0 + sd * g.normal()) - 1.0;
+            conns.push(Conn {
+                id: rid,
+                rt_us: o.rt_us.map(|v| (v as f64 * (1.0 + err)).max(1.0) as i64),
+                min_rtt_us: o.min_rtt_us,
+                bw_bps: o.bw_bps,
+                loss: o.loss,
+                bytes_down: o.bytes_down,
+            });
+            map.push((o.id, Some(rid), "ok", None));
+        }
+        let path = dir.path().join(format!("{name}.db"));
+        write_db(&path, "replay", &[("stack_profile", stack)], &conns, &map);
+        path
+    };
+    let replay = replay_of("replay-iw3", 0.98, 0.09, 21, "initcwnd=3,cc=cubic");
+    let replay_iw10 = replay_of("replay-iw10", 0.70, 0.10, 22, "initcwnd=10,cc=cubic");
+    let capture2 = dir.path().join("capture-2.db");
+    let mut g = Rng(33);
+    let other: Vec<Conn> = orig
+        .iter()
+        .map(|o| Conn {
+            id: o.id,
+            rt_us: o.rt_us.map(|v| (v as f64 * (0.9 + 0.2 * g.u())) as i64),
+            min_rtt_us: o.min_rtt_us,
+            bw_bps: o.bw_bps,
+            loss: o.loss,
+            // another capture: the connection with the same id carries a different response
+            bytes_down: (20_000.0 * (1.0 + 3.0 * g.u())) as i64,
+        })
+        .collect();
+    write_db(&capture2, "original", &[], &other, &[]);
+    Fixture {
+        _dir: dir,
+        base,
+        replay,
+        replay_iw10,
+        capture2,
+    }
+}
+
+/// `<target dir>/test-artifacts/compare`, beside the `release`/`debug` folder of this test
+/// binary.
+fn artifacts() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile>/deps/cli-HASH
+    let target = exe.parent().and_then(Path::parent).and_then(Path::parent).unwrap().to_path_buf();
+    let dir = target.join("test-artifacts").join("compare");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs headless Chromium on `html` with networking disabled in every way it offers, a fresh
+/// profile and a NetLog; returns (stdout, stderr, NetLog text).
+fn chromium(html: &Path, extra: &[&str], work: &Path, tag: &str) -> (String, String, String) {
+    let chromium = require_tool("chromium");
+    let profile = work.join(format!("profile-{tag}"));
+    let netlog = work.join(format!("netlog-{tag}.json"));
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--hide-scrollbars",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            &format!("--user-data-dir={}", s(&profile)),
+            &format!("--log-net-log={}", s(&netlog)),
+        ])
+        .args(extra)
+        .arg(format!("file://{}", s(html)))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium failed: {}\n{}", out.status, stderr(&out));
+    let log = std::fs::read_to_string(&netlog).unwrap_or_default();
+    (stdout(&out), stderr(&out), log)
+}
+
+/// URLs the page itself asked the network for: the NetLog's `URL_REQUEST_START_JOB` events
+/// whose network isolation key is the file:// page's site. (The browser's own background
+/// requests — time sync, component updates, account checks — carry no page initiator and a
+/// null key; host-resolver-rules keeps them from resolving, so none leaves the machine.)
+fn page_requests(log: &str) -> Vec<String> {
+    let v: serde_json::Value = match serde_json::from_str(log) {
+        Ok(v) => v,
+        // Chromium may end the file without the closing brackets when it exits fast.
+        Err(_) => serde_json::from_str(&format!("{}]}}", log.trim_end().trim_end_matches(','))).expect("NetLog is JSON"),
+    };
+    let start_job = v["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+        .as_u64()
+        .expect("NetLog constants");
+    let mut urls = Vec::new();
+    for e in v["events"].as_array().into_iter().flatten() {
+        if e["type"].as_u64() != Some(start_job) {
+            continue;
+        }
+        let nik = e["params"]["network_isolation_key"].as_str().unwrap_or("");
+        let initiator = e["params"]["initiator"].as_str().unwrap_or("");
+        if nik.contains("file://") || initiator == "null" || initiator.starts_with("file:") {
+            urls.push(e["params"]["url"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    urls
+}
+
+/// PNG width and height from the IHDR chunk.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    (
+        u32::from_be_bytes(bytes[16..20].try_into().unwrap()),
+        u32::from_be_bytes(bytes[20..24].try_into().unwrap()),
+    )
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() {
+    let f = fixture();
+    let art = artifacts();
+    let work = tempdir();
+    let html = work.path().join("report.html");
+    let pngs = art.join("png");
+    let _ = std::fs::remove_dir_all(&pngs);
+    let json = art.join("report.json");
+    let o = run(&[
+        "compare",
+        s(&f.base),
+        s(&f.replay),
+        s(&f.replay_iw10),
+        s(&f.capture2),
+        "--html",
+        s(&html),
+        "--png",
+        s(&pngs),
+        &format!("--json={}", s(&json)),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("replay-iw10 vs original:"), "{}", stdout(&o));
+    let text = std::fs::read_to_string(&html).unwrap();
+    std::fs::write(art.join("report.html"), &text).unwrap();
+
+    // Static check: nothing in the page can make a request.
+    for needle in [
+        "<script", "<link", "<img", "<iframe", "@import", "src=", "href=", "<object", "<embed",
+    ] {
+        assert!(!text.contains(needle), "report contains {needle}");
+    }
+    // url(...) only for the plots' own clip paths (url(#id)).
+    for (i, _) in text.match_indices("url(") {
+        assert!(
+            text[i..].starts_with("url(#"),
+            "external url() in the report: {}",
+            &text[i..(i + 40).min(text.len())]
+        );
+    }
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("http") {
+        let tail = &rest[i..];
+        assert!(
+            tail.starts_with("http://www.w3.org/2000/svg\""),
+            "external reference in the report: {}",
+            &tail[..tail.len().min(60)]
+        );
+        rest = &tail[4..];
+    }
+
+    // 1 response-time CDF + 3 relative-error plots per replay of BASE (2) + 5 population plots.
+    let figures = 1 + 3 * 2 + 5;
+    let (dom, _, log) = chromium(&html, &["--dump-dom", "--virtual-time-budget=3000"], work.path(), "dom");
+    assert_eq!(dom.matches("<svg").count(), figures, "plots in the rendered DOM");
+    assert!(dom.matches("<path d=\"M").count() >= figures, "every plot has curves");
+    for needle in [
+        "Verdict",
+        "Response time per connection",
+        "Relative error of response time",
+        "Bottleneck bandwidth per connection",
+        "replay-iw10 vs original: p50",
+    ] {
+        assert!(dom.contains(needle), "rendered page lacks {needle:?}");
+    }
+    assert!(!log.is_empty(), "Chromium wrote no NetLog");
+    let requests = page_requests(&log);
+    assert!(requests.is_empty(), "the report made requests: {requests:?}");
+    // The same check on a page that does fetch something (from a .invalid host, which never
+    // resolves) must see it: the check can fail.
+    let probe = work.path().join("probe.html");
+    std::fs::write(
+        &probe,
+        "<!DOCTYPE html><html><body><p>probe</p><img src=\"http://mimic-probe.invalid/p.png\"></body></html>",
+    )
+    .unwrap();
+    let (_, _, probe_log) = chromium(&probe, &["--dump-dom", "--virtual-time-budget=3000"], work.path(), "probe");
+    assert_eq!(
+        page_requests(&probe_log),
+        vec!["http://mimic-probe.invalid/p.png".to_string()],
+        "the NetLog check sees a page's request"
+    );
+
+    // Screenshots: the top of the page and the whole of it.
+    let top = art.join("report-top.png");
+    let full = art.join("report.png");
+    let _ = std::fs::remove_file(&top);
+    let _ = std::fs::remove_file(&full);
+    chromium(
+        &html,
+        &[
+            &format!("--screenshot={}", s(&top)),
+            "--window-size=1200,1600",
+            "--virtual-time-budget=3000",
+        ],
+        work.path(),
+        "top",
+    );
+    chromium(
+        &html,
+        &[
+            &format!("--screenshot={}", s(&full)),
+            "--window-size=1200,9000",
+            "--virtual-time-budget=3000",
+        ],
+        work.path(),
+        "full",
+    );
+    for (shot, h) in [(&top, 1600), (&full, 9000)] {
+        let bytes = std::fs::read(shot).unwrap_or_else(|_| panic!("no screenshot at {}", shot.display()));
+        assert_eq!(png_size(&bytes), (1200, h));
+        // A blank page compresses to a few kB; a rendered report with plots is far larger.
+        assert!(
+            bytes.len() > 100_000,
+            "{} is {} bytes: nothing rendered?",
+            shot.display(),
+            bytes.len()
+        );
+    }
+    eprintln!("compare report artifacts in {}", art.display());
+
+    // --png wrote the same figures.
+    let mut names: Vec<String> = std::fs::read_dir(&pngs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), figures, "{names:?}");
+    for n in [
+        "response_time_cdf.png",
+        "rel_error_replay-iw3_by_bandwidth.png",
+        "rel_error_replay-iw10_by_min_rtt.png",
+        "population_loss.png",
+    ] {
+        assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
+        let bytes = std::fs::read(pngs.join(n)).unwrap();
+        assert_eq!(png_size(&bytes), (1140, 660));
+    }
+}
+
+#[test]
+fn compare_json_on_stdout_and_in_a_file() {
+    let f = fixture();
+    let o = run(&[
+        "compare",
+        "--json",
+        s(&f.base),
+        s(&f.replay),
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "500",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
+    assert!(stderr(&o).contains("verdict: replay-iw10 vs original"), "{}", stderr(&o));
+    assert_eq!(j["format"], "mimic-compare/1");
+    assert_eq!(j["options"]["bootstrap_replicates"], 500);
+    let inputs = j["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 3);
+    assert_eq!(inputs[0]["label"], "original");
+    assert_eq!(inputs[0]["connections"], 600);
+    assert_eq!(inputs[0]["with_response_time"], 588);
+    assert_eq!(inputs[0]["excluded"][0]["count"], 12);
+    assert_eq!(inputs[2]["meta"]["stack_profile"], "initcwnd=10,cc=cubic");
+    assert_eq!(inputs[1]["role"], "replay");
+    // replay-iw10 is ~30% faster: significant at p50 and p90, and the verdict says so
+    let c = &j["comparisons"][1];
+    assert_eq!(c["other"], "replay-iw10");
+    let p50 = c["rows"].as_array().unwrap().iter().find(|r| r["stat"] == "p50").unwrap();
+    let rel = p50["rel"].as_f64().unwrap();
+    assert!((-0.40..-0.20).contains(&rel), "p50 rel {rel}");
+    assert_eq!(p50["direction"], "faster");
+    assert!(p50["rel_ci"][0].as_f64().unwrap() < rel && rel < p50["rel_ci"][1].as_f64().unwrap());
+    assert!(c["verdict"].as_str().unwrap().contains("replay-iw10 is faster"), "{}", c["verdict"]);
+    assert!(c["ks"]["p_value"].as_f64().unwrap() < 0.001 && c["ks"]["method"] == "exact");
+    // the faithful replay: paired, failures reported, mostly within ±20%
+    let p = &j["comparisons"][0]["paired"];
+    assert_eq!(p["replay_map_rows"], 600);
+    let failed: Vec<(String, u64)> = p["unpaired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["status"] == "failed")
+        .map(|u| (u["reason"].as_str().unwrap().to_string(), u["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(failed, vec![("refused".to_string(), 1), ("timeout".to_string(), 3)]);
+    assert!(p["overall"]["within_20"].as_f64().unwrap() > 0.9, "{}", p["overall"]);
+    assert_eq!(p["breakdowns"].as_array().unwrap().len(), 3);
+    assert_eq!(j["verdict"].as_array().unwrap().len(), 2);
+
+    // --json=FILE writes the same document; the text summary goes to stdout.
+    let dir = tempdir();
+    let file = dir.path().join("r.json");
+    let o = run(&[
+        "compare",
+        s(&f.base),
+        s(&f.replay),
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "500",
+        &format!("--json={}", s(&file)),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let k: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(j, k, "same seed, same report");
+    assert!(stdout(&o).contains("verdict:"));
+}
+
+#[test]
+fn compare_fail_if_exit_codes() {
+    let f = fixture();
+    let base = s(&f.base);
+    // replay-iw10 is ~30% faster than BASE
+    let o = run(&["compare", base, s(&f.replay_iw10), "--bootstrap", "200", "--fail-if", "p50 < -10%"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--fail-if \"p50 < -10%\" holds for replay-iw10: p50 \u{2212}"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["compare", base, s(&f.replay_iw10), "--bootstrap", "200", "--fail-if", "p90 > +5%"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not hold"), "{}", stderr(&o));
+    // absolute thresholds, and any of several conditions / any OTHER
+    let o = run(&[
+        "compare",
+        base,
+        s(&f.replay),
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "200",
+        "--fail-if",
+        "mean > 1s",
+        "--fail-if",
+        "median <= -1ms",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // an invalid condition is an error (2) that explains the grammar, before any input is read
+    let o = run(&["compare", "/nonexistent/a.db", "/nonexistent/b.db", "--fail-if", "p90 >> 5%"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("invalid --fail-if condition \"p90 >> 5%\"") && e.contains("Expected STAT OP VALUE"),
+        "{e}"
+    );
+    let o = run(&["compare", base, s(&f.replay), "--fail-if", "p90 > 5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no unit"), "{}", stderr(&o));
+}
+
+#[test]
+fn compare_bad_inputs_name_the_file_and_the_problem() {
+    let f = fixture();
+    let dir = tempdir();
+    let base = s(&f.base);
+    let expect = |path: &Path, needle: &str| {
+        let o = run(&["compare", base, s(path)]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains(s(path)) && e.contains(needle),
+            "expected {needle:?} naming {}: {e}",
+            path.display()
+        );
+        assert!(!e.contains("panicked"), "{e}");
+    };
+    // not SQLite at all
+    let text = dir.path().join("capture.pcap.db");
+    std::fs::write(&text, b"\xd4\xc3\xb2\xa1 this is a pcap, not a database").unwrap();
+    expect(&text, "not an SQLite database");
+    // SQLite, but not mimic's
+    let foreign = dir.path().join("foreign.db");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE users(id INTEGER, name TEXT)")
+        .unwrap();
+    expect(&foreign, "not one mimic wrote");
+    // a mimic database from another schema version
+    let v2 = dir.path().join("future.db");
+    {
+        let db = AtomicDb::create(&v2).unwrap();
+        set_meta(db.conn(), "schema_version", "2").unwrap();
+        db.commit().unwrap();
+    }
+    expect(&v2, "schema version 2, this mimic reads version 1");
+    // empty: no connections at all, and connections without a response time
+    let empty = dir.path().join("empty.db");
+    write_db(&empty, "replay", &[], &[], &[]);
+    expect(&empty, "empty input: the database has no connections");
+    let nort = dir.path().join("no-response.db");
+    write_db(
+        &nort,
+        "original",
+        &[],
+        &[Conn {
+            id: 1,
+            rt_us: None,
+            min_rtt_us: 1000,
+            bw_bps: None,
+            loss: 0.0,
+            bytes_down: 0,
+        }],
+        &[],
+    );
+    expect(&nort, "none of its 1 connections has a response time");
+    // missing file
+    expect(&dir.path().join("absent.db"), "no such file");
+    // the same problems in BASE position are caught too
+    let o = run(&["compare", s(&empty), base]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("empty.db"), "{}", stderr(&o));
+    // an OTHER is required
+    let o = run(&["compare", base]);
+    assert_eq!(o.status.code(), Some(2));
+    // a replay_map that does not match BASE is reported, not paired
+    let o = run(&["compare", s(&f.capture2), s(&f.replay), "--bootstrap", "200"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("per connection ("), "{}", stdout(&o));
+    assert!(stdout(&o).contains("does not look like a replay of capture-2"), "{}", stdout(&o));
+    let o = mimic()
+        .args(["compare", s(&f.replay), s(&f.replay_iw10), "--bootstrap", "200"])
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("itself a replay"), "{}", stdout(&o));
+}

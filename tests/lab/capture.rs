@@ -429,6 +429,7 @@ fn live_capture_keeps_whole_connections_and_matches_the_file_source() {
         "reference saw only {http_conns} connections"
     );
 
+    #[allow(unused_mut)]
     let mut sources = vec![("libpcap, 2 workers", live_dir.clone())];
     #[cfg(feature = "dpdk")]
     sources.push(("DPDK af_packet", dpdk_dir.clone()));

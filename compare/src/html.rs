@@ -12,7 +12,7 @@ const CSS: &str = r#"
 :root { color-scheme: light; }
 body { font-family: "DejaVu Sans", "Liberation Sans", Arial, Helvetica, sans-serif; color: #1a1a1a;
   background: #f4f5f7; margin: 0; font-size: 14px; line-height: 1.45; }
-main { max-width: 1060px; margin: 0 auto; padding: 18px 24px 40px; background: #fff; }
+main { max-width: 1600px; margin: 0 auto; padding: 18px 24px 40px; background: #fff; }
 h1 { font-size: 24px; margin: 6px 0 2px; }
 h2 { font-size: 19px; margin: 30px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #d8dde3; }
 h3 { font-size: 15px; margin: 20px 0 6px; }
@@ -34,8 +34,8 @@ tr.faster:nth-child(even) td.sig { background: #e3f4e8; }
 tr.slower:nth-child(even) td.sig { background: #fbe5e3; }
 .figure { margin: 10px 0 16px; }
 .figure svg { max-width: 100%; height: auto; border: 1px solid #e1e4e8; }
-.grid { display: flex; flex-wrap: wrap; gap: 12px; }
-.grid .figure { flex: 1 1 480px; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(700px, 1fr)); gap: 4px 16px; }
+.grid .figure { margin: 6px 0; }
 .note { color: #555; font-size: 12.5px; }
 .warn { color: #8a5300; background: #fff7e6; border: 1px solid #f0d9a8; padding: 6px 10px; }
 .kv { font-size: 12px; color: #444; }
@@ -156,7 +156,7 @@ pub(crate) fn render(r: &Report) -> String {
     for c in &r.comparisons {
         let _ = write!(
             h,
-            "<h3>{} − {}</h3>\n<table>\n<thead><tr><th>statistic</th><th class=\"num\">{} (BASE)</th><th class=\"num\">{}</th><th class=\"num\">difference</th><th class=\"num\">{}% CI</th><th class=\"num\">relative</th><th class=\"num\">{}% CI</th><th>finding</th></tr></thead>\n<tbody>\n",
+            "<h3>{} against {} (BASE)</h3>\n<table>\n<thead><tr><th>statistic</th><th class=\"num\">{} (BASE)</th><th class=\"num\">{}</th><th class=\"num\">difference</th><th class=\"num\">{}% CI</th><th class=\"num\">relative</th><th class=\"num\">{}% CI</th><th>finding</th></tr></thead>\n<tbody>\n",
             esc(&c.other),
             esc(&c.base),
             esc(&c.base),
@@ -222,7 +222,7 @@ pub(crate) fn render(r: &Report) -> String {
             esc(&c.base)
         );
         paired_summary(&mut h, c, p);
-        push_figures(&mut h, &figures, Section::Paired(ci), false);
+        push_figures(&mut h, &figures, Section::Paired(ci), true);
         for b in &p.breakdowns {
             let what = match b.by.as_str() {
                 "response_time" => "original response time",

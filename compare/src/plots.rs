@@ -29,6 +29,17 @@ pub(crate) fn input_color(k: usize) -> &'static str {
     }
 }
 
+/// Input `k`'s line pattern: the first two solid, later ones dashed, so identical
+/// distributions drawn on top of each other stay visible.
+pub(crate) fn input_dash(k: usize) -> Option<&'static str> {
+    match k {
+        0 | 1 => None,
+        2 => Some("9 4"),
+        3 => Some("3 3"),
+        _ => Some("10 3 2 3"),
+    }
+}
+
 /// A label fit for a file name.
 pub(crate) fn file_safe(s: &str) -> String {
     s.chars()
@@ -58,7 +69,7 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
             points: cdf_points(samples[k]),
             color: input_color(k).into(),
             width: if k == 0 { 2.6 } else { 2.0 },
-            dash: None,
+            dash: input_dash(k),
         })
         .collect();
     let any_zero = samples.iter().any(|s| s.first().is_some_and(|&v| v <= 0.0));
@@ -92,19 +103,19 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
         let beyond = all.iter().filter(|&&e| e < lo || e > hi).count();
         let note = (beyond > 0).then(|| format!("{beyond} connection(s) beyond the axis range, drawn at its edges"));
         for b in &p.breakdowns {
-            let (what, title) = match b.by.as_str() {
-                "response_time" => ("original response time", "by original response time (Fig. 6)"),
-                "bandwidth" => ("bottleneck bandwidth", "by bottleneck bandwidth (Fig. 7)"),
-                _ => ("min RTT", "by min RTT (Fig. 8)"),
+            let (what, figure) = match b.by.as_str() {
+                "response_time" => ("original response time", 6),
+                "bandwidth" => ("bottleneck bandwidth", 7),
+                _ => ("min RTT", 8),
             };
             out.push(Figure {
                 name: format!("rel_error_{}_by_{}", file_safe(&c.other), b.by),
                 section: Section::Paired(ci),
                 chart: Chart {
-                    title: format!("Relative error of response time, {} {title}", c.other),
+                    title: format!("{}: relative error by {what}", c.other),
                     subtitle: format!(
-                        "(replay − original) / original per connection, {} paired with {}; classes by {what}",
-                        c.other, c.base
+                        "(replay − original) / original per connection, paired with {} through replay_map (cf. Monkey Fig. {figure})",
+                        c.base
                     ),
                     x_label: "relative error of response time (negative: replay faster)".into(),
                     y_label: Y_CONN.into(),
@@ -192,7 +203,7 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
                 points: cdf_points(values[k]),
                 color: input_color(k).into(),
                 width: if k == 0 { 2.6 } else { 2.0 },
-                dash: None,
+                dash: input_dash(k),
             })
             .collect();
         let x_range = if scale == Scale::Linear {

@@ -187,7 +187,7 @@ impl Chart {
                         if v < lo * 0.999 || v > hi * 1.001 {
                             continue;
                         }
-                        let labelled = m == 1 || (decades < 2.5 && (m == 2 || m == 5)) || (decades < 1.2 && m != 1);
+                        let labelled = m == 1 || (decades < 3.2 && (m == 2 || m == 5)) || (decades < 1.2 && m != 1);
                         out.push((v, if labelled { self.tick_label(v) } else { String::new() }, m == 1));
                     }
                 }
@@ -291,13 +291,13 @@ impl Chart {
                 TOP + ph
             ));
         }
-        // band labels (top of the plot)
+        // band labels, just above the plot at the band's right edge, clear of the curves
         for b in &self.bands {
             let px = self.px(b.to);
             s.push_str(&format!(
-                r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#666" text-anchor="end">{}</text>"##,
-                px - 3.0,
-                TOP + 12.0,
+                r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#4a6f96" text-anchor="middle">{}</text>"##,
+                px,
+                TOP - 4.0,
                 esc(&b.label)
             ));
         }

@@ -5,8 +5,9 @@ set -euo pipefail
 
 group=${1:-demo}
 
-# What the product itself runs: namespaces, veth offload switches, sysctls, ping in the lab.
-demo_pkgs=(iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates)
+# What the product itself runs: namespaces, veth offload switches, sysctls, ping in the lab,
+# and a font for the text of `mimic compare --png` plots.
+demo_pkgs=(iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core)
 # Building and testing: the C toolchain for the DPDK shim, libpcap and DPDK headers, and the
 # peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
 test_pkgs=("${demo_pkgs[@]}" build-essential pkg-config libpcap-dev dpdk-dev libdpdk-dev

@@ -25,7 +25,7 @@ CREATE TABLE connections (
     prune_reason       TEXT,               -- why not complete (comma-separated), NULL if complete
     server_by          TEXT NOT NULL,      -- how the server side was chosen: syn, synack, port, net, guess
     -- delay
-    min_rtt_us         INTEGER,            -- min over handshake and Karn-valid data->ACK samples
+    min_rtt_us         INTEGER,            -- min tap->client->tap + min tap->server->tap over handshake and Karn-valid data->ACK samples
     hs_rtt_us          INTEGER,            -- SYN -> client's ACK of the SYN-ACK at the capture point
     rtt_samples        INTEGER NOT NULL DEFAULT 0,
     -- handshake options (from each side's SYN)
@@ -36,7 +36,8 @@ CREATE TABLE connections (
     sack_ok            INTEGER,            -- both SYNs carried SACK-permitted
     ts_ok              INTEGER,            -- both SYNs carried timestamps
     ecn_ok             INTEGER,            -- ECN negotiated (SYN with ECE+CWR, SYN-ACK with ECE)
-    syn_retx           INTEGER NOT NULL DEFAULT 0,
+    syn_retx           INTEGER NOT NULL DEFAULT 0,  -- client SYN retransmissions
+    synack_retx        INTEGER NOT NULL DEFAULT 0,  -- server SYN-ACK retransmissions
     -- client receive window
     rwin_bytes         INTEGER,            -- scaled window at the first request segment
     rwin_syn_bytes     INTEGER,            -- window in the client's SYN (unscaled, as RFC 7323 says)
@@ -52,6 +53,9 @@ CREATE TABLE connections (
     data_pkts_up       INTEGER NOT NULL DEFAULT 0,
     data_bytes_up      INTEGER NOT NULL DEFAULT 0,
     retx_up            INTEGER NOT NULL DEFAULT 0,
+    fin_retx           INTEGER NOT NULL DEFAULT 0,  -- FINs sent again (either side)
+    zwnd_probes        INTEGER NOT NULL DEFAULT 0,  -- data sent into a closed (zero) window, either side
+    dup_frames         INTEGER NOT NULL DEFAULT 0,  -- frames captured more than once (same IPv4 datagram), ignored
     -- bottleneck bandwidth (packet pairs on the client's ACK spacing)
     bw_bps             REAL,
     bw_samples         INTEGER NOT NULL DEFAULT 0,
@@ -105,7 +109,7 @@ CREATE TABLE rtt_samples (
     conn_id  INTEGER NOT NULL REFERENCES connections(id),
     t_us     INTEGER NOT NULL,
     rtt_us   INTEGER NOT NULL,
-    kind     TEXT NOT NULL                 -- handshake (SYN -> client's ACK of the SYN-ACK) / data (server data -> client ACK)
+    kind     TEXT NOT NULL                 -- handshake (SYN -> client's ACK of the SYN-ACK), data (server data -> client ACK), upstream (client data -> server ACK)
 );
 
 -- Replay databases: which replayed connection reproduces which original one.

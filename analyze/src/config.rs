@@ -93,7 +93,7 @@ impl Default for Config {
             server_ports: Vec::new(),
             server_nets: Vec::new(),
             idle_timeout_ns: 300 * dur::SEC,
-            linger_ns: 30 * dur::SEC,
+            linger_ns: 60 * dur::SEC,
             max_connections: 2_000_000,
             max_exchanges: 100_000,
             max_outstanding_segments: 16_384,

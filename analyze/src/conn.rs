@@ -15,6 +15,10 @@ use crate::http;
 use crate::ranges::RangeSet;
 use crate::record::*;
 
+/// (seq, ack, payload length, flags, window) of a packet.
+type Sig = (u32, u32, u32, u16, u16);
+const RECENT: usize = 8;
+
 /// A data segment as first sent (at the capture point).
 #[derive(Clone, Debug)]
 struct Seg {
@@ -92,9 +96,18 @@ pub(crate) struct Side {
     segs_dropped: u64,
     burst: u32,
     last_data_t: Option<Timestamp>,
-    /// (start, end, raw ack) of the last data segment, to spot duplicated frames.
-    last_sig: Option<(i64, i64, u32, Timestamp)>,
+    /// TCP header fields, IPv4 id and time of recent packets, to spot duplicated frames.
+    recent: [(Sig, u16, Timestamp); RECENT],
+    recent_next: u8,
+    recent_any: Option<(Sig, Timestamp)>,
     dup_frames: u64,
+    /// Data segments sent into the receiver's zero window (window probes), and the range of
+    /// the last one.
+    zwnd_probes: u64,
+    probe: Option<(i64, i64)>,
+    fin_retx: u64,
+    /// Last window this side advertised (raw), for spotting window probes by the other side.
+    last_window: Option<u16>,
     // acknowledgements of this side's data by the other side
     ack_seen: bool,
     acked: i64,
@@ -245,15 +258,30 @@ impl Conn {
         let flags = seg.flags;
         self.s[d].packets += 1;
 
-        // duplicated frames (a capture artefact): identical data segment right after itself
-        if seg.payload_len > 0 && self.last_side == Some(d as u8) && self.s[d].base.is_some() {
-            if let Some((s0, e0, a0, t0)) = self.s[d].last_sig {
-                let start = self.s[d].rel(seg.seq) + flags.syn() as i64;
-                if start == s0 && start + seg.payload_len as i64 == e0 && seg.ack.0 == a0 && t.nanos_since(t0) < 2 * dur::MS {
-                    self.s[d].dup_frames += 1;
-                    return;
-                }
+        // duplicated frames (a capture artefact: a tap or SPAN port that copies a packet more
+        // than once): the same IPv4 datagram (same id and TCP header) seen again within a
+        // second; without an IP id only a data segment repeated right after itself can be told
+        // from a genuine retransmission or duplicate ACK
+        let sig = (seg.seq.0, seg.ack.0, seg.payload_len, seg.flags.0, seg.window);
+        let dup = match seg.ip_id {
+            Some(id) if id != 0 => self.s[d].recent.iter().any(|&(s0, i0, t0)| s0 == sig && i0 == id && t.nanos_since(t0).abs() < dur::SEC),
+            _ => {
+                seg.payload_len > 0
+                    && self.last_side == Some(d as u8)
+                    && self.s[d].recent_any.is_some_and(|(s0, t0)| s0 == sig && t.nanos_since(t0).abs() < 2 * dur::MS)
             }
+        };
+        if dup {
+            self.s[d].dup_frames += 1;
+            return;
+        }
+        {
+            let side = &mut self.s[d];
+            if let Some(id) = seg.ip_id {
+                side.recent[side.recent_next as usize] = (sig, id, t);
+                side.recent_next = (side.recent_next + 1) % RECENT as u8;
+            }
+            side.recent_any = Some((sig, t));
         }
         self.last_side = Some(d as u8);
 
@@ -282,6 +310,8 @@ impl Conn {
             side.hi = side.hi.max(fin_at + 1);
             if side.fin_t.is_none() {
                 side.fin_t = Some(t);
+            } else {
+                side.fin_retx += 1;
             }
         }
         if flags.rst() && self.s[d].rst_t.is_none() {
@@ -289,8 +319,11 @@ impl Conn {
         }
 
         // receive window advertised by this side
-        if !flags.syn() && !flags.rst() && seg.window == 0 {
-            self.s[d].zero_window += 1;
+        if !flags.syn() && !flags.rst() {
+            if seg.window == 0 {
+                self.s[d].zero_window += 1;
+            }
+            self.s[d].last_window = Some(seg.window);
         }
         if seg.payload_len > 0 && self.s[d].window_at_first_data.is_none() {
             self.s[d].window_at_first_data = Some(seg.window);
@@ -327,13 +360,26 @@ impl Conn {
     fn on_data(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment, start: i64) {
         let len = seg.payload_len as i64;
         let end = start + len;
+        // a window probe: one byte sent while the receiver's window is closed (not a
+        // retransmission even when repeated). Larger segments into a zero window are data the
+        // sender sent before it learned of the closed window (the tap may sit near the
+        // receiver) and count as usual.
+        if len == 1 && self.s[1 - d].last_window == Some(0) && !seg.flags.syn() && !seg.flags.fin() {
+            let side = &mut self.s[d];
+            side.zwnd_probes += 1;
+            side.covered.insert(start, end);
+            side.probe = Some((start, end));
+            side.hi = side.hi.max(end);
+            return;
+        }
         let ins = self.s[d].covered.insert(start, end);
         let burst_gap = self.burst_gap();
         let side = &mut self.s[d];
         side.data_pkts += 1;
         side.max_seg = side.max_seg.max(seg.payload_len);
-        side.last_sig = Some((start, end, seg.ack.0, t));
-        let is_retx = ins.old_bytes > 0;
+        // bytes seen before only as a window probe do not make this a retransmission
+        let probed = side.probe.map_or(0, |(ps, pe)| (end.min(pe) - start.max(ps)).max(0));
+        let is_retx = ins.old_bytes > probed;
         if is_retx {
             side.retx_pkts += 1;
             if side.first_retx_t.is_none() {
@@ -667,27 +713,27 @@ impl Conn {
         let (client, server) = if ci == 0 { (self.key.src, self.key.dst) } else { (self.key.dst, self.key.src) };
 
         let handshake = c.syn.seen && !c.syn.with_ack && sv.syn.seen && sv.syn.with_ack;
-        let hs_rtt = if handshake { self.hs_ack.map(|t| t.nanos_since(c.syn.t_last)).filter(|r| *r >= 0) } else { None };
-        let mut rtt_samples: Vec<RttSample> = Vec::new();
+        // The round trip at the tap is the tap→client→tap part plus the tap→server→tap part.
+        // The first shows from the SYN-ACK to the client's ACK and from server data to the
+        // client's ACKs; the second from the SYN to the SYN-ACK and from client data to the
+        // server's ACKs. The minimum of each part, added, is the path's minimum RTT wherever the
+        // tap sits (in front of the server the second part is the server's own turnaround).
+        // Karn: a retransmitted SYN or SYN-ACK makes its part of the handshake ambiguous.
+        let hs_down = (handshake && sv.syn.count == 1).then_some(self.hs_ack).flatten().map(|t| t.nanos_since(sv.syn.t_last)).filter(|r| *r >= 0);
+        let hs_up = (handshake && c.syn.count == 1).then(|| sv.syn.t_first.nanos_since(c.syn.t_first)).filter(|r| *r >= 0);
+        let hs_rtt = hs_down.zip(hs_up).map(|(d, u)| d + u);
+        let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(1 + sv.rtt.len() + c.rtt.len());
         if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
             rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind: RttKind::Handshake });
         }
         rtt_samples.extend(sv.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Data }));
-        // The round trip at the tap is the tap→client→tap part plus the tap→server→tap part:
-        // the first is seen from the SYN-ACK to the client's ACK and from server data to the
-        // client's ACKs, the second from the SYN to the SYN-ACK. The minimum of the first plus
-        // the second is the path's minimum RTT wherever the tap sits (in front of the server
-        // the second part is the server's SYN-ACK turnaround, close to zero).
-        let down_part = (if handshake { self.hs_ack.map(|t| t.nanos_since(sv.syn.t_last)) } else { None })
-            .into_iter()
-            .chain(sv.rtt.iter().map(|x| x.1))
-            .filter(|r| *r >= 0)
-            .min();
-        let up_part = (if handshake { Some(sv.syn.t_last.nanos_since(c.syn.t_last)) } else { None }).filter(|r| *r >= 0);
+        rtt_samples.extend(c.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Upstream }));
+        let down_part = hs_down.into_iter().chain(sv.rtt.iter().map(|x| x.1)).filter(|r| *r >= 0).min();
+        let up_part = hs_up.into_iter().chain(c.rtt.iter().map(|x| x.1)).filter(|r| *r >= 0).min();
         let min_rtt_ns = match (down_part, up_part) {
             (Some(d), Some(u)) => Some(d + u),
             (Some(d), None) => Some(d),
-            _ => hs_rtt,
+            _ => None,
         }
         .filter(|r| *r > 0);
 
@@ -833,6 +879,7 @@ impl Conn {
             ts_ok,
             ecn_ok,
             syn_retx: c.syn.count.saturating_sub(1),
+            synack_retx: sv.syn.count.saturating_sub(1),
             rwin_bytes: rwin,
             rwin_syn_bytes: rwin_syn,
             zero_window: c.zero_window,
@@ -845,6 +892,9 @@ impl Conn {
             data_pkts_up: c.data_pkts,
             data_bytes_up: data_bytes(c),
             retx_up: c.retx_pkts,
+            fin_retx: c.fin_retx + sv.fin_retx,
+            zwnd_probes: c.zwnd_probes + sv.zwnd_probes,
+            dup_frames: c.dup_frames + sv.dup_frames,
             bw_bps: bw,
             delack_policy: policy,
             acks_per_seg: aps,

@@ -124,8 +124,10 @@ pub struct Exchange {
 pub enum RttKind {
     /// SYN to the client's ACK of the SYN-ACK.
     Handshake,
-    /// Server data to the client's ACK (the downstream round trip).
+    /// Server data to the client's ACK (the tap→client→tap round trip).
     Data,
+    /// Client data to the server's ACK (the tap→server→tap round trip).
+    Upstream,
 }
 
 impl RttKind {
@@ -133,6 +135,7 @@ impl RttKind {
         match self {
             RttKind::Handshake => "handshake",
             RttKind::Data => "data",
+            RttKind::Upstream => "upstream",
         }
     }
 }
@@ -180,6 +183,7 @@ pub struct ConnectionRecord {
     pub ts_ok: Option<bool>,
     pub ecn_ok: Option<bool>,
     pub syn_retx: u32,
+    pub synack_retx: u32,
     pub rwin_bytes: Option<u64>,
     pub rwin_syn_bytes: Option<u64>,
     pub zero_window: u32,
@@ -192,6 +196,9 @@ pub struct ConnectionRecord {
     pub data_pkts_up: u64,
     pub data_bytes_up: u64,
     pub retx_up: u64,
+    pub fin_retx: u64,
+    pub zwnd_probes: u64,
+    pub dup_frames: u64,
     pub bw_bps: Option<f64>,
     pub delack_policy: DelackPolicy,
     pub acks_per_seg: Option<f64>,

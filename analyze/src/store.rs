@@ -25,11 +25,12 @@ pub struct RecordStore {
 
 const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vlan, ip_version, t_syn, t_first, t_end,
     complete, prune_reason, server_by, min_rtt_us, hs_rtt_us, rtt_samples, mss_client, mss_server, wscale_client,
-    wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
+    wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, synack_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
     data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, data_pkts_up, data_bytes_up, retx_up,
+    fin_retx, zwnd_probes, dup_frames,
     bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
     response_time_us, holes_down, holes_up, frames";
-const CONN_N: usize = 48;
+const CONN_N: usize = 52;
 const EXCH_COLS: &str = "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
     response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
 const EXCH_N: usize = 14;
@@ -149,10 +150,11 @@ impl RecordStore {
                 b.v(r.vlan).v(r.ip_version()).v(us(r.t_syn)).v(r.t_first.as_micros()).v(r.t_end.as_micros());
                 b.v(r.complete() as i64).v(r.prune_reason()).v(r.server_by.as_str()).v(r.min_rtt_us).v(r.hs_rtt_us);
                 b.v(r.rtt_sample_count).v(r.mss_client).v(r.mss_server).v(r.wscale_client).v(r.wscale_server);
-                b.v(bo(r.sack_ok)).v(bo(r.ts_ok)).v(bo(r.ecn_ok)).v(r.syn_retx);
+                b.v(bo(r.sack_ok)).v(bo(r.ts_ok)).v(bo(r.ecn_ok)).v(r.syn_retx).v(r.synack_retx);
                 b.v(r.rwin_bytes.map(|v| v as i64)).v(r.rwin_syn_bytes.map(|v| v as i64)).v(r.zero_window);
                 b.v(r.data_pkts_down as i64).v(r.data_bytes_down as i64).v(r.retx_down as i64).v(r.spurious_retx_down as i64);
                 b.v(r.spurious_by).v(r.loss_rate_down).v(r.data_pkts_up as i64).v(r.data_bytes_up as i64).v(r.retx_up as i64);
+                b.v(r.fin_retx as i64).v(r.zwnd_probes as i64).v(r.dup_frames as i64);
                 b.v(r.bw_bps).v(r.bw_samples.iter().filter(|s| s.used).count() as i64).v(r.delack_policy.as_str());
                 b.v(r.acks_per_seg).v(r.delack_timeout_us).v(r.termination.as_str()).v(r.closed_by);
                 b.v(r.exchanges.len() as i64).v(r.response_time_us).v(r.holes_down).v(r.holes_up).v(r.frames as i64);

@@ -20,6 +20,7 @@ struct Wire {
     no: u64,
     cport: u16,
     payload: Vec<u8>,
+    ip_id: Option<u16>,
 }
 
 struct P {
@@ -48,7 +49,7 @@ fn syn_opts(mss: u16, ws: u8) -> TcpOptions {
 
 impl Wire {
     fn new() -> Wire {
-        Wire { an: Analyzer::new(Config::default()), no: 0, cport: 40000, payload: Vec::new() }
+        Wire { an: Analyzer::new(Config::default()), no: 0, cport: 40000, payload: Vec::new(), ip_id: None }
     }
 
     fn send(&mut self, t_ns: i64, p: P) {
@@ -71,6 +72,7 @@ impl Wire {
             payload: &self.payload[..self.payload.len().min(p.len as usize)],
             ip_ecn: 0,
             hdr_len: 40,
+            ip_id: self.ip_id,
         };
         self.an.handle_segment(self.no, Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + t_ns), &seg);
     }

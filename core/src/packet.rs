@@ -271,6 +271,9 @@ pub struct TcpSegment<'a> {
     /// Bytes of IP header (with extension headers) plus TCP header: what the segment adds on
     /// the wire at the IP layer beyond its payload.
     pub hdr_len: u16,
+    /// IPv4 identification (None for IPv6): the same datagram captured twice carries the same
+    /// value, a retransmission normally a new one.
+    pub ip_id: Option<u16>,
 }
 
 impl TcpSegment<'_> {
@@ -299,6 +302,7 @@ impl TcpSegment<'_> {
             payload: &[],
             ip_ecn: self.ip_ecn,
             hdr_len: self.hdr_len,
+            ip_id: self.ip_id,
         }
     }
 
@@ -474,7 +478,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
         LaxHeaderSliceError::Len(_) => DecodeError::TruncatedIpHeader,
         LaxHeaderSliceError::Content(_) => DecodeError::BadIpHeader,
     })?;
-    let (src, dst, ecn, declared_total, payload) = match &sliced {
+    let (src, dst, ecn, declared_total, payload, ip_id) = match &sliced {
         LaxIpSlice::Ipv4(v4) => {
             let h = v4.header();
             let total = h.total_len() as usize;
@@ -484,6 +488,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
                 h.ecn().value(),
                 total,
                 v4.payload(),
+                Some(h.identification()),
             )
         }
         LaxIpSlice::Ipv6(v6) => {
@@ -494,6 +499,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
                 h.ecn().value(),
                 40 + h.payload_length() as usize,
                 v6.payload(),
+                None,
             )
         }
     };
@@ -550,6 +556,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
         payload: &captured[..captured.len().min(payload_len)],
         ip_ecn: ecn,
         hdr_len: (ip_hdr_len + hdr_len).min(u16::MAX as usize) as u16,
+        ip_id,
     })
 }
 
@@ -586,6 +593,7 @@ mod tests {
         assert_eq!(s.seq_len(), 1);
         assert_eq!(s.ip_ecn, 2);
         assert_eq!(s.hdr_len, 60);
+        assert_eq!(s.ip_id, Some(1));
     }
 
     #[test]

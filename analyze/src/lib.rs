@@ -11,6 +11,8 @@ mod bandwidth;
 pub mod config;
 mod conn;
 pub mod driver;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod ranges;
 pub mod record;

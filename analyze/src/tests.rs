@@ -435,3 +435,61 @@ fn idle_connections_are_closed_in_capture_time() {
     assert_eq!(w.an.stats().idle_closed, 1);
 }
 
+
+/// A deterministic, in-suite version of the fuzz targets: every public capture (the malformed
+/// ones included), cut and mutated, through the trace reader, the frame decoder and the
+/// analyzer. None may panic.
+#[test]
+fn fuzz_smoke_over_mutated_public_captures() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/public");
+    assert!(root.is_dir(), "{} is missing: check out shared/ beside this repository", root.display());
+    let mut files = Vec::new();
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_none_or(|x| x != "md") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() > 100);
+    let mut rng = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for f in &files {
+        let mut bytes = std::fs::read(f).unwrap();
+        bytes.truncate(48 * 1024);
+        crate::fuzzing::analyze_trace(&bytes);
+        for _ in 0..40 {
+            let mut m = bytes.clone();
+            let n = 1 + next() as usize % 16;
+            for _ in 0..n {
+                if m.is_empty() {
+                    break;
+                }
+                let i = next() as usize % m.len();
+                match next() % 4 {
+                    0 => m[i] ^= 1 << (next() % 8),
+                    1 => m[i] = next() as u8,
+                    2 => m.truncate(i),
+                    _ => m[i] = [0u8, 0xff, 0x7f, 0x80][next() as usize % 4],
+                }
+            }
+            crate::fuzzing::analyze_trace(&m);
+            let start = next() as usize % m.len().max(1);
+            let end = (start + 1 + next() as usize % 200).min(m.len());
+            if start < end {
+                crate::fuzzing::decode_frame(&m[start..end]);
+                crate::fuzzing::analyze_frames(&m[start..]);
+            }
+        }
+    }
+}

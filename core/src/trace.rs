@@ -132,13 +132,24 @@ impl TraceReader {
         let mut magic = [0u8; 4];
         let n = read_up_to(&mut file, &mut magic).map_err(io_err)?;
         drop(file);
-        if n == 0 {
+        let file = File::open(&path).map_err(io_err)?;
+        Self::from_parts(path, Box::new(file), &magic[..n], file_size)
+    }
+
+    /// Reads a trace held in memory; `label` names it in errors.
+    pub fn from_bytes(label: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<TraceReader, TraceError> {
+        let magic: Vec<u8> = bytes.iter().take(4).copied().collect();
+        let size = bytes.len() as u64;
+        Self::from_parts(label.into(), Box::new(io::Cursor::new(bytes)), &magic, size)
+    }
+
+    fn from_parts(path: PathBuf, input: Box<dyn Read + Send>, magic: &[u8], file_size: u64) -> Result<TraceReader, TraceError> {
+        if magic.is_empty() {
             return Err(TraceError::Empty { path });
         }
-        let gzip = n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-        let file = File::open(&path).map_err(io_err)?;
+        let gzip = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
         let bytes_read = Arc::new(AtomicU64::new(0));
-        let counted = CountingReader { inner: file, count: bytes_read.clone() };
+        let counted = CountingReader { inner: input, count: bytes_read.clone() };
         let source: Box<dyn Read + Send> = if gzip {
             Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, counted)))
         } else {
@@ -154,7 +165,7 @@ impl TraceReader {
                 return Err(TraceError::Io { path, source: io::Error::other("read failed (corrupt gzip stream?)") })
             }
             Err(_) => {
-                let magic = magic[..n].iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+                let magic = magic.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
                 return Err(TraceError::NotATrace { path, magic: format!("bytes {magic}") });
             }
         };

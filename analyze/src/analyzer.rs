@@ -32,8 +32,9 @@ pub struct AnalyzerStats {
     pub port_reuse: u64,
     /// Most connections tracked at once.
     pub peak_connections: u64,
-    /// Frames whose time was earlier than a frame before them.
+    /// Frames whose time was earlier than a frame before them, and the largest step back.
     pub time_backwards: u64,
+    pub max_backwards_ns: i64,
 }
 
 impl AnalyzerStats {
@@ -50,6 +51,7 @@ impl AnalyzerStats {
         self.port_reuse += o.port_reuse;
         self.peak_connections += o.peak_connections;
         self.time_backwards += o.time_backwards;
+        self.max_backwards_ns = self.max_backwards_ns.max(o.max_backwards_ns);
     }
 }
 
@@ -112,6 +114,7 @@ impl Analyzer {
     fn advance(&mut self, t: Timestamp) {
         if t < self.now {
             self.stats.time_backwards += 1;
+            self.stats.max_backwards_ns = self.stats.max_backwards_ns.max(self.now.nanos_since(t));
             return;
         }
         self.now = t;

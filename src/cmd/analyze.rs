@@ -72,6 +72,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     for i in &summary.input_issues {
         eprintln!("mimic: warning: {} (frames before it were analyzed)", i.message);
     }
+    // Small steps back are normal (multi-queue capture); a long one means overlapping inputs.
+    if summary.max_time_backwards_s > 1.0 {
+        eprintln!(
+            "mimic: warning: capture time goes back by up to {:.1} s ({} frames): the input may hold overlapping or repeated captures; merge them with mergecap, or pass them as separate files",
+            summary.max_time_backwards_s, summary.time_backwards
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -287,12 +287,25 @@ impl Report {
 
         let mut ps: Vec<f64> = TABLE_PERCENTILES.to_vec();
         ps.dedup();
-        let base_reps = stats::bootstrap(&samples[0], &ps, options.bootstrap_replicates, options.seed);
+        // Resample every input at once, one thread per input (the work is O(n) per replicate).
+        // Input k has its own stream (seed ^ k·φ), so adding an input leaves the others'
+        // intervals alone and the result does not depend on the thread count.
+        let reps: Vec<stats::Replicates> = std::thread::scope(|scope| {
+            let handles: Vec<_> = samples
+                .iter()
+                .enumerate()
+                .map(|(k, sample)| {
+                    let ps = &ps;
+                    let seed = options.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    scope.spawn(move || stats::bootstrap(sample, ps, options.bootstrap_replicates, seed))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("bootstrap thread")).collect()
+        });
+        let base_reps = &reps[0];
         let mut comparisons = Vec::new();
         for k in 1..loaded.len() {
-            // An independent stream per OTHER, so adding an input leaves the others' intervals alone.
-            let seed = options.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let other_reps = stats::bootstrap(&samples[k], &ps, options.bootstrap_replicates, seed);
+            let other_reps = &reps[k];
             let mut rows = Vec::new();
             for (idx, name) in ps
                 .iter()

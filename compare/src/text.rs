@@ -71,10 +71,13 @@ pub(crate) fn render(r: &Report) -> String {
         }
         let _ = writeln!(
             s,
-            "  KS D={:.4} {} ({:?} p-value, n={} and {})",
+            "  KS D={:.4} {} ({} p-value, n={} and {})",
             c.ks.d,
             fmt::p_value(c.ks.p_value),
-            c.ks.method,
+            match c.ks.method {
+                crate::stats::KsMethod::Exact => "exact",
+                crate::stats::KsMethod::Asymptotic => "asymptotic",
+            },
             c.ks.n1,
             c.ks.n2
         );

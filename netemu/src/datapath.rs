@@ -421,6 +421,9 @@ impl Datapath {
                 let now = mono_now();
                 job(&mut Ctx { engine: &mut engine, stats: &stats, now, stop: &mut stop });
             }
+            if stop {
+                break;
+            }
             // Receive.
             let mut got = 0;
             for ri in 0..2 {

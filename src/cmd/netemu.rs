@@ -13,7 +13,6 @@ use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, Waker};
 use mimic_netemu::engine::{Engine, Limits, PipeCounters, PipeOwner, PipeTable};
 use mimic_netemu::lab::{self, LabInfo};
 use mimic_netemu::render::{self, Backend, RenderOptions};
-use mimic_netemu::units::{fmt_duration, fmt_rate};
 use mimic_netemu::PipeConfig;
 
 #[derive(clap::Args)]
@@ -285,12 +284,11 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
         d.rx_frames[0], d.rx_frames[1], d.tx_frames[0], d.tx_frames[1], d.forwarded_unshaped, e.not_ip, e.unmatched, d.no_buffer, d.ring_drops, d.tx_errors, d.discarded
     );
     println!(
-        "departure lateness: p50 {} p99 {} max {}; flow rules {}, pipes {}",
-        fmt_duration(d.late_p50_ns),
-        fmt_duration(d.late_p99_ns),
-        fmt_duration(d.late_max_ns),
+        "departure lateness: p50 {:.1}us p99 {:.1}us max {:.1}us; flow rules {}, pipes {}",
+        d.late_p50_ns as f64 / 1e3,
+        d.late_p99_ns as f64 / 1e3,
+        d.late_max_ns as f64 / 1e3,
         e.flow_rules,
         e.pipes
     );
-    let _ = fmt_rate;
 }

@@ -212,7 +212,7 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                     let _ = write!(netem, " loss random {}", fmt_prob(pr));
                 }
                 LossModel::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_bad, loss_good } => {
-                    let _ = write!(netem, " loss gemodel {} {} {} {}", fmt_prob(p_good_to_bad), fmt_prob(p_bad_to_good), fmt_prob(loss_bad), fmt_prob(1.0 - loss_good));
+                    let _ = write!(netem, " loss gemodel {} {} {} {}", fmt_prob(p_good_to_bad), fmt_prob(p_bad_to_good), fmt_prob(loss_bad), fmt_prob(loss_good));
                 }
             }
             s.cmd(&netem);

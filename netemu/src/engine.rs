@@ -179,6 +179,7 @@ struct PipeSlot {
 }
 
 struct FlowEntry<T> {
+    id: RuleId,
     key: ConnKey,
     up: PipeId,
     down: PipeId,
@@ -188,7 +189,7 @@ struct FlowEntry<T> {
 #[derive(Clone, Copy)]
 enum Ev<T> {
     Depart { token: T, pipe: PipeId, out: Side },
-    AckTimer { rule: RuleId, generation: u32 },
+    AckTimer { slot: u32, rule: RuleId, generation: u32 },
 }
 
 pub struct Engine<T> {
@@ -196,8 +197,12 @@ pub struct Engine<T> {
     free: Vec<u32>,
     default: Option<(PipeId, PipeId)>,
     prefixes: Vec<(PrefixRule, PipeId, PipeId)>,
-    by_key: FxHashMap<ConnKey, RuleId>,
-    rules: FxHashMap<RuleId, FlowEntry<T>>,
+    /// Connection → slot in `flows` (one hash lookup per packet).
+    by_key: FxHashMap<ConnKey, u32>,
+    /// Rule id → slot in `flows` (control operations).
+    rules: FxHashMap<RuleId, u32>,
+    flows: Vec<Option<FlowEntry<T>>>,
+    free_flows: Vec<u32>,
     next_rule: RuleId,
     wheel: TimingWheel<Ev<T>>,
     due: Vec<(Nanos, Ev<T>)>,
@@ -224,6 +229,8 @@ impl<T: Copy> Engine<T> {
             prefixes: Vec::new(),
             by_key: FxHashMap::default(),
             rules: FxHashMap::default(),
+            flows: Vec::new(),
+            free_flows: Vec::new(),
             next_rule: 1,
             wheel: TimingWheel::new(),
             due: Vec::new(),
@@ -320,7 +327,8 @@ impl<T: Copy> Engine<T> {
                 return Err(RuleError::AckOnDownstream { what: format!("flow {} -> {}", r.client, r.server) });
             }
             let key = ConnKey { client: r.client, server: r.server };
-            if let Some(&existing) = self.by_key.get(&key) {
+            if let Some(&slot) = self.by_key.get(&key) {
+                let existing = self.flows[slot as usize].as_ref().expect("indexed flow").id;
                 return Err(RuleError::Duplicate { client: r.client, server: r.server, existing });
             }
             if !batch.insert(key) {
@@ -336,8 +344,19 @@ impl<T: Copy> Engine<T> {
             let up = self.new_pipe(r.up.clone(), &[2, h, 0]);
             let down = self.new_pipe(r.down.clone(), &[2, h, 1]);
             let ack = r.up.ack.map(AckShaper::new);
-            self.rules.insert(id, FlowEntry { key, up, down, ack });
-            self.by_key.insert(key, id);
+            let entry = FlowEntry { id, key, up, down, ack };
+            let slot = match self.free_flows.pop() {
+                Some(s) => {
+                    self.flows[s as usize] = Some(entry);
+                    s
+                }
+                None => {
+                    self.flows.push(Some(entry));
+                    self.flows.len() as u32 - 1
+                }
+            };
+            self.rules.insert(id, slot);
+            self.by_key.insert(key, slot);
             ids.push(id);
         }
         self.stats.flow_rules = self.rules.len() as u64;
@@ -346,7 +365,8 @@ impl<T: Copy> Engine<T> {
 
     /// Changes the pipes of a flow rule in place (counters and scheduled packets stay).
     pub fn update_flow(&mut self, id: RuleId, up: Option<PipeConfig>, down: Option<PipeConfig>, now: Nanos) -> Result<(), RuleError> {
-        let e = self.rules.get(&id).ok_or(RuleError::NoSuchRule(id))?;
+        let slot = *self.rules.get(&id).ok_or(RuleError::NoSuchRule(id))? as usize;
+        let e = self.flows[slot].as_ref().expect("indexed flow");
         if down.as_ref().is_some_and(|d| d.ack.is_some()) {
             return Err(RuleError::AckOnDownstream { what: format!("rule {id}") });
         }
@@ -354,7 +374,7 @@ impl<T: Copy> Engine<T> {
         if let Some(up) = up {
             let policy = up.ack;
             self.pipe(u).reconfigure(up);
-            let e = self.rules.get_mut(&id).unwrap();
+            let e = self.flows[slot].as_mut().expect("indexed flow");
             match (policy, e.ack.as_mut()) {
                 (Some(p), Some(s)) => s.policy = p,
                 (Some(p), None) => e.ack = Some(AckShaper::new(p)),
@@ -378,7 +398,9 @@ impl<T: Copy> Engine<T> {
     pub fn remove_flows(&mut self, ids: &[RuleId], now: Nanos) -> Vec<(RuleId, Counters, Counters)> {
         let mut out = Vec::new();
         for &id in ids {
-            let Some(mut e) = self.rules.remove(&id) else { continue };
+            let Some(slot) = self.rules.remove(&id) else { continue };
+            let mut e = self.flows[slot as usize].take().expect("indexed flow");
+            self.free_flows.push(slot);
             self.by_key.remove(&e.key);
             if let Some(h) = e.ack.as_mut().and_then(|s| s.flush()) {
                 self.enqueue_release(e.up, h.token, h.ip_len, now);
@@ -413,10 +435,10 @@ impl<T: Copy> Engine<T> {
             v.push(row(owner.clone(), Direction::Up, *u, None));
             v.push(row(owner, Direction::Down, *d, None));
         }
-        let mut ids: Vec<&RuleId> = self.rules.keys().collect();
+        let mut ids: Vec<(&RuleId, &u32)> = self.rules.iter().collect();
         ids.sort();
-        for id in ids {
-            let e = &self.rules[id];
+        for (id, slot) in ids {
+            let e = self.flows[*slot as usize].as_ref().expect("indexed flow");
             let owner = PipeOwner::Flow { rule: *id, client: e.key.client, server: e.key.server };
             v.push(row(owner.clone(), Direction::Up, e.up, e.ack.as_ref().map(|s| s.counters)));
             v.push(row(owner, Direction::Down, e.down, None));
@@ -456,8 +478,9 @@ impl<T: Copy> Engine<T> {
                 Side::Server => (tcp.dport, tcp.sport),
             };
             let key = ConnKey { client: SocketAddr::new(client_ip, cport), server: SocketAddr::new(server_ip, sport) };
-            if let Some(&rule) = self.by_key.get(&key) {
-                let e = self.rules.get_mut(&rule).expect("indexed rule");
+            if let Some(&slot) = self.by_key.get(&key) {
+                let e = self.flows[slot as usize].as_mut().expect("indexed flow");
+                let rule = e.id;
                 let (up, down) = (e.up, e.down);
                 match side {
                     Side::Server => {
@@ -484,7 +507,7 @@ impl<T: Copy> Engine<T> {
                             Current::Pass => self.offer(up, now, meta.ip_len, token, Side::Server),
                             Current::Hold(timer) => {
                                 if let Some((deadline, generation)) = timer {
-                                    self.wheel.insert(deadline, Ev::AckTimer { rule, generation });
+                                    self.wheel.insert(deadline, Ev::AckTimer { slot, rule, generation });
                                 }
                                 Verdict::Held
                             }
@@ -549,8 +572,8 @@ impl<T: Copy> Engine<T> {
                         }
                         out.push(Action::Send { token, out: side, due: at });
                     }
-                    Ev::AckTimer { rule, generation } => {
-                        let Some(e) = self.rules.get_mut(&rule) else { continue };
+                    Ev::AckTimer { slot, rule, generation } => {
+                        let Some(e) = self.flows.get_mut(slot as usize).and_then(|e| e.as_mut()).filter(|e| e.id == rule) else { continue };
                         let up = e.up;
                         if let Some(h) = e.ack.as_mut().and_then(|s| s.on_timer(generation)) {
                             // Released at its deadline, so the pipe sees the exact instant.

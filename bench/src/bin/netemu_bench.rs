@@ -1,0 +1,396 @@
+//! netemu-bench: forwarding rate and added-delay error of mimic's userspace datapath with 1,
+//! 1,000 and 65,536 active pipes, side by side with plain kernel forwarding (tc mirred
+//! redirect) and kernel tbf on the same veths of one lab.
+//!
+//! Traffic: a generator in NAME-cli sends small TCP frames (70 bytes, one flow per pipe,
+//! round robin) on an AF_PACKET socket; frames are addressed to a MAC the server does not own,
+//! so the server's kernel counts and drops them without answering.
+//! * rate: the generator blasts with `sendmmsg` for a few seconds; the rate is what the
+//!   server interface received (rx_packets) per second. Kernel forwarding runs in softirq and
+//!   needs no thread of its own; mimic's datapath needs one, and on this 2-core machine it
+//!   competes with the generator — that is part of the comparison.
+//! * delay error: the generator paces packets (10 kpps) and stamps CLOCK_REALTIME into each just
+//!   before sending; a receiver in NAME-srv takes the kernel receive timestamp (SO_TIMESTAMPNS).
+//!   error = |(rx - tx) - configured delay|, configured delay 5 ms for mimic, 0 for the kernel.
+//!
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536]
+//! Needs root. Prints a markdown table; writes JSON with --out.
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use mimic_netemu::datapath::{Datapath, DatapathConfig, DatapathStats, Job, Waker};
+use mimic_netemu::engine::{Engine, FlowRule, Limits, PipeTable};
+use mimic_netemu::lab::{self, LabInfo, LabOptions};
+use mimic_netemu::netns;
+
+const SRC_MAC: [u8; 6] = [0x02, 0x6d, 0x69, 0, 0, 0x01];
+const DST_MAC: [u8; 6] = [0x02, 0x6d, 0x69, 0, 0, 0x99]; // owned by nobody: the server drops
+const SERVER: [u8; 4] = [198, 18, 0, 9];
+const FRAME_LEN: usize = 14 + 20 + 20 + 16;
+const DELAY_NS: u64 = 5_000_000;
+
+fn flow(i: u32) -> ([u8; 4], u16) {
+    let ip = u32::from_be_bytes([198, 19, 0, 0]) + 1 + i / 64;
+    (ip.to_be_bytes(), 10_000 + (i % 64) as u16)
+}
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in data.chunks(2) {
+        s += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
+    }
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+fn frame(i: u32) -> Vec<u8> {
+    let (src, sport) = flow(i);
+    let mut f = vec![0u8; FRAME_LEN];
+    f[0..6].copy_from_slice(&DST_MAC);
+    f[6..12].copy_from_slice(&SRC_MAC);
+    f[12] = 0x08;
+    let ip = &mut f[14..];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((FRAME_LEN - 14) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&src);
+    ip[16..20].copy_from_slice(&SERVER);
+    let c = checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let t = &mut ip[20..];
+    t[0..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&80u16.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = 0x18;
+    f
+}
+
+fn realtime() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into our timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn packet_socket(ifname: &str) -> RawFd {
+    let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
+    // SAFETY: plain socket calls; sockaddr_ll zeroed then filled.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto);
+        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        let name = std::ffi::CString::new(ifname).unwrap();
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto as u16;
+        sll.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
+        assert!(sll.sll_ifindex > 0, "no interface {ifname}");
+        let r = libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32);
+        assert_eq!(r, 0, "bind {ifname}");
+        let one: i32 = 1;
+        libc::setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one as *const i32 as *const libc::c_void, 4);
+        fd
+    }
+}
+
+/// Blasts frames round robin over `n` flows for `secs`; returns frames sent.
+fn blast(info: &LabInfo, n: u32, secs: f64) -> u64 {
+    let ns = info.ns_cli.clone();
+    let dev = info.cli_if.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let fd = packet_socket(&dev);
+        let frames: Vec<Vec<u8>> = (0..n).map(frame).collect();
+        let mut sent = 0u64;
+        let mut next = 0usize;
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(64);
+        while Instant::now() < end {
+            iov.clear();
+            for _ in 0..64 {
+                iov.push(libc::iovec { iov_base: frames[next].as_ptr() as *mut libc::c_void, iov_len: FRAME_LEN });
+                next = (next + 1) % frames.len();
+            }
+            let mut msgs: Vec<libc::mmsghdr> = iov
+                .iter_mut()
+                .map(|v| {
+                    // SAFETY: msghdr is plain data; zeroed then pointed at a live iovec.
+                    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+                    h.msg_iov = v as *mut libc::iovec;
+                    h.msg_iovlen = 1;
+                    libc::mmsghdr { msg_hdr: h, msg_len: 0 }
+                })
+                .collect();
+            // SAFETY: msgs point at frames that outlive the call.
+            let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+            if r > 0 {
+                sent += r as u64;
+            }
+        }
+        // SAFETY: closing our socket.
+        unsafe { libc::close(fd) };
+        sent
+    })
+    .join()
+    .unwrap()
+}
+
+fn rx_packets(info: &LabInfo) -> u64 {
+    let out = Command::new("ip").args(["-n", &info.ns_srv, "-j", "-s", "link", "show", "dev", &info.srv_if]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
+}
+
+/// Paced probes with timestamps; returns one-way latencies in ns.
+fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
+    let (rns, rdev) = (info.ns_srv.clone(), info.srv_if.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        netns::enter(&rns).unwrap();
+        let fd = packet_socket(&rdev);
+        let one: i32 = 1;
+        // SAFETY: setsockopt/recvmsg on our socket with buffers we own.
+        unsafe {
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one as *const i32 as *const libc::c_void, 4);
+            let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            let big: i32 = 16 << 20;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big as *const i32 as *const libc::c_void, 4);
+        }
+        ready_tx.send(()).unwrap();
+        let mut lat = Vec::new();
+        let mut buf = [0u8; 2048];
+        let mut cbuf = [0u8; 256];
+        while !stop2.load(Ordering::Relaxed) {
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+            // SAFETY: msghdr zeroed, then pointed at our buffers.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = cbuf.len();
+            // SAFETY: recvmsg into the buffers described by h.
+            let r = unsafe { libc::recvmsg(fd, &mut h, 0) };
+            if r < FRAME_LEN as isize || buf[0..6] != DST_MAC {
+                continue;
+            }
+            // SAFETY: walking the control messages the kernel wrote into cbuf.
+            let rx_ts = unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h);
+                let mut ts = None;
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                        let t = *(libc::CMSG_DATA(c) as *const libc::timespec);
+                        ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+                    }
+                    c = libc::CMSG_NXTHDR(&h, c);
+                }
+                ts
+            };
+            let tx_ts = u64::from_be_bytes(buf[54..62].try_into().unwrap());
+            if let Some(rx) = rx_ts {
+                if tx_ts != 0 && rx >= tx_ts {
+                    lat.push(rx - tx_ts);
+                }
+            }
+        }
+        // SAFETY: closing our socket.
+        unsafe { libc::close(fd) };
+        lat
+    });
+    ready_rx.recv().unwrap();
+    let (cns, cdev) = (info.ns_cli.clone(), info.cli_if.clone());
+    std::thread::spawn(move || {
+        netns::enter(&cns).unwrap();
+        // SAFETY: timer slack for precise pacing sleeps.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+        let fd = packet_socket(&cdev);
+        let mut frames: Vec<Vec<u8>> = (0..n).map(frame).collect();
+        let gap = Duration::from_nanos(1_000_000_000 / pps);
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        let mut next = 0usize;
+        let mut due = Instant::now();
+        while Instant::now() < end {
+            let f = &mut frames[next];
+            next = (next + 1) % n as usize;
+            f[54..62].copy_from_slice(&realtime().to_be_bytes());
+            // SAFETY: sending a live buffer on our bound socket.
+            unsafe { libc::send(fd, f.as_ptr() as *const libc::c_void, FRAME_LEN, 0) };
+            due += gap;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        // SAFETY: closing our socket.
+        unsafe { libc::close(fd) };
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    rx.join().unwrap()
+}
+
+struct Row {
+    name: String,
+    pipes: u32,
+    sent_pps: f64,
+    rx_pps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    probes: usize,
+    lost_probes: i64,
+    note: String,
+}
+
+fn errors(lat: &[u64], configured: u64) -> (f64, f64, f64) {
+    let mut e: Vec<u64> = lat.iter().map(|&l| l.abs_diff(configured)).collect();
+    e.sort_unstable();
+    if e.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let q = |p: f64| e[((e.len() as f64 * p) as usize).min(e.len() - 1)] as f64 / 1e3;
+    (q(0.5), q(0.99), *e.last().unwrap() as f64 / 1e3)
+}
+
+fn measure(info: &LabInfo, name: &str, pipes: u32, configured: u64, secs: f64, note: String) -> Row {
+    let pps = 10_000;
+    let lat = latency(info, pipes, pps, secs);
+    let (p50, p99, max) = errors(&lat, configured);
+    let before = rx_packets(info);
+    let t = Instant::now();
+    let sent = blast(info, pipes, secs);
+    std::thread::sleep(Duration::from_millis(50));
+    let got = rx_packets(info) - before;
+    let el = t.elapsed().as_secs_f64() - 0.05;
+    let expected = (pps as f64 * secs) as i64;
+    Row { name: name.into(), pipes, sent_pps: sent as f64 / el, rx_pps: got as f64 / el, p50_us: p50, p99_us: p99, max_us: max, probes: lat.len(), lost_probes: expected - lat.len() as i64, note }
+}
+
+fn tc(ns: &str, args: &str) {
+    let o = Command::new("tc").arg("-n").arg(ns).args(args.split_whitespace()).output().unwrap();
+    assert!(o.status.success(), "tc {args}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn kernel_redirect(info: &LabInfo, on: bool) {
+    let (a, b) = (&info.emu_cli_if, &info.emu_srv_if);
+    if on {
+        for (x, y) in [(a, b), (b, a)] {
+            tc(&info.ns_emu, &format!("qdisc add dev {x} ingress"));
+            tc(&info.ns_emu, &format!("filter add dev {x} parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev {y}"));
+        }
+    } else {
+        for x in [a, b] {
+            tc(&info.ns_emu, &format!("qdisc del dev {x} ingress"));
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let secs: f64 = get("--seconds").map(|s| s.parse().unwrap()).unwrap_or(3.0);
+    let out = get("--out");
+    let pipe_counts: Vec<u32> = get("--pipes").unwrap_or("1,1000,65536".into()).split(',').map(|s| s.parse().unwrap()).collect();
+    let name = format!("nb{}", std::process::id() % 100_000);
+    let (info, _) = lab::up(&name, &LabOptions::default()).expect("lab up (needs root)");
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = lab::down(&self.0);
+        }
+    }
+    let _down = Down(name.clone());
+    let mut rows = Vec::new();
+
+    // Plain kernel forwarding: tc mirred redirect between the emu veths.
+    kernel_redirect(&info, true);
+    for &n in &[1u32, *pipe_counts.iter().max().unwrap()] {
+        rows.push(measure(&info, "kernel forwarding (tc mirred)", n, 0, secs, "flows, no pipes".into()));
+    }
+    // Kernel tbf on the server-side veth (rate far above what is offered: its cost, not a limit).
+    tc(&info.ns_emu, &format!("qdisc add dev {} root tbf rate 10gbit burst 1mb latency 50ms", info.emu_srv_if));
+    rows.push(measure(&info, "kernel tbf 10gbit + mirred", 1, 0, secs, "one tbf, no delay".into()));
+    tc(&info.ns_emu, &format!("qdisc del dev {} root", info.emu_srv_if));
+    kernel_redirect(&info, false);
+
+    // mimic's datapath, in-process on its own thread in NAME-emu.
+    for &n in &pipe_counts {
+        let server: SocketAddr = SocketAddr::new(SERVER.into(), 80);
+        let table = PipeTable {
+            flows: (0..n)
+                .map(|i| {
+                    let (ip, port) = flow(i);
+                    FlowRule { client: SocketAddr::new(ip.into(), port), server, up: "delay=5ms".parse().unwrap(), down: "delay=5ms".parse().unwrap() }
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let engine: Engine<u32> = Engine::new(&table, Limits::default(), 1).unwrap();
+        let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+        let (jtx, jrx) = mpsc::channel::<Job>();
+        let waker = Waker::new().unwrap();
+        let ns = info.ns_emu.clone();
+        let (ci, si) = (info.emu_cli_if.clone(), info.emu_srv_if.clone());
+        let dp = std::thread::spawn(move || {
+            netns::enter(&ns).unwrap();
+            let d = Datapath::open(DatapathConfig { client_if: ci, server_if: si, rt_priority: Some(10), ..Default::default() }).unwrap();
+            d.run(engine, jrx, waker, None)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let mut row = measure(&info, "mimic netemu (delay=5ms per pipe)", n, DELAY_NS, secs, String::new());
+        jtx.send(Box::new(|ctx| *ctx.stop = true)).unwrap();
+        waker.wake();
+        let fin = dp.join().unwrap();
+        let s: &DatapathStats = &fin.stats;
+        row.note = format!(
+            "{} pipes; built in {setup_ms:.0} ms; departure lateness p50/p99/max {:.0}/{:.0}/{:.0} µs; ring drops {}, no-buffer {}",
+            2 * n,
+            s.late_p50_ns as f64 / 1e3,
+            s.late_p99_ns as f64 / 1e3,
+            s.late_max_ns as f64 / 1e3,
+            s.ring_drops,
+            s.no_buffer
+        );
+        rows.push(row);
+    }
+
+    let kernel_pps = rows[0].rx_pps;
+    println!("| datapath | active pipes | offered pps | forwarded pps | vs kernel fwd | delay error p50 / p99 / max (µs) | probes (lost) | notes |");
+    println!("|---|---:|---:|---:|---:|---|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0}% | {:.1} / {:.1} / {:.1} | {} ({}) | {} |",
+            r.name,
+            r.pipes,
+            r.sent_pps,
+            r.rx_pps,
+            100.0 * r.rx_pps / kernel_pps,
+            r.p50_us,
+            r.p99_us,
+            r.max_us,
+            r.probes,
+            r.lost_probes,
+            r.note
+        );
+    }
+    if let Some(o) = out {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| serde_json::json!({"datapath": r.name, "pipes": r.pipes, "offered_pps": r.sent_pps, "forwarded_pps": r.rx_pps, "err_p50_us": r.p50_us, "err_p99_us": r.p99_us, "err_max_us": r.max_us, "probes": r.probes, "lost_probes": r.lost_probes, "note": r.note}))
+            .collect();
+        std::fs::write(&o, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+}

@@ -123,3 +123,24 @@ CREATE TABLE replay_map (
     server_ip       TEXT,
     server_port     INTEGER
 );
+
+-- Replay databases: each replayed connection's emulated pipes, as configured and as the network
+-- emulator counted them (packets accepted, dropped by the queue limit, dropped by the loss model).
+CREATE TABLE replay_pipes (
+    orig_conn_id       INTEGER PRIMARY KEY,
+    one_way_delay_us   INTEGER NOT NULL,
+    down_rate_bps      REAL,               -- NULL: no rate limit
+    down_loss          REAL NOT NULL,
+    queue_up           INTEGER NOT NULL,   -- packets
+    queue_down         INTEGER NOT NULL,
+    ack_every          INTEGER,            -- delayed-ACK shaping of the client's pure ACKs
+    ack_timeout_us     INTEGER,
+    up_packets         INTEGER,
+    up_queue_drops     INTEGER,
+    up_loss_drops      INTEGER,
+    down_packets       INTEGER,
+    down_bytes         INTEGER,
+    down_queue_drops   INTEGER,
+    down_loss_drops    INTEGER,
+    down_max_queue     INTEGER
+);

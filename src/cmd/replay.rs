@@ -1,10 +1,188 @@
-//! `mimic replay` (being built; see the open issue for its specification).
+//! `mimic replay flows.db -o replay.db --lab NAME`: replays a workload through per-flow pipes
+//! against the server emulator, captures the server side and analyzes it into replay.db.
 
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use mimic_netemu::control::ControlAddr;
+use mimic_netemu::stack::StackProfile;
+use mimic_replay::orchestrate::{self, Progress, ReplayError, ReplayOptions, ReplaySummary, Target};
+use mimic_replay::workload::Select;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The workload: a database from mimic analyze, mimic synth or an earlier replay.
+    pub input: PathBuf,
+    /// The replay database to write (same schema, role replay, with replay_map).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Replay in this lab (built for the replay and torn down after unless it exists already).
+    #[arg(long, value_name = "NAME", required_unless_present = "server")]
+    pub lab: Option<String>,
+    /// Keep a lab the replay had to build.
+    #[arg(long, requires = "lab")]
+    pub keep_lab: bool,
+    /// Server stack profile for the replay, e.g. initcwnd=10,cc=cubic (see mimic lab stack).
+    #[arg(long, value_name = "PROFILE", value_parser = parse_stack)]
+    pub stack: Option<StackProfile>,
+    /// Which connections: complete (handshake, termination, no holes) or all.
+    #[arg(long, default_value = "complete", value_parser = parse_select)]
+    pub select: Select,
+    /// Replay only the first N connections (in start order).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Multiply the gaps between connection starts by X (2 = half the arrival rate).
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Seed of the pipes' loss models.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Port of the server emulator.
+    #[arg(long, default_value_t = 80)]
+    pub server_port: u16,
+    /// Keep the replay's capture files in DIR.
+    #[arg(long, value_name = "DIR")]
+    pub keep_capture: Option<PathBuf>,
+    /// Remote server emulator (mimic serve) instead of a lab: its data address.
+    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "token_file", "capture_iface", "client_addr"])]
+    pub server: Option<SocketAddr>,
+    /// Control channel of the remote server emulator (unix:PATH or tcp:HOST:PORT).
+    #[arg(long, value_name = "ADDR", value_parser = parse_control)]
+    pub server_control: Option<ControlAddr>,
+    /// Control channel of the remote network emulator.
+    #[arg(long, value_name = "ADDR", value_parser = parse_control)]
+    pub netemu: Option<ControlAddr>,
+    /// Shared token of the control channels (first line of the file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Local interface on the path to the server, where the replay is captured.
+    #[arg(long, value_name = "IF")]
+    pub capture_iface: Option<String>,
+    /// Local source addresses for replayed connections (repeatable).
+    #[arg(long, value_name = "IP")]
+    pub client_addr: Vec<Ipv4Addr>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mimic replay` is not available in this build yet")
+fn parse_stack(s: &str) -> Result<StackProfile, String> {
+    s.parse().map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
+}
+fn parse_select(s: &str) -> Result<Select, String> {
+    s.parse()
+}
+fn parse_control(s: &str) -> Result<ControlAddr, String> {
+    s.parse()
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if !(a.time_scale > 0.0) {
+        anyhow::bail!("--time-scale must be positive");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!("a lab replay needs root (it runs processes in network namespaces); run it with sudo");
+    }
+    let target = match (&a.lab, a.server) {
+        (Some(name), _) => Target::Lab { name: name.clone(), keep: a.keep_lab },
+        (None, Some(server)) => Target::Remote {
+            server,
+            server_control: a.server_control.clone().expect("required by clap"),
+            netemu: a.netemu.clone().expect("required by clap"),
+            token_file: a.token_file.clone().expect("required by clap"),
+            capture_iface: a.capture_iface.clone().expect("required by clap"),
+            client_addrs: a.client_addr.clone(),
+        },
+        (None, None) => anyhow::bail!("give --lab NAME or --server ADDR"),
+    };
+    let opts = ReplayOptions {
+        input: a.input.clone(),
+        output: a.output.clone(),
+        target,
+        stack: a.stack.clone(),
+        select: a.select,
+        limit: a.limit,
+        time_scale: a.time_scale,
+        seed: a.seed,
+        server_port: a.server_port,
+        keep_capture: a.keep_capture.clone(),
+        exe: std::env::current_exe()?,
+    };
+    let summary = match replay_with_progress(&opts) {
+        Ok(s) => s,
+        Err(ReplayError::Interrupted) => {
+            eprintln!("mimic: replay interrupted; its processes are stopped and nothing was written");
+            return Ok(ExitCode::from(130));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a replay with a progress bar (connections done / failed / in flight) and Ctrl-C
+/// stopping it cleanly.
+pub fn replay_with_progress(opts: &ReplayOptions) -> Result<ReplaySummary, ReplayError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+    let progress = Arc::new(Progress::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let pb = crate::progress::count(0, "replay");
+    let ticker = {
+        let (progress, done, pb) = (progress.clone(), done.clone(), pb.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let stage = progress.stage.lock().map(|s| s.clone()).unwrap_or_default();
+                pb.set_length(progress.total.load(Ordering::Relaxed));
+                pb.set_position(progress.done.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed));
+                pb.set_message(format!(
+                    "{stage}: {} done, {} failed, {} in flight",
+                    progress.done.load(Ordering::Relaxed),
+                    progress.failed.load(Ordering::Relaxed),
+                    progress.in_flight.load(Ordering::Relaxed)
+                ));
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        })
+    };
+    let r = orchestrate::run(opts, &progress, &stop);
+    done.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    pb.finish_and_clear();
+    r
+}
+
+fn print_summary(s: &ReplaySummary) {
+    println!(
+        "replayed {} connections{} in {:.1} s: {} ok, {} failed{}",
+        s.connections,
+        s.lab.as_ref().map(|l| format!(" in lab {l}")).unwrap_or_default(),
+        s.duration_s,
+        s.ok,
+        s.failed,
+        if s.failures.is_empty() { String::new() } else { format!(" ({})", s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")) }
+    );
+    if let Some(st) = &s.stack {
+        println!("server stack: {st}");
+    }
+    println!(
+        "timing: connections started p50 {} µs / p99 {} µs late; server delays kept to p50 {} µs / p99 {} µs late",
+        s.start_lateness_us[0], s.start_lateness_us[1], s.server.response_delay_error.p50_us, s.server.response_delay_error.p99_us
+    );
+    if s.missing > 0 {
+        println!("warning: {} replayed connections are missing from the capture", s.missing);
+    }
+    println!(
+        "analysis: {} connections ({} complete), {} exchanges; wrote {}",
+        s.analysis.connections, s.analysis.complete, s.analysis.exchanges, s.output
+    );
 }

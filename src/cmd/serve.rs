@@ -1,10 +1,70 @@
-//! `mimic serve` (being built; see the open issue for its specification).
+//! `mimic serve --listen ADDR`: the server emulator alone, for a server host whose kernel you
+//! changed. Requests carry a preamble saying what to answer; `--control` opens the
+//! authenticated control channel `mimic replay --server-control` talks to.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use mimic_netemu::control::ControlAddr;
+use mimic_replay::server::{self, Stats};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mimic serve` is not available in this build yet")
+#[derive(clap::Args)]
+pub struct Args {
+    /// Address and port to serve replayed connections on, e.g. 198.18.1.1:80.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Control channel: unix:PATH or tcp:HOST:PORT (needs --token-file).
+    #[arg(long, value_name = "ADDR", value_parser = parse_control, requires = "token_file")]
+    pub control: Option<ControlAddr>,
+    /// File whose first line is the control channel's shared token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Print the statistics at exit as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_control(s: &str) -> Result<ControlAddr, String> {
+    s.parse()
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let token = match &a.token_file {
+        Some(f) => Some(mimic_netemu::lab::read_token(f)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let stats = rt.block_on(async move {
+        let listener = server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
+        let stats = Stats::default();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let (Some(addr), Some(token)) = (a.control.clone(), token) {
+            let (s, tx) = (stats.clone(), stop_tx.clone());
+            // bind before serving so a caller that waits for the socket finds it
+            tokio::spawn(async move {
+                if let Err(e) = mimic_replay::control::serve(addr, token, s, tx).await {
+                    eprintln!("mimic: error: control channel: {e}");
+                }
+            });
+        }
+        let tx = stop_tx.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            let _ = tx.send(true);
+        });
+        anyhow::Ok(server::serve(listener, stats, stop_rx).await)
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else if !crate::progress::quiet() {
+        eprintln!(
+            "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} I/O errors",
+            stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.io_errors
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,10 +1,90 @@
-//! `mimic synth` (being built; see the open issue for its specification).
+//! `mimic synth --profile web --connections N -o synth.db`: a synthetic workload with known
+//! truth; `mimic synth check SYNTH.db REPLAY.db`: how well a replay's analysis recovered it.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+use mimic_replay::accuracy;
+use mimic_replay::synth::{self, Profile, SynthOptions};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mimic synth` is not available in this build yet")
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    check: Option<Check>,
+    /// Workload profile (web: search/browsing responses with a header and a query delay).
+    #[arg(long, default_value = "web", value_parser = parse_profile)]
+    profile: Profile,
+    /// Number of connections.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    connections: u32,
+    /// New connections per second (Poisson arrivals).
+    #[arg(long, default_value_t = 10.0)]
+    rate: f64,
+    /// Largest response in bytes.
+    #[arg(long, default_value_t = 300_000)]
+    max_response: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The database to write.
+    #[arg(short, long, value_name = "FILE", required = false)]
+    output: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum Check {
+    /// Compare the analysis of a replay with the truth of the workload it replayed (the
+    /// analyzer's accuracy harness); exit 1 when a criterion is missed.
+    Check {
+        truth: PathBuf,
+        replay: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_profile(s: &str) -> Result<Profile, String> {
+    s.parse()
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if let Some(Check::Check { truth, replay, json }) = a.check {
+        let r = accuracy::evaluate(&truth, &replay)?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            print!("{}", r.table());
+        }
+        return Ok(if r.pass() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
+    let Some(out) = a.output else {
+        anyhow::bail!("-o/--output is required (the synthetic workload database to write)");
+    };
+    if !(a.rate > 0.0) {
+        anyhow::bail!("--rate must be positive");
+    }
+    if a.max_response < 1000 {
+        anyhow::bail!("--max-response must be at least 1000 bytes");
+    }
+    let s = synth::generate(
+        &SynthOptions { profile: a.profile, connections: a.connections as usize, rate: a.rate, seed: a.seed, max_response: a.max_response },
+        &out,
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        let classes: Vec<String> = s.by_class.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        println!(
+            "wrote {}: {} connections, {} exchanges over {:.0} s ({})",
+            s.output,
+            s.connections,
+            s.exchanges,
+            s.duration_s,
+            classes.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

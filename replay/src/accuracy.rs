@@ -1,0 +1,317 @@
+//! How well the analyzer recovers a workload's known truth: a synthetic workload (or any
+//! database whose parameters were emulated) is replayed through the lab, the replay capture is
+//! analyzed, and each inferred parameter of a replayed connection is compared with the value
+//! its pipes and server were configured with (`mimic synth check`).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mimic_core::db::{open_existing, DbError};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccuracyError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{path}: {source}")]
+    Sql { path: String, source: rusqlite::Error },
+    #[error("{0}: not a replay database (no replay_map rows)")]
+    NotReplay(String),
+}
+
+/// One criterion: how many of `n` paired items met it, against the share required.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub parameter: &'static str,
+    pub criterion: &'static str,
+    pub n: u64,
+    pub ok: u64,
+    pub share: f64,
+    pub required: f64,
+    pub pass: bool,
+    /// Median absolute error, in the parameter's unit.
+    pub median_abs_error: f64,
+    pub unit: &'static str,
+}
+
+impl Check {
+    fn new(parameter: &'static str, criterion: &'static str, unit: &'static str, required: f64, results: &[(bool, f64)]) -> Check {
+        let n = results.len() as u64;
+        let ok = results.iter().filter(|r| r.0).count() as u64;
+        let share = if n == 0 { 0.0 } else { ok as f64 / n as f64 };
+        let mut errs: Vec<f64> = results.iter().map(|r| r.1.abs()).collect();
+        errs.sort_by(|a, b| a.total_cmp(b));
+        let median_abs_error = errs.get(errs.len() / 2).copied().unwrap_or(0.0);
+        Check { parameter, criterion, n, ok, share, required, pass: n > 0 && share >= required, median_abs_error, unit }
+    }
+}
+
+/// Aggregate loss: losses the analyzer inferred (retransmissions less spurious ones) against
+/// the drops the emulator made on the same connections.
+#[derive(Clone, Debug, Serialize)]
+pub struct LossCheck {
+    pub data_packets: u64,
+    pub inferred_losses: u64,
+    pub inferred_rate: f64,
+    /// Drops (loss model and queue) per packet offered to the downstream pipes.
+    pub emulated_rate: f64,
+    /// The configured loss rates, weighted by packets.
+    pub configured_rate: f64,
+    /// 95% binomial interval of the inferred losses if each data packet were lost with the
+    /// emulated rate.
+    pub interval: (f64, f64),
+    pub pass: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AccuracyReport {
+    pub truth: String,
+    pub replay: String,
+    pub paired: u64,
+    pub failed: u64,
+    pub checks: Vec<Check>,
+    pub loss: LossCheck,
+    /// Share of paired connections with a bandwidth estimate.
+    pub bw_coverage: f64,
+}
+
+impl AccuracyReport {
+    pub fn pass(&self) -> bool {
+        self.checks.iter().all(|c| c.pass || c.required == 0.0) && self.loss.pass
+    }
+
+    /// The accuracy table as text.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "inference accuracy: {} replayed connections paired with their truth ({} failed to replay)\n{:<16} {:<40} {:>7} {:>8} {:>9} {:>12}  result\n",
+            self.paired, self.failed, "parameter", "criterion", "n", "share", "required", "median |err|"
+        );
+        for c in &self.checks {
+            s += &format!(
+                "{:<16} {:<40} {:>7} {:>7.1}% {:>8} {:>9.3} {:<3} {}\n",
+                c.parameter,
+                c.criterion,
+                c.n,
+                c.share * 100.0,
+                if c.required > 0.0 { format!("{:.0}%", c.required * 100.0) } else { "report".into() },
+                c.median_abs_error,
+                c.unit,
+                if c.required == 0.0 {
+                    "-"
+                } else if c.pass {
+                    "ok"
+                } else {
+                    "MISS"
+                }
+            );
+        }
+        let l = &self.loss;
+        s += &format!(
+            "{:<16} {:<40} {:>7} inferred {:.3}% vs emulated {:.3}% (configured {:.3}%), 95% interval [{:.3}%, {:.3}%]  {}\n",
+            "loss (aggregate)",
+            "within the binomial interval",
+            l.data_packets,
+            l.inferred_rate * 100.0,
+            l.emulated_rate * 100.0,
+            l.configured_rate * 100.0,
+            l.interval.0 * 100.0,
+            l.interval.1 * 100.0,
+            if l.pass { "ok" } else { "MISS" }
+        );
+        s += &format!("bandwidth estimates for {:.1}% of the paired connections\n", self.bw_coverage * 100.0);
+        s
+    }
+}
+
+struct Truth {
+    rtt: Option<i64>,
+    bw: Option<f64>,
+    delack: String,
+    rwin: Option<i64>,
+    ex: Vec<(i64, i64)>,
+}
+
+struct Inferred {
+    rtt: Option<i64>,
+    bw: Option<f64>,
+    delack: String,
+    rwin: Option<i64>,
+    data_pkts: i64,
+    losses: i64,
+    ex: Vec<(Option<i64>, Option<i64>)>,
+}
+
+/// Compares the replay `replay` of the workload `truth`.
+pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyError> {
+    let t = open_existing(truth)?;
+    let r = open_existing(replay)?;
+    let tp = truth.display().to_string();
+    let rp = replay.display().to_string();
+    let sqt = |source| AccuracyError::Sql { path: tp.clone(), source };
+    let sqr = |source| AccuracyError::Sql { path: rp.clone(), source };
+
+    let mut truths: HashMap<i64, Truth> = HashMap::new();
+    {
+        let mut st = t.prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes FROM connections").map_err(sqt)?;
+        let rows = st
+            .query_map([], |row| Ok((row.get::<_, i64>(0)?, Truth { rtt: row.get(1)?, bw: row.get(2)?, delack: row.get(3)?, rwin: row.get(4)?, ex: Vec::new() })))
+            .map_err(sqt)?;
+        for row in rows {
+            let (id, tr) = row.map_err(sqt)?;
+            truths.insert(id, tr);
+        }
+        let mut st = t.prepare("SELECT conn_id, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0) FROM exchanges ORDER BY conn_id, seq").map_err(sqt)?;
+        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))).map_err(sqt)?;
+        for row in rows {
+            let (id, rd, qd) = row.map_err(sqt)?;
+            if let Some(tr) = truths.get_mut(&id) {
+                tr.ex.push((rd, qd));
+            }
+        }
+    }
+
+    let mut pairs: Vec<(i64, i64)> = Vec::new();
+    let mut failed = 0u64;
+    {
+        let mut st = r.prepare("SELECT orig_conn_id, replay_conn_id, status FROM replay_map").map_err(sqr)?;
+        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Option<i64>>(1)?, row.get::<_, String>(2)?))).map_err(sqr)?;
+        for row in rows {
+            let (o, rid, status) = row.map_err(sqr)?;
+            match (status.as_str(), rid) {
+                ("ok", Some(rid)) => pairs.push((o, rid)),
+                _ => failed += 1,
+            }
+        }
+    }
+    if pairs.is_empty() && failed == 0 {
+        return Err(AccuracyError::NotReplay(rp));
+    }
+
+    let mut inferred: HashMap<i64, Inferred> = HashMap::new();
+    {
+        let mut st = r
+            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, data_pkts_down, retx_down - spurious_retx_down FROM connections")
+            .map_err(sqr)?;
+        let rows = st
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    Inferred {
+                        rtt: row.get(1)?,
+                        bw: row.get(2)?,
+                        delack: row.get(3)?,
+                        rwin: row.get(4)?,
+                        data_pkts: row.get(5)?,
+                        losses: row.get(6)?,
+                        ex: Vec::new(),
+                    },
+                ))
+            })
+            .map_err(sqr)?;
+        for row in rows {
+            let (id, inf) = row.map_err(sqr)?;
+            inferred.insert(id, inf);
+        }
+        let mut st = r.prepare("SELECT conn_id, response_delay_us, query_delay_us FROM exchanges ORDER BY conn_id, seq").map_err(sqr)?;
+        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Option<i64>>(1)?, row.get::<_, Option<i64>>(2)?))).map_err(sqr)?;
+        for row in rows {
+            let (id, rd, qd) = row.map_err(sqr)?;
+            if let Some(inf) = inferred.get_mut(&id) {
+                inf.ex.push((rd, qd));
+            }
+        }
+    }
+
+    // emulator counters, when the replay recorded them
+    let mut emulated: HashMap<i64, (f64, i64, i64)> = HashMap::new();
+    let has_pipes: bool = r
+        .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE name = 'replay_pipes'", [], |row| row.get(0))
+        .map_err(sqr)?;
+    if has_pipes {
+        let mut st = r
+            .prepare("SELECT orig_conn_id, down_loss, coalesce(down_packets, 0), coalesce(down_loss_drops, 0) + coalesce(down_queue_drops, 0) FROM replay_pipes")
+            .map_err(sqr)?;
+        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, (row.get::<_, f64>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?)))).map_err(sqr)?;
+        for row in rows {
+            let (o, v) = row.map_err(sqr)?;
+            emulated.insert(o, v);
+        }
+    }
+
+    let (mut rtt, mut bw, mut rd, mut qd, mut delack, mut rwin) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut with_bw, mut paired) = (0u64, 0u64);
+    let (mut data_pkts, mut losses) = (0u64, 0u64);
+    let (mut offered, mut drops, mut cfg_weighted) = (0f64, 0f64, 0f64);
+    for (o, rid) in &pairs {
+        let (Some(tr), Some(inf)) = (truths.get(o), inferred.get(rid)) else { continue };
+        paired += 1;
+        if let (Some(t), Some(x)) = (tr.rtt, inf.rtt) {
+            let err = (x - t) as f64;
+            rtt.push((err.abs() <= (0.1 * t as f64).max(1000.0), err / 1000.0));
+        }
+        if inf.bw.is_some() {
+            with_bw += 1;
+        }
+        if let (Some(t), Some(x)) = (tr.bw, inf.bw) {
+            let rel = (x - t) / t;
+            bw.push((rel.abs() <= 0.2, rel * 100.0));
+        }
+        if tr.ex.len() == inf.ex.len() {
+            for ((trd, tqd), (xrd, xqd)) in tr.ex.iter().zip(&inf.ex) {
+                if let Some(x) = xrd {
+                    let e = (x - trd) as f64;
+                    rd.push((e.abs() <= 2000.0, e / 1000.0));
+                }
+                if let Some(x) = xqd {
+                    let e = (x - tqd) as f64;
+                    qd.push((e.abs() <= 2000.0, e / 1000.0));
+                }
+            }
+        }
+        if inf.delack != "unknown" {
+            delack.push((inf.delack == tr.delack, 0.0));
+        }
+        if let (Some(t), Some(x)) = (tr.rwin, inf.rwin) {
+            let rel = (x - t) as f64 / t as f64;
+            rwin.push((rel.abs() <= 0.1, rel * 100.0));
+        }
+        data_pkts += inf.data_pkts.max(0) as u64;
+        losses += inf.losses.max(0) as u64;
+        if let Some((p, pk, dr)) = emulated.get(o) {
+            offered += (*pk + *dr) as f64;
+            drops += *dr as f64;
+            cfg_weighted += p * (*pk + *dr) as f64;
+        }
+    }
+    let emulated_rate = if offered > 0.0 { drops / offered } else { 0.0 };
+    let n = data_pkts as f64;
+    let mean = n * emulated_rate;
+    let sd = (n * emulated_rate * (1.0 - emulated_rate)).sqrt();
+    let (lo, hi) = ((mean - 1.96 * sd - 0.5).max(0.0), mean + 1.96 * sd + 0.5);
+    let loss = LossCheck {
+        data_packets: data_pkts,
+        inferred_losses: losses,
+        inferred_rate: if n > 0.0 { losses as f64 / n } else { 0.0 },
+        emulated_rate,
+        configured_rate: if offered > 0.0 { cfg_weighted / offered } else { 0.0 },
+        interval: if n > 0.0 { (lo / n, hi / n) } else { (0.0, 0.0) },
+        pass: (losses as f64) >= lo && (losses as f64) <= hi,
+    };
+    let checks = vec![
+        Check::new("min RTT", "within 10% or 1 ms", "ms", 0.95, &rtt),
+        Check::new("bandwidth", "within 20% (connections with an estimate)", "%", 0.80, &bw),
+        Check::new("response delay", "within 2 ms (per exchange)", "ms", 0.95, &rd),
+        Check::new("query delay", "within 2 ms (per exchange)", "ms", 0.95, &qd),
+        Check::new("delayed ACK", "policy as emulated (where inferred)", "", 0.0, &delack),
+        Check::new("receive window", "within 10%", "%", 0.0, &rwin),
+    ];
+    Ok(AccuracyReport {
+        truth: tp,
+        replay: rp,
+        paired,
+        failed,
+        checks,
+        loss,
+        bw_coverage: if paired > 0 { with_bw as f64 / paired as f64 } else { 0.0 },
+    })
+}

@@ -1,0 +1,204 @@
+//! The client emulator: one task per replayed connection. It opens the connection from its
+//! own source address and port at the planned time, with the recorded MSS and receive window,
+//! sends each request (a preamble, then filler up to the recorded size) after the recorded
+//! think time, reads the whole response, and closes as the original client did.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::hrtimer::HrTimer;
+use crate::preamble::{self, After, Preamble};
+use crate::workload::{Close, ConnSpec};
+
+/// One connection to replay.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub index: usize,
+    pub spec: Arc<ConnSpec>,
+    pub local: SocketAddrV4,
+    pub server: SocketAddr,
+    /// When the SYN leaves.
+    pub start: Instant,
+    /// Give up (and record a timeout) this long after `start`.
+    pub limit: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The source address or port could not be bound.
+    Bind,
+    Refused,
+    Reset,
+    Timeout,
+    /// The server closed before the whole response arrived.
+    ShortResponse,
+    Other(String),
+}
+
+impl Failure {
+    pub fn as_str(&self) -> String {
+        match self {
+            Failure::Bind => "bind".into(),
+            Failure::Refused => "refused".into(),
+            Failure::Reset => "reset".into(),
+            Failure::Timeout => "timeout".into(),
+            Failure::ShortResponse => "short_response".into(),
+            Failure::Other(s) => format!("error: {s}"),
+        }
+    }
+
+    fn from_io(e: &std::io::Error) -> Failure {
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            ConnectionRefused => Failure::Refused,
+            ConnectionReset | ConnectionAborted | BrokenPipe => Failure::Reset,
+            TimedOut => Failure::Timeout,
+            AddrInUse | AddrNotAvailable => Failure::Bind,
+            _ => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub index: usize,
+    pub result: Result<(), Failure>,
+    /// How late the SYN left compared with the plan.
+    pub start_lateness: Duration,
+    pub exchanges_done: usize,
+    /// First request byte written to last response byte read (the client's view).
+    pub response_time: Option<Duration>,
+}
+
+/// Smallest and largest MSS the client asks for (Linux refuses values below 88, and replay
+/// runs over Ethernet-sized MTUs).
+const MSS_RANGE: (u16, u16) = (536, 8960);
+
+fn socket(p: &Planned) -> Result<TcpSocket, Failure> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
+        .map_err(|e| Failure::Other(format!("socket: {e}")))?;
+    let _ = s.set_reuse_address(true);
+    if let Some(mss) = p.spec.mss_client {
+        // TCP_MAXSEG before connect sets the MSS the SYN advertises
+        let _ = s.set_tcp_mss(mss.clamp(MSS_RANGE.0, MSS_RANGE.1) as u32);
+    }
+    if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
+        // the window this client advertises: a receive buffer big enough for it, and the
+        // window clamped to the recorded size
+        let rwin = rwin.clamp(2048, 64 << 20);
+        let _ = s.set_recv_buffer_size((rwin * 2) as usize);
+        set_window_clamp(&s, rwin as u32);
+    }
+    let _ = s.set_tcp_nodelay(true);
+    s.bind(&SocketAddr::V4(p.local).into()).map_err(|e| Failure::from_io(&e))?;
+    s.set_nonblocking(true).map_err(|e| Failure::Other(e.to_string()))?;
+    Ok(TcpSocket::from_std_stream(std::net::TcpStream::from(s)))
+}
+
+/// TCP_WINDOW_CLAMP: the largest window the socket advertises.
+fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
+    use std::os::fd::AsRawFd;
+    let v = bytes as libc::c_int;
+    // SAFETY: setsockopt with a pointer to a c_int of the size passed, on a socket we own.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_WINDOW_CLAMP,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Replays one connection.
+pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
+    let woke = timer.sleep_until(p.start).await;
+    let mut out = Outcome { index: p.index, result: Ok(()), start_lateness: woke.saturating_duration_since(p.start), exchanges_done: 0, response_time: None };
+    let deadline = p.start + p.limit;
+    let r = tokio::time::timeout_at(deadline.into(), body(&p, timer, &mut out)).await;
+    out.result = match r {
+        Ok(r) => r,
+        Err(_) => Err(Failure::Timeout),
+    };
+    out
+}
+
+async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Failure> {
+    let sock = socket(p)?;
+    let mut s: TcpStream = sock.connect(p.server).await.map_err(|e| Failure::from_io(&e))?;
+    let connected = Instant::now();
+    let spec = &p.spec;
+    let n = spec.exchanges.len();
+    let mut buf = vec![0u8; 65536];
+    let mut prev_done = connected;
+    let mut first_req: Option<Instant> = None;
+    for (k, e) in spec.exchanges.iter().enumerate() {
+        // the client's pause: after the handshake, then after each response
+        timer.sleep_until(prev_done + Duration::from_micros(e.think_time_us)).await;
+        let last = k + 1 == n;
+        let after = match (last, spec.close) {
+            (true, Close::ServerFin) => After::Fin,
+            (true, Close::ServerRst) => After::Rst,
+            _ => After::Stay,
+        };
+        let pre = Preamble {
+            conn_id: spec.orig_id as u64,
+            seq: e.seq,
+            after,
+            req_bytes: e.req_bytes,
+            resp_bytes: e.resp_bytes,
+            header_bytes: e.header_bytes,
+            response_delay_us: e.response_delay_us.min(u32::MAX as u64) as u32,
+            query_delay_us: e.query_delay_us.min(u32::MAX as u64) as u32,
+        };
+        let bytes = pre.encode();
+        let req_total = e.req_bytes.max(preamble::LEN as u64) as usize;
+        let mut req = Vec::with_capacity(req_total);
+        req.extend_from_slice(&bytes);
+        req.resize(req_total, 0);
+        first_req.get_or_insert_with(Instant::now);
+        s.write_all(&req).await.map_err(|e| Failure::from_io(&e))?;
+        let mut left = e.resp_bytes;
+        while left > 0 {
+            let k = left.min(buf.len() as u64) as usize;
+            let got = s.read(&mut buf[..k]).await.map_err(|e| Failure::from_io(&e))?;
+            if got == 0 {
+                return Err(Failure::ShortResponse);
+            }
+            left -= got as u64;
+        }
+        prev_done = Instant::now();
+        out.exchanges_done = k + 1;
+    }
+    out.response_time = first_req.map(|f| prev_done.duration_since(f));
+    match spec.close {
+        Close::ClientFin => {
+            let _ = s.shutdown().await;
+            // wait for the server's FIN
+            while let Ok(n) = s.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        Close::ClientRst => {
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+        }
+        Close::ServerFin | Close::ServerRst => {
+            // the server closes after the last response; answer its FIN with ours
+            while let Ok(n) = s.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}

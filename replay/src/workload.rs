@@ -1,0 +1,193 @@
+//! A workload to replay: the connections of a mimic database (an analysis of production
+//! traffic, a synthetic workload, or an earlier replay) with what the replay needs of each.
+
+use std::path::Path;
+
+use mimic_core::db::{get_meta, open_existing, DbError};
+use rusqlite::Connection;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{path}: {source}")]
+    Sql { path: String, source: rusqlite::Error },
+    #[error("{0}: no connection to replay (with --select complete only complete connections with at least one exchange are replayed; try --select all)")]
+    Empty(String),
+}
+
+/// Which connections of the database to replay.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Select {
+    /// Complete connections (handshake, termination, no holes) with at least one exchange.
+    Complete,
+    /// Every connection with at least one exchange.
+    All,
+}
+
+impl std::str::FromStr for Select {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "complete" => Ok(Select::Complete),
+            "all" => Ok(Select::All),
+            _ => Err(format!("'{s}': --select takes complete or all")),
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Close {
+    /// The client closes with FIN.
+    ClientFin,
+    /// The client closes with RST (e.g. Windows after the response).
+    ClientRst,
+    /// The server closes with FIN after the last response.
+    ServerFin,
+    /// The server closes with RST.
+    ServerRst,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExchangeSpec {
+    pub seq: u32,
+    pub req_bytes: u64,
+    pub resp_bytes: u64,
+    pub response_delay_us: u64,
+    pub query_delay_us: u64,
+    /// Response bytes written before the query delay.
+    pub header_bytes: u64,
+    /// The client's pause before this request: after the previous response, or for the first
+    /// request after the connection is established.
+    pub think_time_us: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConnSpec {
+    pub orig_id: i64,
+    /// Start of the connection at the capture point (the SYN, or the first packet), µs.
+    pub t_start_us: i64,
+    pub min_rtt_us: Option<i64>,
+    /// Bottleneck rate at the IP layer, bits/s.
+    pub bw_bps: Option<f64>,
+    pub loss_rate_down: f64,
+    /// Delayed-ACK policy of the client: ACK every `every` segments, or after `timeout_us`.
+    pub delack_every: Option<u32>,
+    pub delack_timeout_us: Option<i64>,
+    pub rwin_bytes: Option<u64>,
+    pub mss_client: Option<u16>,
+    pub server_port: u16,
+    pub close: Close,
+    pub exchanges: Vec<ExchangeSpec>,
+}
+
+impl ConnSpec {
+    /// One-way delay for each direction of the emulated path (half the minimum RTT).
+    pub fn one_way_us(&self) -> i64 {
+        self.min_rtt_us.unwrap_or(0).max(0) / 2
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub source: String,
+    pub role: Option<String>,
+    pub conns: Vec<ConnSpec>,
+    /// Connections of the database left out by `select`.
+    pub skipped: u64,
+}
+
+/// Default delayed-ACK timeout when a client delays ACKs but no timer was measured (Windows'
+/// 200 ms; Monkey's clients were mostly Windows).
+pub const DEFAULT_DELACK_TIMEOUT_US: i64 = 200_000;
+
+pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workload, WorkloadError> {
+    let c = open_existing(path)?;
+    let p = path.display().to_string();
+    let sq = |source| WorkloadError::Sql { path: p.clone(), source };
+    let role = get_meta(&c, "role").map_err(sq)?;
+    let total: i64 = c.query_row("SELECT count(*) FROM connections", [], |r| r.get(0)).map_err(sq)?;
+    let filter = match select {
+        Select::Complete => "WHERE complete = 1 AND exchanges > 0",
+        Select::All => "WHERE exchanges > 0",
+    };
+    let mut st = c
+        .prepare(&format!(
+            "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_rate_down, 0), delack_policy,
+             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by
+             FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
+        ))
+        .map_err(sq)?;
+    let mut conns: Vec<ConnSpec> = st
+        .query_map([], |r| {
+            let policy: String = r.get(5)?;
+            let termination: String = r.get(10)?;
+            let closed_by: Option<String> = r.get(11)?;
+            let close = match (termination.as_str(), closed_by.as_deref()) {
+                ("rst_after_response" | "rst_abort", Some("server")) => Close::ServerRst,
+                ("rst_after_response" | "rst_abort", _) => Close::ClientRst,
+                ("fin", Some("server")) => Close::ServerFin,
+                _ => Close::ClientFin,
+            };
+            Ok(ConnSpec {
+                orig_id: r.get(0)?,
+                t_start_us: r.get(1)?,
+                min_rtt_us: r.get(2)?,
+                bw_bps: r.get(3)?,
+                loss_rate_down: r.get::<_, f64>(4)?.clamp(0.0, 1.0),
+                delack_every: (policy == "delayed").then_some(2),
+                delack_timeout_us: r.get(6)?,
+                rwin_bytes: r.get::<_, Option<i64>>(7)?.map(|v| v.max(0) as u64),
+                mss_client: r.get::<_, Option<i64>>(8)?.and_then(|v| u16::try_from(v).ok()),
+                server_port: r.get::<_, i64>(9)? as u16,
+                close,
+                exchanges: Vec::new(),
+            })
+        })
+        .map_err(sq)?
+        .collect::<Result<_, _>>()
+        .map_err(sq)?;
+    if let Some(n) = limit {
+        conns.truncate(n);
+    }
+    load_exchanges(&c, &mut conns).map_err(sq)?;
+    conns.retain(|c| !c.exchanges.is_empty());
+    if conns.is_empty() {
+        return Err(WorkloadError::Empty(p));
+    }
+    let skipped = total as u64 - conns.len() as u64;
+    Ok(Workload { source: p, role, conns, skipped })
+}
+
+fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()> {
+    let mut st = c.prepare(
+        "SELECT seq, req_bytes, resp_bytes, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0),
+         coalesce(header_bytes, resp_bytes), coalesce(think_time_us, 0)
+         FROM exchanges WHERE conn_id = ?1 ORDER BY seq",
+    )?;
+    for conn in conns.iter_mut() {
+        let rows = st.query_map([conn.orig_id], |r| {
+            let nn = |v: i64| v.max(0) as u64;
+            Ok(ExchangeSpec {
+                seq: r.get::<_, i64>(0)? as u32,
+                req_bytes: nn(r.get(1)?),
+                resp_bytes: nn(r.get(2)?),
+                response_delay_us: nn(r.get(3)?),
+                query_delay_us: nn(r.get(4)?),
+                header_bytes: nn(r.get(5)?),
+                think_time_us: nn(r.get(6)?),
+            })
+        })?;
+        conn.exchanges = rows.collect::<Result<_, _>>()?;
+        for e in &mut conn.exchanges {
+            e.header_bytes = e.header_bytes.min(e.resp_bytes);
+            if e.header_bytes == e.resp_bytes {
+                e.query_delay_us = 0;
+            }
+        }
+    }
+    Ok(())
+}

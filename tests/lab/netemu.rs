@@ -462,3 +462,51 @@ fn netem_backend_refuses_to_half_apply_without_netem() {
         assert!(!qdiscs.contains("htb"), "half-applied: {qdiscs}");
     }
 }
+
+#[test]
+fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
+    let mut lab = Lab::up();
+    let mut c = lab.run_emulator(&["--default", "delay=100ms"]);
+    let server = SocketAddr::new(lab.info.server_addr.into(), 7100);
+    const BYTES: usize = 1_500_000;
+    let sender = in_ns(&lab.info.ns_srv, move || {
+        let l = TcpListener::bind(server).unwrap();
+        for _ in 0..2 {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&vec![1u8; BYTES]).unwrap();
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let shaped: SocketAddr = "198.19.0.40:41000".parse().unwrap();
+    let plain: SocketAddr = "198.19.0.41:41001".parse().unwrap();
+    let ids = c
+        .add_flows(&[
+            FlowRule { client: shaped, server, up: "delay=5ms,ack_every=4,ack_timeout=200ms".parse().unwrap(), down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap() },
+            FlowRule { client: plain, server, up: "delay=5ms".parse().unwrap(), down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap() },
+        ])
+        .unwrap();
+    for src in [shaped, plain] {
+        in_ns(&lab.info.ns_cli, move || {
+            let mut s = socket2_connect(src, server);
+            let mut buf = vec![0u8; 65536];
+            let mut got = 0;
+            while got < BYTES {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "connection closed early at {got} bytes");
+                got += n;
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    sender.join().unwrap();
+    let counters = c.counters().unwrap();
+    let row = |id: u64, d: Direction| counters.iter().find(|r| r.direction == d && matches!(r.owner, PipeOwner::Flow { rule, .. } if rule == id)).unwrap().clone();
+    let ratio = |id: u64| row(id, Direction::Down).counters.packets as f64 / row(id, Direction::Up).counters.packets as f64;
+    let (shaped_ratio, plain_ratio) = (ratio(ids[0]), ratio(ids[1]));
+    let ack = row(ids[0], Direction::Up).ack.unwrap();
+    eprintln!("segments per ACK: shaped {shaped_ratio:.2}, plain {plain_ratio:.2}; {ack:?}");
+    assert!(ack.thinned > 100, "{ack:?}");
+    assert!(shaped_ratio >= 3.2, "segments per ACK with ack_every=4: {shaped_ratio:.2} (plain Linux: {plain_ratio:.2}, {ack:?})");
+    assert!(shaped_ratio >= 1.5 * plain_ratio, "shaped {shaped_ratio:.2} vs plain {plain_ratio:.2}");
+}

@@ -78,7 +78,15 @@ fn seq_ge(a: u32, b: u32) -> bool {
 
 impl<T: Copy> AckShaper<T> {
     pub fn new(policy: AckPolicy) -> Self {
-        AckShaper { policy, mss: 0, last_passed: None, last_seen: None, held: None, generation: 0, counters: AckCounters::default() }
+        AckShaper {
+            policy,
+            mss: 0,
+            last_passed: None,
+            last_seen: None,
+            held: None,
+            generation: 0,
+            counters: AckCounters::default(),
+        }
     }
 
     pub fn held(&self) -> Option<&Held<T>> {
@@ -111,7 +119,10 @@ impl<T: Copy> AckShaper<T> {
                 self.note_passed(tcp.ack);
                 self.last_seen = Some((tcp.ack, tcp.window));
             }
-            return Decision { previous, current: Current::Pass };
+            return Decision {
+                previous,
+                current: Current::Pass,
+            };
         }
         let signal = match (self.last_passed, self.last_seen) {
             (None, _) => true,
@@ -126,7 +137,10 @@ impl<T: Copy> AckShaper<T> {
         if signal || behind {
             let previous = self.take_previous(false);
             self.note_passed(tcp.ack);
-            return Decision { previous, current: Current::Pass };
+            return Decision {
+                previous,
+                current: Current::Pass,
+            };
         }
         let mss = if self.mss == 0 { DEFAULT_MSS } else { self.mss };
         let acked = tcp.ack.wrapping_sub(self.last_passed.unwrap_or(tcp.ack));
@@ -134,7 +148,10 @@ impl<T: Copy> AckShaper<T> {
         if segments >= self.policy.every {
             let previous = self.take_previous(true);
             self.note_passed(tcp.ack);
-            return Decision { previous, current: Current::Pass };
+            return Decision {
+                previous,
+                current: Current::Pass,
+            };
         }
         self.counters.held += 1;
         match self.held.as_mut() {
@@ -144,13 +161,24 @@ impl<T: Copy> AckShaper<T> {
                 h.ip_len = ip_len;
                 h.ack = tcp.ack;
                 self.counters.thinned += 1;
-                Decision { previous: Some(Previous::Discard(old)), current: Current::Hold(None) }
+                Decision {
+                    previous: Some(Previous::Discard(old)),
+                    current: Current::Hold(None),
+                }
             }
             None => {
                 self.generation = self.generation.wrapping_add(1);
                 let deadline = now + self.policy.timeout;
-                self.held = Some(Held { token, ip_len, ack: tcp.ack, deadline });
-                Decision { previous: None, current: Current::Hold(Some((deadline, self.generation))) }
+                self.held = Some(Held {
+                    token,
+                    ip_len,
+                    ack: tcp.ack,
+                    deadline,
+                });
+                Decision {
+                    previous: None,
+                    current: Current::Hold(Some((deadline, self.generation))),
+                }
             }
         }
     }
@@ -185,7 +213,16 @@ mod tests {
     use crate::classify::{TCP_PSH, TCP_SYN};
 
     fn seg(flags: u8, ack: u32, payload: u32, sack: bool) -> TcpMeta {
-        TcpMeta { sport: 1, dport: 2, flags, seq: 0, ack, window: 100, payload_len: payload, sack }
+        TcpMeta {
+            sport: 1,
+            dport: 2,
+            flags,
+            seq: 0,
+            ack,
+            window: 100,
+            payload_len: payload,
+            sack,
+        }
     }
     fn ack(a: u32) -> TcpMeta {
         seg(TCP_ACK, a, 0, false)
@@ -193,7 +230,10 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn shaper(every: u32) -> AckShaper<u32> {
-        let mut s = AckShaper::new(AckPolicy { every, timeout: 200 * MS });
+        let mut s = AckShaper::new(AckPolicy {
+            every,
+            timeout: 200 * MS,
+        });
         s.on_server(&seg(TCP_ACK, 0, 1000, false));
         s
     }
@@ -205,9 +245,21 @@ mod tests {
         assert_eq!(s.on_client(0, &ack(1), 0, 40).current, Current::Pass);
         // Linux ACKs every 2 segments: 2001, 4001, 6001, 8001...
         let d = s.on_client(MS, &ack(2001), 1, 40);
-        assert_eq!(d, Decision { previous: None, current: Current::Hold(Some((201 * MS, 1))) });
+        assert_eq!(
+            d,
+            Decision {
+                previous: None,
+                current: Current::Hold(Some((201 * MS, 1)))
+            }
+        );
         let d = s.on_client(2 * MS, &ack(4001), 2, 40);
-        assert_eq!(d, Decision { previous: Some(Previous::Discard(1)), current: Current::Pass });
+        assert_eq!(
+            d,
+            Decision {
+                previous: Some(Previous::Discard(1)),
+                current: Current::Pass
+            }
+        );
         let d = s.on_client(3 * MS, &ack(6001), 3, 40);
         assert!(matches!(d.current, Current::Hold(Some(_))));
         let d = s.on_client(4 * MS, &ack(8001), 4, 40);
@@ -220,16 +272,29 @@ mod tests {
     fn timeout_releases_the_latest_held_ack() {
         let mut s = shaper(4);
         s.on_client(0, &ack(1), 0, 40);
-        let Current::Hold(Some((deadline, generation))) = s.on_client(MS, &ack(1001), 1, 40).current else { panic!() };
+        let Current::Hold(Some((deadline, generation))) =
+            s.on_client(MS, &ack(1001), 1, 40).current
+        else {
+            panic!()
+        };
         // A newer ACK replaces the held one but keeps the deadline.
         let d = s.on_client(2 * MS, &ack(2001), 2, 40);
-        assert_eq!(d, Decision { previous: Some(Previous::Discard(1)), current: Current::Hold(None) });
+        assert_eq!(
+            d,
+            Decision {
+                previous: Some(Previous::Discard(1)),
+                current: Current::Hold(None)
+            }
+        );
         assert_eq!(deadline, 201 * MS);
         let h = s.on_timer(generation).unwrap();
         assert_eq!((h.token, h.ack), (2, 2001));
         assert_eq!(s.on_timer(generation), None);
         // The released ACK counts as passed: two more segments are not yet four.
-        assert!(matches!(s.on_client(300 * MS, &ack(4001), 3, 40).current, Current::Hold(Some(_))));
+        assert!(matches!(
+            s.on_client(300 * MS, &ack(4001), 3, 40).current,
+            Current::Hold(Some(_))
+        ));
     }
 
     #[test]
@@ -239,9 +304,18 @@ mod tests {
         s.on_client(MS, &ack(1001), 1, 40);
         // Duplicate of the held ACK with SACK: send held first, then this one.
         let d = s.on_client(2 * MS, &seg(TCP_ACK, 1001, 0, true), 2, 52);
-        assert_eq!(d, Decision { previous: Some(Previous::Send(1, 40)), current: Current::Pass });
+        assert_eq!(
+            d,
+            Decision {
+                previous: Some(Previous::Send(1, 40)),
+                current: Current::Pass
+            }
+        );
         // Plain duplicate ACK passes too.
-        assert_eq!(s.on_client(3 * MS, &ack(1001), 3, 40).current, Current::Pass);
+        assert_eq!(
+            s.on_client(3 * MS, &ack(1001), 3, 40).current,
+            Current::Pass
+        );
     }
 
     #[test]
@@ -250,7 +324,13 @@ mod tests {
         s.on_client(0, &ack(1), 0, 40);
         s.on_client(MS, &ack(1001), 1, 40);
         let d = s.on_client(2 * MS, &seg(TCP_ACK | TCP_PSH, 1001, 300, false), 2, 340);
-        assert_eq!(d, Decision { previous: Some(Previous::Discard(1)), current: Current::Pass });
+        assert_eq!(
+            d,
+            Decision {
+                previous: Some(Previous::Discard(1)),
+                current: Current::Pass
+            }
+        );
         // A SYN (no ACK flag) in front of a held ACK sends the held ACK first.
         s.on_client(3 * MS, &ack(2001), 3, 40);
         let d = s.on_client(4 * MS, &seg(TCP_SYN, 0, 0, false), 4, 60);

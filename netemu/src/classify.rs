@@ -34,7 +34,9 @@ pub struct TcpMeta {
 impl TcpMeta {
     /// An ACK without data, SYN, FIN or RST.
     pub fn is_pure_ack(&self) -> bool {
-        self.flags & (TCP_SYN | TCP_FIN | TCP_RST) == 0 && self.flags & TCP_ACK != 0 && self.payload_len == 0
+        self.flags & (TCP_SYN | TCP_FIN | TCP_RST) == 0
+            && self.flags & TCP_ACK != 0
+            && self.payload_len == 0
     }
 }
 
@@ -95,8 +97,17 @@ fn parse_ipv4(ip: &[u8]) -> Option<PacketMeta> {
     let dst = IpAddr::V4(Ipv4Addr::from(be32(ip, 16)?));
     // A non-first fragment has no transport header; a first fragment's header is incomplete
     // as a flow description only if ports are missing, which `l4` checks.
-    let l4 = if frag & 0x1fff != 0 { L4::Other(proto) } else { parse_l4(proto, &ip[ihl..total]) };
-    Some(PacketMeta { src, dst, ip_len: total as u32, l4 })
+    let l4 = if frag & 0x1fff != 0 {
+        L4::Other(proto)
+    } else {
+        parse_l4(proto, &ip[ihl..total])
+    };
+    Some(PacketMeta {
+        src,
+        dst,
+        ip_len: total as u32,
+        l4,
+    })
 }
 
 fn parse_ipv6(ip: &[u8]) -> Option<PacketMeta> {
@@ -112,7 +123,12 @@ fn parse_ipv6(ip: &[u8]) -> Option<PacketMeta> {
     }
     // Extension headers are not walked: such packets are classified by address only.
     let l4 = parse_l4(next, &ip[40..40 + plen]);
-    Some(PacketMeta { src: IpAddr::V6(Ipv6Addr::from(src)), dst: IpAddr::V6(Ipv6Addr::from(dst)), ip_len: 40 + plen as u32, l4 })
+    Some(PacketMeta {
+        src: IpAddr::V6(Ipv6Addr::from(src)),
+        dst: IpAddr::V6(Ipv6Addr::from(dst)),
+        ip_len: 40 + plen as u32,
+        l4,
+    })
 }
 
 fn parse_l4(proto: u8, seg: &[u8]) -> L4 {
@@ -172,11 +188,19 @@ impl IpNet {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let m = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                let m = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix)
+                };
                 u32::from(n) & m == u32::from(a) & m
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let m = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                let m = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix)
+                };
                 u128::from(n) & m == u128::from(a) & m
             }
             _ => false,
@@ -187,12 +211,23 @@ impl IpNet {
 impl FromStr for IpNet {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, p) = s.split_once('/').map(|(a, p)| (a, Some(p))).unwrap_or((s, None));
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("`{s}` is not an IP prefix (e.g. 198.19.0.0/19)"))?;
+        let (a, p) = s
+            .split_once('/')
+            .map(|(a, p)| (a, Some(p)))
+            .unwrap_or((s, None));
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not an IP prefix (e.g. 198.19.0.0/19)"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
             None => max,
-            Some(p) => p.trim().parse::<u8>().ok().filter(|&p| p <= max).ok_or_else(|| format!("`{s}`: prefix length must be 0..={max}"))?,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= max)
+                .ok_or_else(|| format!("`{s}`: prefix length must be 0..={max}"))?,
         };
         Ok(IpNet { addr, prefix })
     }
@@ -212,7 +247,9 @@ impl Serialize for IpNet {
 
 impl<'de> Deserialize<'de> for IpNet {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -228,7 +265,17 @@ pub(crate) mod tests {
     use super::*;
 
     /// An Ethernet + IPv4 + TCP frame with `payload` bytes of zeros (and a SACK option if asked).
-    pub fn tcp_frame(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, flags: u8, seq: u32, ack: u32, payload: usize, sack: bool) -> Vec<u8> {
+    pub fn tcp_frame(
+        src: [u8; 4],
+        sport: u16,
+        dst: [u8; 4],
+        dport: u16,
+        flags: u8,
+        seq: u32,
+        ack: u32,
+        payload: usize,
+        sack: bool,
+    ) -> Vec<u8> {
         let opt_len = if sack { 12 } else { 0 };
         let total = 20 + 20 + opt_len + payload;
         let mut f = vec![0u8; 14 + total];
@@ -273,7 +320,17 @@ pub(crate) mod tests {
 
     #[test]
     fn parses_tcp_with_sack() {
-        let f = tcp_frame([198, 19, 0, 1], 40000, [198, 18, 0, 1], 80, TCP_ACK, 1, 1000, 0, true);
+        let f = tcp_frame(
+            [198, 19, 0, 1],
+            40000,
+            [198, 18, 0, 1],
+            80,
+            TCP_ACK,
+            1,
+            1000,
+            0,
+            true,
+        );
         let m = parse_frame(&f).unwrap();
         assert_eq!(m.ip_len, 52);
         let L4::Tcp(t) = m.l4 else { panic!() };

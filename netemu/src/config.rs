@@ -39,7 +39,12 @@ pub enum LossModel {
     /// Independent loss with this probability.
     Iid(f64),
     /// Two-state Markov chain (Gilbert–Elliott).
-    GilbertElliott { p_good_to_bad: f64, p_bad_to_good: f64, loss_bad: f64, loss_good: f64 },
+    GilbertElliott {
+        p_good_to_bad: f64,
+        p_bad_to_good: f64,
+        loss_bad: f64,
+        loss_good: f64,
+    },
 }
 
 /// Delayed-ACK emulation for the client's pure ACKs (upstream pipes only): an ACK is passed
@@ -98,14 +103,19 @@ impl FromStr for PipeConfig {
     type Err = SpecError;
 
     fn from_str(spec: &str) -> Result<Self, SpecError> {
-        let err = |msg: String| SpecError { spec: spec.to_string(), msg };
+        let err = |msg: String| SpecError {
+            spec: spec.to_string(),
+            msg,
+        };
         let mut c = PipeConfig::default();
         let mut seen: Vec<&str> = Vec::new();
         let mut ack_every: Option<u32> = None;
         let mut ack_timeout: Option<Nanos> = None;
         let mut loss_set = false;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
             if seen.contains(&k) {
                 return Err(err(format!("`{k}` is given twice")));
@@ -188,7 +198,12 @@ impl FromStr for PipeConfig {
             }
         }
         match (ack_every, ack_timeout) {
-            (Some(every), t) => c.ack = Some(AckPolicy { every, timeout: t.unwrap_or(DEFAULT_ACK_TIMEOUT) }),
+            (Some(every), t) => {
+                c.ack = Some(AckPolicy {
+                    every,
+                    timeout: t.unwrap_or(DEFAULT_ACK_TIMEOUT),
+                })
+            }
             (None, Some(_)) => return Err(err("ack_timeout needs ack_every".into())),
             (None, None) => {}
         }
@@ -211,7 +226,12 @@ impl fmt::Display for PipeConfig {
         match self.loss {
             LossModel::None => {}
             LossModel::Iid(p) => parts.push(format!("loss={}", units::fmt_prob(p))),
-            LossModel::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_bad, loss_good } => parts.push(format!(
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_bad,
+                loss_good,
+            } => parts.push(format!(
                 "ge={}/{}/{}/{}",
                 units::fmt_prob(p_good_to_bad),
                 units::fmt_prob(p_bad_to_good),
@@ -268,7 +288,13 @@ mod tests {
         let s = "delay=1500us,rate=1500kbit,overhead=14,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,reorder=1,ack_every=4,ack_timeout=150ms";
         let c: PipeConfig = s.parse().unwrap();
         assert_eq!(c.to_string(), s);
-        assert_eq!(c.ack, Some(AckPolicy { every: 4, timeout: 150_000_000 }));
+        assert_eq!(
+            c.ack,
+            Some(AckPolicy {
+                every: 4,
+                timeout: 150_000_000
+            })
+        );
     }
 
     #[test]

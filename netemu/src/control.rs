@@ -49,7 +49,9 @@ impl FromStr for ControlAddr {
             }
             Ok(ControlAddr::Tcp(a.into()))
         } else {
-            Err(format!("`{s}` is not a control address (unix:PATH or tcp:HOST:PORT)"))
+            Err(format!(
+                "`{s}` is not a control address (unix:PATH or tcp:HOST:PORT)"
+            ))
         }
     }
 }
@@ -76,14 +78,29 @@ pub enum ControlError {
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Request {
-    Hello { token: String },
-    AddFlows { rules: Vec<FlowRule> },
-    UpdateFlow { id: RuleId, up: Option<PipeConfig>, down: Option<PipeConfig> },
-    RemoveFlows { ids: Vec<RuleId> },
+    Hello {
+        token: String,
+    },
+    AddFlows {
+        rules: Vec<FlowRule>,
+    },
+    UpdateFlow {
+        id: RuleId,
+        up: Option<PipeConfig>,
+        down: Option<PipeConfig>,
+    },
+    RemoveFlows {
+        ids: Vec<RuleId>,
+    },
     Counters,
     Stats,
-    SetDefault { up: Option<PipeConfig>, down: Option<PipeConfig> },
-    AddPrefix { rule: PrefixRule },
+    SetDefault {
+        up: Option<PipeConfig>,
+        down: Option<PipeConfig>,
+    },
+    AddPrefix {
+        rule: PrefixRule,
+    },
     Shutdown,
 }
 
@@ -156,7 +173,10 @@ impl Client {
     /// Connects and authenticates with `token`.
     pub fn connect(addr: &ControlAddr, token: &str) -> Result<Client, ControlError> {
         let name = addr.to_string();
-        let ioe = |err: io::Error| ControlError::Io { addr: name.clone(), err };
+        let ioe = |err: io::Error| ControlError::Io {
+            addr: name.clone(),
+            err,
+        };
         let s = match addr {
             ControlAddr::Unix(p) => Stream::Unix(UnixStream::connect(p).map_err(ioe)?),
             ControlAddr::Tcp(a) => {
@@ -166,28 +186,46 @@ impl Client {
             }
         };
         let r = BufReader::new(s.try_clone().map_err(ioe)?);
-        let mut c = Client { addr: name.clone(), w: s, r };
-        c.call(&Request::Hello { token: token.into() })?;
+        let mut c = Client {
+            addr: name.clone(),
+            w: s,
+            r,
+        };
+        c.call(&Request::Hello {
+            token: token.into(),
+        })?;
         Ok(c)
     }
 
     fn call(&mut self, req: &Request) -> Result<Value, ControlError> {
-        let mut line = serde_json::to_vec(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        let mut line =
+            serde_json::to_vec(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
         line.push(b'\n');
         let addr = self.addr.clone();
-        let ioe = |err: io::Error| ControlError::Io { addr: addr.clone(), err };
+        let ioe = |err: io::Error| ControlError::Io {
+            addr: addr.clone(),
+            err,
+        };
         self.w.write_all(&line).map_err(ioe)?;
         self.w.flush().map_err(ioe)?;
         let mut resp = String::new();
         let n = self.r.read_line(&mut resp).map_err(ioe)?;
         if n == 0 {
-            return Err(ControlError::Refused("the emulator closed the connection".into()));
+            return Err(ControlError::Refused(
+                "the emulator closed the connection".into(),
+            ));
         }
-        let v: Value = serde_json::from_str(&resp).map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
+        let v: Value = serde_json::from_str(&resp)
+            .map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
         if v.get("ok") == Some(&Value::Bool(true)) {
             Ok(v.get("result").cloned().unwrap_or(Value::Null))
         } else {
-            Err(ControlError::Refused(v.get("error").and_then(|e| e.as_str()).unwrap_or("unknown error").to_string()))
+            Err(ControlError::Refused(
+                v.get("error")
+                    .and_then(|e| e.as_str())
+                    .unwrap_or("unknown error")
+                    .to_string(),
+            ))
         }
     }
 
@@ -197,13 +235,25 @@ impl Client {
 
     /// Adds flow rules in one batch (all or none); returns their ids in order.
     pub fn add_flows(&mut self, rules: &[FlowRule]) -> Result<Vec<RuleId>, ControlError> {
-        let v = self.call(&Request::AddFlows { rules: rules.to_vec() })?;
+        let v = self.call(&Request::AddFlows {
+            rules: rules.to_vec(),
+        })?;
         Self::decode(v)
     }
 
     /// Changes a rule's pipes in place (`None` leaves that direction as it is).
-    pub fn update_flow(&mut self, id: RuleId, up: Option<&PipeConfig>, down: Option<&PipeConfig>) -> Result<(), ControlError> {
-        self.call(&Request::UpdateFlow { id, up: up.cloned(), down: down.cloned() }).map(|_| ())
+    pub fn update_flow(
+        &mut self,
+        id: RuleId,
+        up: Option<&PipeConfig>,
+        down: Option<&PipeConfig>,
+    ) -> Result<(), ControlError> {
+        self.call(&Request::UpdateFlow {
+            id,
+            up: up.cloned(),
+            down: down.cloned(),
+        })
+        .map(|_| ())
     }
 
     /// Removes rules; returns the final counters of those that existed.
@@ -223,8 +273,16 @@ impl Client {
     }
 
     /// Replaces the default pipes (`None` for both: unmatched traffic passes unshaped).
-    pub fn set_default(&mut self, up: Option<&PipeConfig>, down: Option<&PipeConfig>) -> Result<(), ControlError> {
-        self.call(&Request::SetDefault { up: up.cloned(), down: down.cloned() }).map(|_| ())
+    pub fn set_default(
+        &mut self,
+        up: Option<&PipeConfig>,
+        down: Option<&PipeConfig>,
+    ) -> Result<(), ControlError> {
+        self.call(&Request::SetDefault {
+            up: up.cloned(),
+            down: down.cloned(),
+        })
+        .map(|_| ())
     }
 
     pub fn add_prefix(&mut self, rule: &PrefixRule) -> Result<usize, ControlError> {
@@ -253,15 +311,21 @@ impl Listener {
                     std::fs::create_dir_all(d)?;
                 }
                 if UnixStream::connect(p).is_ok() {
-                    return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("{}: another emulator is listening there", p.display())));
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{}: another emulator is listening there", p.display()),
+                    ));
                 }
                 let _ = std::fs::remove_file(p);
-                let l = UnixListener::bind(p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+                let l = UnixListener::bind(p)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
                 use std::os::unix::fs::PermissionsExt;
                 let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
                 Ok(Listener::Unix(l, p.clone()))
             }
-            ControlAddr::Tcp(a) => TcpListener::bind(a).map(Listener::Tcp).map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}"))),
+            ControlAddr::Tcp(a) => TcpListener::bind(a)
+                .map(Listener::Tcp)
+                .map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}"))),
         }
     }
 
@@ -303,7 +367,13 @@ const MAX_LINE: usize = 64 << 20;
 
 /// Serves the control channel until `stop` is set: one thread per connection (at most 64),
 /// each request run on the datapath thread as a [`Job`].
-pub fn serve(listener: Listener, token: String, jobs: Sender<Job>, waker: Waker, stop: Arc<AtomicBool>) {
+pub fn serve(
+    listener: Listener,
+    token: String,
+    jobs: Sender<Job>,
+    waker: Waker,
+    stop: Arc<AtomicBool>,
+) {
     let _ = listener.set_nonblocking(true);
     let active = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
@@ -311,10 +381,15 @@ pub fn serve(listener: Listener, token: String, jobs: Sender<Job>, waker: Waker,
             Ok(s) => {
                 if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
                     let mut s = s;
-                    let _ = writeln!(s, "{}", json!({"ok": false, "error": "too many control connections"}));
+                    let _ = writeln!(
+                        s,
+                        "{}",
+                        json!({"ok": false, "error": "too many control connections"})
+                    );
                     continue;
                 }
-                let (token, jobs, stop, active) = (token.clone(), jobs.clone(), stop.clone(), active.clone());
+                let (token, jobs, stop, active) =
+                    (token.clone(), jobs.clone(), stop.clone(), active.clone());
                 active.fetch_add(1, Ordering::Relaxed);
                 std::thread::Builder::new()
                     .name("netemu-control".into())
@@ -324,7 +399,9 @@ pub fn serve(listener: Listener, token: String, jobs: Sender<Job>, waker: Waker,
                     })
                     .ok();
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(e) => {
                 tracing::warn!("control channel: accept: {e}");
                 std::thread::sleep(Duration::from_millis(100));
@@ -333,7 +410,13 @@ pub fn serve(listener: Listener, token: String, jobs: Sender<Job>, waker: Waker,
     }
 }
 
-fn connection(s: Stream, token: &str, jobs: &Sender<Job>, waker: Waker, stop: &AtomicBool) -> io::Result<()> {
+fn connection(
+    s: Stream,
+    token: &str,
+    jobs: &Sender<Job>,
+    waker: Waker,
+    stop: &AtomicBool,
+) -> io::Result<()> {
     // Blocking, with a read timeout so the thread notices a stop.
     if let Stream::Unix(u) = &s {
         u.set_nonblocking(false)?;
@@ -350,15 +433,30 @@ fn connection(s: Stream, token: &str, jobs: &Sender<Job>, waker: Waker, stop: &A
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        match r.by_ref().take(MAX_LINE as u64).read_until(b'\n', &mut line) {
+        match r
+            .by_ref()
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+        {
             Ok(0) => return Ok(()),
             Ok(_) if line.last() != Some(&b'\n') && line.len() >= MAX_LINE => {
-                writeln!(w, "{}", json!({"ok": false, "error": "request line too long"}))?;
+                writeln!(
+                    w,
+                    "{}",
+                    json!({"ok": false, "error": "request line too long"})
+                )?;
                 return Ok(());
             }
             Ok(_) if line.last() != Some(&b'\n') => continue, // partial line (timeout mid-line)
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(e) => return Err(e),
         }
         let req: Result<Request, _> = serde_json::from_slice(&line);
@@ -375,7 +473,11 @@ fn connection(s: Stream, token: &str, jobs: &Sender<Job>, waker: Waker, stop: &A
                 }
             }
             Ok(_) if !authed => {
-                writeln!(w, "{}", json!({"ok": false, "error": "authenticate first: {\"op\":\"hello\",\"token\":...}"}))?;
+                writeln!(
+                    w,
+                    "{}",
+                    json!({"ok": false, "error": "authenticate first: {\"op\":\"hello\",\"token\":...}"})
+                )?;
                 return Ok(());
             }
             Ok(req) => run_on_datapath(req, jobs, waker),
@@ -391,24 +493,52 @@ fn run_on_datapath(req: Request, jobs: &Sender<Job>, waker: Waker) -> Value {
     let job: Job = Box::new(move |ctx| {
         let r: Result<Value, String> = match req {
             Request::Hello { .. } => Ok(Value::Null),
-            Request::AddFlows { rules } => ctx.engine.add_flows(&rules).map(|ids| json!(ids)).map_err(|e| e.to_string()),
-            Request::UpdateFlow { id, up, down } => ctx.engine.update_flow(id, up, down, ctx.now).map(|_| Value::Null).map_err(|e| e.to_string()),
+            Request::AddFlows { rules } => ctx
+                .engine
+                .add_flows(&rules)
+                .map(|ids| json!(ids))
+                .map_err(|e| e.to_string()),
+            Request::UpdateFlow { id, up, down } => ctx
+                .engine
+                .update_flow(id, up, down, ctx.now)
+                .map(|_| Value::Null)
+                .map_err(|e| e.to_string()),
             Request::RemoveFlows { ids } => {
-                let v: Vec<RemovedFlow> = ctx.engine.remove_flows(&ids, ctx.now).into_iter().map(|(id, up, down)| RemovedFlow { id, up, down }).collect();
+                let v: Vec<RemovedFlow> = ctx
+                    .engine
+                    .remove_flows(&ids, ctx.now)
+                    .into_iter()
+                    .map(|(id, up, down)| RemovedFlow { id, up, down })
+                    .collect();
                 Ok(json!(v))
             }
             Request::Counters => Ok(json!(ctx.engine.counters())),
             Request::Stats => {
                 let mut d = ctx.stats.clone();
                 d.finish();
-                Ok(json!(RunStats { engine: ctx.engine.stats(), datapath: d }))
+                Ok(json!(RunStats {
+                    engine: ctx.engine.stats(),
+                    datapath: d
+                }))
             }
             Request::SetDefault { up, down } => match (up, down) {
-                (Some(u), Some(d)) => ctx.engine.set_default(Some((u, d))).map(|_| Value::Null).map_err(|e| e.to_string()),
-                (None, None) => ctx.engine.set_default(None).map(|_| Value::Null).map_err(|e| e.to_string()),
+                (Some(u), Some(d)) => ctx
+                    .engine
+                    .set_default(Some((u, d)))
+                    .map(|_| Value::Null)
+                    .map_err(|e| e.to_string()),
+                (None, None) => ctx
+                    .engine
+                    .set_default(None)
+                    .map(|_| Value::Null)
+                    .map_err(|e| e.to_string()),
                 _ => Err("set_default needs both up and down (or neither)".into()),
             },
-            Request::AddPrefix { rule } => ctx.engine.add_prefix(rule).map(|i| json!(i)).map_err(|e| e.to_string()),
+            Request::AddPrefix { rule } => ctx
+                .engine
+                .add_prefix(rule)
+                .map(|i| json!(i))
+                .map_err(|e| e.to_string()),
             Request::Shutdown => {
                 *ctx.stop = true;
                 Ok(Value::Null)
@@ -423,7 +553,8 @@ fn run_on_datapath(req: Request, jobs: &Sender<Job>, waker: Waker) -> Value {
         return json!({"ok": false, "error": "the datapath has stopped"});
     }
     waker.wake();
-    rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| json!({"ok": false, "error": "the datapath did not answer"}))
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| json!({"ok": false, "error": "the datapath did not answer"}))
 }
 
 #[cfg(test)]
@@ -432,8 +563,14 @@ mod tests {
 
     #[test]
     fn addresses() {
-        assert_eq!("unix:/run/x.sock".parse::<ControlAddr>(), Ok(ControlAddr::Unix("/run/x.sock".into())));
-        assert_eq!("tcp:127.0.0.1:7070".parse::<ControlAddr>(), Ok(ControlAddr::Tcp("127.0.0.1:7070".into())));
+        assert_eq!(
+            "unix:/run/x.sock".parse::<ControlAddr>(),
+            Ok(ControlAddr::Unix("/run/x.sock".into()))
+        );
+        assert_eq!(
+            "tcp:127.0.0.1:7070".parse::<ControlAddr>(),
+            Ok(ControlAddr::Tcp("127.0.0.1:7070".into()))
+        );
         assert!("127.0.0.1:7070".parse::<ControlAddr>().is_err());
         assert!("tcp:7070".parse::<ControlAddr>().is_err());
     }
@@ -452,25 +589,41 @@ mod tests {
         let srv = std::thread::spawn(move || serve(listener, "sesame".into(), jtx, waker, s2));
         let s3 = stop.clone();
         let dp = std::thread::spawn(move || {
-            let mut engine: Engine<u32> = Engine::new(&PipeTable::default(), Limits::default(), 1).unwrap();
+            let mut engine: Engine<u32> =
+                Engine::new(&PipeTable::default(), Limits::default(), 1).unwrap();
             let stats = DatapathStats::default();
             let mut halt = false;
             while !halt && !s3.load(Ordering::Relaxed) {
                 if let Ok(job) = jrx.recv_timeout(Duration::from_millis(50)) {
-                    job(&mut crate::datapath::Ctx { engine: &mut engine, stats: &stats, now: 0, stop: &mut halt });
+                    job(&mut crate::datapath::Ctx {
+                        engine: &mut engine,
+                        stats: &stats,
+                        now: 0,
+                        stop: &mut halt,
+                    });
                 }
             }
             halt
         });
-        assert!(matches!(Client::connect(&addr, "wrong"), Err(ControlError::Refused(e)) if e.contains("wrong token")));
+        assert!(
+            matches!(Client::connect(&addr, "wrong"), Err(ControlError::Refused(e)) if e.contains("wrong token"))
+        );
         let mut c = Client::connect(&addr, "sesame").unwrap();
         let rules: Vec<FlowRule> = (0..10_000u16)
-            .map(|p| FlowRule { client: std::net::SocketAddr::new([198, 19, 0, 1].into(), 1024 + p), server: "198.18.0.1:80".parse().unwrap(), up: "delay=10ms".parse().unwrap(), down: "delay=10ms,rate=1mbit".parse().unwrap() })
+            .map(|p| FlowRule {
+                client: std::net::SocketAddr::new([198, 19, 0, 1].into(), 1024 + p),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: "delay=10ms".parse().unwrap(),
+                down: "delay=10ms,rate=1mbit".parse().unwrap(),
+            })
             .collect();
         let ids = c.add_flows(&rules).unwrap();
         assert_eq!(ids.len(), 10_000);
-        assert!(matches!(c.add_flows(&rules[..1]), Err(ControlError::Refused(e)) if e.contains("already has rule")));
-        c.update_flow(ids[0], Some(&"delay=1ms".parse().unwrap()), None).unwrap();
+        assert!(
+            matches!(c.add_flows(&rules[..1]), Err(ControlError::Refused(e)) if e.contains("already has rule"))
+        );
+        c.update_flow(ids[0], Some(&"delay=1ms".parse().unwrap()), None)
+            .unwrap();
         let counters = c.counters().unwrap();
         assert_eq!(counters.len(), 20_000);
         assert_eq!(counters[0].config.delay, 1_000_000);

@@ -89,22 +89,35 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_flow_rules: 262_144, max_prefix_rules: 4_096 }
+        Limits {
+            max_flow_rules: 262_144,
+            max_prefix_rules: 4_096,
+        }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RuleError {
     #[error("flow {client} -> {server} already has rule {existing}")]
-    Duplicate { client: SocketAddr, server: SocketAddr, existing: RuleId },
+    Duplicate {
+        client: SocketAddr,
+        server: SocketAddr,
+        existing: RuleId,
+    },
     #[error("flow {client} -> {server} is listed twice in the batch")]
-    DuplicateInBatch { client: SocketAddr, server: SocketAddr },
+    DuplicateInBatch {
+        client: SocketAddr,
+        server: SocketAddr,
+    },
     #[error("the flow table is full ({limit} rules); remove finished flows first")]
     TableFull { limit: usize },
     #[error("the prefix table is full ({limit} rules)")]
     PrefixTableFull { limit: usize },
     #[error("client and server of {client} -> {server} are of different IP versions")]
-    MixedFamilies { client: SocketAddr, server: SocketAddr },
+    MixedFamilies {
+        client: SocketAddr,
+        server: SocketAddr,
+    },
     #[error("ACK policy (ack_every) is for the client's ACKs: set it on the upstream pipe only ({what})")]
     AckOnDownstream { what: String },
     #[error("ACK policy needs per-connection state: use it in flow rules, not in {what}")]
@@ -154,8 +167,16 @@ pub enum Action<T> {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum PipeOwner {
     Default,
-    Prefix { index: usize, client: IpNet, server: IpNet },
-    Flow { rule: RuleId, client: SocketAddr, server: SocketAddr },
+    Prefix {
+        index: usize,
+        client: IpNet,
+        server: IpNet,
+    },
+    Flow {
+        rule: RuleId,
+        client: SocketAddr,
+        server: SocketAddr,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -188,8 +209,16 @@ struct FlowEntry<T> {
 
 #[derive(Clone, Copy)]
 enum Ev<T> {
-    Depart { token: T, pipe: PipeId, out: Side },
-    AckTimer { slot: u32, rule: RuleId, generation: u32 },
+    Depart {
+        token: T,
+        pipe: PipeId,
+        out: Side,
+    },
+    AckTimer {
+        slot: u32,
+        rule: RuleId,
+        generation: u32,
+    },
 }
 
 pub struct Engine<T> {
@@ -252,7 +281,10 @@ impl<T: Copy> Engine<T> {
         let mut parts = vec![self.seed_base];
         parts.extend_from_slice(seed_parts);
         let pipe = Pipe::new(cfg, mix_seed(&parts));
-        let slot = PipeSlot { pipe, retired: false };
+        let slot = PipeSlot {
+            pipe,
+            retired: false,
+        };
         self.stats.pipes += 1;
         if let Some(i) = self.free.pop() {
             self.pipes[i as usize] = Some(slot);
@@ -264,7 +296,10 @@ impl<T: Copy> Engine<T> {
     }
 
     fn pipe(&mut self, id: PipeId) -> &mut Pipe {
-        &mut self.pipes[id.0 as usize].as_mut().expect("live pipe id").pipe
+        &mut self.pipes[id.0 as usize]
+            .as_mut()
+            .expect("live pipe id")
+            .pipe
     }
 
     fn retire(&mut self, id: PipeId) -> Counters {
@@ -301,7 +336,9 @@ impl<T: Copy> Engine<T> {
     /// Appends a prefix rule (rules are tried in order).
     pub fn add_prefix(&mut self, rule: PrefixRule) -> Result<usize, RuleError> {
         if self.prefixes.len() >= self.limits.max_prefix_rules {
-            return Err(RuleError::PrefixTableFull { limit: self.limits.max_prefix_rules });
+            return Err(RuleError::PrefixTableFull {
+                limit: self.limits.max_prefix_rules,
+            });
         }
         check_no_ack(&rule.up, "a prefix rule")?;
         check_no_ack(&rule.down, "a prefix rule")?;
@@ -316,35 +353,61 @@ impl<T: Copy> Engine<T> {
     /// Adds flow rules, all or none: on any error nothing is added.
     pub fn add_flows(&mut self, rules: &[FlowRule]) -> Result<Vec<RuleId>, RuleError> {
         if self.rules.len() + rules.len() > self.limits.max_flow_rules {
-            return Err(RuleError::TableFull { limit: self.limits.max_flow_rules });
+            return Err(RuleError::TableFull {
+                limit: self.limits.max_flow_rules,
+            });
         }
         let mut batch = rustc_hash::FxHashSet::default();
         for r in rules {
             if r.client.is_ipv4() != r.server.is_ipv4() {
-                return Err(RuleError::MixedFamilies { client: r.client, server: r.server });
+                return Err(RuleError::MixedFamilies {
+                    client: r.client,
+                    server: r.server,
+                });
             }
             if r.down.ack.is_some() {
-                return Err(RuleError::AckOnDownstream { what: format!("flow {} -> {}", r.client, r.server) });
+                return Err(RuleError::AckOnDownstream {
+                    what: format!("flow {} -> {}", r.client, r.server),
+                });
             }
-            let key = ConnKey { client: r.client, server: r.server };
+            let key = ConnKey {
+                client: r.client,
+                server: r.server,
+            };
             if let Some(&slot) = self.by_key.get(&key) {
                 let existing = self.flows[slot as usize].as_ref().expect("indexed flow").id;
-                return Err(RuleError::Duplicate { client: r.client, server: r.server, existing });
+                return Err(RuleError::Duplicate {
+                    client: r.client,
+                    server: r.server,
+                    existing,
+                });
             }
             if !batch.insert(key) {
-                return Err(RuleError::DuplicateInBatch { client: r.client, server: r.server });
+                return Err(RuleError::DuplicateInBatch {
+                    client: r.client,
+                    server: r.server,
+                });
             }
         }
         let mut ids = Vec::with_capacity(rules.len());
         for r in rules {
             let id = self.next_rule;
             self.next_rule += 1;
-            let key = ConnKey { client: r.client, server: r.server };
+            let key = ConnKey {
+                client: r.client,
+                server: r.server,
+            };
             let h = key_hash(&key);
             let up = self.new_pipe(r.up.clone(), &[2, h, 0]);
             let down = self.new_pipe(r.down.clone(), &[2, h, 1]);
             let ack = r.up.ack.map(AckShaper::new);
-            let entry = FlowEntry { id, key, up, down, ack };
+            let entry = FlowEntry {
+                id,
+                key,
+                up,
+                down,
+                ack,
+            };
             let slot = match self.free_flows.pop() {
                 Some(s) => {
                     self.flows[s as usize] = Some(entry);
@@ -364,11 +427,19 @@ impl<T: Copy> Engine<T> {
     }
 
     /// Changes the pipes of a flow rule in place (counters and scheduled packets stay).
-    pub fn update_flow(&mut self, id: RuleId, up: Option<PipeConfig>, down: Option<PipeConfig>, now: Nanos) -> Result<(), RuleError> {
+    pub fn update_flow(
+        &mut self,
+        id: RuleId,
+        up: Option<PipeConfig>,
+        down: Option<PipeConfig>,
+        now: Nanos,
+    ) -> Result<(), RuleError> {
         let slot = *self.rules.get(&id).ok_or(RuleError::NoSuchRule(id))? as usize;
         let e = self.flows[slot].as_ref().expect("indexed flow");
         if down.as_ref().is_some_and(|d| d.ack.is_some()) {
-            return Err(RuleError::AckOnDownstream { what: format!("rule {id}") });
+            return Err(RuleError::AckOnDownstream {
+                what: format!("rule {id}"),
+            });
         }
         let (u, d) = (e.up, e.down);
         if let Some(up) = up {
@@ -395,10 +466,16 @@ impl<T: Copy> Engine<T> {
 
     /// Removes flow rules; returns the final counters of each (up, down). Unknown ids are
     /// skipped. A held ACK is sent; packets already scheduled still leave on time.
-    pub fn remove_flows(&mut self, ids: &[RuleId], now: Nanos) -> Vec<(RuleId, Counters, Counters)> {
+    pub fn remove_flows(
+        &mut self,
+        ids: &[RuleId],
+        now: Nanos,
+    ) -> Vec<(RuleId, Counters, Counters)> {
         let mut out = Vec::new();
         for &id in ids {
-            let Some(slot) = self.rules.remove(&id) else { continue };
+            let Some(slot) = self.rules.remove(&id) else {
+                continue;
+            };
             let mut e = self.flows[slot as usize].take().expect("indexed flow");
             self.free_flows.push(slot);
             self.by_key.remove(&e.key);
@@ -424,14 +501,24 @@ impl<T: Copy> Engine<T> {
         let mut v = Vec::new();
         let row = |owner: PipeOwner, dir: Direction, id: PipeId, ack: Option<AckCounters>| {
             let p = &self.pipes[id.0 as usize].as_ref().expect("live").pipe;
-            PipeCounters { owner, direction: dir, config: p.config().clone(), counters: p.counters, ack }
+            PipeCounters {
+                owner,
+                direction: dir,
+                config: p.config().clone(),
+                counters: p.counters,
+                ack,
+            }
         };
         if let Some((u, d)) = self.default {
             v.push(row(PipeOwner::Default, Direction::Up, u, None));
             v.push(row(PipeOwner::Default, Direction::Down, d, None));
         }
         for (i, (r, u, d)) in self.prefixes.iter().enumerate() {
-            let owner = PipeOwner::Prefix { index: i, client: r.client, server: r.server };
+            let owner = PipeOwner::Prefix {
+                index: i,
+                client: r.client,
+                server: r.server,
+            };
             v.push(row(owner.clone(), Direction::Up, *u, None));
             v.push(row(owner, Direction::Down, *d, None));
         }
@@ -439,8 +526,17 @@ impl<T: Copy> Engine<T> {
         ids.sort();
         for (id, slot) in ids {
             let e = self.flows[*slot as usize].as_ref().expect("indexed flow");
-            let owner = PipeOwner::Flow { rule: *id, client: e.key.client, server: e.key.server };
-            v.push(row(owner.clone(), Direction::Up, e.up, e.ack.as_ref().map(|s| s.counters)));
+            let owner = PipeOwner::Flow {
+                rule: *id,
+                client: e.key.client,
+                server: e.key.server,
+            };
+            v.push(row(
+                owner.clone(),
+                Direction::Up,
+                e.up,
+                e.ack.as_ref().map(|s| s.counters),
+            ));
             v.push(row(owner, Direction::Down, e.down, None));
         }
         v
@@ -449,13 +545,27 @@ impl<T: Copy> Engine<T> {
     fn enqueue_release(&mut self, pipe: PipeId, token: T, ip_len: u32, at: Nanos) -> Verdict {
         match self.pipe(pipe).offer(at, ip_len) {
             Offer::Deliver(t) => {
-                self.wheel.insert(t, Ev::Depart { token, pipe, out: Side::Server });
+                self.wheel.insert(
+                    t,
+                    Ev::Depart {
+                        token,
+                        pipe,
+                        out: Side::Server,
+                    },
+                );
                 Verdict::Scheduled(t)
             }
             Offer::Dropped(r) => {
                 // A released ACK lost in the pipe: nobody else holds the token, so discard it
                 // through poll like a thinned one.
-                self.wheel.insert(at, Ev::Depart { token, pipe: PipeId(u32::MAX), out: Side::Server });
+                self.wheel.insert(
+                    at,
+                    Ev::Depart {
+                        token,
+                        pipe: PipeId(u32::MAX),
+                        out: Side::Server,
+                    },
+                );
                 Verdict::Dropped(r)
             }
         }
@@ -477,7 +587,10 @@ impl<T: Copy> Engine<T> {
                 Side::Client => (tcp.sport, tcp.dport),
                 Side::Server => (tcp.dport, tcp.sport),
             };
-            let key = ConnKey { client: SocketAddr::new(client_ip, cport), server: SocketAddr::new(server_ip, sport) };
+            let key = ConnKey {
+                client: SocketAddr::new(client_ip, cport),
+                server: SocketAddr::new(server_ip, sport),
+            };
             if let Some(&slot) = self.by_key.get(&key) {
                 let e = self.flows[slot as usize].as_mut().expect("indexed flow");
                 let rule = e.id;
@@ -499,7 +612,14 @@ impl<T: Copy> Engine<T> {
                                 self.enqueue_release(up, t, len, now);
                             }
                             Some(Previous::Discard(t)) => {
-                                self.wheel.insert(now, Ev::Depart { token: t, pipe: PipeId(u32::MAX), out: Side::Server });
+                                self.wheel.insert(
+                                    now,
+                                    Ev::Depart {
+                                        token: t,
+                                        pipe: PipeId(u32::MAX),
+                                        out: Side::Server,
+                                    },
+                                );
                             }
                             None => {}
                         }
@@ -507,7 +627,14 @@ impl<T: Copy> Engine<T> {
                             Current::Pass => self.offer(up, now, meta.ip_len, token, Side::Server),
                             Current::Hold(timer) => {
                                 if let Some((deadline, generation)) = timer {
-                                    self.wheel.insert(deadline, Ev::AckTimer { slot, rule, generation });
+                                    self.wheel.insert(
+                                        deadline,
+                                        Ev::AckTimer {
+                                            slot,
+                                            rule,
+                                            generation,
+                                        },
+                                    );
                                 }
                                 Verdict::Held
                             }
@@ -558,22 +685,43 @@ impl<T: Copy> Engine<T> {
             }
             for (at, ev) in due.drain(..) {
                 match ev {
-                    Ev::Depart { token, pipe, out: side } => {
+                    Ev::Depart {
+                        token,
+                        pipe,
+                        out: side,
+                    } => {
                         if pipe.0 == u32::MAX {
                             out.push(Action::Discard { token });
                             continue;
                         }
-                        let slot = self.pipes[pipe.0 as usize].as_mut().expect("pipe of a scheduled packet");
+                        let slot = self.pipes[pipe.0 as usize]
+                            .as_mut()
+                            .expect("pipe of a scheduled packet");
                         slot.pipe.departed();
                         if slot.retired && slot.pipe.counters.in_flight == 0 {
                             self.pipes[pipe.0 as usize] = None;
                             self.free.push(pipe.0);
                             self.stats.pipes -= 1;
                         }
-                        out.push(Action::Send { token, out: side, due: at });
+                        out.push(Action::Send {
+                            token,
+                            out: side,
+                            due: at,
+                        });
                     }
-                    Ev::AckTimer { slot, rule, generation } => {
-                        let Some(e) = self.flows.get_mut(slot as usize).and_then(|e| e.as_mut()).filter(|e| e.id == rule) else { continue };
+                    Ev::AckTimer {
+                        slot,
+                        rule,
+                        generation,
+                    } => {
+                        let Some(e) = self
+                            .flows
+                            .get_mut(slot as usize)
+                            .and_then(|e| e.as_mut())
+                            .filter(|e| e.id == rule)
+                        else {
+                            continue;
+                        };
                         let up = e.up;
                         if let Some(h) = e.ack.as_mut().and_then(|s| s.on_timer(generation)) {
                             // Released at its deadline, so the pipe sees the exact instant.
@@ -619,16 +767,25 @@ mod tests {
     }
 
     fn table(default: &str) -> PipeTable {
-        PipeTable { default: Some((default.parse().unwrap(), default.parse().unwrap())), ..Default::default() }
+        PipeTable {
+            default: Some((default.parse().unwrap(), default.parse().unwrap())),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn default_pipe_delays_both_ways_and_arp_passes() {
         let mut e: Engine<u32> = Engine::new(&table("delay=20ms"), Limits::default(), 1).unwrap();
         let f = udp_frame(CLI, SRV, 10);
-        assert_eq!(e.handle(0, Side::Client, &f, 1), Verdict::Scheduled(20 * MS));
+        assert_eq!(
+            e.handle(0, Side::Client, &f, 1),
+            Verdict::Scheduled(20 * MS)
+        );
         let back = udp_frame(SRV, CLI, 10);
-        assert_eq!(e.handle(20 * MS, Side::Server, &back, 2), Verdict::Scheduled(40 * MS));
+        assert_eq!(
+            e.handle(20 * MS, Side::Server, &back, 2),
+            Verdict::Scheduled(40 * MS)
+        );
         let mut arp = vec![0u8; 42];
         arp[12] = 8;
         arp[13] = 6;
@@ -636,7 +793,18 @@ mod tests {
         let acts = drain(&mut e, u64::MAX);
         assert_eq!(
             acts,
-            vec![Action::Send { token: 1, out: Side::Server, due: 20 * MS }, Action::Send { token: 2, out: Side::Client, due: 40 * MS }]
+            vec![
+                Action::Send {
+                    token: 1,
+                    out: Side::Server,
+                    due: 20 * MS
+                },
+                Action::Send {
+                    token: 2,
+                    out: Side::Client,
+                    due: 40 * MS
+                }
+            ]
         );
         let c = e.counters();
         assert_eq!(c[0].counters.packets, 1);
@@ -649,8 +817,18 @@ mod tests {
         let mut e: Engine<u32> = Engine::new(&table("delay=50ms"), Limits::default(), 1).unwrap();
         let ids = e
             .add_flows(&[
-                FlowRule { client: "198.19.0.5:4000".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: "delay=10ms".parse().unwrap(), down: "delay=11ms".parse().unwrap() },
-                FlowRule { client: "198.19.0.5:4001".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: "delay=30ms".parse().unwrap(), down: "delay=31ms".parse().unwrap() },
+                FlowRule {
+                    client: "198.19.0.5:4000".parse().unwrap(),
+                    server: "198.18.0.1:80".parse().unwrap(),
+                    up: "delay=10ms".parse().unwrap(),
+                    down: "delay=11ms".parse().unwrap(),
+                },
+                FlowRule {
+                    client: "198.19.0.5:4001".parse().unwrap(),
+                    server: "198.18.0.1:80".parse().unwrap(),
+                    up: "delay=30ms".parse().unwrap(),
+                    down: "delay=31ms".parse().unwrap(),
+                },
             ])
             .unwrap();
         assert_eq!(ids, vec![1, 2]);
@@ -658,22 +836,56 @@ mod tests {
         let b = tcp_frame(CLI, 4001, SRV, 80, TCP_SYN, 0, 0, 0, false);
         let a_back = tcp_frame(SRV, 80, CLI, 4000, TCP_SYN | TCP_ACK, 0, 1, 0, false);
         let other = tcp_frame(CLI, 4002, SRV, 80, TCP_SYN, 0, 0, 0, false);
-        assert_eq!(e.handle(0, Side::Client, &a, 1), Verdict::Scheduled(10 * MS));
-        assert_eq!(e.handle(0, Side::Client, &b, 2), Verdict::Scheduled(30 * MS));
-        assert_eq!(e.handle(0, Side::Server, &a_back, 3), Verdict::Scheduled(11 * MS));
-        assert_eq!(e.handle(0, Side::Client, &other, 4), Verdict::Scheduled(50 * MS));
+        assert_eq!(
+            e.handle(0, Side::Client, &a, 1),
+            Verdict::Scheduled(10 * MS)
+        );
+        assert_eq!(
+            e.handle(0, Side::Client, &b, 2),
+            Verdict::Scheduled(30 * MS)
+        );
+        assert_eq!(
+            e.handle(0, Side::Server, &a_back, 3),
+            Verdict::Scheduled(11 * MS)
+        );
+        assert_eq!(
+            e.handle(0, Side::Client, &other, 4),
+            Verdict::Scheduled(50 * MS)
+        );
         // Duplicates are refused, all or nothing.
-        let dup = e.add_flows(&[FlowRule { client: "198.19.0.5:4009".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: PipeConfig::default(), down: PipeConfig::default() }, FlowRule { client: "198.19.0.5:4000".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: PipeConfig::default(), down: PipeConfig::default() }]);
+        let dup = e.add_flows(&[
+            FlowRule {
+                client: "198.19.0.5:4009".parse().unwrap(),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: PipeConfig::default(),
+                down: PipeConfig::default(),
+            },
+            FlowRule {
+                client: "198.19.0.5:4000".parse().unwrap(),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: PipeConfig::default(),
+                down: PipeConfig::default(),
+            },
+        ]);
         assert!(matches!(dup, Err(RuleError::Duplicate { existing: 1, .. })));
         assert_eq!(e.stats().flow_rules, 2);
         let c = e.counters();
-        let flow1: Vec<_> = c.iter().filter(|r| matches!(r.owner, PipeOwner::Flow { rule: 1, .. })).collect();
-        assert_eq!((flow1[0].counters.packets, flow1[1].counters.packets), (1, 1));
+        let flow1: Vec<_> = c
+            .iter()
+            .filter(|r| matches!(r.owner, PipeOwner::Flow { rule: 1, .. }))
+            .collect();
+        assert_eq!(
+            (flow1[0].counters.packets, flow1[1].counters.packets),
+            (1, 1)
+        );
         // Removal returns the final counters; pipes with packets in flight live until they leave.
         let removed = e.remove_flows(&[1, 77], 0);
         assert_eq!(removed.len(), 1);
         assert_eq!(removed[0].1.packets, 1);
-        assert_eq!(e.handle(0, Side::Client, &a, 5), Verdict::Scheduled(50 * MS));
+        assert_eq!(
+            e.handle(0, Side::Client, &a, 5),
+            Verdict::Scheduled(50 * MS)
+        );
         let acts = drain(&mut e, u64::MAX);
         assert_eq!(acts.len(), 5);
         assert_eq!(e.stats().pipes, 4); // default pair + rule 2
@@ -682,12 +894,41 @@ mod tests {
     #[test]
     fn prefix_rules_in_order_then_unmatched_passes() {
         let mut e: Engine<u32> = Engine::new(&PipeTable::default(), Limits::default(), 1).unwrap();
-        e.add_prefix(PrefixRule { client: "198.19.0.0/24".parse().unwrap(), server: "198.18.0.0/24".parse().unwrap(), up: "delay=1ms".parse().unwrap(), down: "delay=2ms".parse().unwrap() }).unwrap();
-        e.add_prefix(PrefixRule { client: "198.19.0.0/16".parse().unwrap(), server: "0.0.0.0/0".parse().unwrap(), up: "delay=3ms".parse().unwrap(), down: "delay=4ms".parse().unwrap() }).unwrap();
-        assert_eq!(e.handle(0, Side::Client, &udp_frame(CLI, SRV, 1), 1), Verdict::Scheduled(MS));
-        assert_eq!(e.handle(0, Side::Server, &udp_frame(SRV, CLI, 1), 2), Verdict::Scheduled(2 * MS));
-        assert_eq!(e.handle(0, Side::Client, &udp_frame([198, 19, 9, 9], [1, 1, 1, 1], 1), 3), Verdict::Scheduled(3 * MS));
-        assert_eq!(e.handle(0, Side::Client, &udp_frame([10, 0, 0, 1], SRV, 1), 4), Verdict::Forward);
+        e.add_prefix(PrefixRule {
+            client: "198.19.0.0/24".parse().unwrap(),
+            server: "198.18.0.0/24".parse().unwrap(),
+            up: "delay=1ms".parse().unwrap(),
+            down: "delay=2ms".parse().unwrap(),
+        })
+        .unwrap();
+        e.add_prefix(PrefixRule {
+            client: "198.19.0.0/16".parse().unwrap(),
+            server: "0.0.0.0/0".parse().unwrap(),
+            up: "delay=3ms".parse().unwrap(),
+            down: "delay=4ms".parse().unwrap(),
+        })
+        .unwrap();
+        assert_eq!(
+            e.handle(0, Side::Client, &udp_frame(CLI, SRV, 1), 1),
+            Verdict::Scheduled(MS)
+        );
+        assert_eq!(
+            e.handle(0, Side::Server, &udp_frame(SRV, CLI, 1), 2),
+            Verdict::Scheduled(2 * MS)
+        );
+        assert_eq!(
+            e.handle(
+                0,
+                Side::Client,
+                &udp_frame([198, 19, 9, 9], [1, 1, 1, 1], 1),
+                3
+            ),
+            Verdict::Scheduled(3 * MS)
+        );
+        assert_eq!(
+            e.handle(0, Side::Client, &udp_frame([10, 0, 0, 1], SRV, 1), 4),
+            Verdict::Forward
+        );
         assert_eq!(e.stats().unmatched, 1);
     }
 
@@ -705,29 +946,66 @@ mod tests {
         // Server data segments of 1000 bytes teach the MSS.
         let data = tcp_frame(SRV, 80, CLI, 4000, TCP_ACK | TCP_PSH, 1, 1, 1000, false);
         e.handle(0, Side::Server, &data, 100);
-        assert_eq!(e.handle(MS, Side::Client, &ack(1), 1), Verdict::Scheduled(6 * MS));
+        assert_eq!(
+            e.handle(MS, Side::Client, &ack(1), 1),
+            Verdict::Scheduled(6 * MS)
+        );
         assert_eq!(e.handle(2 * MS, Side::Client, &ack(2001), 2), Verdict::Held);
-        assert_eq!(e.handle(3 * MS, Side::Client, &ack(4001), 3), Verdict::Scheduled(8 * MS));
+        assert_eq!(
+            e.handle(3 * MS, Side::Client, &ack(4001), 3),
+            Verdict::Scheduled(8 * MS)
+        );
         assert_eq!(e.handle(4 * MS, Side::Client, &ack(5001), 4), Verdict::Held);
         let acts = drain(&mut e, u64::MAX);
         assert!(acts.contains(&Action::Discard { token: 2 }));
         // Token 4 is released by the 100 ms timeout (deadline 104 ms) plus 5 ms of delay.
-        assert!(acts.contains(&Action::Send { token: 4, out: Side::Server, due: 109 * MS }), "{acts:?}");
-        let up = e.counters().into_iter().find(|r| r.direction == Direction::Up).unwrap();
+        assert!(
+            acts.contains(&Action::Send {
+                token: 4,
+                out: Side::Server,
+                due: 109 * MS
+            }),
+            "{acts:?}"
+        );
+        let up = e
+            .counters()
+            .into_iter()
+            .find(|r| r.direction == Direction::Up)
+            .unwrap();
         assert_eq!(up.ack.unwrap().thinned, 1);
         assert_eq!(up.ack.unwrap().timeouts, 1);
         // Policy errors are clear.
-        let bad = e.add_flows(&[FlowRule { client: "198.19.0.6:1".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: PipeConfig::default(), down: "ack_every=2".parse().unwrap() }]);
+        let bad = e.add_flows(&[FlowRule {
+            client: "198.19.0.6:1".parse().unwrap(),
+            server: "198.18.0.1:80".parse().unwrap(),
+            up: PipeConfig::default(),
+            down: "ack_every=2".parse().unwrap(),
+        }]);
         assert!(matches!(bad, Err(RuleError::AckOnDownstream { .. })));
-        assert!(e.set_default(Some(("ack_every=2".parse().unwrap(), PipeConfig::default()))).is_err());
+        assert!(e
+            .set_default(Some((
+                "ack_every=2".parse().unwrap(),
+                PipeConfig::default()
+            )))
+            .is_err());
     }
 
     #[test]
     fn two_flows_in_two_pipes_do_not_share_queues() {
         let mut e: Engine<u32> = Engine::new(&PipeTable::default(), Limits::default(), 1).unwrap();
         e.add_flows(&[
-            FlowRule { client: "198.19.0.5:1".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: "rate=1mbit,queue=5".parse().unwrap(), down: PipeConfig::default() },
-            FlowRule { client: "198.19.0.5:2".parse().unwrap(), server: "198.18.0.1:80".parse().unwrap(), up: "rate=100mbit,queue=100".parse().unwrap(), down: PipeConfig::default() },
+            FlowRule {
+                client: "198.19.0.5:1".parse().unwrap(),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: "rate=1mbit,queue=5".parse().unwrap(),
+                down: PipeConfig::default(),
+            },
+            FlowRule {
+                client: "198.19.0.5:2".parse().unwrap(),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: "rate=100mbit,queue=100".parse().unwrap(),
+                down: PipeConfig::default(),
+            },
         ])
         .unwrap();
         let mut dropped = [0, 0];
@@ -744,9 +1022,25 @@ mod tests {
 
     #[test]
     fn table_limit_is_enforced() {
-        let mut e: Engine<u32> = Engine::new(&PipeTable::default(), Limits { max_flow_rules: 2, max_prefix_rules: 1 }, 1).unwrap();
-        let r = |p: u16| FlowRule { client: SocketAddr::new([198, 19, 0, 1].into(), p), server: "198.18.0.1:80".parse().unwrap(), up: PipeConfig::default(), down: PipeConfig::default() };
+        let mut e: Engine<u32> = Engine::new(
+            &PipeTable::default(),
+            Limits {
+                max_flow_rules: 2,
+                max_prefix_rules: 1,
+            },
+            1,
+        )
+        .unwrap();
+        let r = |p: u16| FlowRule {
+            client: SocketAddr::new([198, 19, 0, 1].into(), p),
+            server: "198.18.0.1:80".parse().unwrap(),
+            up: PipeConfig::default(),
+            down: PipeConfig::default(),
+        };
         assert!(e.add_flows(&[r(1), r(2)]).is_ok());
-        assert!(matches!(e.add_flows(&[r(3)]), Err(RuleError::TableFull { limit: 2 })));
+        assert!(matches!(
+            e.add_flows(&[r(3)]),
+            Err(RuleError::TableFull { limit: 2 })
+        ));
     }
 }

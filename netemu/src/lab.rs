@@ -99,7 +99,10 @@ impl LabInfo {
             srv_if: format!("{name}-s"),
             server_addr: SERVER_ADDR,
             client_addr: CLIENT_ADDR,
-            client_pool: IpNet { addr: CLIENT_POOL.into(), prefix: CLIENT_POOL_PREFIX },
+            client_pool: IpNet {
+                addr: CLIENT_POOL.into(),
+                prefix: CLIENT_POOL_PREFIX,
+            },
             control: format!("unix:{}", dir.join("netemu.sock").display()),
             token_file: dir.join("netemu.token"),
             runtime_dir: dir,
@@ -128,10 +131,14 @@ impl LabInfo {
 
 /// Reads a token file (the first line, trimmed; it must not be empty).
 pub fn read_token(path: &Path) -> Result<String, LabError> {
-    let t = std::fs::read_to_string(path).map_err(|e| LabError::Io(format!("reading token file {}: {e}", path.display())))?;
+    let t = std::fs::read_to_string(path)
+        .map_err(|e| LabError::Io(format!("reading token file {}: {e}", path.display())))?;
     let t = t.lines().next().unwrap_or("").trim().to_string();
     if t.is_empty() {
-        return Err(LabError::Io(format!("token file {} is empty", path.display())));
+        return Err(LabError::Io(format!(
+            "token file {} is empty",
+            path.display()
+        )));
     }
     Ok(t)
 }
@@ -142,7 +149,12 @@ pub fn runtime_dir(name: &str) -> PathBuf {
 }
 
 pub fn validate_name(name: &str) -> Result<(), LabError> {
-    let bad = |why: &str| Err(LabError::BadName { name: name.into(), why: why.into() });
+    let bad = |why: &str| {
+        Err(LabError::BadName {
+            name: name.into(),
+            why: why.into(),
+        })
+    };
     if name.is_empty() {
         return bad("it is empty");
     }
@@ -152,7 +164,10 @@ pub fn validate_name(name: &str) -> Result<(), LabError> {
     if !name.chars().next().unwrap().is_ascii_alphabetic() {
         return bad("it must start with a letter");
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         return bad("use only letters, digits, `-` and `_`");
     }
     Ok(())
@@ -161,9 +176,15 @@ pub fn validate_name(name: &str) -> Result<(), LabError> {
 /// Runs a command; its stdout on success, its stderr in the error otherwise.
 pub(crate) fn run(mut c: Command) -> Result<String, LabError> {
     let desc = format!("{c:?}").replace('"', "");
-    let out = c.output().map_err(|e| LabError::Command { cmd: desc.clone(), stderr: e.to_string() })?;
+    let out = c.output().map_err(|e| LabError::Command {
+        cmd: desc.clone(),
+        stderr: e.to_string(),
+    })?;
     if !out.status.success() {
-        return Err(LabError::Command { cmd: desc, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+        return Err(LabError::Command {
+            cmd: desc,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -220,7 +241,9 @@ fn write_token(info: &LabInfo) -> Result<(), LabError> {
         return Ok(());
     }
     let mut raw = [0u8; 24];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut raw)).map_err(|e| LabError::Io(format!("/dev/urandom: {e}")))?;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| LabError::Io(format!("/dev/urandom: {e}")))?;
     let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
     let tmp = info.token_file.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -232,7 +255,8 @@ fn write_token(info: &LabInfo) -> Result<(), LabError> {
         .map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
     use std::io::Write;
     writeln!(f, "{hex}").map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, &info.token_file).map_err(|e| LabError::Io(format!("{}: {e}", info.token_file.display())))
+    std::fs::rename(&tmp, &info.token_file)
+        .map_err(|e| LabError::Io(format!("{}: {e}", info.token_file.display())))
 }
 
 /// Builds the lab (or checks that it is built). Idempotent: when the lab is complete it is
@@ -255,31 +279,73 @@ pub fn up(name: &str, opts: &LabOptions) -> Result<(LabInfo, Vec<String>), LabEr
 }
 
 fn build(info: &LabInfo) -> Result<(), LabError> {
-    std::fs::create_dir_all(&info.runtime_dir).map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
+    std::fs::create_dir_all(&info.runtime_dir)
+        .map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
     for ns in info.namespaces() {
         ip(&["netns", "add", ns])?;
     }
     ip(&[
-        "link", "add", &info.cli_if, "netns", &info.ns_cli, "address", MAC_CLI, "type", "veth", "peer", "name", &info.emu_cli_if, "netns",
-        &info.ns_emu, "address", MAC_EMU_C,
+        "link",
+        "add",
+        &info.cli_if,
+        "netns",
+        &info.ns_cli,
+        "address",
+        MAC_CLI,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &info.emu_cli_if,
+        "netns",
+        &info.ns_emu,
+        "address",
+        MAC_EMU_C,
     ])?;
     ip(&[
-        "link", "add", &info.emu_srv_if, "netns", &info.ns_emu, "address", MAC_EMU_S, "type", "veth", "peer", "name", &info.srv_if, "netns",
-        &info.ns_srv, "address", MAC_SRV,
+        "link",
+        "add",
+        &info.emu_srv_if,
+        "netns",
+        &info.ns_emu,
+        "address",
+        MAC_EMU_S,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &info.srv_if,
+        "netns",
+        &info.ns_srv,
+        "address",
+        MAC_SRV,
     ])?;
     for ns in info.namespaces() {
         stack::sysctl_in(
             ns,
-            &[("net.ipv6.conf.all.disable_ipv6", "1"), ("net.ipv6.conf.default.disable_ipv6", "1"), ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")],
+            &[
+                ("net.ipv6.conf.all.disable_ipv6", "1"),
+                ("net.ipv6.conf.default.disable_ipv6", "1"),
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.default.rp_filter", "0"),
+            ],
         )?;
         ipn(ns, "link set lo up")?;
     }
     // Wide ephemeral port range on the client: replay opens many connections.
-    stack::sysctl_in(&info.ns_cli, &[("net.ipv4.ip_local_port_range", "1024 65535")])?;
+    stack::sysctl_in(
+        &info.ns_cli,
+        &[("net.ipv4.ip_local_port_range", "1024 65535")],
+    )?;
     let (c, s) = (&info.ns_cli, &info.ns_srv);
     ipn(c, &format!("addr add {CLIENT_ADDR}/24 dev {}", info.cli_if))?;
     ipn(s, &format!("addr add {SERVER_ADDR}/24 dev {}", info.srv_if))?;
-    for (ns, dev) in [(c, &info.cli_if), (&info.ns_emu, &info.emu_cli_if), (&info.ns_emu, &info.emu_srv_if), (s, &info.srv_if)] {
+    for (ns, dev) in [
+        (c, &info.cli_if),
+        (&info.ns_emu, &info.emu_cli_if),
+        (&info.ns_emu, &info.emu_srv_if),
+        (s, &info.srv_if),
+    ] {
         ethtool(ns, dev, &["tso", "off", "gso", "off", "gro", "off"])?;
         ipn(ns, &format!("link set {dev} up"))?;
     }
@@ -290,11 +356,30 @@ fn build(info: &LabInfo) -> Result<(), LabError> {
         ipn(&info.ns_emu, &format!("link set {dev} promisc on"))?;
     }
     ipn(c, &format!("route add local {} dev lo", info.client_pool))?;
-    ipn(s, &format!("route add {} via {CLIENT_ADDR} dev {}", info.client_pool, info.srv_if))?;
-    ipn(c, &format!("neigh replace {SERVER_ADDR} lladdr {MAC_SRV} dev {} nud permanent", info.cli_if))?;
-    ipn(s, &format!("neigh replace {CLIENT_ADDR} lladdr {MAC_CLI} dev {} nud permanent", info.srv_if))?;
+    ipn(
+        s,
+        &format!(
+            "route add {} via {CLIENT_ADDR} dev {}",
+            info.client_pool, info.srv_if
+        ),
+    )?;
+    ipn(
+        c,
+        &format!(
+            "neigh replace {SERVER_ADDR} lladdr {MAC_SRV} dev {} nud permanent",
+            info.cli_if
+        ),
+    )?;
+    ipn(
+        s,
+        &format!(
+            "neigh replace {CLIENT_ADDR} lladdr {MAC_CLI} dev {} nud permanent",
+            info.srv_if
+        ),
+    )?;
     write_token(info)?;
-    std::fs::write(marker(info), b"ok\n").map_err(|e| LabError::Io(format!("{}: {e}", marker(info).display())))?;
+    std::fs::write(marker(info), b"ok\n")
+        .map_err(|e| LabError::Io(format!("{}: {e}", marker(info).display())))?;
     Ok(())
 }
 
@@ -347,13 +432,19 @@ pub fn down(name: &str) -> Result<DownReport, LabError> {
         }
     }
     // Interfaces created in the host namespace by an interrupted older build.
-    for dev in [&info.cli_if, &info.emu_cli_if, &info.emu_srv_if, &info.srv_if] {
+    for dev in [
+        &info.cli_if,
+        &info.emu_cli_if,
+        &info.emu_srv_if,
+        &info.srv_if,
+    ] {
         if ip(&["link", "show", "dev", dev]).is_ok() {
             let _ = ip(&["link", "del", dev]);
         }
     }
     if info.runtime_dir.exists() {
-        std::fs::remove_dir_all(&info.runtime_dir).map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
+        std::fs::remove_dir_all(&info.runtime_dir)
+            .map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
     }
     Ok(report)
 }
@@ -389,21 +480,47 @@ pub struct LabStatus {
 }
 
 fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
-    let mut st = InterfaceStatus { namespace: ns.into(), name: dev.into(), present: false, up: false, mac: None, addresses: vec![], offloads_on: vec![] };
+    let mut st = InterfaceStatus {
+        namespace: ns.into(),
+        name: dev.into(),
+        present: false,
+        up: false,
+        mac: None,
+        addresses: vec![],
+        offloads_on: vec![],
+    };
     if !exists_ns(ns) {
         return st;
     }
-    let Ok(json) = ipn(ns, &format!("-j addr show dev {dev}")) else { return st };
+    let Ok(json) = ipn(ns, &format!("-j addr show dev {dev}")) else {
+        return st;
+    };
     let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
     let Some(l) = v.get(0) else { return st };
     st.present = true;
-    st.up = l.get("flags").and_then(|f| f.as_array()).is_some_and(|f| f.iter().any(|x| x == "UP"));
+    st.up = l
+        .get("flags")
+        .and_then(|f| f.as_array())
+        .is_some_and(|f| f.iter().any(|x| x == "UP"));
     st.mac = l.get("address").and_then(|a| a.as_str()).map(String::from);
     if let Some(a) = l.get("addr_info").and_then(|a| a.as_array()) {
-        st.addresses = a.iter().filter_map(|x| Some(format!("{}/{}", x.get("local")?.as_str()?, x.get("prefixlen")?.as_u64()?))).collect();
+        st.addresses = a
+            .iter()
+            .filter_map(|x| {
+                Some(format!(
+                    "{}/{}",
+                    x.get("local")?.as_str()?,
+                    x.get("prefixlen")?.as_u64()?
+                ))
+            })
+            .collect();
     }
     if let Ok(out) = run(crate::netns::command(ns, "ethtool", ["-k", dev])) {
-        let mut want_off = vec!["tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload"];
+        let mut want_off = vec![
+            "tcp-segmentation-offload",
+            "generic-segmentation-offload",
+            "generic-receive-offload",
+        ];
         if end_host {
             want_off.push("tx-checksumming");
         }
@@ -421,7 +538,11 @@ fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
 /// What exists of the lab right now.
 pub fn status(name: &str) -> Result<LabStatus, LabError> {
     let info = LabInfo::for_name(name)?;
-    let namespaces: Vec<(String, bool)> = info.namespaces().iter().map(|n| (n.to_string(), exists_ns(n))).collect();
+    let namespaces: Vec<(String, bool)> = info
+        .namespaces()
+        .iter()
+        .map(|n| (n.to_string(), exists_ns(n)))
+        .collect();
     let interfaces = vec![
         iface_status(&info.ns_cli, &info.cli_if, true),
         iface_status(&info.ns_emu, &info.emu_cli_if, false),
@@ -429,9 +550,21 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         iface_status(&info.ns_srv, &info.srv_if, true),
     ];
     let up = namespaces.iter().all(|n| n.1) && interfaces.iter().all(|i| i.present);
-    let stack = if up { stack::read_back(name).ok() } else { None };
-    let netemu_pid = std::fs::read_to_string(info.runtime_dir.join("netemu.pid")).ok().and_then(|s| s.trim().parse().ok()).filter(|&p| alive(p));
-    let mut processes: Vec<i32> = info.namespaces().iter().filter(|n| exists_ns(n)).flat_map(|n| crate::netns::pids(n)).collect();
+    let stack = if up {
+        stack::read_back(name).ok()
+    } else {
+        None
+    };
+    let netemu_pid = std::fs::read_to_string(info.runtime_dir.join("netemu.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&p| alive(p));
+    let mut processes: Vec<i32> = info
+        .namespaces()
+        .iter()
+        .filter(|n| exists_ns(n))
+        .flat_map(|n| crate::netns::pids(n))
+        .collect();
     processes.sort();
     processes.dedup();
     Ok(LabStatus {
@@ -457,7 +590,10 @@ mod tests {
     fn names_are_checked_and_interface_names_fit() {
         let i = LabInfo::for_name("abcdefghijkl").unwrap();
         assert!(i.emu_cli_if.len() <= 15 && i.emu_srv_if.len() <= 15);
-        assert!(LabInfo::for_name("abcdefghijklm").unwrap_err().to_string().contains("at most 12"));
+        assert!(LabInfo::for_name("abcdefghijklm")
+            .unwrap_err()
+            .to_string()
+            .contains("at most 12"));
         assert!(LabInfo::for_name("a/b").is_err());
         assert!(LabInfo::for_name("1lab").is_err());
         assert!(LabInfo::for_name("").is_err());
@@ -468,7 +604,10 @@ mod tests {
         let i = LabInfo::for_name("x").unwrap();
         assert!(i.pool_len() >= 4096);
         assert_eq!(i.pool_addr(0), Some(Ipv4Addr::new(198, 19, 0, 1)));
-        assert_eq!(i.pool_addr(i.pool_len() - 1), Some(Ipv4Addr::new(198, 19, 31, 254)));
+        assert_eq!(
+            i.pool_addr(i.pool_len() - 1),
+            Some(Ipv4Addr::new(198, 19, 31, 254))
+        );
         assert_eq!(i.pool_addr(i.pool_len()), None);
         assert!(i.client_pool.contains(i.pool_addr(5000).unwrap().into()));
     }

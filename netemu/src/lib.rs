@@ -22,5 +22,7 @@ pub mod units;
 pub mod wheel;
 
 pub use config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
-pub use engine::{Direction, Engine, FlowRule, PipeCounters, PipeOwner, PipeTable, PrefixRule, RuleId, Side};
+pub use engine::{
+    Direction, Engine, FlowRule, PipeCounters, PipeOwner, PipeTable, PrefixRule, RuleId, Side,
+};
 pub use pipe::Counters;

@@ -26,19 +26,28 @@ pub fn exists(ns: &str) -> bool {
 /// inherit it; sockets opened afterwards belong to it.
 pub fn enter(ns: &str) -> io::Result<()> {
     let path = Path::new("/run/netns").join(ns);
-    let f = std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let f = std::fs::File::open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     // SAFETY: setns on a valid namespace file descriptor we own; it only changes this
     // thread's network namespace.
     let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
     if r != 0 {
         let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("entering network namespace {ns}: {e}")));
+        return Err(io::Error::new(
+            e.kind(),
+            format!("entering network namespace {ns}: {e}"),
+        ));
     }
     Ok(())
 }
 
 /// Pids of the processes whose network namespace is `ns` (from `ip netns pids`).
 pub fn pids(ns: &str) -> Vec<i32> {
-    let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() else { return Vec::new() };
-    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }

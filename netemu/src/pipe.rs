@@ -99,7 +99,12 @@ impl Pipe {
         match self.cfg.loss {
             LossModel::None => false,
             LossModel::Iid(p) => self.rng.chance(p),
-            LossModel::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_bad, loss_good } => {
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_bad,
+                loss_good,
+            } => {
                 // Transition first, then lose with the new state's probability (netem's order).
                 if self.ge_bad {
                     if self.rng.chance(p_bad_to_good) {
@@ -108,7 +113,8 @@ impl Pipe {
                 } else if self.rng.chance(p_good_to_bad) {
                     self.ge_bad = true;
                 }
-                self.rng.chance(if self.ge_bad { loss_bad } else { loss_good })
+                self.rng
+                    .chance(if self.ge_bad { loss_bad } else { loss_good })
             }
         }
     }
@@ -143,7 +149,8 @@ impl Pipe {
                 return Offer::Dropped(DropReason::Queue);
             }
             let start = self.busy_until.max(now);
-            let bits_ns = (ip_len as u128 + self.cfg.overhead as u128) * 8 * 1_000_000_000 + self.carry;
+            let bits_ns =
+                (ip_len as u128 + self.cfg.overhead as u128) * 8 * 1_000_000_000 + self.carry;
             let rate = self.cfg.rate_bps as u128;
             let tx = (bits_ns / rate) as Nanos;
             self.carry = bits_ns % rate;
@@ -151,7 +158,10 @@ impl Pipe {
             self.busy_until = end;
             self.backlog.push_back((end, ip_len));
             self.backlog_bytes += ip_len as u64;
-            self.counters.max_queue_packets = self.counters.max_queue_packets.max(self.backlog.len() as u64);
+            self.counters.max_queue_packets = self
+                .counters
+                .max_queue_packets
+                .max(self.backlog.len() as u64);
             self.counters.max_queue_bytes = self.counters.max_queue_bytes.max(self.backlog_bytes);
             end
         };
@@ -235,7 +245,10 @@ mod tests {
         assert_eq!(p.counters.max_queue_packets, 30);
         // Once the first packet has been serialized (8 ms), one slot frees up.
         assert!(matches!(p.offer(8 * MS, 1000), Offer::Deliver(_)));
-        assert!(matches!(p.offer(8 * MS, 1000), Offer::Dropped(DropReason::Queue)));
+        assert!(matches!(
+            p.offer(8 * MS, 1000),
+            Offer::Dropped(DropReason::Queue)
+        ));
     }
 
     #[test]
@@ -251,7 +264,9 @@ mod tests {
     fn iid_loss_rate_and_determinism() {
         let fates = |seed: u64| -> Vec<bool> {
             let mut p = Pipe::new(format!("loss=1%,seed={seed}").parse().unwrap(), 0);
-            (0..20_000).map(|i| matches!(p.offer(i, 100), Offer::Dropped(_))).collect()
+            (0..20_000)
+                .map(|i| matches!(p.offer(i, 100), Offer::Dropped(_)))
+                .collect()
         };
         let a = fates(42);
         let lost = a.iter().filter(|&&x| x).count();
@@ -263,7 +278,9 @@ mod tests {
     #[test]
     fn gilbert_elliott_losses_come_in_bursts() {
         let mut p = pipe("ge=1%/25%/100%/0%,seed=3");
-        let fates: Vec<bool> = (0..100_000).map(|i| matches!(p.offer(i, 100), Offer::Dropped(_))).collect();
+        let fates: Vec<bool> = (0..100_000)
+            .map(|i| matches!(p.offer(i, 100), Offer::Dropped(_)))
+            .collect();
         let lost = fates.iter().filter(|&&x| x).count() as f64;
         // Stationary P(bad) = p/(p+r) = 0.01/0.26 ≈ 3.85 %; mean burst length 1/r = 4.
         assert!((2_800.0..4_900.0).contains(&lost), "{lost}");
@@ -279,22 +296,28 @@ mod tests {
         let mut spread = (Nanos::MAX, 0);
         for i in 0..1000 {
             let now = i * 100_000;
-            let Offer::Deliver(t) = p.offer(now, 100) else { panic!() };
+            let Offer::Deliver(t) = p.offer(now, 100) else {
+                panic!()
+            };
             assert!(t >= last);
             last = t;
         }
         // Sparse packets (further apart than the jitter range) see the whole range.
         for i in 0..1000 {
             let now = 1_000 * MS + i * 20 * MS;
-            let Offer::Deliver(t) = p.offer(now, 100) else { panic!() };
+            let Offer::Deliver(t) = p.offer(now, 100) else {
+                panic!()
+            };
             spread = (spread.0.min(t - now), spread.1.max(t - now));
         }
         assert!(spread.0 < 6 * MS && spread.1 > 14 * MS, "{spread:?}");
         let mut p = pipe("delay=10ms,jitter=5ms,seed=1,reorder=1");
-        let times: Vec<Nanos> = (0..1000).map(|i| match p.offer(i * 100_000, 100) {
-            Offer::Deliver(t) => t,
-            _ => unreachable!(),
-        }).collect();
+        let times: Vec<Nanos> = (0..1000)
+            .map(|i| match p.offer(i * 100_000, 100) {
+                Offer::Deliver(t) => t,
+                _ => unreachable!(),
+            })
+            .collect();
         assert!(times.windows(2).any(|w| w[1] < w[0]));
     }
 }

@@ -70,13 +70,18 @@ fn bool01(v: &str) -> Result<bool, String> {
 }
 
 fn triple(v: &str) -> Result<[u64; 3], String> {
-    let f: Vec<&str> = v.split(|c: char| c == '/' || c.is_whitespace()).filter(|s| !s.is_empty()).collect();
+    let f: Vec<&str> = v
+        .split(|c: char| c == '/' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .collect();
     if f.len() != 3 {
         return Err(format!("`{v}` is not MIN/DEFAULT/MAX"));
     }
     let mut t = [0u64; 3];
     for (i, s) in f.iter().enumerate() {
-        t[i] = s.parse().map_err(|_| format!("`{s}` is not a byte count"))?;
+        t[i] = s
+            .parse()
+            .map_err(|_| format!("`{s}` is not a byte count"))?;
     }
     if t[0] == 0 || t[0] > t[1] || t[1] > t[2] {
         return Err(format!("`{v}`: need 0 < MIN <= DEFAULT <= MAX"));
@@ -90,11 +95,16 @@ fn triple(v: &str) -> Result<[u64; 3], String> {
 impl FromStr for StackProfile {
     type Err = ProfileError;
     fn from_str(spec: &str) -> Result<Self, ProfileError> {
-        let err = |msg: String| ProfileError { spec: spec.into(), msg };
+        let err = |msg: String| ProfileError {
+            spec: spec.into(),
+            msg,
+        };
         let mut p = StackProfile::default();
         let mut seen = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
             if seen.contains(&k) {
                 return Err(err(format!("`{k}` is given twice")));
@@ -103,7 +113,11 @@ impl FromStr for StackProfile {
             let kv = |m: String| err(format!("{k}: {m}"));
             match k {
                 "initcwnd" | "initrwnd" => {
-                    let n: u32 = v.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| kv(format!("`{v}` is not a segment count in 1..=1000")))?;
+                    let n: u32 = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=1000).contains(n))
+                        .ok_or_else(|| kv(format!("`{v}` is not a segment count in 1..=1000")))?;
                     if k == "initcwnd" {
                         p.initcwnd = Some(n)
                     } else {
@@ -111,8 +125,14 @@ impl FromStr for StackProfile {
                     }
                 }
                 "cc" => {
-                    if v.is_empty() || !v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-                        return Err(kv(format!("`{v}` is not a congestion control name (reno, cubic, bbr)")));
+                    if v.is_empty()
+                        || !v
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                    {
+                        return Err(kv(format!(
+                            "`{v}` is not a congestion control name (reno, cubic, bbr)"
+                        )));
                     }
                     p.cc = Some(v.to_string());
                 }
@@ -120,11 +140,20 @@ impl FromStr for StackProfile {
                 "dsack" => p.dsack = Some(bool01(v).map_err(kv)?),
                 "timestamps" => p.timestamps = Some(bool01(v).map_err(kv)?),
                 "slow_start_after_idle" => p.slow_start_after_idle = Some(bool01(v).map_err(kv)?),
-                "ecn" => p.ecn = Some(v.parse().ok().filter(|n| *n <= 2).ok_or_else(|| kv(format!("`{v}` is not 0, 1 or 2")))?),
+                "ecn" => {
+                    p.ecn = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|n| *n <= 2)
+                            .ok_or_else(|| kv(format!("`{v}` is not 0, 1 or 2")))?,
+                    )
+                }
                 "rto_min" => {
                     let ns = units::parse_duration(v).map_err(kv)?;
                     if ns % 1_000_000 != 0 || !(1_000_000..=60_000_000_000).contains(&ns) {
-                        return Err(kv(format!("`{v}` must be whole milliseconds between 1ms and 60s")));
+                        return Err(kv(format!(
+                            "`{v}` must be whole milliseconds between 1ms and 60s"
+                        )));
                     }
                     p.rto_min_ms = Some((ns / 1_000_000) as u32);
                 }
@@ -242,7 +271,8 @@ const SYSCTL_KEYS: [&str; 8] = [
 /// Makes sure the host namespace allows `cc` for other namespaces (extending
 /// `net.ipv4.tcp_allowed_congestion_control` if the algorithm is built in but not allowed).
 pub fn ensure_cc_allowed(cc: &str) -> Result<Option<String>, LabError> {
-    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
+    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
     if !avail.split_whitespace().any(|a| a == cc) {
         return Err(LabError::Profile(format!(
             "congestion control `{cc}` is not available in this kernel (available: {}); modules cannot be loaded here",
@@ -250,20 +280,33 @@ pub fn ensure_cc_allowed(cc: &str) -> Result<Option<String>, LabError> {
         )));
     }
     let path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-    let allowed = std::fs::read_to_string(path).map_err(|e| LabError::Io(format!("reading {path}: {e}")))?;
+    let allowed =
+        std::fs::read_to_string(path).map_err(|e| LabError::Io(format!("reading {path}: {e}")))?;
     if allowed.split_whitespace().any(|a| a == cc) {
         return Ok(None);
     }
     let new = format!("{} {cc}", allowed.trim());
-    std::fs::write(path, &new).map_err(|e| LabError::Io(format!("allowing `{cc}` in the host ({path}): {e}")))?;
-    Ok(Some(format!("host net.ipv4.tcp_allowed_congestion_control extended to `{new}` so the lab may use {cc}")))
+    std::fs::write(path, &new)
+        .map_err(|e| LabError::Io(format!("allowing `{cc}` in the host ({path}): {e}")))?;
+    Ok(Some(format!(
+        "host net.ipv4.tcp_allowed_congestion_control extended to `{new}` so the lab may use {cc}"
+    )))
 }
 
 /// The server's routes to the client side, which carry the per-route attributes.
 fn server_routes(info: &LabInfo) -> [(String, String); 2] {
     [
-        (format!("{}/24", lab::LAB_NET), format!("dev {} proto kernel scope link src {}", info.srv_if, info.server_addr)),
-        (info.client_pool.to_string(), format!("via {} dev {}", info.client_addr, info.srv_if)),
+        (
+            format!("{}/24", lab::LAB_NET),
+            format!(
+                "dev {} proto kernel scope link src {}",
+                info.srv_if, info.server_addr
+            ),
+        ),
+        (
+            info.client_pool.to_string(),
+            format!("via {} dev {}", info.client_addr, info.srv_if),
+        ),
     ]
 }
 
@@ -321,14 +364,31 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
     let out = lab::run(c)?;
     let lines: Vec<&str> = out.lines().collect();
     if lines.len() != SYSCTL_KEYS.len() {
-        return Err(LabError::Io(format!("sysctl printed {} lines for {} keys", lines.len(), SYSCTL_KEYS.len())));
+        return Err(LabError::Io(format!(
+            "sysctl printed {} lines for {} keys",
+            lines.len(),
+            SYSCTL_KEYS.len()
+        )));
     }
     let num = |i: usize| -> Result<u64, LabError> {
-        lines[i].trim().parse().map_err(|_| LabError::Io(format!("{} = `{}` is not a number", SYSCTL_KEYS[i], lines[i])))
+        lines[i].trim().parse().map_err(|_| {
+            LabError::Io(format!(
+                "{} = `{}` is not a number",
+                SYSCTL_KEYS[i], lines[i]
+            ))
+        })
     };
     let tri = |i: usize| -> Result<[u64; 3], LabError> {
-        let v: Vec<u64> = lines[i].split_whitespace().filter_map(|x| x.parse().ok()).collect();
-        v.try_into().map_err(|_| LabError::Io(format!("{} = `{}` is not three numbers", SYSCTL_KEYS[i], lines[i])))
+        let v: Vec<u64> = lines[i]
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        v.try_into().map_err(|_| {
+            LabError::Io(format!(
+                "{} = `{}` is not three numbers",
+                SYSCTL_KEYS[i], lines[i]
+            ))
+        })
     };
     let mut p = StackProfile {
         cc: Some(lines[0].trim().to_string()),
@@ -341,9 +401,22 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
         wmem: Some(tri(7)?),
         ..Default::default()
     };
-    let json = lab::ip_in(&info.ns_srv, &["-j".into(), "route".into(), "show".into(), info.client_pool.to_string()])?;
-    let routes: serde_json::Value = serde_json::from_str(&json).map_err(|e| LabError::Io(format!("ip -j route: {e}")))?;
-    if let Some(metrics) = routes.get(0).and_then(|r| r.get("metrics")).and_then(|m| m.as_array()) {
+    let json = lab::ip_in(
+        &info.ns_srv,
+        &[
+            "-j".into(),
+            "route".into(),
+            "show".into(),
+            info.client_pool.to_string(),
+        ],
+    )?;
+    let routes: serde_json::Value =
+        serde_json::from_str(&json).map_err(|e| LabError::Io(format!("ip -j route: {e}")))?;
+    if let Some(metrics) = routes
+        .get(0)
+        .and_then(|r| r.get("metrics"))
+        .and_then(|m| m.as_array())
+    {
         for m in metrics {
             let get = |k: &str| m.get(k).and_then(|x| x.as_u64());
             if let Some(v) = get("initcwnd") {

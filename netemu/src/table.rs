@@ -77,20 +77,30 @@ struct File {
     flow: Vec<FlowEntry>,
 }
 
-fn pair(up: Option<String>, down: Option<String>, both: Option<String>, what: &str) -> Result<(PipeConfig, PipeConfig), String> {
+fn pair(
+    up: Option<String>,
+    down: Option<String>,
+    both: Option<String>,
+    what: &str,
+) -> Result<(PipeConfig, PipeConfig), String> {
     let parse = |s: &str| s.parse::<PipeConfig>().map_err(|e| format!("{what}: {e}"));
     match (up, down, both) {
         (None, None, Some(b)) => Ok((parse(&b)?, parse(&b)?)),
         (Some(u), Some(d), None) => Ok((parse(&u)?, parse(&d)?)),
         (None, None, None) => Err(format!("{what}: give `up` and `down`, or `both`")),
-        (_, _, Some(_)) => Err(format!("{what}: give either `both` or `up`/`down`, not both")),
+        (_, _, Some(_)) => Err(format!(
+            "{what}: give either `both` or `up`/`down`, not both"
+        )),
         _ => Err(format!("{what}: give both `up` and `down` (or `both`)")),
     }
 }
 
 /// Parses a pipe table; errors name `path` and the entry.
 pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
-    let err = |msg: String| TableError { path: path.into(), msg };
+    let err = |msg: String| TableError {
+        path: path.into(),
+        msg,
+    };
     let f: File = toml::from_str(text).map_err(|e| err(e.to_string()))?;
     let mut t = PipeTable::default();
     if let Some(d) = f.default {
@@ -100,8 +110,14 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
         let what = format!("[[prefix]] #{}", i + 1);
         let (up, down) = pair(p.pipes.up, p.pipes.down, p.pipes.both, &what).map_err(err)?;
         t.prefixes.push(PrefixRule {
-            client: p.client.parse().map_err(|e| err(format!("{what}: client: {e}")))?,
-            server: p.server.parse().map_err(|e| err(format!("{what}: server: {e}")))?,
+            client: p
+                .client
+                .parse()
+                .map_err(|e| err(format!("{what}: client: {e}")))?,
+            server: p
+                .server
+                .parse()
+                .map_err(|e| err(format!("{what}: server: {e}")))?,
             up,
             down,
         });
@@ -110,8 +126,14 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
         let what = format!("[[flow]] #{}", i + 1);
         let (up, down) = pair(fl.pipes.up, fl.pipes.down, fl.pipes.both, &what).map_err(err)?;
         t.flows.push(FlowRule {
-            client: fl.client.parse().map_err(|_| err(format!("{what}: client `{}` is not IP:PORT", fl.client)))?,
-            server: fl.server.parse().map_err(|_| err(format!("{what}: server `{}` is not IP:PORT", fl.server)))?,
+            client: fl
+                .client
+                .parse()
+                .map_err(|_| err(format!("{what}: client `{}` is not IP:PORT", fl.client)))?,
+            server: fl
+                .server
+                .parse()
+                .map_err(|_| err(format!("{what}: server `{}` is not IP:PORT", fl.server)))?,
             up,
             down,
         });
@@ -121,7 +143,10 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
 
 /// Reads and parses a pipe table file.
 pub fn load(path: &Path) -> Result<PipeTable, TableError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TableError { path: path.display().to_string(), msg: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|e| TableError {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    })?;
     parse(&text, &path.display().to_string())
 }
 
@@ -156,9 +181,22 @@ down = "delay=10ms,rate=10mbit,queue=30"
 
     #[test]
     fn errors_name_the_file_and_entry() {
-        let e = parse("[[flow]]\nclient = \"1.2.3.4\"\nserver = \"1.2.3.5:80\"\nboth = \"delay=1ms\"\n", "p.toml").unwrap_err().to_string();
-        assert!(e.contains("p.toml") && e.contains("[[flow]] #1") && e.contains("IP:PORT"), "{e}");
-        let e = parse("[default]\nup = \"delay=1ms,bogus=1\"\ndown = \"delay=1ms\"\n", "p.toml").unwrap_err().to_string();
+        let e = parse(
+            "[[flow]]\nclient = \"1.2.3.4\"\nserver = \"1.2.3.5:80\"\nboth = \"delay=1ms\"\n",
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("p.toml") && e.contains("[[flow]] #1") && e.contains("IP:PORT"),
+            "{e}"
+        );
+        let e = parse(
+            "[default]\nup = \"delay=1ms,bogus=1\"\ndown = \"delay=1ms\"\n",
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("[default]") && e.contains("bogus"), "{e}");
         let e = parse("[defaults]\n", "p.toml").unwrap_err().to_string();
         assert!(e.contains("p.toml"), "{e}");

@@ -7,7 +7,9 @@ pub type Nanos = u64;
 
 fn split_num(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
-    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     if end == 0 {
         return None;
     }
@@ -21,14 +23,19 @@ fn split_num(s: &str) -> Option<(f64, &str)> {
 /// `20ms`, `1.5ms`, `250us`, `250µs`, `100ns`, `2s`. A bare number is refused: the unit is
 /// never guessed.
 pub fn parse_duration(s: &str) -> Result<Nanos, String> {
-    let (v, unit) = split_num(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 20ms, 250us, 1s)"))?;
+    let (v, unit) =
+        split_num(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 20ms, 250us, 1s)"))?;
     let mult = match unit.to_ascii_lowercase().as_str() {
         "ns" => 1.0,
         "us" | "µs" | "usec" => 1e3,
         "ms" | "msec" => 1e6,
         "s" | "sec" => 1e9,
         "" => return Err(format!("`{s}` has no unit (write e.g. {s}ms)")),
-        u => return Err(format!("`{s}`: unknown time unit `{u}` (use ns, us, ms or s)")),
+        u => {
+            return Err(format!(
+                "`{s}`: unknown time unit `{u}` (use ns, us, ms or s)"
+            ))
+        }
     };
     let ns = v * mult;
     if ns > 3_600e9 {
@@ -41,11 +48,11 @@ pub fn parse_duration(s: &str) -> Result<Nanos, String> {
 pub fn fmt_duration(ns: Nanos) -> String {
     if ns == 0 {
         "0ms".into()
-    } else if ns % 1_000_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{ns}ns")
@@ -60,19 +67,28 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     if t == "0" || t == "none" || t == "unlimited" || t == "inf" {
         return Ok(0);
     }
-    let (v, unit) = split_num(&t).ok_or_else(|| format!("`{s}` is not a rate (e.g. 10mbit, 512kbit)"))?;
-    let unit = unit.strip_suffix("/s").or_else(|| unit.strip_suffix("ps")).map(|u| (u, true)).unwrap_or((unit, false));
+    let (v, unit) =
+        split_num(&t).ok_or_else(|| format!("`{s}` is not a rate (e.g. 10mbit, 512kbit)"))?;
+    let unit = unit
+        .strip_suffix("/s")
+        .or_else(|| unit.strip_suffix("ps"))
+        .map(|u| (u, true))
+        .unwrap_or((unit, false));
     let (unit, per_s) = unit;
     let (prefix, base) = if let Some(p) = unit.strip_suffix("bit") {
         (p, 1.0)
     } else if let Some(p) = unit.strip_suffix("byte") {
         (p, 8.0)
     } else if per_s && unit.ends_with('b') {
-        return Err(format!("`{s}` is ambiguous (bits or bytes?): write e.g. 10mbit or 1mbyte"));
+        return Err(format!(
+            "`{s}` is ambiguous (bits or bytes?): write e.g. 10mbit or 1mbyte"
+        ));
     } else if unit.is_empty() {
         return Err(format!("`{s}` has no unit (write e.g. {s}mbit)"));
     } else {
-        return Err(format!("`{s}`: unknown rate unit (use bit, kbit, mbit, gbit or kbyte, mbyte)"));
+        return Err(format!(
+            "`{s}`: unknown rate unit (use bit, kbit, mbit, gbit or kbyte, mbyte)"
+        ));
     };
     let mult = match prefix {
         "" => 1.0,
@@ -96,11 +112,11 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 pub fn fmt_rate(bps: u64) -> String {
     if bps == 0 {
         "unlimited".into()
-    } else if bps % 1_000_000_000 == 0 {
+    } else if bps.is_multiple_of(1_000_000_000) {
         format!("{}gbit", bps / 1_000_000_000)
-    } else if bps % 1_000_000 == 0 {
+    } else if bps.is_multiple_of(1_000_000) {
         format!("{}mbit", bps / 1_000_000)
-    } else if bps % 1_000 == 0 {
+    } else if bps.is_multiple_of(1_000) {
         format!("{}kbit", bps / 1_000)
     } else {
         format!("{bps}bit")
@@ -110,14 +126,19 @@ pub fn fmt_rate(bps: u64) -> String {
 /// Byte sizes: `1500`, `1500b`, `64kb` (1000), `64kib` (1024), `1mb`, `1mib`.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
-    let (v, unit) = split_num(&t).ok_or_else(|| format!("`{s}` is not a size (e.g. 64kb, 1500b)"))?;
+    let (v, unit) =
+        split_num(&t).ok_or_else(|| format!("`{s}` is not a size (e.g. 64kb, 1500b)"))?;
     let mult = match unit {
         "" | "b" | "byte" | "bytes" => 1.0,
         "k" | "kb" => 1e3,
         "kib" => 1024.0,
         "m" | "mb" => 1e6,
         "mib" => 1024.0 * 1024.0,
-        u => return Err(format!("`{s}`: unknown size unit `{u}` (use b, kb, kib, mb, mib)")),
+        u => {
+            return Err(format!(
+                "`{s}`: unknown size unit `{u}` (use b, kb, kib, mb, mib)"
+            ))
+        }
     };
     Ok((v * mult).round() as u64)
 }
@@ -126,9 +147,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 pub fn parse_prob(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let v = if let Some(p) = t.strip_suffix('%') {
-        p.trim().parse::<f64>().map_err(|_| format!("`{s}` is not a percentage"))? / 100.0
+        p.trim()
+            .parse::<f64>()
+            .map_err(|_| format!("`{s}` is not a percentage"))?
+            / 100.0
     } else {
-        t.parse::<f64>().map_err(|_| format!("`{s}` is not a probability (write e.g. 1% or 0.01)"))?
+        t.parse::<f64>()
+            .map_err(|_| format!("`{s}` is not a probability (write e.g. 1% or 0.01)"))?
     };
     if !(0.0..=1.0).contains(&v) || v.is_nan() {
         return Err(format!("`{s}` is not between 0% and 100%"));
@@ -155,7 +180,9 @@ mod tests {
         assert_eq!(parse_duration("250us"), Ok(250_000));
         assert_eq!(parse_duration("2s"), Ok(2_000_000_000));
         assert!(parse_duration("20").unwrap_err().contains("no unit"));
-        assert!(parse_duration("20parsecs").unwrap_err().contains("unknown time unit"));
+        assert!(parse_duration("20parsecs")
+            .unwrap_err()
+            .contains("unknown time unit"));
         assert!(parse_duration("-1ms").is_err());
         assert_eq!(fmt_duration(20_000_000), "20ms");
         assert_eq!(fmt_duration(1_500_000), "1500us");

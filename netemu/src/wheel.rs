@@ -95,7 +95,11 @@ impl<T> TimingWheel<T> {
             self.slots[slot].push((deadline, seq, item));
             self.mark(slot);
         } else {
-            self.far.push(Reverse(Far { deadline, seq, item }));
+            self.far.push(Reverse(Far {
+                deadline,
+                seq,
+                item,
+            }));
         }
     }
 
@@ -141,10 +145,16 @@ impl<T> TimingWheel<T> {
 
     /// The earliest deadline scheduled, if any.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        let near = self.next_busy_offset((self.cur_tick & MASK) as usize).map(|off| {
-            let slot = ((self.cur_tick + off as u64) & MASK) as usize;
-            self.slots[slot].iter().map(|e| e.0).min().unwrap_or(Nanos::MAX)
-        });
+        let near = self
+            .next_busy_offset((self.cur_tick & MASK) as usize)
+            .map(|off| {
+                let slot = ((self.cur_tick + off as u64) & MASK) as usize;
+                self.slots[slot]
+                    .iter()
+                    .map(|e| e.0)
+                    .min()
+                    .unwrap_or(Nanos::MAX)
+            });
         let far = self.far.peek().map(|r| r.0.deadline);
         match (near, far) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -254,7 +264,14 @@ mod tests {
             steps += 1;
             assert!(steps < 100, "no progress");
         }
-        assert_eq!(out, vec![(base, 1), (base + 200_000_000, 2), (base + 5_000_000_000, 3)]);
+        assert_eq!(
+            out,
+            vec![
+                (base, 1),
+                (base + 200_000_000, 2),
+                (base + 5_000_000_000, 3)
+            ]
+        );
     }
 
     #[test]

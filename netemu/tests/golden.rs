@@ -9,7 +9,10 @@ use mimic_netemu::render::{render, Backend, RenderOptions};
 fn check(name: &str, backend: Backend, tag: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let table = mimic_netemu::table::load(&dir.join(format!("{name}.toml"))).unwrap();
-    let opts = RenderOptions { client_if: "eth0".into(), server_if: "eth1".into() };
+    let opts = RenderOptions {
+        client_if: "eth0".into(),
+        server_if: "eth1".into(),
+    };
     let (got, ext) = match render(backend, &table, &opts) {
         Ok(s) => (s.to_shell(), "sh"),
         Err(e) => (format!("{e}\n"), "err"),
@@ -18,7 +21,12 @@ fn check(name: &str, backend: Backend, tag: &str) {
     if std::env::var_os("MIMIC_BLESS").is_some() {
         std::fs::write(&path, &got).unwrap();
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{} is missing (run with MIMIC_BLESS=1 once and review it)", path.display()));
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing (run with MIMIC_BLESS=1 once and review it)",
+            path.display()
+        )
+    });
     assert_eq!(got, want, "{} differs", path.display());
 }
 

@@ -43,7 +43,8 @@ enum Cmd {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Up { name, stack } => {
-            let (info, notes) = lab::up(&name, &LabOptions { stack }).with_context(|| format!("building lab {name}"))?;
+            let (info, notes) = lab::up(&name, &LabOptions { stack })
+                .with_context(|| format!("building lab {name}"))?;
             for n in notes {
                 eprintln!("mimic: note: {n}");
             }
@@ -58,7 +59,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if r.namespaces.is_empty() {
                 println!("lab {name} was not up; nothing left behind");
             } else {
-                println!("lab {name} removed ({} namespaces, {} processes stopped)", r.namespaces.len(), r.killed.len());
+                println!(
+                    "lab {name} removed ({} namespaces, {} processes stopped)",
+                    r.namespaces.len(),
+                    r.killed.len()
+                );
             }
         }
         Cmd::Status { name, json } => {
@@ -68,25 +73,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 println!("lab {}: {}", st.name, if st.up { "up" } else { "not up" });
                 for (ns, present) in &st.namespaces {
-                    println!("  namespace {ns}: {}", if *present { "present" } else { "missing" });
+                    println!(
+                        "  namespace {ns}: {}",
+                        if *present { "present" } else { "missing" }
+                    );
                 }
                 for i in &st.interfaces {
                     if !i.present {
                         println!("  {}/{}: missing", i.namespace, i.name);
                         continue;
                     }
-                    let offl = if i.offloads_on.is_empty() { String::new() } else { format!(" (offloads still on: {})", i.offloads_on.join(", ")) };
+                    let offl = if i.offloads_on.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (offloads still on: {})", i.offloads_on.join(", "))
+                    };
                     println!(
                         "  {}/{}: {} {} {}{}",
                         i.namespace,
                         i.name,
                         if i.up { "UP" } else { "DOWN" },
                         i.mac.as_deref().unwrap_or("-"),
-                        if i.addresses.is_empty() { "-".to_string() } else { i.addresses.join(" ") },
+                        if i.addresses.is_empty() {
+                            "-".to_string()
+                        } else {
+                            i.addresses.join(" ")
+                        },
                         offl
                     );
                 }
-                println!("  server {} , client {} , client pool {}", st.server_addr, st.client_addr, st.client_pool);
+                println!(
+                    "  server {} , client {} , client pool {}",
+                    st.server_addr, st.client_addr, st.client_pool
+                );
                 if let Some(p) = &st.stack {
                     println!("  server stack in force: {p}");
                 }
@@ -95,7 +114,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     None => println!("  netemu not running"),
                 }
             }
-            return Ok(if st.up { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            return Ok(if st.up {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
         }
         Cmd::Stack { name, profile } => {
             for n in stack::apply(&name, &profile)? {

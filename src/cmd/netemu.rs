@@ -155,16 +155,43 @@ enum Cmd {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
-        Cmd::Run { connect, client_if, server_if, tables, spin_us, rt_priority, buffers, max_flows, seed, json } => {
+        Cmd::Run {
+            connect,
+            client_if,
+            server_if,
+            tables,
+            spin_us,
+            rt_priority,
+            buffers,
+            max_flows,
+            seed,
+            json,
+        } => {
             let table = tables.load()?;
-            run_emulator(connect, client_if, server_if, table, spin_us, rt_priority, buffers, max_flows, seed, json)
+            run_emulator(
+                connect,
+                client_if,
+                server_if,
+                table,
+                spin_us,
+                rt_priority,
+                buffers,
+                max_flows,
+                seed,
+                json,
+            )
         }
         Cmd::Counters { connect, json } => {
             let mut c = connect.client()?;
             let rows = c.counters()?;
             let stats = c.stats()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"pipes": rows, "stats": stats}))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"pipes": rows, "stats": stats})
+                    )?
+                );
             } else {
                 print_counters(&rows, &stats);
             }
@@ -174,9 +201,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             connect.client()?.shutdown()?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Render { backend, tables, client_if, server_if, apply } => {
+        Cmd::Render {
+            backend,
+            tables,
+            client_if,
+            server_if,
+            apply,
+        } => {
             let table = tables.load()?;
-            let opts = RenderOptions { client_if, server_if };
+            let opts = RenderOptions {
+                client_if,
+                server_if,
+            };
             let script = render::render(backend, &table, &opts)?;
             if apply {
                 render::apply(backend, &script)?;
@@ -210,10 +246,18 @@ fn run_emulator(
     };
     let (addr, token_file) = connect.resolve()?;
     let token = lab::read_token(&token_file)?;
-    let engine: Engine<u32> = Engine::new(&table, Limits { max_flow_rules: max_flows, ..Limits::default() }, seed)?;
+    let engine: Engine<u32> = Engine::new(
+        &table,
+        Limits {
+            max_flow_rules: max_flows,
+            ..Limits::default()
+        },
+        seed,
+    )?;
     // The listener is bound in the namespace we start in (so tcp: is reachable from there);
     // then the process enters the lab's emu namespace for the datapath.
-    let listener = control::Listener::bind(&addr).with_context(|| format!("binding control channel {addr}"))?;
+    let listener = control::Listener::bind(&addr)
+        .with_context(|| format!("binding control channel {addr}"))?;
     if let Some(i) = &info {
         if !mimic_netemu::netns::exists(&i.ns_emu) {
             bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
@@ -232,27 +276,40 @@ fn run_emulator(
     .with_context(|| format!("opening {cif} and {sif}"))?;
     let pid_file = info.as_ref().map(|i| i.runtime_dir.join("netemu.pid"));
     if let Some(p) = &pid_file {
-        std::fs::write(p, format!("{}\n", std::process::id())).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     let (jtx, jrx) = mpsc::channel::<Job>();
     let waker = Waker::new()?;
     let stop = Arc::new(AtomicBool::new(false));
     let ctl = {
         let stop = stop.clone();
-        std::thread::Builder::new().name("netemu-control".into()).spawn(move || control::serve(listener, token, jtx, waker, stop))?
+        std::thread::Builder::new()
+            .name("netemu-control".into())
+            .spawn(move || control::serve(listener, token, jtx, waker, stop))?
     };
     eprintln!("mimic: netemu bridging {cif} <-> {sif}; control {addr}");
-    let dpt = std::thread::Builder::new().name("netemu-datapath".into()).spawn(move || dp.run(engine, jrx, waker, Some(signal_fd)))?;
-    let fin = dpt.join().map_err(|_| anyhow::anyhow!("the datapath thread panicked"))?;
+    let dpt = std::thread::Builder::new()
+        .name("netemu-datapath".into())
+        .spawn(move || dp.run(engine, jrx, waker, Some(signal_fd)))?;
+    let fin = dpt
+        .join()
+        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))?;
     stop.store(true, Ordering::Relaxed);
     let _ = ctl.join();
     if let Some(p) = &pid_file {
         let _ = std::fs::remove_file(p);
     }
     let rows = fin.engine.counters();
-    let stats = RunStats { engine: fin.engine.stats(), datapath: fin.stats };
+    let stats = RunStats {
+        engine: fin.engine.stats(),
+        datapath: fin.stats,
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"pipes": rows, "stats": stats}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"pipes": rows, "stats": stats}))?
+        );
     } else {
         print_counters(&rows, &stats);
     }
@@ -260,12 +317,23 @@ fn run_emulator(
 }
 
 fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
-    println!("{:<44} {:>4} {:>10} {:>12} {:>8} {:>8} {:>6}  config", "pipe", "dir", "packets", "bytes", "q_drops", "loss", "max_q");
+    println!(
+        "{:<44} {:>4} {:>10} {:>12} {:>8} {:>8} {:>6}  config",
+        "pipe", "dir", "packets", "bytes", "q_drops", "loss", "max_q"
+    );
     for r in rows {
         let owner = match &r.owner {
             PipeOwner::Default => "default".to_string(),
-            PipeOwner::Prefix { index, client, server } => format!("prefix#{index} {client}->{server}"),
-            PipeOwner::Flow { rule, client, server } => format!("flow#{rule} {client}->{server}"),
+            PipeOwner::Prefix {
+                index,
+                client,
+                server,
+            } => format!("prefix#{index} {client}->{server}"),
+            PipeOwner::Flow {
+                rule,
+                client,
+                server,
+            } => format!("flow#{rule} {client}->{server}"),
         };
         let dir = match r.direction {
             mimic_netemu::Direction::Up => "up",
@@ -274,7 +342,14 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
         let c = &r.counters;
         println!(
             "{:<44} {:>4} {:>10} {:>12} {:>8} {:>8} {:>6}  {}",
-            owner, dir, c.packets, c.bytes, c.queue_drops, c.loss_drops, c.max_queue_packets, r.config
+            owner,
+            dir,
+            c.packets,
+            c.bytes,
+            c.queue_drops,
+            c.loss_drops,
+            c.max_queue_packets,
+            r.config
         );
     }
     let d = &stats.datapath;

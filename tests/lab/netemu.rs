@@ -18,7 +18,11 @@ use crate::common::{mimic, require_root, require_tool, stderr, stdout};
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn lab_name() -> String {
-    format!("ne{}x{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "ne{}x{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn ok(args: &[&str]) -> String {
@@ -42,14 +46,24 @@ impl Lab {
         }
         let name = lab_name();
         ok(&["lab", "up", &name]);
-        Lab { info: LabInfo::for_name(&name).unwrap(), emu: None, dir: crate::common::tempdir() }
+        Lab {
+            info: LabInfo::for_name(&name).unwrap(),
+            emu: None,
+            dir: crate::common::tempdir(),
+        }
     }
 
     /// Starts `mimic netemu run --lab NAME` with `args` and waits for its control channel.
     fn run_emulator(&mut self, args: &[&str]) -> Client {
         let out = std::fs::File::create(self.dir.path().join("netemu.out")).unwrap();
         let err = std::fs::File::create(self.dir.path().join("netemu.err")).unwrap();
-        let child = mimic().args(["netemu", "run", "--lab", &self.info.name]).args(args).stdout(out).stderr(err).spawn().unwrap();
+        let child = mimic()
+            .args(["netemu", "run", "--lab", &self.info.name])
+            .args(args)
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap();
         self.emu = Some(child);
         let addr: ControlAddr = self.info.control.parse().unwrap();
         let token = self.info.token().unwrap();
@@ -59,9 +73,15 @@ impl Lab {
                 return c;
             }
             if let Some(st) = self.emu.as_mut().unwrap().try_wait().unwrap() {
-                panic!("netemu exited ({st}): {}", std::fs::read_to_string(self.dir.path().join("netemu.err")).unwrap_or_default());
+                panic!(
+                    "netemu exited ({st}): {}",
+                    std::fs::read_to_string(self.dir.path().join("netemu.err")).unwrap_or_default()
+                );
             }
-            assert!(Instant::now() < deadline, "netemu control channel did not come up");
+            assert!(
+                Instant::now() < deadline,
+                "netemu control channel did not come up"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -83,7 +103,10 @@ impl Drop for Lab {
 }
 
 /// Runs `f` on a thread inside network namespace `ns`.
-fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     let ns = ns.to_string();
     std::thread::spawn(move || {
         netns::enter(&ns).unwrap();
@@ -93,7 +116,12 @@ fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) ->
 
 /// A UDP receiver in the server namespace collecting (source address, sequence number) until
 /// `quiet` passes without a datagram (after the first one) or `limit` passes.
-fn udp_receiver(lab: &Lab, port: u16, quiet: Duration, limit: Duration) -> std::thread::JoinHandle<Vec<(Ipv4Addr, u32)>> {
+fn udp_receiver(
+    lab: &Lab,
+    port: u16,
+    quiet: Duration,
+    limit: Duration,
+) -> std::thread::JoinHandle<Vec<(Ipv4Addr, u32)>> {
     let addr = SocketAddr::new(lab.info.server_addr.into(), port);
     let (tx, rx) = std::sync::mpsc::channel();
     let h = in_ns(&lab.info.ns_srv, move || {
@@ -127,7 +155,13 @@ fn set_rcvbuf(s: &UdpSocket, bytes: i32) {
     use std::os::fd::AsRawFd;
     // SAFETY: setsockopt with a pointer to a live i32 of the given size.
     unsafe {
-        libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes as *const i32 as *const libc::c_void, 4);
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &bytes as *const i32 as *const libc::c_void,
+            4,
+        );
     }
 }
 
@@ -162,7 +196,8 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     let name = lab.info.name.clone();
     // Up again: fine, nothing changes.
     ok(&["lab", "up", &name, "--stack", "initcwnd=4,initrwnd=20,cc=reno,sack=0,dsack=0,timestamps=1,ecn=0,rto_min=150ms,slow_start_after_idle=0,rmem=4096/65536/1048576"]);
-    let st: serde_json::Value = serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
     assert_eq!(st["up"], true);
     assert_eq!(st["server_addr"], "198.18.0.1");
     assert_eq!(st["client_pool"], "198.19.0.0/19");
@@ -171,7 +206,10 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     for i in ifs {
         assert_eq!(i["present"], true, "{i}");
         assert_eq!(i["up"], true, "{i}");
-        assert!(i["offloads_on"].as_array().unwrap().is_empty(), "offloads still on: {i}");
+        assert!(
+            i["offloads_on"].as_array().unwrap().is_empty(),
+            "offloads still on: {i}"
+        );
     }
     // The profile actually in force, read back from sysctl and the route.
     let stack = &st["stack"];
@@ -185,21 +223,47 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     assert_eq!(stack["rmem"], serde_json::json!([4096, 65536, 1048576]));
     // Changing it later keeps the other keys.
     let after = ok(&["lab", "stack", &name, "initcwnd=10,sack=1"]);
-    assert!(after.contains("initcwnd=10") && after.contains("sack=1") && after.contains("rto_min=150ms"), "{after}");
+    assert!(
+        after.contains("initcwnd=10")
+            && after.contains("sack=1")
+            && after.contains("rto_min=150ms"),
+        "{after}"
+    );
     // Bad profiles and names are refused with the reason.
-    let o = mimic().args(["lab", "stack", &name, "colour=blue"]).output().unwrap();
+    let o = mimic()
+        .args(["lab", "stack", &name, "colour=blue"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown key `colour`"), "{}", stderr(&o));
-    let o = mimic().args(["lab", "up", &name, "--stack", "initcwnd=0"]).output().unwrap();
+    assert!(
+        stderr(&o).contains("unknown key `colour`"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mimic()
+        .args(["lab", "up", &name, "--stack", "initcwnd=0"])
+        .output()
+        .unwrap();
     assert!(stderr(&o).contains("1..=1000"), "{}", stderr(&o));
-    let o = mimic().args(["lab", "up", "a-name-far-too-long"]).output().unwrap();
-    assert!(stderr(&o).contains("at most 12 characters"), "{}", stderr(&o));
+    let o = mimic()
+        .args(["lab", "up", "a-name-far-too-long"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("at most 12 characters"),
+        "{}",
+        stderr(&o)
+    );
 
     // Processes in the lab: an emulator and a stray sleeper in the server namespace.
     let mut lab = lab;
     let _client = lab.run_emulator(&["--default", "delay=1ms"]);
-    let mut sleeper = lab.ns_cmd(&lab.info.ns_srv, "sleep", &["600"]).spawn().unwrap();
-    let st: serde_json::Value = serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+    let mut sleeper = lab
+        .ns_cmd(&lab.info.ns_srv, "sleep", &["600"])
+        .spawn()
+        .unwrap();
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
     assert!(st["netemu_pid"].is_number(), "{st}");
     let out = ok(&["lab", "down", &name]);
     assert!(out.contains("removed"), "{out}");
@@ -211,10 +275,30 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // ...and so are the namespaces, interfaces and runtime files.
-    let list = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
-    assert!(!list.contains(&format!("{name}-")), "namespaces left: {list}");
-    let links = String::from_utf8(Command::new("ip").args(["-o", "link"]).output().unwrap().stdout).unwrap();
-    assert!(!links.contains(&format!("{name}-")), "interfaces left: {links}");
+    let list = String::from_utf8(
+        Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !list.contains(&format!("{name}-")),
+        "namespaces left: {list}"
+    );
+    let links = String::from_utf8(
+        Command::new("ip")
+            .args(["-o", "link"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !links.contains(&format!("{name}-")),
+        "interfaces left: {links}"
+    );
     assert!(!lab.info.runtime_dir.exists());
     // Down again (nothing there) is fine too.
     ok(&["lab", "down", &name]);
@@ -227,17 +311,54 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
     let _c = lab.run_emulator(&["--default", "delay=20ms"]);
     // Warm-up (caches, first wake-ups), then enough samples that one scheduling hiccup of
     // the shared machine cannot move the average by the tolerance.
-    let warm = lab.ns_cmd(&lab.info.ns_cli, "ping", &["-c", "10", "-i", "0.01", "-q", "198.18.0.1"]).output().unwrap();
-    assert!(warm.status.success(), "warm-up ping failed: {}", stdout(&warm));
-    let o = lab.ns_cmd(&lab.info.ns_cli, "ping", &["-c", "500", "-i", "0.01", "-q", "198.18.0.1"]).output().unwrap();
+    let warm = lab
+        .ns_cmd(
+            &lab.info.ns_cli,
+            "ping",
+            &["-c", "10", "-i", "0.01", "-q", "198.18.0.1"],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        warm.status.success(),
+        "warm-up ping failed: {}",
+        stdout(&warm)
+    );
+    let o = lab
+        .ns_cmd(
+            &lab.info.ns_cli,
+            "ping",
+            &["-c", "500", "-i", "0.01", "-q", "198.18.0.1"],
+        )
+        .output()
+        .unwrap();
     let text = stdout(&o);
     assert!(o.status.success(), "ping failed: {text}");
     assert!(text.contains(" 0% packet loss"), "{text}");
-    let stats = text.lines().find(|l| l.contains("min/avg/max")).unwrap_or_else(|| panic!("no rtt line: {text}"));
-    let nums: Vec<f64> = stats.split('=').nth(1).unwrap().trim().split(' ').next().unwrap().split('/').map(|x| x.parse().unwrap()).collect();
+    let stats = text
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .unwrap_or_else(|| panic!("no rtt line: {text}"));
+    let nums: Vec<f64> = stats
+        .split('=')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .split(' ')
+        .next()
+        .unwrap()
+        .split('/')
+        .map(|x| x.parse().unwrap())
+        .collect();
     let (min, avg) = (nums[0], nums[1]);
-    assert!((min - 40.0).abs() <= 0.3, "min RTT {min} ms not within 40 ± 0.3 ms ({stats})");
-    assert!((avg - 40.0).abs() <= 0.3, "avg RTT {avg} ms not within 40 ± 0.3 ms ({stats})");
+    assert!(
+        (min - 40.0).abs() <= 0.3,
+        "min RTT {min} ms not within 40 ± 0.3 ms ({stats})"
+    );
+    assert!(
+        (avg - 40.0).abs() <= 0.3,
+        "avg RTT {avg} ms not within 40 ± 0.3 ms ({stats})"
+    );
 }
 
 #[test]
@@ -247,24 +368,54 @@ fn iperf3_bulk_through_10mbit_reaches_rate_times_payload_share() {
     // The rate counts IP bytes; a full segment is 1500 IP bytes carrying 1448 payload bytes
     // (20 IP + 20 TCP + 12 timestamp option).
     let _c = lab.run_emulator(&["--default", "delay=10ms,rate=10mbit,queue=100"]);
-    let mut server = lab.ns_cmd(&lab.info.ns_srv, "iperf3", &["-s", "-1", "-B", "198.18.0.1"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut server = lab
+        .ns_cmd(
+            &lab.info.ns_srv,
+            "iperf3",
+            &["-s", "-1", "-B", "198.18.0.1"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let probe = lab.ns_cmd(&lab.info.ns_srv, "ss", &["-ltn", "sport", "= :5201"]).output().unwrap();
+        let probe = lab
+            .ns_cmd(&lab.info.ns_srv, "ss", &["-ltn", "sport", "= :5201"])
+            .output()
+            .unwrap();
         if stdout(&probe).contains("5201") {
             break;
         }
         assert!(Instant::now() < deadline, "iperf3 server did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let o = lab.ns_cmd(&lab.info.ns_cli, "iperf3", &["-c", "198.18.0.1", "-t", "8", "-O", "2", "-J"]).output().unwrap();
+    let o = lab
+        .ns_cmd(
+            &lab.info.ns_cli,
+            "iperf3",
+            &["-c", "198.18.0.1", "-t", "8", "-O", "2", "-J"],
+        )
+        .output()
+        .unwrap();
     let _ = server.wait();
-    assert!(o.status.success(), "iperf3 failed: {}{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "iperf3 failed: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let got = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
+    let got = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
     let want = 10e6 * 1448.0 / 1500.0;
     let err = (got - want) / want;
-    assert!(err.abs() <= 0.02, "goodput {got:.0} bit/s is {:.2}% off {want:.0} bit/s", err * 100.0);
+    assert!(
+        err.abs() <= 0.02,
+        "goodput {got:.0} bit/s is {:.2}% off {want:.0} bit/s",
+        err * 100.0
+    );
 }
 
 #[test]
@@ -286,7 +437,12 @@ down = "delay=0ms"
 "#,
     );
     let mut c = lab.run_emulator(&["--pipes", &file]);
-    let rx = udp_receiver(&lab, 9000, Duration::from_millis(500), Duration::from_secs(30));
+    let rx = udp_receiver(
+        &lab,
+        9000,
+        Duration::from_millis(500),
+        Duration::from_secs(30),
+    );
     let (a, b) = (Ipv4Addr::new(198, 19, 0, 10), Ipv4Addr::new(198, 19, 0, 11));
     const N: u32 = 20_000;
     udp_send(&lab, a, 9000, N, 64, 50, Duration::from_micros(500));
@@ -298,11 +454,19 @@ down = "delay=0ms"
     };
     let (la, lb) = (lost(a), lost(b));
     let rate = la.len() as f64 / N as f64;
-    assert!((0.008..=0.012).contains(&rate), "lost {} of {N} ({:.3}%)", la.len(), rate * 100.0);
+    assert!(
+        (0.008..=0.012).contains(&rate),
+        "lost {} of {N} ({:.3}%)",
+        la.len(),
+        rate * 100.0
+    );
     assert_eq!(la, lb, "the same seed must lose the same packets");
     // Every loss is the pipe's own (none from sockets or rings).
     let counters = c.counters().unwrap();
-    let ups: Vec<_> = counters.iter().filter(|r| r.direction == Direction::Up && matches!(r.owner, PipeOwner::Prefix { .. })).collect();
+    let ups: Vec<_> = counters
+        .iter()
+        .filter(|r| r.direction == Direction::Up && matches!(r.owner, PipeOwner::Prefix { .. }))
+        .collect();
     assert_eq!(ups.len(), 2);
     for r in ups {
         assert_eq!(r.counters.loss_drops, la.len() as u64, "{r:?}");
@@ -324,15 +488,37 @@ down = "delay=0ms"
 "#,
     );
     let mut c = lab.run_emulator(&["--pipes", &file]);
-    let rx = udp_receiver(&lab, 9001, Duration::from_millis(1000), Duration::from_secs(10));
+    let rx = udp_receiver(
+        &lab,
+        9001,
+        Duration::from_millis(1000),
+        Duration::from_secs(10),
+    );
     // 100 datagrams of 1028 IP bytes sent back to back: each takes 8.2 ms at 1 Mbit/s, the
     // whole burst arrives within the first one's serialization.
-    udp_send(&lab, Ipv4Addr::new(198, 19, 0, 20), 9001, 100, 1000, 1000, Duration::ZERO);
+    udp_send(
+        &lab,
+        Ipv4Addr::new(198, 19, 0, 20),
+        9001,
+        100,
+        1000,
+        1000,
+        Duration::ZERO,
+    );
     let got = rx.join().unwrap();
     assert_eq!(got.len(), 30, "received {} of the burst", got.len());
     let seqs: Vec<u32> = got.iter().map(|g| g.1).collect();
-    assert_eq!(seqs, (0..30).collect::<Vec<_>>(), "drop-tail keeps the head of the burst");
-    let up = c.counters().unwrap().into_iter().find(|r| r.direction == Direction::Up).unwrap();
+    assert_eq!(
+        seqs,
+        (0..30).collect::<Vec<_>>(),
+        "drop-tail keeps the head of the burst"
+    );
+    let up = c
+        .counters()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.direction == Direction::Up)
+        .unwrap();
     assert_eq!(up.counters.queue_drops, 70, "{up:?}");
     assert_eq!(up.counters.max_queue_packets, 30);
 }
@@ -363,11 +549,15 @@ fn echo_rtts(lab: &Lab, src: SocketAddr, dst: SocketAddr, n: usize) -> f64 {
 fn socket2_connect(src: SocketAddr, dst: SocketAddr) -> TcpStream {
     use std::os::fd::FromRawFd;
     let to_sa = |a: SocketAddr| {
-        let SocketAddr::V4(a) = a else { panic!("IPv4 only") };
+        let SocketAddr::V4(a) = a else {
+            panic!("IPv4 only")
+        };
         libc::sockaddr_in {
             sin_family: libc::AF_INET as u16,
             sin_port: a.port().to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*a.ip()).to_be(),
+            },
             sin_zero: [0; 8],
         }
     };
@@ -377,11 +567,35 @@ fn socket2_connect(src: SocketAddr, dst: SocketAddr) -> TcpStream {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         assert!(fd >= 0);
         let one: i32 = 1;
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one as *const i32 as *const libc::c_void, 4);
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        );
         let s = to_sa(src);
-        assert_eq!(libc::bind(fd, &s as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_in>() as u32), 0, "bind {src}: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            libc::bind(
+                fd,
+                &s as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as u32
+            ),
+            0,
+            "bind {src}: {}",
+            std::io::Error::last_os_error()
+        );
         let d = to_sa(dst);
-        assert_eq!(libc::connect(fd, &d as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_in>() as u32), 0, "connect {dst}: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            libc::connect(
+                fd,
+                &d as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as u32
+            ),
+            0,
+            "connect {dst}: {}",
+            std::io::Error::last_os_error()
+        );
         TcpStream::from_raw_fd(fd)
     }
 }
@@ -416,26 +630,60 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
     let slow: SocketAddr = "198.19.0.31:40002".parse().unwrap();
     let ids = c
         .add_flows(&[
-            FlowRule { client: fast, server, up: "delay=5ms,rate=100mbit".parse().unwrap(), down: "delay=5ms,rate=100mbit".parse().unwrap() },
-            FlowRule { client: slow, server, up: "delay=25ms,rate=1mbit".parse().unwrap(), down: "delay=25ms,rate=1mbit".parse().unwrap() },
+            FlowRule {
+                client: fast,
+                server,
+                up: "delay=5ms,rate=100mbit".parse().unwrap(),
+                down: "delay=5ms,rate=100mbit".parse().unwrap(),
+            },
+            FlowRule {
+                client: slow,
+                server,
+                up: "delay=25ms,rate=1mbit".parse().unwrap(),
+                down: "delay=25ms,rate=1mbit".parse().unwrap(),
+            },
         ])
         .unwrap();
     let rtt_fast = echo_rtts(&lab, fast, server, 20);
     let rtt_slow = echo_rtts(&lab, slow, server, 20);
     // 100-byte requests: 10 ms + tiny serialization, 50 ms + 2 x 1.2 ms at 1 Mbit/s.
-    assert!((10.0..11.0).contains(&rtt_fast), "fast flow RTT {rtt_fast} ms");
-    assert!((52.0..53.5).contains(&rtt_slow), "slow flow RTT {rtt_slow} ms");
+    assert!(
+        (10.0..11.0).contains(&rtt_fast),
+        "fast flow RTT {rtt_fast} ms"
+    );
+    assert!(
+        (52.0..53.5).contains(&rtt_slow),
+        "slow flow RTT {rtt_slow} ms"
+    );
     drop(echo);
     let counters = c.counters().unwrap();
-    let of = |id: u64, d: Direction| counters.iter().find(|r| r.direction == d && matches!(r.owner, PipeOwner::Flow { rule, .. } if rule == id)).unwrap().counters;
+    let of = |id: u64, d: Direction| {
+        counters
+            .iter()
+            .find(|r| {
+                r.direction == d && matches!(r.owner, PipeOwner::Flow { rule, .. } if rule == id)
+            })
+            .unwrap()
+            .counters
+    };
     for id in &ids {
         for d in [Direction::Up, Direction::Down] {
             // Handshake + 20 exchanges (+ ACKs): each pipe carried its own flow's packets.
-            assert!(of(*id, d).packets >= 21, "rule {id} {d:?}: {:?}", of(*id, d));
+            assert!(
+                of(*id, d).packets >= 21,
+                "rule {id} {d:?}: {:?}",
+                of(*id, d)
+            );
         }
     }
-    let default_up = counters.iter().find(|r| r.owner == PipeOwner::Default && r.direction == Direction::Up).unwrap();
-    assert_eq!(default_up.counters.packets, 0, "a flow's packets went through the default pipe");
+    let default_up = counters
+        .iter()
+        .find(|r| r.owner == PipeOwner::Default && r.direction == Direction::Up)
+        .unwrap();
+    assert_eq!(
+        default_up.counters.packets, 0,
+        "a flow's packets went through the default pipe"
+    );
     let removed = c.remove_flows(&ids).unwrap();
     assert_eq!(removed.len(), 2);
 }
@@ -443,22 +691,58 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
 #[test]
 fn netem_backend_refuses_to_half_apply_without_netem() {
     let lab = Lab::up();
-    let netem_here = Command::new("sh").arg("-c").arg(format!("tc -n {} qdisc add dev lo root netem delay 1ms", lab.info.ns_cli)).output().unwrap().status.success();
+    let netem_here = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tc -n {} qdisc add dev lo root netem delay 1ms",
+            lab.info.ns_cli
+        ))
+        .output()
+        .unwrap()
+        .status
+        .success();
     let o = lab
         .ns_cmd(
             &lab.info.ns_emu,
             crate::common::mimic_bin().to_str().unwrap(),
-            &["netemu", "render", "--backend", "netem", "--default", "delay=5ms,rate=10mbit", "--client-if", &lab.info.emu_cli_if, "--server-if", &lab.info.emu_srv_if, "--apply"],
+            &[
+                "netemu",
+                "render",
+                "--backend",
+                "netem",
+                "--default",
+                "delay=5ms,rate=10mbit",
+                "--client-if",
+                &lab.info.emu_cli_if,
+                "--server-if",
+                &lab.info.emu_srv_if,
+                "--apply",
+            ],
         )
         .output()
         .unwrap();
-    let qdiscs = stdout(&lab.ns_cmd(&lab.info.ns_emu, "tc", &["qdisc", "show", "dev", &lab.info.emu_cli_if]).output().unwrap());
+    let qdiscs = stdout(
+        &lab.ns_cmd(
+            &lab.info.ns_emu,
+            "tc",
+            &["qdisc", "show", "dev", &lab.info.emu_cli_if],
+        )
+        .output()
+        .unwrap(),
+    );
     if netem_here {
         assert!(o.status.success(), "{}", stderr(&o));
-        assert!(qdiscs.contains("netem") && qdiscs.contains("htb"), "{qdiscs}");
+        assert!(
+            qdiscs.contains("netem") && qdiscs.contains("htb"),
+            "{qdiscs}"
+        );
     } else {
         assert_eq!(o.status.code(), Some(2));
-        assert!(stderr(&o).contains("this kernel has no netem qdisc"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("this kernel has no netem qdisc"),
+            "{}",
+            stderr(&o)
+        );
         assert!(!qdiscs.contains("htb"), "half-applied: {qdiscs}");
     }
 }
@@ -481,8 +765,18 @@ fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     let plain: SocketAddr = "198.19.0.41:41001".parse().unwrap();
     let ids = c
         .add_flows(&[
-            FlowRule { client: shaped, server, up: "delay=5ms,ack_every=4,ack_timeout=200ms".parse().unwrap(), down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap() },
-            FlowRule { client: plain, server, up: "delay=5ms".parse().unwrap(), down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap() },
+            FlowRule {
+                client: shaped,
+                server,
+                up: "delay=5ms,ack_every=4,ack_timeout=200ms".parse().unwrap(),
+                down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap(),
+            },
+            FlowRule {
+                client: plain,
+                server,
+                up: "delay=5ms".parse().unwrap(),
+                down: "delay=5ms,rate=20mbit,queue=200".parse().unwrap(),
+            },
         ])
         .unwrap();
     for src in [shaped, plain] {
@@ -501,12 +795,26 @@ fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     }
     sender.join().unwrap();
     let counters = c.counters().unwrap();
-    let row = |id: u64, d: Direction| counters.iter().find(|r| r.direction == d && matches!(r.owner, PipeOwner::Flow { rule, .. } if rule == id)).unwrap().clone();
-    let ratio = |id: u64| row(id, Direction::Down).counters.packets as f64 / row(id, Direction::Up).counters.packets as f64;
+    let row = |id: u64, d: Direction| {
+        counters
+            .iter()
+            .find(|r| {
+                r.direction == d && matches!(r.owner, PipeOwner::Flow { rule, .. } if rule == id)
+            })
+            .unwrap()
+            .clone()
+    };
+    let ratio = |id: u64| {
+        row(id, Direction::Down).counters.packets as f64
+            / row(id, Direction::Up).counters.packets as f64
+    };
     let (shaped_ratio, plain_ratio) = (ratio(ids[0]), ratio(ids[1]));
     let ack = row(ids[0], Direction::Up).ack.unwrap();
     eprintln!("segments per ACK: shaped {shaped_ratio:.2}, plain {plain_ratio:.2}; {ack:?}");
     assert!(ack.thinned > 100, "{ack:?}");
     assert!(shaped_ratio >= 3.2, "segments per ACK with ack_every=4: {shaped_ratio:.2} (plain Linux: {plain_ratio:.2}, {ack:?})");
-    assert!(shaped_ratio >= 1.5 * plain_ratio, "shaped {shaped_ratio:.2} vs plain {plain_ratio:.2}");
+    assert!(
+        shaped_ratio >= 1.5 * plain_ratio,
+        "shaped {shaped_ratio:.2} vs plain {plain_ratio:.2}"
+    );
 }

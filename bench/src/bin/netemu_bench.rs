@@ -74,7 +74,10 @@ fn frame(i: u32) -> Vec<u8> {
 }
 
 fn realtime() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into our timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -85,17 +88,31 @@ fn packet_socket(ifname: &str) -> RawFd {
     // SAFETY: plain socket calls; sockaddr_ll zeroed then filled.
     unsafe {
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto);
-        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
         let name = std::ffi::CString::new(ifname).unwrap();
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = proto as u16;
         sll.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
         assert!(sll.sll_ifindex > 0, "no interface {ifname}");
-        let r = libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32);
+        let r = libc::bind(
+            fd,
+            &sll as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
         assert_eq!(r, 0, "bind {ifname}");
         let one: i32 = 1;
-        libc::setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one as *const i32 as *const libc::c_void, 4);
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        );
         fd
     }
 }
@@ -115,7 +132,10 @@ fn blast(info: &LabInfo, n: u32, secs: f64) -> u64 {
         while Instant::now() < end {
             iov.clear();
             for _ in 0..64 {
-                iov.push(libc::iovec { iov_base: frames[next].as_ptr() as *mut libc::c_void, iov_len: FRAME_LEN });
+                iov.push(libc::iovec {
+                    iov_base: frames[next].as_ptr() as *mut libc::c_void,
+                    iov_len: FRAME_LEN,
+                });
                 next = (next + 1) % frames.len();
             }
             let mut msgs: Vec<libc::mmsghdr> = iov
@@ -125,7 +145,10 @@ fn blast(info: &LabInfo, n: u32, secs: f64) -> u64 {
                     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
                     h.msg_iov = v as *mut libc::iovec;
                     h.msg_iovlen = 1;
-                    libc::mmsghdr { msg_hdr: h, msg_len: 0 }
+                    libc::mmsghdr {
+                        msg_hdr: h,
+                        msg_len: 0,
+                    }
                 })
                 .collect();
             // SAFETY: msgs point at frames that outlive the call.
@@ -143,7 +166,19 @@ fn blast(info: &LabInfo, n: u32, secs: f64) -> u64 {
 }
 
 fn rx_packets(info: &LabInfo) -> u64 {
-    let out = Command::new("ip").args(["-n", &info.ns_srv, "-j", "-s", "link", "show", "dev", &info.srv_if]).output().unwrap();
+    let out = Command::new("ip")
+        .args([
+            "-n",
+            &info.ns_srv,
+            "-j",
+            "-s",
+            "link",
+            "show",
+            "dev",
+            &info.srv_if,
+        ])
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
 }
@@ -160,18 +195,42 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
         let one: i32 = 1;
         // SAFETY: setsockopt/recvmsg on our socket with buffers we own.
         unsafe {
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one as *const i32 as *const libc::c_void, 4);
-            let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                &one as *const i32 as *const libc::c_void,
+                4,
+            );
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100_000,
+            };
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
             let big: i32 = 16 << 20;
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &big as *const i32 as *const libc::c_void, 4);
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                &big as *const i32 as *const libc::c_void,
+                4,
+            );
         }
         ready_tx.send(()).unwrap();
         let mut lat = Vec::new();
         let mut buf = [0u8; 2048];
         let mut cbuf = [0u8; 256];
         while !stop2.load(Ordering::Relaxed) {
-            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
             // SAFETY: msghdr zeroed, then pointed at our buffers.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_iov = &mut iov;
@@ -188,7 +247,9 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
                 let mut c = libc::CMSG_FIRSTHDR(&h);
                 let mut ts = None;
                 while !c.is_null() {
-                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    if (*c).cmsg_level == libc::SOL_SOCKET
+                        && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                    {
                         let t = *(libc::CMSG_DATA(c) as *const libc::timespec);
                         ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
                     }
@@ -264,7 +325,14 @@ fn errors(lat: &[u64], configured: u64) -> (f64, f64, f64) {
     (q(0.5), q(0.99), *e.last().unwrap() as f64 / 1e3)
 }
 
-fn measure(info: &LabInfo, name: &str, pipes: u32, configured: u64, secs: f64, note: String) -> Row {
+fn measure(
+    info: &LabInfo,
+    name: &str,
+    pipes: u32,
+    configured: u64,
+    secs: f64,
+    note: String,
+) -> Row {
     let pps = 10_000;
     let lat = latency(info, pipes, pps, secs);
     let (p50, p99, max) = errors(&lat, configured);
@@ -275,12 +343,32 @@ fn measure(info: &LabInfo, name: &str, pipes: u32, configured: u64, secs: f64, n
     let got = rx_packets(info) - before;
     let el = t.elapsed().as_secs_f64() - 0.05;
     let expected = (pps as f64 * secs) as i64;
-    Row { name: name.into(), pipes, sent_pps: sent as f64 / el, rx_pps: got as f64 / el, p50_us: p50, p99_us: p99, max_us: max, probes: lat.len(), lost_probes: expected - lat.len() as i64, note }
+    Row {
+        name: name.into(),
+        pipes,
+        sent_pps: sent as f64 / el,
+        rx_pps: got as f64 / el,
+        p50_us: p50,
+        p99_us: p99,
+        max_us: max,
+        probes: lat.len(),
+        lost_probes: expected - lat.len() as i64,
+        note,
+    }
 }
 
 fn tc(ns: &str, args: &str) {
-    let o = Command::new("tc").arg("-n").arg(ns).args(args.split_whitespace()).output().unwrap();
-    assert!(o.status.success(), "tc {args}: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("tc")
+        .arg("-n")
+        .arg(ns)
+        .args(args.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tc {args}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn kernel_redirect(info: &LabInfo, on: bool) {
@@ -299,10 +387,19 @@ fn kernel_redirect(info: &LabInfo, on: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let get = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let secs: f64 = get("--seconds").map(|s| s.parse().unwrap()).unwrap_or(3.0);
     let out = get("--out");
-    let pipe_counts: Vec<u32> = get("--pipes").unwrap_or("1,1000,65536".into()).split(',').map(|s| s.parse().unwrap()).collect();
+    let pipe_counts: Vec<u32> = get("--pipes")
+        .unwrap_or("1,1000,65536".into())
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
     let name = format!("nb{}", std::process::id() % 100_000);
     let (info, _) = lab::up(&name, &LabOptions::default()).expect("lab up (needs root)");
     struct Down(String);
@@ -317,12 +414,35 @@ fn main() {
     // Plain kernel forwarding: tc mirred redirect between the emu veths.
     kernel_redirect(&info, true);
     for &n in &[1u32, *pipe_counts.iter().max().unwrap()] {
-        rows.push(measure(&info, "kernel forwarding (tc mirred)", n, 0, secs, "flows, no pipes".into()));
+        rows.push(measure(
+            &info,
+            "kernel forwarding (tc mirred)",
+            n,
+            0,
+            secs,
+            "flows, no pipes".into(),
+        ));
     }
     // Kernel tbf on the server-side veth (rate far above what is offered: its cost, not a limit).
-    tc(&info.ns_emu, &format!("qdisc add dev {} root tbf rate 10gbit burst 1mb latency 50ms", info.emu_srv_if));
-    rows.push(measure(&info, "kernel tbf 10gbit + mirred", 1, 0, secs, "one tbf, no delay".into()));
-    tc(&info.ns_emu, &format!("qdisc del dev {} root", info.emu_srv_if));
+    tc(
+        &info.ns_emu,
+        &format!(
+            "qdisc add dev {} root tbf rate 10gbit burst 1mb latency 50ms",
+            info.emu_srv_if
+        ),
+    );
+    rows.push(measure(
+        &info,
+        "kernel tbf 10gbit + mirred",
+        1,
+        0,
+        secs,
+        "one tbf, no delay".into(),
+    ));
+    tc(
+        &info.ns_emu,
+        &format!("qdisc del dev {} root", info.emu_srv_if),
+    );
     kernel_redirect(&info, false);
 
     // mimic's datapath, in-process on its own thread in NAME-emu.
@@ -332,7 +452,12 @@ fn main() {
             flows: (0..n)
                 .map(|i| {
                     let (ip, port) = flow(i);
-                    FlowRule { client: SocketAddr::new(ip.into(), port), server, up: "delay=5ms".parse().unwrap(), down: "delay=5ms".parse().unwrap() }
+                    FlowRule {
+                        client: SocketAddr::new(ip.into(), port),
+                        server,
+                        up: "delay=5ms".parse().unwrap(),
+                        down: "delay=5ms".parse().unwrap(),
+                    }
                 })
                 .collect(),
             ..Default::default()
@@ -346,11 +471,24 @@ fn main() {
         let (ci, si) = (info.emu_cli_if.clone(), info.emu_srv_if.clone());
         let dp = std::thread::spawn(move || {
             netns::enter(&ns).unwrap();
-            let d = Datapath::open(DatapathConfig { client_if: ci, server_if: si, rt_priority: Some(10), ..Default::default() }).unwrap();
+            let d = Datapath::open(DatapathConfig {
+                client_if: ci,
+                server_if: si,
+                rt_priority: Some(10),
+                ..Default::default()
+            })
+            .unwrap();
             d.run(engine, jrx, waker, None)
         });
         std::thread::sleep(Duration::from_millis(200));
-        let mut row = measure(&info, "mimic netemu (delay=5ms per pipe)", n, DELAY_NS, secs, String::new());
+        let mut row = measure(
+            &info,
+            "mimic netemu (delay=5ms per pipe)",
+            n,
+            DELAY_NS,
+            secs,
+            String::new(),
+        );
         jtx.send(Box::new(|ctx| *ctx.stop = true)).unwrap();
         waker.wake();
         let fin = dp.join().unwrap();

@@ -244,6 +244,11 @@ fn run_emulator(
         (None, Some(c), Some(s)) => (c, s),
         _ => bail!("give --lab NAME, or --client-if and --server-if"),
     };
+    if let Some(i) = &info {
+        if !mimic_netemu::netns::exists(&i.ns_emu) {
+            bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
+        }
+    }
     let (addr, token_file) = connect.resolve()?;
     let token = lab::read_token(&token_file)?;
     let engine: Engine<u32> = Engine::new(

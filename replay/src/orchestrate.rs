@@ -201,10 +201,16 @@ impl Drop for WorkDir {
     }
 }
 
-fn wait_for<T>(what: &'static str, limit: Duration, mut alive: impl FnMut() -> bool, mut f: impl FnMut() -> Option<T>) -> Result<T, ReplayError> {
+/// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait.
+fn wait_for<T>(
+    what: &'static str,
+    limit: Duration,
+    mut alive: impl FnMut() -> bool,
+    mut f: impl FnMut() -> Result<Option<T>, ReplayError>,
+) -> Result<T, ReplayError> {
     let until = Instant::now() + limit;
     loop {
-        if let Some(v) = f() {
+        if let Some(v) = f()? {
             return Ok(v);
         }
         if !alive() {
@@ -268,7 +274,8 @@ fn time_limit(c: &ConnSpec) -> Duration {
             est += (e.resp_bytes + e.req_bytes) as f64 * 8.0 * 1.1 / bw;
         }
     }
-    Duration::from_secs_f64(3.0 * est + 30.0)
+    // retransmission timeouts back off: allow more time on lossy paths
+    Duration::from_secs_f64(3.0 * est * (1.0 + 20.0 * c.loss_rate_down) + 30.0)
 }
 
 /// Source addresses and ports: connection `i` gets address `i mod n`, port 20000 + `i div n`,
@@ -360,12 +367,22 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
         }
     };
 
-    let mut netemu = wait_for("network emulator", Duration::from_secs(15), || roles.alive("network emulator") || opts.target_is_remote(), || NetemuClient::connect(&netemu_addr, &token).ok())
-        .map_err(|e| annotate(e, &work.0.join("netemu.log")))?;
-    let mut serve = wait_for("server emulator", Duration::from_secs(15), || roles.alive("server emulator") || opts.target_is_remote(), || ServeClient::connect(&serve_addr, &token).ok())
-        .map_err(|e| annotate(e, &work.0.join("serve.log")))?;
+    // a refused handshake (wrong token) ends the wait at once; an absent listener is retried
+    let remote = opts.target_is_remote();
+    let mut netemu = wait_for("network emulator", Duration::from_secs(15), || roles.alive("network emulator") || remote, || match NetemuClient::connect(&netemu_addr, &token) {
+        Ok(c) => Ok(Some(c)),
+        Err(e @ NetemuError::Refused(_)) => Err(e.into()),
+        Err(_) => Ok(None),
+    })
+    .map_err(|e| annotate(e, &work.0.join("netemu.log")))?;
+    let mut serve = wait_for("server emulator", Duration::from_secs(15), || roles.alive("server emulator") || remote, || match ServeClient::connect(&serve_addr, &token) {
+        Ok(c) => Ok(Some(c)),
+        Err(e @ ServeError::Refused(_)) => Err(e.into()),
+        Err(_) => Ok(None),
+    })
+    .map_err(|e| annotate(e, &work.0.join("serve.log")))?;
     let ready = capdir.join("capture.ready");
-    wait_for("capture", Duration::from_secs(15), || roles.alive("capture"), || ready.exists().then_some(()))
+    wait_for("capture", Duration::from_secs(15), || roles.alive("capture"), || Ok(ready.exists().then_some(())))
         .map_err(|e| annotate(e, &work.0.join("capture.log")))?;
     serve.reset_stats()?;
 

@@ -91,6 +91,37 @@ pub(crate) fn render(r: &Report) -> String {
     for c in &r.comparisons {
         let _ = writeln!(h, "<p class=\"verdict {}\">{}</p>", verdict_class(c), esc(&c.verdict));
     }
+    for a in &r.ab {
+        let class = match a.direction {
+            Direction::Faster => "faster",
+            Direction::Slower => "slower",
+            Direction::NotSignificant => "same",
+        };
+        let _ = writeln!(h, "<p class=\"verdict {class}\"><b>{}</b></p>", esc(&a.verdict));
+    }
+    if !r.ab.is_empty() {
+        h.push_str("<p class=\"note\">Replays of the same workload reproduce the same original connections, so the stack change is judged connection by connection (bold): each connection's response time under the change against its own time under the reference replay, with a bootstrap over connections and a Wilcoxon signed-rank test. The lines above compare each input's distribution with BASE's, as independent samples.</p>\n");
+        h.push_str("<table>\n<thead><tr><th>change</th><th>reference</th><th class=\"num\">connections</th><th class=\"num\">median change</th><th class=\"num\">95% CI</th><th class=\"num\">total change</th><th class=\"num\">95% CI</th><th class=\"num\">faster</th><th class=\"num\">slower</th><th class=\"num\">Wilcoxon p</th></tr></thead>\n<tbody>\n");
+        for a in &r.ab {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">[{}, {}]</td><td class=\"num\">{}</td><td class=\"num\">[{}, {}]</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                esc(&a.b),
+                esc(&a.a),
+                a.n,
+                fmt::pct_signed(a.median_rel),
+                fmt::pct_signed(a.median_rel_ci[0]),
+                fmt::pct_signed(a.median_rel_ci[1]),
+                fmt::pct_signed(a.total_rel),
+                fmt::pct_signed(a.total_rel_ci[0]),
+                fmt::pct_signed(a.total_rel_ci[1]),
+                fmt::pct(a.faster, 0),
+                fmt::pct(a.slower, 0),
+                esc(&fmt::p_value(a.wilcoxon_p))
+            );
+        }
+        h.push_str("</tbody>\n</table>\n");
+    }
 
     // Inputs
     h.push_str("<h2 id=\"inputs\">Inputs</h2>\n<table>\n<thead><tr><th>input</th><th>role</th><th>file</th><th class=\"num\">connections</th><th class=\"num\">with response time</th><th>left out (why)</th><th>stack / settings</th></tr></thead>\n<tbody>\n");

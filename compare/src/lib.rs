@@ -17,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod ab;
 mod failif;
 pub mod fmt;
 mod html;

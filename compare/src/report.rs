@@ -240,6 +240,9 @@ pub struct Report {
     pub options: Options,
     pub inputs: Vec<InputSummary>,
     pub comparisons: Vec<Comparison>,
+    /// When several OTHERs are replays of BASE: each later replay against the first, connection
+    /// by connection (the A/B of a stack change).
+    pub ab: Vec<crate::ab::AbComparison>,
     #[serde(skip)]
     pub(crate) samples: Vec<Vec<f64>>,
     #[serde(skip)]
@@ -366,12 +369,33 @@ impl Report {
                 pairing_note,
             });
         }
+        // Replays of the same workload pair up connection by connection: the first replay is
+        // the reference (A), each later one a change (B).
+        let mut ab = Vec::new();
+        if comparisons.first().is_some_and(|c| c.paired.is_some()) {
+            for k in 2..loaded.len() {
+                if comparisons[k - 1].paired.is_some() {
+                    if let Some(c) = crate::ab::compare(
+                        &loaded[1],
+                        &loaded[k],
+                        &labels[1],
+                        &labels[k],
+                        options.bootstrap_replicates,
+                        options.seed ^ (k as u64),
+                        options.confidence,
+                    ) {
+                        ab.push(c);
+                    }
+                }
+            }
+        }
         Report {
             format: "mimic-compare/1",
             tool_version: env!("CARGO_PKG_VERSION"),
             options: *options,
             inputs,
             comparisons,
+            ab,
             samples,
             loaded,
         }
@@ -382,13 +406,15 @@ impl Report {
         if self.comparisons.is_empty() {
             return format!("{}: no OTHER input to compare with", self.inputs[0].label);
         }
-        self.comparisons.iter().map(|c| c.verdict.as_str()).collect::<Vec<_>>().join("\n")
+        self.comparisons.iter().map(|c| c.verdict.as_str()).chain(self.ab.iter().map(|a| a.verdict.as_str())).collect::<Vec<_>>().join("\n")
     }
 
     /// Everything machine-readable (the `--json` output).
     pub fn to_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("a report serialises");
-        v["verdict"] = serde_json::Value::from(self.comparisons.iter().map(|c| c.verdict.clone()).collect::<Vec<_>>());
+        v["verdict"] = serde_json::Value::from(
+            self.comparisons.iter().map(|c| c.verdict.clone()).chain(self.ab.iter().map(|a| a.verdict.clone())).collect::<Vec<_>>(),
+        );
         v
     }
 

@@ -109,6 +109,25 @@ pub(crate) fn render(r: &Report) -> String {
             let _ = writeln!(s, "  note: {note}");
         }
     }
+    for a in &r.ab {
+        let _ = writeln!(
+            s,
+            "\n{} vs {}, connection by connection ({} connections both replayed):\n  median change {} [{}, {}], total {} [{}, {}]; faster for {}, slower for {}; Wilcoxon signed-rank z={:.2}, {}",
+            a.b,
+            a.a,
+            a.n,
+            crate::fmt::pct_signed(a.median_rel),
+            crate::fmt::pct_signed(a.median_rel_ci[0]),
+            crate::fmt::pct_signed(a.median_rel_ci[1]),
+            crate::fmt::pct_signed(a.total_rel),
+            crate::fmt::pct_signed(a.total_rel_ci[0]),
+            crate::fmt::pct_signed(a.total_rel_ci[1]),
+            crate::fmt::pct(a.faster, 0),
+            crate::fmt::pct(a.slower, 0),
+            a.wilcoxon_z,
+            crate::fmt::p_value(a.wilcoxon_p)
+        );
+    }
     let _ = writeln!(s, "\nverdict:");
     for line in r.verdict().lines() {
         let _ = writeln!(s, "  {line}");

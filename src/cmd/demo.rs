@@ -1,10 +1,174 @@
-//! `mimic demo` (being built; see the open issue for its specification).
+//! `mimic demo`: the main job on the built-in lab, end to end.
+//!
+//! lab up → synthesize a "production" workload → replay it under the current stack while
+//! capturing (this is production) → analyze the capture → replay that analysis under the
+//! current stack and under a changed one → compare → print where the report is and the verdict.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use mimic_netemu::lab;
+use mimic_netemu::stack::StackProfile;
+use mimic_replay::orchestrate::{ReplayError, ReplayOptions, Target};
+use mimic_replay::synth::{self, SynthOptions};
+use mimic_replay::workload::Select;
 
 #[derive(clap::Args)]
-pub struct Args {}
-
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mimic demo` is not available in this build yet")
+pub struct Args {
+    /// Directory for the workload, capture, databases and report.
+    #[arg(long, value_name = "DIR", default_value = "mimic-demo")]
+    pub out: PathBuf,
+    /// Connections in the synthetic production workload.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub connections: u32,
+    /// New connections per second in the workload.
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// The server stack production runs (and the "current" replay uses).
+    #[arg(long, value_name = "PROFILE", default_value = "initcwnd=3", value_parser = parse_stack)]
+    pub current: StackProfile,
+    /// The stack change to evaluate.
+    #[arg(long, value_name = "PROFILE", default_value = "initcwnd=10", value_parser = parse_stack)]
+    pub change: StackProfile,
+    /// Lab name (built for the demo and removed after).
+    #[arg(long, default_value_t = format!("demo{}", std::process::id() % 100_000))]
+    pub lab: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
+
+fn parse_stack(s: &str) -> Result<StackProfile, String> {
+    s.parse().map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
+}
+
+const STAGES: usize = 6;
+
+fn stage(n: usize, what: &str) {
+    if !crate::progress::quiet() {
+        eprintln!("[{n}/{STAGES}] {what}");
+    }
+}
+
+/// What the demo needs before it touches the system.
+fn preflight(lab_name: &str) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("mimic demo needs root: it builds network namespaces for the lab. Run it as root, e.g. `sudo scripts/demo.sh`");
+    }
+    let missing: Vec<&str> = [("ip", "iproute2"), ("ethtool", "ethtool"), ("sysctl", "procps")]
+        .iter()
+        .filter(|(tool, _)| !in_path(tool))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if !missing.is_empty() {
+        bail!("mimic demo needs these Debian packages: {} (scripts/deps.sh demo installs them)", missing.join(" "));
+    }
+    lab::validate_name(lab_name)?;
+    Ok(())
+}
+
+fn in_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")]).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+/// Removes the lab however the demo ends.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = lab::down(&self.0);
+    }
+}
+
+fn replay(opts: ReplayOptions, what: &str) -> anyhow::Result<mimic_replay::orchestrate::ReplaySummary> {
+    match super::replay::replay_with_progress(&opts) {
+        Ok(s) => {
+            if !crate::progress::quiet() {
+                eprintln!(
+                    "      {what}: {} connections, {} ok, {} failed, in {:.0} s",
+                    s.connections, s.ok, s.failed, s.duration_s
+                );
+            }
+            Ok(s)
+        }
+        Err(ReplayError::Interrupted) => bail!("interrupted; the lab is removed"),
+        Err(e) => Err(e).with_context(|| format!("{what} failed")),
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    preflight(&a.lab)?;
+    if !(a.rate > 0.0) {
+        bail!("--rate must be positive");
+    }
+    let started = Instant::now();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let out = std::path::absolute(&a.out)?;
+    let p = |f: &str| out.join(f);
+    let exe = std::env::current_exe()?;
+
+    stage(1, &format!("building lab {} (server stack {})", a.lab, a.current));
+    let _down = LabDown(a.lab.clone());
+    let (_, notes) = lab::up(&a.lab, &lab::LabOptions { stack: Some(a.current.clone()) })?;
+    for n in notes {
+        eprintln!("      {n}");
+    }
+
+    stage(2, &format!("synthesizing a production workload of {} connections", a.connections));
+    let s = synth::generate(
+        &SynthOptions { connections: a.connections as usize, rate: a.rate, seed: a.seed, ..SynthOptions::default() },
+        &p("workload.db"),
+    )?;
+    eprintln!("      {} exchanges over {:.0} s, classes: {}", s.exchanges, s.duration_s, s.by_class.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "));
+
+    let base = |input: PathBuf, output: PathBuf, stack: Option<StackProfile>, keep: Option<PathBuf>| ReplayOptions {
+        input,
+        output,
+        target: Target::Lab { name: a.lab.clone(), keep: true },
+        stack,
+        select: Select::Complete,
+        limit: None,
+        time_scale: 1.0,
+        seed: a.seed,
+        server_port: 80,
+        keep_capture: keep,
+        exe: exe.clone(),
+    };
+    let capdir = p("production-capture");
+    let _ = std::fs::remove_dir_all(&capdir);
+    stage(3, "running production: the workload under the current stack, captured at the server");
+    replay(base(p("workload.db"), p("production-run.db"), Some(a.current.clone()), Some(capdir.clone())), "production")?;
+
+    stage(4, "analyzing the production capture (mimic analyze)");
+    let mut caps: Vec<PathBuf> = std::fs::read_dir(&capdir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    caps.sort();
+    let flows = p("production.db");
+    let an = super::analyze::analyze_with_progress(caps, flows.clone(), mimic_analyze::Config { server_ports: vec![80], ..Default::default() }, 1)?;
+    eprintln!("      {} connections ({} complete), {} exchanges", an.connections, an.complete, an.exchanges);
+
+    stage(5, &format!("replaying production under the current stack ({}) and the change ({})", a.current, a.change));
+    let current_db = p("replay-current.db");
+    let change_db = p("replay-change.db");
+    replay(base(flows.clone(), current_db.clone(), Some(a.current.clone()), None), "current stack")?;
+    replay(base(flows.clone(), change_db.clone(), Some(a.change.clone()), None), "changed stack")?;
+
+    stage(6, "comparing (mimic compare)");
+    let report = mimic_compare::Report::build(&flows, &[current_db.clone(), change_db.clone()], &mimic_compare::Options::default())?;
+    report.write_html(&p("report.html"))?;
+    report.write_json(&p("report.json"))?;
+    report.write_pngs(&p("plots"))?;
+    let verdict = report.verdict();
+
+    println!("report: {}", p("report.html").display());
+    println!("        {} (machine-readable), {}/ (plots)", p("report.json").display(), p("plots").display());
+    for line in verdict.lines() {
+        println!("verdict: {line}");
+    }
+    println!("took {:.0} s; the lab is removed", started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+

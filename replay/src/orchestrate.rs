@@ -96,6 +96,8 @@ pub struct Progress {
     pub done: AtomicU64,
     pub failed: AtomicU64,
     pub in_flight: AtomicU64,
+    /// Most connections open at once.
+    pub max_in_flight: AtomicU64,
     pub stage: Mutex<String>,
 }
 
@@ -119,6 +121,8 @@ pub struct ReplaySummary {
     pub skipped_by_select: u64,
     /// How late connections started compared with the plan (p50, p99, max; µs).
     pub start_lateness_us: [u64; 3],
+    /// Most replayed connections open at once.
+    pub max_concurrent: u64,
     pub server: ServerStats,
     pub netemu: Option<RunStats>,
     pub capture: serde_json::Value,
@@ -514,6 +518,7 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
         missing: summary.missing,
         skipped_by_select: wl.skipped,
         start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
+        max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,
         capture: capture_summary,
@@ -541,7 +546,7 @@ fn annotate(e: ReplayError, log: &Path) -> ReplayError {
 fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, stop: &AtomicBool) -> Result<Vec<Outcome>, ReplayError> {
     let n = plans.len();
     let stop_flag = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let counters = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let handle = {
         let stop_flag = stop_flag.clone();
         let counters = counters.clone();
@@ -565,7 +570,8 @@ fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, sto
                         let counters = counters.clone();
                         set.spawn(async move {
                             tokio::time::sleep_until((p.start - Duration::from_millis(5)).into()).await;
-                            counters[2].fetch_add(1, Ordering::Relaxed);
+                            let now = counters[2].fetch_add(1, Ordering::Relaxed) + 1;
+                            counters[3].fetch_max(now, Ordering::Relaxed);
                             let o = client::run(p, timer).await;
                             counters[2].fetch_sub(1, Ordering::Relaxed);
                             counters[if o.result.is_ok() { 0 } else { 1 }].fetch_add(1, Ordering::Relaxed);
@@ -605,6 +611,7 @@ fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, sto
     progress.done.store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
     progress.failed.store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
     progress.in_flight.store(0, Ordering::Relaxed);
+    progress.max_in_flight.store(counters[3].load(Ordering::Relaxed), Ordering::Relaxed);
     handle.join().map_err(|_| ReplayError::Io("client thread panicked".into()))?
 }
 

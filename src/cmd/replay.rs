@@ -163,10 +163,11 @@ pub fn replay_with_progress(opts: &ReplayOptions) -> Result<ReplaySummary, Repla
 
 fn print_summary(s: &ReplaySummary) {
     println!(
-        "replayed {} connections{} in {:.1} s: {} ok, {} failed{}",
+        "replayed {} connections{} in {:.1} s (at most {} at once): {} ok, {} failed{}",
         s.connections,
         s.lab.as_ref().map(|l| format!(" in lab {l}")).unwrap_or_default(),
         s.duration_s,
+        s.max_concurrent,
         s.ok,
         s.failed,
         if s.failures.is_empty() { String::new() } else { format!(" ({})", s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")) }

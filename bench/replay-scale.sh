@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Replay at scale: 10,000 connections arriving at 500/s (about 1,000 open at once) through
+# per-connection pipes on this machine; prints failures, concurrency and timing figures.
+# Usage (root): bench/replay-scale.sh [CONNECTIONS] [RATE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-10000}
+rate=${2:-500}
+scripts/deps.sh test >/dev/null
+cargo build --release -q
+m=./target/release/mimic
+out=bench/out/scale
+rm -rf "$out"; mkdir -p "$out"
+$m synth --connections "$n" --rate "$rate" --seed 5 -o "$out/workload.db"
+/usr/bin/time -v $m replay "$out/workload.db" -o "$out/replay.db" --lab scale$$ --json > "$out/summary.json" 2> "$out/time.txt"
+python3 - "$out/summary.json" "$out/time.txt" <<'PY'
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+t = open(sys.argv[2]).read()
+rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
+print(f"connections {s['connections']}: ok {s['ok']}, failed {s['failed']} {s['failures']}, missing {s['missing']}")
+print(f"at most {s['max_concurrent']} open at once; run took {s['duration_s']:.0f} s")
+print(f"connection starts late by p50 {s['start_lateness_us'][0]} µs, p99 {s['start_lateness_us'][1]} µs, max {s['start_lateness_us'][2]} µs")
+e = s['server']['response_delay_error']; q = s['server']['query_delay_error']
+print(f"server delays late by p50 {e['p50_us']} µs / p99 {e['p99_us']} µs (response), p99 {q['p99_us']} µs (query)")
+print(f"analysis: {s['analysis']['connections']} connections, {s['analysis']['complete']} complete")
+if rss: print(f"peak RSS of the orchestrator and client emulator: {int(rss.group(1))/1024:.0f} MiB")
+PY

@@ -27,7 +27,7 @@ CREATE TABLE connections (
     -- delay
     min_rtt_us         INTEGER,            -- min tap->client->tap + min tap->server->tap over handshake and Karn-valid data->ACK samples
     hs_rtt_us          INTEGER,            -- SYN -> client's ACK of the SYN-ACK at the capture point
-    rtt_samples        INTEGER NOT NULL DEFAULT 0,
+    rtt_samples        INTEGER NOT NULL DEFAULT 0,  -- samples taken (rtt_samples rows keep the first ones and the minimum per direction)
     -- handshake options (from each side's SYN)
     mss_client         INTEGER,
     mss_server         INTEGER,

@@ -61,6 +61,9 @@ pub struct Config {
     pub max_exchanges: usize,
     pub max_outstanding_segments: usize,
     pub max_samples: usize,
+    /// RTT samples stored as rows per direction: the first ones, plus the minimum (every
+    /// sample counts towards the minimum and `connections.rtt_samples`).
+    pub rtt_rows: usize,
     /// How bandwidth samples are combined.
     pub bw_method: BwMethod,
 }
@@ -98,6 +101,7 @@ impl Default for Config {
             max_exchanges: 100_000,
             max_outstanding_segments: 16_384,
             max_samples: 10_000,
+            rtt_rows: 16,
             bw_method: BwMethod::HistogramMode,
         }
     }

@@ -128,8 +128,10 @@ pub(crate) struct Side {
     zero_window: u32,
     fin_t: Option<Timestamp>,
     rst_t: Option<Timestamp>,
-    // samples of this side's data
+    // samples of this side's data: the first ones (kept as rows), the minimum and the count
     rtt: Vec<(Timestamp, i64)>,
+    rtt_min: Option<(Timestamp, i64)>,
+    rtt_count: u32,
     bw: Vec<BwPair>,
     samples_dropped: u64,
 }
@@ -550,10 +552,12 @@ impl Conn {
                 sample = None;
             }
             if let Some(r) = sample {
-                if data.rtt.len() < cfg.max_samples {
+                data.rtt_count += 1;
+                if data.rtt_min.is_none_or(|(_, m)| r < m) {
+                    data.rtt_min = Some((t, r));
+                }
+                if data.rtt.len() < cfg.rtt_rows {
                     data.rtt.push((t, r));
-                } else {
-                    data.samples_dropped += 1;
                 }
             }
             // delayed-ACK accounting in slow start (before the first retransmission)
@@ -722,14 +726,21 @@ impl Conn {
         let hs_down = (handshake && sv.syn.count == 1).then_some(self.hs_ack).flatten().map(|t| t.nanos_since(sv.syn.t_last)).filter(|r| *r >= 0);
         let hs_up = (handshake && c.syn.count == 1).then(|| sv.syn.t_first.nanos_since(c.syn.t_first)).filter(|r| *r >= 0);
         let hs_rtt = hs_down.zip(hs_up).map(|(d, u)| d + u);
-        let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(1 + sv.rtt.len() + c.rtt.len());
+        // rows: the handshake, then each direction's first samples and its minimum
+        let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(3 + sv.rtt.len() + c.rtt.len());
         if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
             rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind: RttKind::Handshake });
         }
-        rtt_samples.extend(sv.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Data }));
-        rtt_samples.extend(c.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind: RttKind::Upstream }));
-        let down_part = hs_down.into_iter().chain(sv.rtt.iter().map(|x| x.1)).filter(|r| *r >= 0).min();
-        let up_part = hs_up.into_iter().chain(c.rtt.iter().map(|x| x.1)).filter(|r| *r >= 0).min();
+        for (side, kind) in [(sv, RttKind::Data), (c, RttKind::Upstream)] {
+            rtt_samples.extend(side.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind }));
+            if let Some((t, r)) = side.rtt_min {
+                if !side.rtt.contains(&(t, r)) {
+                    rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind });
+                }
+            }
+        }
+        let down_part = hs_down.into_iter().chain(sv.rtt_min.map(|x| x.1)).filter(|r| *r >= 0).min();
+        let up_part = hs_up.into_iter().chain(c.rtt_min.map(|x| x.1)).filter(|r| *r >= 0).min();
         let min_rtt_ns = match (down_part, up_part) {
             (Some(d), Some(u)) => Some(d + u),
             (Some(d), None) => Some(d),
@@ -870,7 +881,7 @@ impl Conn {
             server_by,
             min_rtt_us: min_rtt_ns.map(dur::ns_to_us),
             hs_rtt_us: hs_rtt.map(dur::ns_to_us),
-            rtt_sample_count: rtt_samples.len() as u32,
+            rtt_sample_count: hs_rtt.is_some() as u32 + sv.rtt_count + c.rtt_count,
             mss_client: c.syn.mss,
             mss_server: sv.syn.mss,
             wscale_client: c.syn.wscale,

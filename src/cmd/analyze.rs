@@ -35,6 +35,10 @@ pub struct Args {
     /// Most connections tracked at once; beyond it the longest-idle are closed early (and flagged).
     #[arg(long, value_name = "N", default_value_t = 2_000_000)]
     pub max_connections: usize,
+    /// RTT samples stored per direction of a connection (the first N plus the minimum; every
+    /// sample still counts for min RTT), or `all`.
+    #[arg(long, value_name = "N|all", default_value = "16", value_parser = parse_rows)]
+    pub rtt_samples: usize,
     /// How packet-pair samples are combined: mode (histogram, papers/004), capprobe (minimum delay sum, papers/001) or median.
     #[arg(long, value_name = "METHOD", default_value = "mode", value_parser = parse_bw)]
     pub bw_method: BwMethod,
@@ -42,6 +46,13 @@ pub struct Args {
 
 fn parse_cidr(s: &str) -> Result<Cidr, String> {
     s.parse()
+}
+
+fn parse_rows(s: &str) -> Result<usize, String> {
+    match s {
+        "all" => Ok(usize::MAX),
+        n => n.parse().map_err(|_| format!("'{s}': a number or `all`")),
+    }
 }
 
 fn parse_bw(s: &str) -> Result<BwMethod, String> {
@@ -61,6 +72,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         idle_timeout_ns: (a.idle_timeout * 1e9) as i64,
         max_connections: a.max_connections,
         bw_method: a.bw_method,
+        rtt_rows: a.rtt_samples,
         ..Config::default()
     };
     let summary = analyze_with_progress(a.inputs.clone(), a.output.clone(), config, a.threads as usize)?;

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Replay at scale: 10,000 connections arriving at 500/s (about 1,000 open at once) through
+# Replay at scale: 10,000 connections arriving at 800/s (about 1,000 open at once) through
 # per-connection pipes on this machine; prints failures, concurrency and timing figures.
 # Usage (root): bench/replay-scale.sh [CONNECTIONS] [RATE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10000}
-rate=${2:-500}
+rate=${2:-800}
 scripts/deps.sh test >/dev/null
 cargo build --release -q
 m=./target/release/mimic

@@ -14,7 +14,11 @@ mod progress;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "mimic", version, about = "Capture, distil and replay TCP workloads to predict what a TCP stack change does to response times")]
+#[command(
+    name = "mimic",
+    version,
+    about = "Capture, distil and replay TCP workloads to predict what a TCP stack change does to response times"
+)]
 struct Cli {
     /// More log output (repeat for more); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -87,5 +91,9 @@ fn init_logging(verbose: u8, quiet: bool) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

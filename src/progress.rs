@@ -24,9 +24,11 @@ pub fn enabled() -> bool {
 pub fn bytes(total: u64, what: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(Some(total), target());
     pb.set_style(
-        ProgressStyle::with_template("{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{prefix:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
     );
     pb.set_prefix(what.to_string());
     pb
@@ -47,7 +49,10 @@ pub fn count(total: u64, what: &str) -> ProgressBar {
 /// A spinner for a stage of unknown length.
 pub fn spinner(what: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(None, target());
-    pb.set_style(ProgressStyle::with_template("{prefix:>10} {spinner} {elapsed_precise} {msg}").expect("static template"));
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>10} {spinner} {elapsed_precise} {msg}")
+            .expect("static template"),
+    );
     pb.set_prefix(what.to_string());
     pb.enable_steady_tick(std::time::Duration::from_millis(200));
     pb

@@ -15,7 +15,13 @@ fn main() {
         meta: Vec::new(),
     };
     match mimic_analyze::driver::run(&opts) {
-        Ok(s) => println!("{} frames, {} connections, {:.3} s, {:.2} M frames/s", s.frames, s.connections, s.elapsed_s, s.frames_per_s / 1e6),
+        Ok(s) => println!(
+            "{} frames, {} connections, {:.3} s, {:.2} M frames/s",
+            s.frames,
+            s.connections,
+            s.elapsed_s,
+            s.frames_per_s / 1e6
+        ),
         Err(e) => eprintln!("error: {e}"),
     }
 }

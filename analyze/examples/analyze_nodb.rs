@@ -26,5 +26,8 @@ fn main() {
         recs += 1;
         ex += rec.exchanges.len() as u64;
     }
-    println!("{no} frames, {recs} records, {ex} exchanges, {:.3} s", t0.elapsed().as_secs_f64());
+    println!(
+        "{no} frames, {recs} records, {ex} exchanges, {:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
 }

@@ -97,7 +97,13 @@ impl Analyzer {
 
     /// Decodes one captured frame and handles it. `frame_no` numbers the frames of the whole
     /// input (1-based, in time order); a connection's id is the number of its first frame.
-    pub fn handle_frame(&mut self, frame_no: u64, t: Timestamp, link: LinkType, data: &[u8]) -> Result<(), DecodeError> {
+    pub fn handle_frame(
+        &mut self,
+        frame_no: u64,
+        t: Timestamp,
+        link: LinkType,
+        data: &[u8],
+    ) -> Result<(), DecodeError> {
         match decode(link, data) {
             Ok(seg) => {
                 self.handle_segment(frame_no, t, &seg);
@@ -177,7 +183,12 @@ impl Analyzer {
         let k = (ages.len() / 10).max(1).min(ages.len() - 1);
         let (_, cutoff, _) = ages.select_nth_unstable(k);
         let cutoff = *cutoff;
-        let keys: Vec<FlowKey> = self.table.iter().filter(|(_, c)| c.t_last <= cutoff).map(|(k, _)| *k).collect();
+        let keys: Vec<FlowKey> = self
+            .table
+            .iter()
+            .filter(|(_, c)| c.t_last <= cutoff)
+            .map(|(k, _)| *k)
+            .collect();
         for key in keys {
             if let Some(mut c) = self.table.remove(&key) {
                 c.evicted = true;

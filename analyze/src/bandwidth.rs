@@ -35,7 +35,11 @@ pub(crate) fn combine(method: BwMethod, pairs: &[Pair]) -> (Option<f64>, Vec<boo
             let best = pairs
                 .iter()
                 .filter(|p| valid(p))
-                .min_by(|a, b| a.delay_sum_ns.cmp(&b.delay_sum_ns).then(b.bps.total_cmp(&a.bps)))
+                .min_by(|a, b| {
+                    a.delay_sum_ns
+                        .cmp(&b.delay_sum_ns)
+                        .then(b.bps.total_cmp(&a.bps))
+                })
                 .map(|p| p.bps)
                 .expect("non-empty");
             (best, best, best)
@@ -102,7 +106,11 @@ fn histogram_mode(sorted: &[f64]) -> (f64, f64, f64) {
         }
     }
     // centre of the mode: the median of the samples inside the bin
-    let in_bin: Vec<f64> = upper.iter().copied().filter(|x| ((((x - lo) / width) as usize).min(bins - 1)) == best).collect();
+    let in_bin: Vec<f64> = upper
+        .iter()
+        .copied()
+        .filter(|x| ((((x - lo) / width) as usize).min(bins - 1)) == best)
+        .collect();
     whole(&in_bin)
 }
 
@@ -111,7 +119,13 @@ mod tests {
     use super::*;
 
     fn pairs(v: &[f64]) -> Vec<Pair> {
-        v.iter().enumerate().map(|(i, b)| Pair { bps: *b, delay_sum_ns: 1000 + i as i64 }).collect()
+        v.iter()
+            .enumerate()
+            .map(|(i, b)| Pair {
+                bps: *b,
+                delay_sum_ns: 1000 + i as i64,
+            })
+            .collect()
     }
 
     #[test]
@@ -122,14 +136,36 @@ mod tests {
         let est = est.unwrap();
         assert!((est - 10e6).abs() < 0.3e6, "{est}");
         // the samples of the strongest bin are marked; the low tail and the outlier are not
-        assert_eq!(used, vec![false, false, false, false, true, false, true, true, false]);
-        assert_eq!(combine(BwMethod::Median, &pairs(&[1.0, 3.0, 2.0])), (Some(2.0), vec![false, false, true]));
+        assert_eq!(
+            used,
+            vec![false, false, false, false, true, false, true, true, false]
+        );
+        assert_eq!(
+            combine(BwMethod::Median, &pairs(&[1.0, 3.0, 2.0])),
+            (Some(2.0), vec![false, false, true])
+        );
         assert_eq!(combine(BwMethod::HistogramMode, &[]), (None, vec![]));
     }
 
     #[test]
     fn min_delay_sum_picks_least_queued_pair() {
-        let p = [Pair { bps: 5e6, delay_sum_ns: 900 }, Pair { bps: 8e6, delay_sum_ns: 300 }, Pair { bps: 20e6, delay_sum_ns: 700 }];
-        assert_eq!(combine(BwMethod::MinDelaySum, &p), (Some(8e6), vec![false, true, false]));
+        let p = [
+            Pair {
+                bps: 5e6,
+                delay_sum_ns: 900,
+            },
+            Pair {
+                bps: 8e6,
+                delay_sum_ns: 300,
+            },
+            Pair {
+                bps: 20e6,
+                delay_sum_ns: 700,
+            },
+        ];
+        assert_eq!(
+            combine(BwMethod::MinDelaySum, &p),
+            (Some(8e6), vec![false, true, false])
+        );
     }
 }

@@ -15,11 +15,19 @@ impl Cidr {
     pub fn contains(&self, ip: &IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - self.len as u32) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.len as u32)
+                };
                 (u32::from(n) & mask) == (u32::from(*a) & mask)
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - self.len as u32) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.len as u32)
+                };
                 (u128::from(n) & mask) == (u128::from(*a) & mask)
             }
             _ => false,
@@ -34,10 +42,16 @@ impl std::str::FromStr for Cidr {
             Some((a, l)) => (a, Some(l)),
             None => (s, None),
         };
-        let addr: IpAddr = a.parse().map_err(|_| format!("'{s}': not an IP address or prefix"))?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("'{s}': not an IP address or prefix"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let len = match l {
-            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(|| format!("'{s}': prefix length must be 0..={max}"))?,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("'{s}': prefix length must be 0..={max}"))?,
             None => max,
         };
         Ok(Cidr { addr, len })
@@ -85,7 +99,9 @@ impl std::str::FromStr for BwMethod {
             "mode" | "histogram" => Ok(BwMethod::HistogramMode),
             "capprobe" | "min-delay-sum" => Ok(BwMethod::MinDelaySum),
             "median" => Ok(BwMethod::Median),
-            _ => Err(format!("'{s}': bandwidth method must be mode, capprobe or median")),
+            _ => Err(format!(
+                "'{s}': bandwidth method must be mode, capprobe or median"
+            )),
         }
     }
 }

@@ -214,7 +214,9 @@ impl Conn {
 
     /// FIN from both sides, or a RST: the connection is over (late packets may still come).
     pub fn terminated(&self) -> bool {
-        (self.s[0].fin_t.is_some() && self.s[1].fin_t.is_some()) || self.s[0].rst_t.is_some() || self.s[1].rst_t.is_some()
+        (self.s[0].fin_t.is_some() && self.s[1].fin_t.is_some())
+            || self.s[0].rst_t.is_some()
+            || self.s[1].rst_t.is_some()
     }
 
     /// Whether a SYN from `side` starts a new connection on this 4-tuple (port reuse) rather
@@ -228,7 +230,9 @@ impl Conn {
             return !(me.syn.seen && me.syn.isn == seg.seq && me.hi <= 1);
         }
         // a SYN with a new ISN after this connection carried data or completed its handshake
-        me.syn.seen && me.syn.isn != seg.seq && (self.hs_ack.is_some() || me.hi > 1 || self.s[1 - side].hi > 1)
+        me.syn.seen
+            && me.syn.isn != seg.seq
+            && (self.hs_ack.is_some() || me.hi > 1 || self.s[1 - side].hi > 1)
     }
 
     fn pair(&mut self, d: usize) -> (&mut Side, &mut Side) {
@@ -264,13 +268,24 @@ impl Conn {
         // than once): the same IPv4 datagram (same id and TCP header) seen again within a
         // second; without an IP id only a data segment repeated right after itself can be told
         // from a genuine retransmission or duplicate ACK
-        let sig = (seg.seq.0, seg.ack.0, seg.payload_len, seg.flags.0, seg.window);
+        let sig = (
+            seg.seq.0,
+            seg.ack.0,
+            seg.payload_len,
+            seg.flags.0,
+            seg.window,
+        );
         let dup = match seg.ip_id {
-            Some(id) if id != 0 => self.s[d].recent.iter().any(|&(s0, i0, t0)| s0 == sig && i0 == id && t.nanos_since(t0).abs() < dur::SEC),
+            Some(id) if id != 0 => self.s[d]
+                .recent
+                .iter()
+                .any(|&(s0, i0, t0)| s0 == sig && i0 == id && t.nanos_since(t0).abs() < dur::SEC),
             _ => {
                 seg.payload_len > 0
                     && self.last_side == Some(d as u8)
-                    && self.s[d].recent_any.is_some_and(|(s0, t0)| s0 == sig && t.nanos_since(t0).abs() < 2 * dur::MS)
+                    && self.s[d]
+                        .recent_any
+                        .is_some_and(|(s0, t0)| s0 == sig && t.nanos_since(t0).abs() < 2 * dur::MS)
             }
         };
         if dup {
@@ -350,7 +365,11 @@ impl Conn {
             wscale: seg.options.wscale,
             sack_perm: seg.options.sack_permitted,
             ts: seg.options.timestamp.is_some(),
-            ecn: if seg.flags.ack() { seg.flags.ece() } else { seg.flags.ece() && seg.flags.cwr() },
+            ecn: if seg.flags.ack() {
+                seg.flags.ece()
+            } else {
+                seg.flags.ece() && seg.flags.cwr()
+            },
             window: seg.window,
             with_ack: seg.flags.ack(),
         };
@@ -366,7 +385,8 @@ impl Conn {
         // retransmission even when repeated). Larger segments into a zero window are data the
         // sender sent before it learned of the closed window (the tap may sit near the
         // receiver) and count as usual.
-        if len == 1 && self.s[1 - d].last_window == Some(0) && !seg.flags.syn() && !seg.flags.fin() {
+        if len == 1 && self.s[1 - d].last_window == Some(0) && !seg.flags.syn() && !seg.flags.fin()
+        {
             let side = &mut self.s[d];
             side.zwnd_probes += 1;
             side.covered.insert(start, end);
@@ -380,7 +400,9 @@ impl Conn {
         side.data_pkts += 1;
         side.max_seg = side.max_seg.max(seg.payload_len);
         // bytes seen before only as a window probe do not make this a retransmission
-        let probed = side.probe.map_or(0, |(ps, pe)| (end.min(pe) - start.max(ps)).max(0));
+        let probed = side
+            .probe
+            .map_or(0, |(ps, pe)| (end.min(pe) - start.max(ps)).max(0));
         let is_retx = ins.old_bytes > probed;
         if is_retx {
             side.retx_pkts += 1;
@@ -403,11 +425,19 @@ impl Conn {
             if already {
                 side.spurious_heur += 1;
             }
-            side.retx.push_back(Retx { start, end, t, spurious: already, decided: already });
+            side.retx.push_back(Retx {
+                start,
+                end,
+                t,
+                spurious: already,
+                decided: already,
+            });
         }
         if ins.new_bytes > 0 {
             // a new burst starts after a pause in this side's sending
-            let new_burst = side.last_data_t.is_none_or(|lt| t.nanos_since(lt) > burst_gap);
+            let new_burst = side
+                .last_data_t
+                .is_none_or(|lt| t.nanos_since(lt) > burst_gap);
             if new_burst {
                 side.burst += 1;
             }
@@ -448,7 +478,16 @@ impl Conn {
         }
     }
 
-    fn on_new_data(&mut self, cfg: &Config, d: usize, t: Timestamp, start: i64, end: i64, new_bytes: u64, payload: &[u8]) {
+    fn on_new_data(
+        &mut self,
+        cfg: &Config,
+        d: usize,
+        t: Timestamp,
+        start: i64,
+        end: i64,
+        new_bytes: u64,
+        payload: &[u8],
+    ) {
         let room = self.adu_segs.len() < CONN_ADU_SEGS;
         if let Some(a) = self.adus.last_mut() {
             if a.side == d as u8 {
@@ -493,7 +532,14 @@ impl Conn {
         let pure = seg.payload_len == 0 && !seg.flags.syn() && !seg.flags.fin() && !seg.flags.rst();
 
         // handshake completion: the SYN sender acknowledges the SYN-ACK
-        if self.hs_ack.is_none() && self.s[d].syn.seen && !self.s[d].syn.with_ack && self.s[o].syn.seen && self.s[o].syn.with_ack && a >= 1 && !seg.flags.syn() {
+        if self.hs_ack.is_none()
+            && self.s[d].syn.seen
+            && !self.s[d].syn.with_ack
+            && self.s[o].syn.seen
+            && self.s[o].syn.with_ack
+            && a >= 1
+            && !seg.flags.syn()
+        {
             self.hs_ack = Some(t);
             let rtt = t.nanos_since(self.s[d].syn.t_last);
             self.note_rtt(rtt);
@@ -503,14 +549,19 @@ impl Conn {
         let blocks = seg.options.sack_blocks();
         if let Some(&(l, r)) = blocks.first() {
             let (lr, rr) = (self.s[o].rel(l), self.s[o].rel(r));
-            let dsack = rr <= a || blocks.get(1).is_some_and(|&(l2, r2)| {
-                let (l2, r2) = (self.s[o].rel(l2), self.s[o].rel(r2));
-                l2 <= lr && rr <= r2
-            });
+            let dsack = rr <= a
+                || blocks.get(1).is_some_and(|&(l2, r2)| {
+                    let (l2, r2) = (self.s[o].rel(l2), self.s[o].rel(r2));
+                    l2 <= lr && rr <= r2
+                });
             if dsack && rr > lr {
                 let side = &mut self.s[o];
                 side.dsack_seen = true;
-                if let Some(rx) = side.retx.iter_mut().find(|x| !x.spurious && x.start < rr && lr < x.end) {
+                if let Some(rx) = side
+                    .retx
+                    .iter_mut()
+                    .find(|x| !x.spurious && x.start < rr && lr < x.end)
+                {
                     rx.spurious = true;
                     rx.decided = true;
                     side.spurious_dsack += 1;
@@ -596,14 +647,23 @@ impl Conn {
                         // a lone segment at the end of a flight may have waited for the
                         // receiver's delayed-ACK timer: its ACK's spacing says nothing
                         let lone_tail = newly == 1 && a >= data.hi;
-                        let valid = clean && same_burst && !lone_tail && send_gap.saturating_mul(2) < gap;
+                        let valid =
+                            clean && same_burst && !lone_tail && send_gap.saturating_mul(2) < gap;
                         if valid {
                             let delay_sum = match (prev.seg_t, exact) {
-                                (Some(p), Some((et, _))) => prev.t.nanos_since(p) + t.nanos_since(et),
+                                (Some(p), Some((et, _))) => {
+                                    prev.t.nanos_since(p) + t.nanos_since(et)
+                                }
                                 _ => i64::MAX,
                             };
                             if data.bw.len() < cfg.max_samples {
-                                data.bw.push(BwPair { t, bps, wire, gap, delay_sum });
+                                data.bw.push(BwPair {
+                                    t,
+                                    bps,
+                                    wire,
+                                    gap,
+                                    delay_sum,
+                                });
                             } else {
                                 data.samples_dropped += 1;
                             }
@@ -611,7 +671,13 @@ impl Conn {
                     }
                 }
             }
-            data.adv = Some(AdvAck { t, ack: a, seg_t: exact.map(|e| e.0), seg_burst: exact.map(|e| e.1), pure });
+            data.adv = Some(AdvAck {
+                t,
+                ack: a,
+                seg_t: exact.map(|e| e.0),
+                seg_burst: exact.map(|e| e.1),
+                pure,
+            });
             // retransmissions: an ACK covering them too soon after they were sent was caused by
             // the original (the resend was spurious)
             for rx in data.retx.iter_mut().filter(|x| !x.decided && x.end <= a) {
@@ -632,7 +698,13 @@ impl Conn {
                 self.note_rtt_data(o, sample);
             }
             // ACK times of response segments, for the query-delay test
-            for adu in self.adus.iter_mut().rev().take(4).filter(|x| x.side == o as u8) {
+            for adu in self
+                .adus
+                .iter_mut()
+                .rev()
+                .take(4)
+                .filter(|x| x.side == o as u8)
+            {
                 let end = adu.seg_start + adu.seg_len;
                 while adu.acked_upto < end && self.adu_segs[adu.acked_upto as usize].2 <= a {
                     self.adu_segs[adu.acked_upto as usize].3 = Some(t);
@@ -682,7 +754,9 @@ impl Conn {
         let ports = [self.key.src.port, self.key.dst.port];
         let addrs = [self.key.src.addr, self.key.dst.addr];
         for side in 0..2 {
-            if cfg.server_ports.contains(&ports[side]) && !cfg.server_ports.contains(&ports[1 - side]) {
+            if cfg.server_ports.contains(&ports[side])
+                && !cfg.server_ports.contains(&ports[1 - side])
+            {
                 return (1 - side, ServerBy::Port);
             }
         }
@@ -714,7 +788,11 @@ impl Conn {
         let si = 1 - ci;
         let c = &self.s[ci];
         let sv = &self.s[si];
-        let (client, server) = if ci == 0 { (self.key.src, self.key.dst) } else { (self.key.dst, self.key.src) };
+        let (client, server) = if ci == 0 {
+            (self.key.src, self.key.dst)
+        } else {
+            (self.key.dst, self.key.src)
+        };
 
         let handshake = c.syn.seen && !c.syn.with_ack && sv.syn.seen && sv.syn.with_ack;
         // The round trip at the tap is the tap→client→tap part plus the tap→server→tap part.
@@ -723,24 +801,50 @@ impl Conn {
         // server's ACKs. The minimum of each part, added, is the path's minimum RTT wherever the
         // tap sits (in front of the server the second part is the server's own turnaround).
         // Karn: a retransmitted SYN or SYN-ACK makes its part of the handshake ambiguous.
-        let hs_down = (handshake && sv.syn.count == 1).then_some(self.hs_ack).flatten().map(|t| t.nanos_since(sv.syn.t_last)).filter(|r| *r >= 0);
-        let hs_up = (handshake && c.syn.count == 1).then(|| sv.syn.t_first.nanos_since(c.syn.t_first)).filter(|r| *r >= 0);
+        let hs_down = (handshake && sv.syn.count == 1)
+            .then_some(self.hs_ack)
+            .flatten()
+            .map(|t| t.nanos_since(sv.syn.t_last))
+            .filter(|r| *r >= 0);
+        let hs_up = (handshake && c.syn.count == 1)
+            .then(|| sv.syn.t_first.nanos_since(c.syn.t_first))
+            .filter(|r| *r >= 0);
         let hs_rtt = hs_down.zip(hs_up).map(|(d, u)| d + u);
         // rows: the handshake, then each direction's first samples and its minimum
         let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(3 + sv.rtt.len() + c.rtt.len());
         if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
-            rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind: RttKind::Handshake });
+            rtt_samples.push(RttSample {
+                t,
+                rtt_us: dur::ns_to_us(r),
+                kind: RttKind::Handshake,
+            });
         }
         for (side, kind) in [(sv, RttKind::Data), (c, RttKind::Upstream)] {
-            rtt_samples.extend(side.rtt.iter().map(|(t, r)| RttSample { t: *t, rtt_us: dur::ns_to_us(*r), kind }));
+            rtt_samples.extend(side.rtt.iter().map(|(t, r)| RttSample {
+                t: *t,
+                rtt_us: dur::ns_to_us(*r),
+                kind,
+            }));
             if let Some((t, r)) = side.rtt_min {
                 if !side.rtt.contains(&(t, r)) {
-                    rtt_samples.push(RttSample { t, rtt_us: dur::ns_to_us(r), kind });
+                    rtt_samples.push(RttSample {
+                        t,
+                        rtt_us: dur::ns_to_us(r),
+                        kind,
+                    });
                 }
             }
         }
-        let down_part = hs_down.into_iter().chain(sv.rtt_min.map(|x| x.1)).filter(|r| *r >= 0).min();
-        let up_part = hs_up.into_iter().chain(c.rtt_min.map(|x| x.1)).filter(|r| *r >= 0).min();
+        let down_part = hs_down
+            .into_iter()
+            .chain(sv.rtt_min.map(|x| x.1))
+            .filter(|r| *r >= 0)
+            .min();
+        let up_part = hs_up
+            .into_iter()
+            .chain(c.rtt_min.map(|x| x.1))
+            .filter(|r| *r >= 0)
+            .min();
         let min_rtt_ns = match (down_part, up_part) {
             (Some(d), Some(u)) => Some(d + u),
             (Some(d), None) => Some(d),
@@ -748,12 +852,23 @@ impl Conn {
         }
         .filter(|r| *r > 0);
 
-        let both = |f: fn(&SynInfo) -> bool| if c.syn.seen && sv.syn.seen { Some(f(&c.syn) && f(&sv.syn)) } else { None };
+        let both = |f: fn(&SynInfo) -> bool| {
+            if c.syn.seen && sv.syn.seen {
+                Some(f(&c.syn) && f(&sv.syn))
+            } else {
+                None
+            }
+        };
         let sack_ok = both(|s| s.sack_perm);
         let ts_ok = both(|s| s.ts);
         let ecn_ok = both(|s| s.ecn);
-        let wscale_on = c.syn.seen && sv.syn.seen && c.syn.wscale.is_some() && sv.syn.wscale.is_some();
-        let scale = if wscale_on { c.syn.wscale.unwrap_or(0).min(14) } else { 0 };
+        let wscale_on =
+            c.syn.seen && sv.syn.seen && c.syn.wscale.is_some() && sv.syn.wscale.is_some();
+        let scale = if wscale_on {
+            c.syn.wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        };
         // client's receive window at its first request segment (Monkey: not the SYN's)
         let rwin = c.window_at_first_data.map(|w| (w as u64) << scale);
         let rwin_syn = c.syn.seen.then_some(c.syn.window as u64);
@@ -766,41 +881,76 @@ impl Conn {
         } else {
             (0, None)
         };
-        let loss = (sv.data_pkts > 0).then(|| (sv.retx_pkts.saturating_sub(spurious)) as f64 / sv.data_pkts as f64);
+        let loss = (sv.data_pkts > 0)
+            .then(|| (sv.retx_pkts.saturating_sub(spurious)) as f64 / sv.data_pkts as f64);
 
         // bandwidth from the client's ACKs of server data
-        let pairs: Vec<Pair> = sv.bw.iter().map(|b| Pair { bps: b.bps, delay_sum_ns: b.delay_sum }).collect();
+        let pairs: Vec<Pair> = sv
+            .bw
+            .iter()
+            .map(|b| Pair {
+                bps: b.bps,
+                delay_sum_ns: b.delay_sum,
+            })
+            .collect();
         let (bw, used) = bandwidth::combine(cfg.bw_method, &pairs);
         let bw_samples: Vec<BwSample> = sv
             .bw
             .iter()
             .zip(used)
-            .map(|(b, used)| BwSample { t: b.t, bps: b.bps, bytes: b.wire, gap_us: dur::ns_to_us(b.gap), used })
+            .map(|(b, used)| BwSample {
+                t: b.t,
+                bps: b.bps,
+                bytes: b.wire,
+                gap_us: dur::ns_to_us(b.gap),
+                used,
+            })
             .collect();
 
         // delayed-ACK policy in slow start
         let (policy, aps) = if sv.ss_segs >= 2 {
             let r = sv.ss_acks as f64 / sv.ss_segs as f64;
-            (if r >= 0.75 { DelackPolicy::Quick } else { DelackPolicy::Delayed }, Some(r))
+            (
+                if r >= 0.75 {
+                    DelackPolicy::Quick
+                } else {
+                    DelackPolicy::Delayed
+                },
+                Some(r),
+            )
         } else {
             (DelackPolicy::Unknown, None)
         };
         let delack_timeout = {
             let rtt = min_rtt_ns.unwrap_or(0);
-            let mut v: Vec<i64> = sv.delack_delays.iter().map(|d| d - rtt).filter(|x| *x > dur::MS).collect();
+            let mut v: Vec<i64> = sv
+                .delack_delays
+                .iter()
+                .map(|d| d - rtt)
+                .filter(|x| *x > dur::MS)
+                .collect();
             v.sort_unstable();
             (!v.is_empty() && policy != DelackPolicy::Quick).then(|| dur::ns_to_us(v[v.len() / 2]))
         };
 
         // exchanges
         let mss_eff = {
-            let opt = c.syn.mss.map(|m| m as u32 - if ts_ok == Some(true) { 12 } else { 0 });
+            let opt = c
+                .syn
+                .mss
+                .map(|m| m as u32 - if ts_ok == Some(true) { 12 } else { 0 });
             match opt {
                 Some(m) if sv.max_seg > m || sv.max_seg == 0 => m,
                 _ => sv.max_seg,
             }
         };
-        let exchanges = build_exchanges(&self.adus, &self.adu_segs, ci as u8, mss_eff, if handshake { self.hs_ack } else { None });
+        let exchanges = build_exchanges(
+            &self.adus,
+            &self.adu_segs,
+            ci as u8,
+            mss_eff,
+            if handshake { self.hs_ack } else { None },
+        );
         let first_req = exchanges.iter().find_map(|e| e.t_req_first);
         let last_resp = exchanges.iter().rev().find_map(|e| e.t_resp_last);
         let response_time = match (first_req, last_resp) {
@@ -816,7 +966,12 @@ impl Conn {
         let termination = match (first_rst, both_fin, fin[0].or(fin[1])) {
             (Some(r), Some(bf), _) if r > bf => Termination::Fin,
             (Some(r), _, _) => {
-                let last_server_data = self.adus.iter().rev().find(|a| a.side == si as u8).map(|a| a.t_last);
+                let last_server_data = self
+                    .adus
+                    .iter()
+                    .rev()
+                    .find(|a| a.side == si as u8)
+                    .map(|a| a.t_last);
                 let all_acked = sv.ack_seen && sv.acked >= sv.hi - fin[1].is_some() as i64;
                 match last_server_data {
                     Some(ld) if r >= ld && all_acked => Termination::RstAfterResponse,
@@ -827,7 +982,10 @@ impl Conn {
             _ => Termination::None,
         };
         let closer = |side: usize| {
-            [self.s[side].fin_t, self.s[side].rst_t].into_iter().flatten().min()
+            [self.s[side].fin_t, self.s[side].rst_t]
+                .into_iter()
+                .flatten()
+                .min()
         };
         let closed_by = match (closer(ci), closer(si)) {
             (Some(a), Some(b)) => Some(if a <= b { "client" } else { "server" }),
@@ -874,7 +1032,11 @@ impl Conn {
             server_ip: server.addr,
             server_port: server.port,
             vlan: self.key.vlan.outer(),
-            t_syn: c.syn.seen.then_some(c.syn.t_first).filter(|_| !c.syn.with_ack),
+            t_syn: c
+                .syn
+                .seen
+                .then_some(c.syn.t_first)
+                .filter(|_| !c.syn.with_ack),
             t_first: self.t_first,
             t_end: self.t_last,
             prune,
@@ -947,7 +1109,13 @@ fn other_acks_beyond(data: &Side, _acker: &Side) -> bool {
 ///
 /// Think time is the client's pause before a request: after the previous response, or for the
 /// first request after the handshake completed (`connected`).
-fn build_exchanges(adus: &[Adu], segs: &[AduSeg], client: u8, mss: u32, connected: Option<Timestamp>) -> Vec<Exchange> {
+fn build_exchanges(
+    adus: &[Adu],
+    segs: &[AduSeg],
+    client: u8,
+    mss: u32,
+    connected: Option<Timestamp>,
+) -> Vec<Exchange> {
     let mut out: Vec<Exchange> = Vec::new();
     let mut i = 0;
     let mut prev_resp_last: Option<Timestamp> = connected;
@@ -965,7 +1133,11 @@ fn build_exchanges(adus: &[Adu], segs: &[AduSeg], client: u8, mss: u32, connecte
         let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize]));
         let status = resp.and_then(|r| http::response_status(&r.prefix[..r.prefix_len as usize]));
         let (query_delay, header) = match resp {
-            Some(r) => query_delay(r, &segs[r.seg_start as usize..(r.seg_start + r.seg_len) as usize], mss),
+            Some(r) => query_delay(
+                r,
+                &segs[r.seg_start as usize..(r.seg_start + r.seg_len) as usize],
+                mss,
+            ),
             None => (None, None),
         };
         let think = match (prev_resp_last, req) {
@@ -1014,7 +1186,10 @@ fn query_delay(r: &Adu, segs: &[AduSeg], mss: u32) -> (Option<i64>, Option<u64>)
         let acked_before = pack.is_some_and(|a| ct > a) && ct > pt;
         let short = mss > 0 && ((pe - ps) as u32) < mss;
         if acked_before || short {
-            return (Some(dur::ns_to_us(ct.nanos_since(t0))), Some((cs - s0).max(0) as u64));
+            return (
+                Some(dur::ns_to_us(ct.nanos_since(t0))),
+                Some((cs - s0).max(0) as u64),
+            );
         }
     }
     (Some(0), Some(r.bytes))

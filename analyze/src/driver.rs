@@ -81,7 +81,11 @@ pub struct Summary {
 
 /// Total size of the inputs on disk, for a progress bar.
 pub fn input_bytes(inputs: &[PathBuf]) -> u64 {
-    inputs.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+    inputs
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// A frame copied out of its reader, for merging several files.
@@ -121,13 +125,22 @@ struct FrameSource {
 }
 
 impl FrameSource {
-    fn open(inputs: &[PathBuf], progress: Option<Arc<AtomicU64>>) -> Result<FrameSource, AnalyzeError> {
+    fn open(
+        inputs: &[PathBuf],
+        progress: Option<Arc<AtomicU64>>,
+    ) -> Result<FrameSource, AnalyzeError> {
         let mut readers = Vec::new();
         for p in inputs {
             readers.push(TraceReader::open(p)?);
         }
         let n = readers.len();
-        Ok(FrameSource { readers, issues: Vec::new(), unreadable: AnalyzerStats::default(), progress, last_bytes: vec![0; n] })
+        Ok(FrameSource {
+            readers,
+            issues: Vec::new(),
+            unreadable: AnalyzerStats::default(),
+            progress,
+            last_bytes: vec![0; n],
+        })
     }
 
     fn report_progress(&mut self, i: usize) {
@@ -140,7 +153,11 @@ impl FrameSource {
 
     fn note_error(&mut self, e: TraceError) {
         *self.unreadable.skipped.entry(e.reason()).or_default() += 1;
-        self.issues.push(InputIssue { file: path_of(&e), reason: e.reason(), message: e.to_string() });
+        self.issues.push(InputIssue {
+            file: path_of(&e),
+            reason: e.reason(),
+            message: e.to_string(),
+        });
     }
 
     fn run(&mut self, mut sink: impl FnMut(u64, Timestamp, LinkType, &[u8])) {
@@ -197,7 +214,12 @@ impl FrameSource {
             Ok(Some(f)) => {
                 buf.clear();
                 buf.extend_from_slice(f.data);
-                Some(Owned { ts: f.ts, link: f.link, data: buf, src: i })
+                Some(Owned {
+                    ts: f.ts,
+                    link: f.link,
+                    data: buf,
+                    src: i,
+                })
             }
             Ok(None) => None,
             Err(e) => {
@@ -212,7 +234,10 @@ impl FrameSource {
         let mut m = BTreeMap::new();
         for r in &self.readers {
             let s = &r.stats;
-            for (k, v) in [("timestamp_out_of_range", s.ts_out_of_range), ("unknown_interface", s.unknown_interface)] {
+            for (k, v) in [
+                ("timestamp_out_of_range", s.ts_out_of_range),
+                ("unknown_interface", s.unknown_interface),
+            ] {
                 if v > 0 {
                     *m.entry(k).or_default() += v;
                 }
@@ -248,17 +273,28 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     let store = RecordStore::create(&opts.output)?;
     // the database is loaded on its own thread while the analysis goes on
     let (tx, rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(8);
-    let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(move || -> Result<RecordStore, DbError> {
-        let mut store = store;
-        for batch in rx {
-            for r in batch {
-                store.insert(r)?;
+    let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(
+        move || -> Result<RecordStore, DbError> {
+            let mut store = store;
+            for batch in rx {
+                for r in batch {
+                    store.insert(r)?;
+                }
             }
-        }
-        Ok(store)
-    });
-    let writer = writer.map_err(|e| AnalyzeError::Db(DbError::Io { path: opts.output.clone(), source: e }))?;
-    let mut sink = Sink { tx, batch: Vec::with_capacity(SINK_BATCH), totals: Totals::default() };
+            Ok(store)
+        },
+    );
+    let writer = writer.map_err(|e| {
+        AnalyzeError::Db(DbError::Io {
+            path: opts.output.clone(),
+            source: e,
+        })
+    })?;
+    let mut sink = Sink {
+        tx,
+        batch: Vec::with_capacity(SINK_BATCH),
+        totals: Totals::default(),
+    };
 
     let stats = if opts.threads <= 1 {
         let mut an = Analyzer::new(opts.config.clone());
@@ -279,7 +315,12 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     let totals = sink.finish();
     let store = match writer.join() {
         Ok(r) => r?,
-        Err(_) => return Err(AnalyzeError::Db(DbError::Io { path: opts.output.clone(), source: std::io::Error::other("database writer failed") })),
+        Err(_) => {
+            return Err(AnalyzeError::Db(DbError::Io {
+                path: opts.output.clone(),
+                source: std::io::Error::other("database writer failed"),
+            }))
+        }
     };
 
     let mut stats = stats;
@@ -291,13 +332,25 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     let elapsed = started.elapsed().as_secs_f64();
     let summary = Summary {
         output: opts.output.display().to_string(),
-        inputs: opts.inputs.iter().map(|p| p.display().to_string()).collect(),
+        inputs: opts
+            .inputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
         frames: stats.frames,
         tcp_segments: stats.tcp_segments,
-        skipped: stats.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        skipped: stats
+            .skipped
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
         connections: totals.connections,
         complete: totals.complete,
-        pruned: totals.pruned.iter().map(|(k, v)| (k.as_str().to_string(), *v)).collect(),
+        pruned: totals
+            .pruned
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), *v))
+            .collect(),
         exchanges: totals.exchanges,
         with_bandwidth: totals.with_bw,
         duplicate_frames: stats.duplicate_frames,
@@ -309,14 +362,22 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         input_issues: source.issues.clone(),
         threads: opts.threads.max(1),
         elapsed_s: elapsed,
-        frames_per_s: if elapsed > 0.0 { stats.frames as f64 / elapsed } else { 0.0 },
+        frames_per_s: if elapsed > 0.0 {
+            stats.frames as f64 / elapsed
+        } else {
+            0.0
+        },
     };
     write_meta(&store, opts, &summary)?;
     store.commit()?;
     // the time includes building the indexes and committing the database
     let mut summary = summary;
     summary.elapsed_s = started.elapsed().as_secs_f64();
-    summary.frames_per_s = if summary.elapsed_s > 0.0 { summary.frames as f64 / summary.elapsed_s } else { 0.0 };
+    summary.frames_per_s = if summary.elapsed_s > 0.0 {
+        summary.frames as f64 / summary.elapsed_s
+    } else {
+        0.0
+    };
     Ok(summary)
 }
 
@@ -351,7 +412,10 @@ impl Sink {
         self.batch.push(r);
         if self.batch.len() >= SINK_BATCH {
             // a send fails only when the writer stopped on an error, reported at its join
-            let _ = self.tx.send(std::mem::replace(&mut self.batch, Vec::with_capacity(SINK_BATCH)));
+            let _ = self.tx.send(std::mem::replace(
+                &mut self.batch,
+                Vec::with_capacity(SINK_BATCH),
+            ));
         }
     }
 
@@ -379,12 +443,29 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
         ("evicted".into(), s.evicted.to_string()),
         ("peak_connections".into(), s.peak_connections.to_string()),
         ("time_backwards".into(), s.time_backwards.to_string()),
-        ("max_time_backwards_s".into(), s.max_time_backwards_s.to_string()),
+        (
+            "max_time_backwards_s".into(),
+            s.max_time_backwards_s.to_string(),
+        ),
         ("server_ports".into(), json(&cfg.server_ports)),
-        ("server_nets".into(), json(&cfg.server_nets.iter().map(|n| format!("{}/{}", n.addr, n.len)).collect::<Vec<_>>())),
-        ("idle_timeout_s".into(), (cfg.idle_timeout_ns as f64 / 1e9).to_string()),
+        (
+            "server_nets".into(),
+            json(
+                &cfg.server_nets
+                    .iter()
+                    .map(|n| format!("{}/{}", n.addr, n.len))
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        (
+            "idle_timeout_s".into(),
+            (cfg.idle_timeout_ns as f64 / 1e9).to_string(),
+        ),
         ("bw_method".into(), format!("{:?}", cfg.bw_method)),
-        ("bw_unit".into(), "IP-layer bits per second (payload plus IP and TCP headers)".into()),
+        (
+            "bw_unit".into(),
+            "IP-layer bits per second (payload plus IP and TCP headers)".into(),
+        ),
         ("input_issues".into(), json(&s.input_issues)),
     ];
     for (k, v) in &s.skipped {
@@ -441,7 +522,10 @@ fn run_sharded(source: &mut FrameSource, opts: &RunOptions, sink: &mut Sink) -> 
             for batch in rx {
                 for m in batch {
                     let prefix = m.prefix;
-                    let seg = TcpSegment { payload: &prefix[..m.prefix_len as usize], ..m.seg };
+                    let seg = TcpSegment {
+                        payload: &prefix[..m.prefix_len as usize],
+                        ..m.seg
+                    };
                     an.handle_segment(m.frame_no, m.ts, &seg);
                     while let Some(r) = an.poll_record() {
                         out.push(r);
@@ -477,7 +561,13 @@ fn run_sharded(source: &mut FrameSource, opts: &RunOptions, sink: &mut Sink) -> 
                 let mut prefix = [0u8; 16];
                 let k = seg.payload.len().min(16);
                 prefix[..k].copy_from_slice(&seg.payload[..k]);
-                let moved = Moved { frame_no: no, ts, seg: seg.without_payload(), prefix, prefix_len: k as u8 };
+                let moved = Moved {
+                    frame_no: no,
+                    ts,
+                    seg: seg.without_payload(),
+                    prefix,
+                    prefix_len: k as u8,
+                };
                 batches[shard].push(moved);
                 if batches[shard].len() >= BATCH {
                     let full = std::mem::replace(&mut batches[shard], Vec::with_capacity(BATCH));

@@ -45,7 +45,9 @@ pub fn analyze_frames(data: &[u8]) {
 
 /// Reads `data` as a trace file and analyzes every frame in it.
 pub fn analyze_trace(data: &[u8]) {
-    let Ok(mut r) = TraceReader::from_bytes("fuzz", data.to_vec()) else { return };
+    let Ok(mut r) = TraceReader::from_bytes("fuzz", data.to_vec()) else {
+        return;
+    };
     let mut an = Analyzer::new(Config::default());
     let mut no = 0;
     while let Ok(Some(f)) = r.next_frame() {

@@ -1,10 +1,14 @@
 //! Recognising plaintext HTTP/1.x from the first bytes of a request or response.
 
-const METHODS: [&str; 9] = ["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"];
+const METHODS: [&str; 9] = [
+    "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+];
 
 /// The request method, when `prefix` starts an HTTP/1.x request line.
 pub(crate) fn request_method(prefix: &[u8]) -> Option<&'static str> {
-    METHODS.into_iter().find(|m| prefix.len() > m.len() && prefix.starts_with(m.as_bytes()) && prefix[m.len()] == b' ')
+    METHODS.into_iter().find(|m| {
+        prefix.len() > m.len() && prefix.starts_with(m.as_bytes()) && prefix[m.len()] == b' '
+    })
 }
 
 /// The status code, when `prefix` starts an HTTP/1.x status line (`HTTP/1.1 200 ...`).

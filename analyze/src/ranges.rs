@@ -22,22 +22,34 @@ impl RangeSet {
 
     pub fn insert(&mut self, start: i64, end: i64) -> Insert {
         if end <= start {
-            return Insert { new_bytes: 0, old_bytes: 0 };
+            return Insert {
+                new_bytes: 0,
+                old_bytes: 0,
+            };
         }
         // fast path: in-order data extends the last range or starts a new one after it
         if let Some(last) = self.ranges.last_mut() {
             if start >= last.0 && start <= last.1 && end >= last.1 {
                 let old = last.1 - start;
                 last.1 = end;
-                return Insert { new_bytes: (end - start) - old, old_bytes: old };
+                return Insert {
+                    new_bytes: (end - start) - old,
+                    old_bytes: old,
+                };
             }
             if start > last.1 && self.ranges.len() < Self::MAX_RANGES {
                 self.ranges.push((start, end));
-                return Insert { new_bytes: end - start, old_bytes: 0 };
+                return Insert {
+                    new_bytes: end - start,
+                    old_bytes: 0,
+                };
             }
         } else {
             self.ranges.push((start, end));
-            return Insert { new_bytes: end - start, old_bytes: 0 };
+            return Insert {
+                new_bytes: end - start,
+                old_bytes: 0,
+            };
         }
         // ranges are sorted by start and disjoint (adjacent ones merged)
         let i = self.ranges.partition_point(|r| r.1 < start);
@@ -56,7 +68,10 @@ impl RangeSet {
         if self.ranges.len() > Self::MAX_RANGES {
             self.merge_closest();
         }
-        Insert { new_bytes: (end - start) - old, old_bytes: old }
+        Insert {
+            new_bytes: (end - start) - old,
+            old_bytes: old,
+        }
     }
 
     fn merge_closest(&mut self) {
@@ -100,14 +115,38 @@ mod tests {
     #[test]
     fn insert_and_overlap() {
         let mut r = RangeSet::default();
-        assert_eq!(r.insert(0, 10), Insert { new_bytes: 10, old_bytes: 0 });
-        assert_eq!(r.insert(20, 30), Insert { new_bytes: 10, old_bytes: 0 });
+        assert_eq!(
+            r.insert(0, 10),
+            Insert {
+                new_bytes: 10,
+                old_bytes: 0
+            }
+        );
+        assert_eq!(
+            r.insert(20, 30),
+            Insert {
+                new_bytes: 10,
+                old_bytes: 0
+            }
+        );
         assert_eq!(r.gaps(), 1);
-        assert_eq!(r.insert(5, 25), Insert { new_bytes: 10, old_bytes: 10 });
+        assert_eq!(
+            r.insert(5, 25),
+            Insert {
+                new_bytes: 10,
+                old_bytes: 10
+            }
+        );
         assert_eq!(r.gaps(), 0);
         assert!(r.covers(0, 30));
         assert!(!r.covers(0, 31));
-        assert_eq!(r.insert(0, 30), Insert { new_bytes: 0, old_bytes: 30 });
+        assert_eq!(
+            r.insert(0, 30),
+            Insert {
+                new_bytes: 0,
+                old_bytes: 30
+            }
+        );
         // adjacent ranges merge
         r.insert(30, 40);
         assert_eq!(r.gaps(), 0);

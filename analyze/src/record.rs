@@ -89,8 +89,13 @@ pub enum PruneReason {
 }
 
 impl PruneReason {
-    pub const ALL: [PruneReason; 5] =
-        [PruneReason::NoHandshake, PruneReason::NoTermination, PruneReason::SeqHoles, PruneReason::Evicted, PruneReason::OneDirection];
+    pub const ALL: [PruneReason; 5] = [
+        PruneReason::NoHandshake,
+        PruneReason::NoTermination,
+        PruneReason::SeqHoles,
+        PruneReason::Evicted,
+        PruneReason::OneDirection,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             PruneReason::NoHandshake => "no_handshake",
@@ -227,6 +232,12 @@ impl ConnectionRecord {
     }
     /// Comma-separated prune reasons, or None when complete.
     pub fn prune_reason(&self) -> Option<String> {
-        (!self.prune.is_empty()).then(|| self.prune.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(","))
+        (!self.prune.is_empty()).then(|| {
+            self.prune
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
     }
 }

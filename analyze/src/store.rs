@@ -31,7 +31,8 @@ const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vla
     bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
     response_time_us, holes_down, holes_up, frames";
 const CONN_N: usize = 52;
-const EXCH_COLS: &str = "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
+const EXCH_COLS: &str =
+    "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
     response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
 const EXCH_N: usize = 14;
 const RTT_COLS: &str = "conn_id, t_us, rtt_us, kind";
@@ -45,7 +46,10 @@ const BUFFER_RECORDS: usize = 512;
 
 fn insert_sql(table: &str, cols: &str, n: usize, rows: usize) -> String {
     let one = format!("({})", vec!["?"; n].join(","));
-    format!("INSERT INTO {table} ({cols}) VALUES {}", vec![one.as_str(); rows].join(","))
+    format!(
+        "INSERT INTO {table} ({cols}) VALUES {}",
+        vec![one.as_str(); rows].join(",")
+    )
 }
 
 fn us(t: Option<Timestamp>) -> Option<i64> {
@@ -53,12 +57,23 @@ fn us(t: Option<Timestamp>) -> Option<i64> {
 }
 
 /// Binds and executes `rows` through multi-row statements of CHUNK rows, the rest one by one.
-fn load<R>(conn: &Connection, table: &str, cols: &str, n: usize, rows: &[R], bind: impl Fn(&mut Binder, &R)) -> rusqlite::Result<()> {
+fn load<R>(
+    conn: &Connection,
+    table: &str,
+    cols: &str,
+    n: usize,
+    rows: &[R],
+    bind: impl Fn(&mut Binder, &R),
+) -> rusqlite::Result<()> {
     let mut chunks = rows.chunks_exact(CHUNK);
     if chunks.len() > 0 {
         let mut st = conn.prepare_cached(&insert_sql(table, cols, n, CHUNK))?;
         for chunk in &mut chunks {
-            let mut b = Binder { st: &mut st, idx: 1, err: None };
+            let mut b = Binder {
+                st: &mut st,
+                idx: 1,
+                err: None,
+            };
             for r in chunk {
                 bind(&mut b, r);
             }
@@ -72,7 +87,11 @@ fn load<R>(conn: &Connection, table: &str, cols: &str, n: usize, rows: &[R], bin
     if !rest.is_empty() {
         let mut st = conn.prepare_cached(&insert_sql(table, cols, n, 1))?;
         for r in rest {
-            let mut b = Binder { st: &mut st, idx: 1, err: None };
+            let mut b = Binder {
+                st: &mut st,
+                idx: 1,
+                err: None,
+            };
             bind(&mut b, r);
             if let Some(e) = b.err {
                 return Err(e);
@@ -109,11 +128,21 @@ impl RecordStore {
         db.conn()
             .execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; BEGIN;")
             .map_err(|source| DbError::Sqlite { path: dest.to_path_buf(), source })?;
-        Ok(RecordStore { db, pending: Vec::with_capacity(BUFFER_RECORDS), connections: 0, exchanges: 0, rtt_samples: 0, bw_samples: 0 })
+        Ok(RecordStore {
+            db,
+            pending: Vec::with_capacity(BUFFER_RECORDS),
+            connections: 0,
+            exchanges: 0,
+            rtt_samples: 0,
+            bw_samples: 0,
+        })
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> DbError + '_ {
-        move |source| DbError::Sqlite { path: self.db.dest().to_path_buf(), source }
+        move |source| DbError::Sqlite {
+            path: self.db.dest().to_path_buf(),
+            source,
+        }
     }
 
     pub fn conn(&self) -> &Connection {
@@ -146,35 +175,97 @@ impl RecordStore {
         let res = (|| -> rusqlite::Result<()> {
             load(c, "connections", CONN_COLS, CONN_N, &recs, |b, r| {
                 let bo = |x: Option<bool>| x.map(|v| v as i64);
-                b.v(r.id as i64).v(r.client_ip.to_string()).v(r.client_port).v(r.server_ip.to_string()).v(r.server_port);
-                b.v(r.vlan).v(r.ip_version()).v(us(r.t_syn)).v(r.t_first.as_micros()).v(r.t_end.as_micros());
-                b.v(r.complete() as i64).v(r.prune_reason()).v(r.server_by.as_str()).v(r.min_rtt_us).v(r.hs_rtt_us);
-                b.v(r.rtt_sample_count).v(r.mss_client).v(r.mss_server).v(r.wscale_client).v(r.wscale_server);
-                b.v(bo(r.sack_ok)).v(bo(r.ts_ok)).v(bo(r.ecn_ok)).v(r.syn_retx).v(r.synack_retx);
-                b.v(r.rwin_bytes.map(|v| v as i64)).v(r.rwin_syn_bytes.map(|v| v as i64)).v(r.zero_window);
-                b.v(r.data_pkts_down as i64).v(r.data_bytes_down as i64).v(r.retx_down as i64).v(r.spurious_retx_down as i64);
-                b.v(r.spurious_by).v(r.loss_rate_down).v(r.data_pkts_up as i64).v(r.data_bytes_up as i64).v(r.retx_up as i64);
-                b.v(r.fin_retx as i64).v(r.zwnd_probes as i64).v(r.dup_frames as i64);
-                b.v(r.bw_bps).v(r.bw_samples.iter().filter(|s| s.used).count() as i64).v(r.delack_policy.as_str());
-                b.v(r.acks_per_seg).v(r.delack_timeout_us).v(r.termination.as_str()).v(r.closed_by);
-                b.v(r.exchanges.len() as i64).v(r.response_time_us).v(r.holes_down).v(r.holes_up).v(r.frames as i64);
+                b.v(r.id as i64)
+                    .v(r.client_ip.to_string())
+                    .v(r.client_port)
+                    .v(r.server_ip.to_string())
+                    .v(r.server_port);
+                b.v(r.vlan)
+                    .v(r.ip_version())
+                    .v(us(r.t_syn))
+                    .v(r.t_first.as_micros())
+                    .v(r.t_end.as_micros());
+                b.v(r.complete() as i64)
+                    .v(r.prune_reason())
+                    .v(r.server_by.as_str())
+                    .v(r.min_rtt_us)
+                    .v(r.hs_rtt_us);
+                b.v(r.rtt_sample_count)
+                    .v(r.mss_client)
+                    .v(r.mss_server)
+                    .v(r.wscale_client)
+                    .v(r.wscale_server);
+                b.v(bo(r.sack_ok))
+                    .v(bo(r.ts_ok))
+                    .v(bo(r.ecn_ok))
+                    .v(r.syn_retx)
+                    .v(r.synack_retx);
+                b.v(r.rwin_bytes.map(|v| v as i64))
+                    .v(r.rwin_syn_bytes.map(|v| v as i64))
+                    .v(r.zero_window);
+                b.v(r.data_pkts_down as i64)
+                    .v(r.data_bytes_down as i64)
+                    .v(r.retx_down as i64)
+                    .v(r.spurious_retx_down as i64);
+                b.v(r.spurious_by)
+                    .v(r.loss_rate_down)
+                    .v(r.data_pkts_up as i64)
+                    .v(r.data_bytes_up as i64)
+                    .v(r.retx_up as i64);
+                b.v(r.fin_retx as i64)
+                    .v(r.zwnd_probes as i64)
+                    .v(r.dup_frames as i64);
+                b.v(r.bw_bps)
+                    .v(r.bw_samples.iter().filter(|s| s.used).count() as i64)
+                    .v(r.delack_policy.as_str());
+                b.v(r.acks_per_seg)
+                    .v(r.delack_timeout_us)
+                    .v(r.termination.as_str())
+                    .v(r.closed_by);
+                b.v(r.exchanges.len() as i64)
+                    .v(r.response_time_us)
+                    .v(r.holes_down)
+                    .v(r.holes_up)
+                    .v(r.frames as i64);
             })?;
-            let ex: Vec<(i64, &crate::record::Exchange)> =
-                recs.iter().flat_map(|r| r.exchanges.iter().map(move |e| (r.id as i64, e))).collect();
+            let ex: Vec<(i64, &crate::record::Exchange)> = recs
+                .iter()
+                .flat_map(|r| r.exchanges.iter().map(move |e| (r.id as i64, e)))
+                .collect();
             load(c, "exchanges", EXCH_COLS, EXCH_N, &ex, |b, (id, e)| {
-                b.v(*id).v(e.seq).v(us(e.t_req_first)).v(us(e.t_req_last)).v(e.req_bytes as i64);
-                b.v(us(e.t_resp_first)).v(us(e.t_resp_last)).v(e.resp_bytes as i64).v(e.response_delay_us);
-                b.v(e.query_delay_us).v(e.header_bytes.map(|v| v as i64)).v(e.think_time_us).v(e.method.as_deref()).v(e.status);
+                b.v(*id)
+                    .v(e.seq)
+                    .v(us(e.t_req_first))
+                    .v(us(e.t_req_last))
+                    .v(e.req_bytes as i64);
+                b.v(us(e.t_resp_first))
+                    .v(us(e.t_resp_last))
+                    .v(e.resp_bytes as i64)
+                    .v(e.response_delay_us);
+                b.v(e.query_delay_us)
+                    .v(e.header_bytes.map(|v| v as i64))
+                    .v(e.think_time_us)
+                    .v(e.method.as_deref())
+                    .v(e.status);
             })?;
-            let rtt: Vec<(i64, &crate::record::RttSample)> =
-                recs.iter().flat_map(|r| r.rtt_samples.iter().map(move |s| (r.id as i64, s))).collect();
+            let rtt: Vec<(i64, &crate::record::RttSample)> = recs
+                .iter()
+                .flat_map(|r| r.rtt_samples.iter().map(move |s| (r.id as i64, s)))
+                .collect();
             load(c, "rtt_samples", RTT_COLS, RTT_N, &rtt, |b, (id, s)| {
                 b.v(*id).v(s.t.as_micros()).v(s.rtt_us).v(s.kind.as_str());
             })?;
-            let bw: Vec<(i64, &crate::record::BwSample)> =
-                recs.iter().flat_map(|r| r.bw_samples.iter().map(move |s| (r.id as i64, s))).collect();
+            let bw: Vec<(i64, &crate::record::BwSample)> = recs
+                .iter()
+                .flat_map(|r| r.bw_samples.iter().map(move |s| (r.id as i64, s)))
+                .collect();
             load(c, "bw_samples", BW_COLS, BW_N, &bw, |b, (id, s)| {
-                b.v(*id).v(s.t.as_micros()).v(s.bps).v(s.bytes as i64).v(s.gap_us).v(s.used as i64);
+                b.v(*id)
+                    .v(s.t.as_micros())
+                    .v(s.bps)
+                    .v(s.bytes as i64)
+                    .v(s.gap_us)
+                    .v(s.used as i64);
             })?;
             Ok(())
         })();
@@ -188,7 +279,10 @@ impl RecordStore {
         for ix in index_statements() {
             self.db.conn().execute_batch(ix).map_err(self.err())?;
         }
-        self.db.conn().execute_batch("COMMIT;").map_err(self.err())?;
+        self.db
+            .conn()
+            .execute_batch("COMMIT;")
+            .map_err(self.err())?;
         self.db.commit()
     }
 }

@@ -34,7 +34,15 @@ struct P {
 }
 
 fn p(client: bool, seq: u32, ack: u32, flags: u16, len: u32) -> P {
-    P { client, seq, ack, flags, len, win: 65535, opts: TcpOptions::default() }
+    P {
+        client,
+        seq,
+        ack,
+        flags,
+        len,
+        win: 65535,
+        opts: TcpOptions::default(),
+    }
 }
 
 const S: u16 = TcpFlags::SYN;
@@ -44,18 +52,34 @@ const R: u16 = TcpFlags::RST;
 const PA: u16 = TcpFlags::PSH | TcpFlags::ACK;
 
 fn syn_opts(mss: u16, ws: u8) -> TcpOptions {
-    TcpOptions { mss: Some(mss), wscale: Some(ws), sack_permitted: true, timestamp: None, ..TcpOptions::default() }
+    TcpOptions {
+        mss: Some(mss),
+        wscale: Some(ws),
+        sack_permitted: true,
+        timestamp: None,
+        ..TcpOptions::default()
+    }
 }
 
 impl Wire {
     fn new() -> Wire {
-        Wire { an: Analyzer::new(Config::default()), no: 0, cport: 40000, payload: Vec::new(), ip_id: None }
+        Wire {
+            an: Analyzer::new(Config::default()),
+            no: 0,
+            cport: 40000,
+            payload: Vec::new(),
+            ip_id: None,
+        }
     }
 
     fn send(&mut self, t_ns: i64, p: P) {
         let c: IpAddr = "10.0.0.1".parse().unwrap();
         let s: IpAddr = "10.0.0.2".parse().unwrap();
-        let (src, dst, sport, dport) = if p.client { (c, s, self.cport, 80) } else { (s, c, 80, self.cport) };
+        let (src, dst, sport, dport) = if p.client {
+            (c, s, self.cport, 80)
+        } else {
+            (s, c, 80, self.cport)
+        };
         self.no += 1;
         let seg = TcpSegment {
             vlan: VlanStack::NONE,
@@ -74,7 +98,11 @@ impl Wire {
             hdr_len: 40,
             ip_id: self.ip_id,
         };
-        self.an.handle_segment(self.no, Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + t_ns), &seg);
+        self.an.handle_segment(
+            self.no,
+            Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + t_ns),
+            &seg,
+        );
     }
 
     fn finish(mut self) -> Vec<ConnectionRecord> {
@@ -95,7 +123,10 @@ impl Wire {
         let mut sa = p(false, sisn, cisn.wrapping_add(1), S | A, 0);
         sa.opts = syn_opts(1460, 7);
         self.send(t + 100 * US, sa);
-        self.send(t + 100 * US + rtt, p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), A, 0));
+        self.send(
+            t + 100 * US + rtt,
+            p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), A, 0),
+        );
         t + 100 * US + rtt
     }
 }
@@ -158,7 +189,10 @@ fn handshake_rtt_exchange_and_fin() {
 /// Request, then `n` full segments of response sent back to back, starting at `t`.
 fn burst(w: &mut Wire, t: i64, first_seq: u32, n: u32, mss: u32) {
     for k in 0..n {
-        w.send(t + k as i64 * 10 * US, p(false, first_seq + k * mss, 1101, A, mss));
+        w.send(
+            t + k as i64 * 10 * US,
+            p(false, first_seq + k * mss, 1101, A, mss),
+        );
     }
 }
 
@@ -201,7 +235,10 @@ fn genuine_loss_and_dsack() {
     w.send(t + 2 * MS + rtt + 100 * US, p(false, 6001, 1101, A, 1000));
     w.send(t + 2 * MS + 2 * rtt + 100 * US, p(true, 1101, 9001, A, 0));
     w.send(t + 3 * MS + 2 * rtt, p(true, 1101, 9001, F | A, 0));
-    w.send(t + 3 * MS + 2 * rtt + 100 * US, p(false, 9001, 1102, F | A, 0));
+    w.send(
+        t + 3 * MS + 2 * rtt + 100 * US,
+        p(false, 9001, 1102, F | A, 0),
+    );
     let r = &w.finish()[0];
     assert_eq!(r.retx_down, 1);
     assert_eq!(r.spurious_retx_down, 0);
@@ -235,7 +272,10 @@ fn delayed_ack_client() {
     let t0 = t + 2 * MS;
     burst(&mut w, t0, 5001, 6, 1000);
     for k in 1..=3i64 {
-        w.send(t0 + rtt + 2 * k * tb, p(true, 1101, 5001 + (2 * k as u32) * 1000, A, 0));
+        w.send(
+            t0 + rtt + 2 * k * tb,
+            p(true, 1101, 5001 + (2 * k as u32) * 1000, A, 0),
+        );
     }
     // 100 ms later one more segment goes out alone: the client holds its ACK for its 200 ms
     // delayed-ACK timer
@@ -271,7 +311,10 @@ fn quick_ack_client_and_bandwidth() {
     let t0 = t + 2 * MS;
     burst(&mut w, t0, 5001, 10, 1000);
     for k in 1..=10i64 {
-        w.send(t0 + rtt + k * 832 * US, p(true, 1101, 5001 + k as u32 * 1000, A, 0));
+        w.send(
+            t0 + rtt + k * 832 * US,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
     }
     let r = &w.finish()[0];
     assert_eq!(r.delack_policy, DelackPolicy::Quick);
@@ -329,14 +372,47 @@ fn sequence_wraparound() {
     let cisn = u32::MAX - 50;
     let sisn = u32::MAX - 1500;
     let t = w.handshake(0, rtt, cisn, sisn);
-    w.send(t + MS, p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), PA, 100));
+    w.send(
+        t + MS,
+        p(true, cisn.wrapping_add(1), sisn.wrapping_add(1), PA, 100),
+    );
     // 3000 response bytes crossing 2^32
     for k in 0..3u32 {
-        w.send(t + 2 * MS + k as i64 * 10 * US, p(false, sisn.wrapping_add(1 + k * 1000), cisn.wrapping_add(101), A, 1000));
+        w.send(
+            t + 2 * MS + k as i64 * 10 * US,
+            p(
+                false,
+                sisn.wrapping_add(1 + k * 1000),
+                cisn.wrapping_add(101),
+                A,
+                1000,
+            ),
+        );
     }
-    w.send(t + 2 * MS + rtt, p(true, cisn.wrapping_add(101), sisn.wrapping_add(3001), A, 0));
-    w.send(t + 3 * MS + rtt, p(true, cisn.wrapping_add(101), sisn.wrapping_add(3001), F | A, 0));
-    w.send(t + 3 * MS + rtt + 100 * US, p(false, sisn.wrapping_add(3001), cisn.wrapping_add(102), F | A, 0));
+    w.send(
+        t + 2 * MS + rtt,
+        p(true, cisn.wrapping_add(101), sisn.wrapping_add(3001), A, 0),
+    );
+    w.send(
+        t + 3 * MS + rtt,
+        p(
+            true,
+            cisn.wrapping_add(101),
+            sisn.wrapping_add(3001),
+            F | A,
+            0,
+        ),
+    );
+    w.send(
+        t + 3 * MS + rtt + 100 * US,
+        p(
+            false,
+            sisn.wrapping_add(3001),
+            cisn.wrapping_add(102),
+            F | A,
+            0,
+        ),
+    );
     let r = &w.finish()[0];
     assert!(r.complete(), "{:?}", r.prune);
     assert_eq!(r.data_bytes_down, 3000);
@@ -356,7 +432,10 @@ fn port_reuse_starts_a_new_connection() {
         w.send(t + MS, p(true, isn + 1, 5001 + i as u32, PA, 10));
         w.send(t + 2 * MS, p(false, 5001 + i as u32, isn + 11, PA, 20));
         w.send(t + 3 * MS, p(true, isn + 11, 5021 + i as u32, F | A, 0));
-        w.send(t + 3 * MS + 100 * US, p(false, 5021 + i as u32, isn + 12, F | A, 0));
+        w.send(
+            t + 3 * MS + 100 * US,
+            p(false, 5021 + i as u32, isn + 12, F | A, 0),
+        );
     }
     let recs = w.finish();
     assert_eq!(recs.len(), 2);
@@ -430,11 +509,12 @@ fn idle_connections_are_closed_in_capture_time() {
     // a different connection 20 s later pushes capture time past the first one's timeout
     w.cport = 40001;
     w.send(20_000 * MS, p(true, 1, 1, PA, 10));
-    let first = w.an.poll_record().expect("first connection closed by the idle timer");
+    let first =
+        w.an.poll_record()
+            .expect("first connection closed by the idle timer");
     assert_eq!(first.client_port, 40000);
     assert_eq!(w.an.stats().idle_closed, 1);
 }
-
 
 /// A deterministic, in-suite version of the fuzz targets: every public capture (the malformed
 /// ones included), cut and mutated, through the trace reader, the frame decoder and the
@@ -442,7 +522,11 @@ fn idle_connections_are_closed_in_capture_time() {
 #[test]
 fn fuzz_smoke_over_mutated_public_captures() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/public");
-    assert!(root.is_dir(), "{} is missing: check out shared/ beside this repository", root.display());
+    assert!(
+        root.is_dir(),
+        "{} is missing: check out shared/ beside this repository",
+        root.display()
+    );
     let mut files = Vec::new();
     let mut stack = vec![root];
     while let Some(d) = stack.pop() {

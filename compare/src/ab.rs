@@ -41,8 +41,17 @@ pub struct AbComparison {
 /// Response times (µs) of a replay by the original connection they reproduce.
 fn by_original(r: &Input) -> HashMap<i64, f64> {
     let mut m = HashMap::new();
-    for row in r.replay_map.iter().flatten().filter(|row| row.status == "ok") {
-        if let Some(rt) = row.replay_conn_id.and_then(|id| r.by_id.get(&id)).and_then(|f| f.response_time_us) {
+    for row in r
+        .replay_map
+        .iter()
+        .flatten()
+        .filter(|row| row.status == "ok")
+    {
+        if let Some(rt) = row
+            .replay_conn_id
+            .and_then(|id| r.by_id.get(&id))
+            .and_then(|f| f.response_time_us)
+        {
             if rt > 0.0 {
                 m.insert(row.orig_conn_id, rt);
             }
@@ -62,7 +71,10 @@ pub(crate) fn two_sided_normal_p(z: f64) -> f64 {
                 + t * (0.374_091_96
                     + t * (0.096_784_18
                         + t * (-0.186_288_06
-                            + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
             .exp();
     y.clamp(0.0, 1.0)
 }
@@ -70,7 +82,11 @@ pub(crate) fn two_sided_normal_p(z: f64) -> f64 {
 /// Wilcoxon signed-rank test of `d` (zeros dropped): (z, two-sided p), or None with fewer
 /// than one non-zero difference.
 pub(crate) fn wilcoxon(d: &[f64]) -> Option<(f64, f64)> {
-    let mut nz: Vec<f64> = d.iter().copied().filter(|x| *x != 0.0 && x.is_finite()).collect();
+    let mut nz: Vec<f64> = d
+        .iter()
+        .copied()
+        .filter(|x| *x != 0.0 && x.is_finite())
+        .collect();
     let n = nz.len();
     if n == 0 {
         return None;
@@ -121,10 +137,21 @@ fn median_in_place(v: &mut [f64]) -> f64 {
 }
 
 /// Compares replay `b` with replay `a` over the original connections both reproduced.
-pub(crate) fn compare(a: &Input, b: &Input, la: &str, lb: &str, replicates: usize, seed: u64, confidence: f64) -> Option<AbComparison> {
+pub(crate) fn compare(
+    a: &Input,
+    b: &Input,
+    la: &str,
+    lb: &str,
+    replicates: usize,
+    seed: u64,
+    confidence: f64,
+) -> Option<AbComparison> {
     let ma = by_original(a);
     let mb = by_original(b);
-    let mut pairs: Vec<(i64, f64, f64)> = ma.iter().filter_map(|(id, ra)| mb.get(id).map(|rb| (*id, *ra, *rb))).collect();
+    let mut pairs: Vec<(i64, f64, f64)> = ma
+        .iter()
+        .filter_map(|(id, ra)| mb.get(id).map(|rb| (*id, *ra, *rb)))
+        .collect();
     if pairs.len() < 2 {
         return None;
     }
@@ -133,7 +160,9 @@ pub(crate) fn compare(a: &Input, b: &Input, la: &str, lb: &str, replicates: usiz
     let rel: Vec<f64> = pairs.iter().map(|(_, a, b)| (b - a) / a).collect();
     let logs: Vec<f64> = pairs.iter().map(|(_, a, b)| (b / a).ln()).collect();
     let median_rel = median_in_place(&mut rel.clone());
-    let (sa, sb): (f64, f64) = pairs.iter().fold((0.0, 0.0), |(x, y), (_, a, b)| (x + a, y + b));
+    let (sa, sb): (f64, f64) = pairs
+        .iter()
+        .fold((0.0, 0.0), |(x, y), (_, a, b)| (x + a, y + b));
     let total_rel = sb / sa - 1.0;
     // bootstrap over connections (pairs resampled together)
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xab_ab);
@@ -206,13 +235,23 @@ mod tests {
     /// `scipy.stats.wilcoxon(d, zero_method='wilcox', correction=True, method='approx')`.
     #[test]
     fn wilcoxon_matches_scipy() {
-        let a = [1.0, 2.5, 3.1, 4.7, 5.2, 6.9, 7.4, 8.8, 9.3, 10.6, 11.2, 12.9];
-        let b = [1.3, 2.1, 3.9, 4.1, 6.0, 6.2, 8.9, 8.1, 9.9, 11.9, 10.7, 14.1];
-        let d: Vec<f64> = a.iter().zip(&b).map(|(x, y): (&f64, &f64)| (y / x).ln()).collect();
+        let a = [
+            1.0, 2.5, 3.1, 4.7, 5.2, 6.9, 7.4, 8.8, 9.3, 10.6, 11.2, 12.9,
+        ];
+        let b = [
+            1.3, 2.1, 3.9, 4.1, 6.0, 6.2, 8.9, 8.1, 9.9, 11.9, 10.7, 14.1,
+        ];
+        let d: Vec<f64> = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y): (&f64, &f64)| (y / x).ln())
+            .collect();
         let (_, p) = wilcoxon(&d).unwrap();
         assert!((p - 0.2895874244268877).abs() < 1e-6, "{p}");
         // ties and a zero
-        let d2 = [0.1, -0.1, 0.2, 0.2, -0.3, 0.4, 0.4, 0.4, 0.5, -0.05, 0.6, 0.7, 0.0];
+        let d2 = [
+            0.1, -0.1, 0.2, 0.2, -0.3, 0.4, 0.4, 0.4, 0.5, -0.05, 0.6, 0.7, 0.0,
+        ];
         let (z, p) = wilcoxon(&d2).unwrap();
         assert!((p - 0.022594923027390794).abs() < 1e-6, "{p}");
         assert!(z > 0.0);

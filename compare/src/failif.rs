@@ -91,16 +91,19 @@ impl FailIf {
             return Err(err("it is empty".into()));
         }
         // statistic
-        let op_at = s.find(['<', '>', '=']).ok_or_else(|| err("no comparison operator".into()))?;
+        let op_at = s
+            .find(['<', '>', '='])
+            .ok_or_else(|| err("no comparison operator".into()))?;
         let stat_text = s[..op_at].trim();
         let stat = match stat_text {
             "mean" | "avg" | "average" => Stat::Mean,
             "median" => Stat::Percentile(50.0),
             t if t.starts_with('p') => {
-                let p: f64 = t[1..]
-                    .trim()
-                    .parse()
-                    .map_err(|_| err(format!("\"{stat_text}\" is not a percentile (write p50, p90, p99.9)")))?;
+                let p: f64 = t[1..].trim().parse().map_err(|_| {
+                    err(format!(
+                        "\"{stat_text}\" is not a percentile (write p50, p90, p99.9)"
+                    ))
+                })?;
                 if !(0.0..=100.0).contains(&p) {
                     return Err(err(format!("percentile {p} is outside 0–100")));
                 }
@@ -131,18 +134,26 @@ impl FailIf {
             return Err(err("the value is missing after the operator".into()));
         }
         if v.starts_with(['<', '>', '=']) {
-            return Err(err(format!("\"{}\" is not an operator (use >, >=, < or <=)", s[op_at..].trim())));
+            return Err(err(format!(
+                "\"{}\" is not an operator (use >, >=, < or <=)",
+                s[op_at..].trim()
+            )));
         }
-        let (negative, body) = if let Some(b) = v.strip_prefix('-').or_else(|| v.strip_prefix('\u{2212}')) {
-            (true, b.trim_start())
-        } else if let Some(b) = v.strip_prefix('+') {
-            (false, b.trim_start())
-        } else {
-            (false, v)
-        };
-        let num_end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
+        let (negative, body) =
+            if let Some(b) = v.strip_prefix('-').or_else(|| v.strip_prefix('\u{2212}')) {
+                (true, b.trim_start())
+            } else if let Some(b) = v.strip_prefix('+') {
+                (false, b.trim_start())
+            } else {
+                (false, v)
+            };
+        let num_end = body
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(body.len());
         let (num, unit) = (&body[..num_end], body[num_end..].trim());
-        let n: f64 = num.parse().map_err(|_| err(format!("\"{v}\" does not start with a number")))?;
+        let n: f64 = num
+            .parse()
+            .map_err(|_| err(format!("\"{v}\" does not start with a number")))?;
         let n = if negative { -n } else { n };
         let threshold = match unit {
             "%" => Threshold::Relative(n / 100.0),
@@ -185,10 +196,18 @@ impl FailIf {
                 let other = report.stat_us(k, p);
                 let (value, shown, limit) = match self.threshold {
                     Threshold::Relative(t) => {
-                        let rel = if base > 0.0 { (other - base) / base } else { f64::NAN };
+                        let rel = if base > 0.0 {
+                            (other - base) / base
+                        } else {
+                            f64::NAN
+                        };
                         (rel, fmt::pct_signed(rel), (t, fmt::pct_signed(t)))
                     }
-                    Threshold::AbsoluteUs(t) => (other - base, fmt::ms_signed(other - base), (t, fmt::ms_signed(t))),
+                    Threshold::AbsoluteUs(t) => (
+                        other - base,
+                        fmt::ms_signed(other - base),
+                        (t, fmt::ms_signed(t)),
+                    ),
                 };
                 let holds = value.is_finite()
                     && match self.op {
@@ -207,7 +226,11 @@ impl FailIf {
                     other: report.inputs[k].label.clone(),
                     value,
                     holds,
-                    explanation: format!("{stat} {shown} ({} {op} {})", if holds { "is" } else { "is not" }, limit.1),
+                    explanation: format!(
+                        "{stat} {shown} ({} {op} {})",
+                        if holds { "is" } else { "is not" },
+                        limit.1
+                    ),
                 }
             })
             .collect()
@@ -228,7 +251,11 @@ mod tests {
         let f = FailIf::parse("  P99.9>=20ms ").unwrap();
         assert_eq!(
             (f.stat, f.op, f.threshold),
-            (Stat::Percentile(99.9), Op::Ge, Threshold::AbsoluteUs(20_000.0))
+            (
+                Stat::Percentile(99.9),
+                Op::Ge,
+                Threshold::AbsoluteUs(20_000.0)
+            )
         );
         let f = FailIf::parse("median < -10%").unwrap();
         assert_eq!(
@@ -236,7 +263,10 @@ mod tests {
             (Stat::Percentile(50.0), Op::Lt, Threshold::Relative(-0.10))
         );
         let f = FailIf::parse("mean <= \u{2212}1.5 s").unwrap();
-        assert_eq!((f.stat, f.op, f.threshold), (Stat::Mean, Op::Le, Threshold::AbsoluteUs(-1.5e6)));
+        assert_eq!(
+            (f.stat, f.op, f.threshold),
+            (Stat::Mean, Op::Le, Threshold::AbsoluteUs(-1.5e6))
+        );
         let f = FailIf::parse("p50 > 250us").unwrap();
         assert_eq!(f.threshold, Threshold::AbsoluteUs(250.0));
         let f = FailIf::parse("p50 > 5%").unwrap();

@@ -61,10 +61,17 @@ pub(crate) fn render(r: &Report) -> String {
     let figures = plots::figures(r);
     let mut h = String::with_capacity(512 * 1024);
     let base = &r.inputs[0];
-    let others: Vec<String> = r.inputs[1..].iter().map(|i| format!("<b>{}</b>", esc(&i.label))).collect();
+    let others: Vec<String> = r.inputs[1..]
+        .iter()
+        .map(|i| format!("<b>{}</b>", esc(&i.label)))
+        .collect();
     let title = format!(
         "mimic compare: {} vs {}",
-        r.inputs[1..].iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", "),
+        r.inputs[1..]
+            .iter()
+            .map(|i| i.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         base.label
     );
     let _ = write!(
@@ -89,7 +96,12 @@ pub(crate) fn render(r: &Report) -> String {
         h.push_str("<p class=\"verdict\">No OTHER input to compare with.</p>\n");
     }
     for c in &r.comparisons {
-        let _ = writeln!(h, "<p class=\"verdict {}\">{}</p>", verdict_class(c), esc(&c.verdict));
+        let _ = writeln!(
+            h,
+            "<p class=\"verdict {}\">{}</p>",
+            verdict_class(c),
+            esc(&c.verdict)
+        );
     }
     for a in &r.ab {
         let class = match a.direction {
@@ -97,7 +109,11 @@ pub(crate) fn render(r: &Report) -> String {
             Direction::Slower => "slower",
             Direction::NotSignificant => "same",
         };
-        let _ = writeln!(h, "<p class=\"verdict {class}\"><b>{}</b></p>", esc(&a.verdict));
+        let _ = writeln!(
+            h,
+            "<p class=\"verdict {class}\"><b>{}</b></p>",
+            esc(&a.verdict)
+        );
     }
     if !r.ab.is_empty() {
         h.push_str("<p class=\"note\">Replays of the same workload reproduce the same original connections, so the stack change is judged connection by connection (bold): each connection's response time under the change against its own time under the reference replay, with a bootstrap over connections and a Wilcoxon signed-rank test. The lines above compare each input's distribution with BASE's, as independent samples.</p>\n");
@@ -138,7 +154,12 @@ pub(crate) fn render(r: &Report) -> String {
         let stack: Vec<String> = i
             .meta
             .iter()
-            .filter(|(k, _)| k.contains("stack") || k.contains("profile") || k.as_str() == "cc" || k.contains("initcwnd"))
+            .filter(|(k, _)| {
+                k.contains("stack")
+                    || k.contains("profile")
+                    || k.as_str() == "cc"
+                    || k.contains("initcwnd")
+            })
             .map(|(k, v)| format!("<code>{}</code> {}", esc(k), esc(v)))
             .collect();
         let all_meta: String = i
@@ -181,7 +202,11 @@ pub(crate) fn render(r: &Report) -> String {
                 fmt::ms(i.response_time_us.percentiles[&crate::report::stat_name(p)])
             );
         }
-        let _ = writeln!(h, "<td class=\"num\">{} ms</td></tr>", fmt::ms(i.response_time_us.mean));
+        let _ = writeln!(
+            h,
+            "<td class=\"num\">{} ms</td></tr>",
+            fmt::ms(i.response_time_us.mean)
+        );
     }
     h.push_str("</tbody></table>\n");
     for c in &r.comparisons {
@@ -199,7 +224,9 @@ pub(crate) fn render(r: &Report) -> String {
             let (cls, finding) = match row.direction {
                 Direction::Faster => ("faster", format!("{} faster", esc(&c.other))),
                 Direction::Slower => ("slower", format!("{} slower", esc(&c.other))),
-                Direction::NotSignificant => ("not_significant", "no significant difference".to_string()),
+                Direction::NotSignificant => {
+                    ("not_significant", "no significant difference".to_string())
+                }
             };
             let _ = writeln!(
                 h,
@@ -311,7 +338,12 @@ fn push_figures(h: &mut String, figures: &[Figure], section: Section, grid: bool
         h.push_str("<div class=\"grid\">\n");
     }
     for f in figures.iter().filter(|f| f.section == section) {
-        let _ = writeln!(h, "<div class=\"figure\" id=\"fig-{}\">{}</div>", f.name, f.chart.to_svg());
+        let _ = writeln!(
+            h,
+            "<div class=\"figure\" id=\"fig-{}\">{}</div>",
+            f.name,
+            f.chart.to_svg()
+        );
     }
     if grid {
         h.push_str("</div>\n");
@@ -376,7 +408,13 @@ fn population_table(h: &mut String, r: &Report) {
     for (key, name, f) in rows {
         for i in &r.inputs {
             let m = &i.population[key];
-            let cell = |v: f64| if m.dist.n == 0 { "–".to_string() } else { f(v) };
+            let cell = |v: f64| {
+                if m.dist.n == 0 {
+                    "–".to_string()
+                } else {
+                    f(v)
+                }
+            };
             let _ = writeln!(
                 h,
                 "<tr><td>{name}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",

@@ -143,7 +143,9 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let (mut rd, mut qd) = (Metric::default(), Metric::default());
     let mut exchanges = 0u64;
     if table_exists(&conn, "exchanges").map_err(q)? {
-        let mut stmt = conn.prepare("SELECT response_delay_us, query_delay_us FROM exchanges").map_err(q)?;
+        let mut stmt = conn
+            .prepare("SELECT response_delay_us, query_delay_us FROM exchanges")
+            .map_err(q)?;
         let mut rows = stmt.query([]).map_err(q)?;
         while let Some(r) = rows.next().map_err(q)? {
             exchanges += 1;
@@ -220,7 +222,9 @@ fn exclusion_reason(exchanges: i64, prune: Option<&str>, termination: &str) -> S
 
 fn read_meta(conn: &Connection) -> rusqlite::Result<BTreeMap<String, String>> {
     let mut stmt = conn.prepare("SELECT key, value FROM meta")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+    })?;
     let mut out = BTreeMap::new();
     for row in rows {
         let (k, v) = row?;

@@ -33,8 +33,8 @@ mod text;
 
 pub use failif::{FailIf, FailIfError, Op, Outcome, Stat, Threshold};
 pub use report::{
-    Breakdown, Comparison, Direction, Distribution, ErrorStats, Excluded, InputSummary, Options, Paired, PopulationMetric, Report,
-    StatDiff, Unpaired, ERROR_BANDS,
+    Breakdown, Comparison, Direction, Distribution, ErrorStats, Excluded, InputSummary, Options,
+    Paired, PopulationMetric, Report, StatDiff, Unpaired, ERROR_BANDS,
 };
 pub use stats::{KsMethod, KsTest};
 
@@ -44,11 +44,17 @@ pub enum CompareError {
     #[error(transparent)]
     Db(#[from] mimic_core::db::DbError),
     #[error("{path}: {source}")]
-    Query { path: PathBuf, source: rusqlite::Error },
+    Query {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL for all), nothing to compare") })]
     Empty { path: PathBuf, connections: u64 },
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("PNG output: {0}")]
     Png(String),
     #[error("{0}")]
@@ -63,9 +69,11 @@ impl Report {
 
     /// Writes the HTML report to `path` atomically.
     pub fn write_html(&self, path: &Path) -> Result<(), CompareError> {
-        mimic_core::db::write_atomic(path, self.to_html().as_bytes()).map_err(|source| CompareError::Io {
-            path: path.to_path_buf(),
-            source,
+        mimic_core::db::write_atomic(path, self.to_html().as_bytes()).map_err(|source| {
+            CompareError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
         })
     }
 
@@ -73,7 +81,10 @@ impl Report {
     /// paths: `response_time_cdf`, `rel_error_<other>_by_{response_time,bandwidth,min_rtt}`
     /// for each replay of BASE, `population_{min_rtt,bandwidth,loss,response_delay,query_delay}`.
     pub fn write_pngs(&self, dir: &Path) -> Result<Vec<PathBuf>, CompareError> {
-        let figures: Vec<(String, String)> = plots::figures(self).into_iter().map(|f| (f.name, f.chart.to_svg())).collect();
+        let figures: Vec<(String, String)> = plots::figures(self)
+            .into_iter()
+            .map(|f| (f.name, f.chart.to_svg()))
+            .collect();
         png::write_all(dir, &figures)
     }
 

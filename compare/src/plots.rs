@@ -59,13 +59,20 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
     let mut out = Vec::new();
 
     // 1. Response-time CDFs of every input.
-    let samples: Vec<&[f64]> = (0..r.inputs.len()).map(|k| r.response_times_us(k)).collect();
+    let samples: Vec<&[f64]> = (0..r.inputs.len())
+        .map(|k| r.response_times_us(k))
+        .collect();
     let series = r
         .inputs
         .iter()
         .enumerate()
         .map(|(k, i)| Series {
-            label: format!("{}{} (n={})", i.label, if k == 0 { " — BASE" } else { "" }, i.with_response_time),
+            label: format!(
+                "{}{} (n={})",
+                i.label,
+                if k == 0 { " — BASE" } else { "" },
+                i.with_response_time
+            ),
             points: cdf_points(samples[k]),
             color: input_color(k).into(),
             width: if k == 0 { 2.6 } else { 2.0 },
@@ -78,7 +85,9 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
         section: Section::ResponseTime,
         chart: Chart {
             title: "Response time per connection".into(),
-            subtitle: "CDF of first request byte → last response byte (Monkey §5.1), every input overlaid".into(),
+            subtitle:
+                "CDF of first request byte → last response byte (Monkey §5.1), every input overlaid"
+                    .into(),
             x_label: "response time (log scale)".into(),
             y_label: Y_CONN.into(),
             scale: Scale::Log,
@@ -101,7 +110,8 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
         let lo = stats::percentile_sorted(all, 1.0).min(-0.5).max(-1.0);
         let hi = stats::percentile_sorted(all, 99.0).max(0.5).min(3.0);
         let beyond = all.iter().filter(|&&e| e < lo || e > hi).count();
-        let note = (beyond > 0).then(|| format!("{beyond} connection(s) beyond the axis range, drawn at its edges"));
+        let note = (beyond > 0)
+            .then(|| format!("{beyond} connection(s) beyond the axis range, drawn at its edges"));
         for b in &p.breakdowns {
             let (what, figure) = match b.by.as_str() {
                 "response_time" => ("original response time", 6),
@@ -207,12 +217,16 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
             })
             .collect();
         let x_range = if scale == Scale::Linear {
-            let max = values.iter().filter_map(|v| v.last().copied()).fold(0.0, f64::max);
+            let max = values
+                .iter()
+                .filter_map(|v| v.last().copied())
+                .fold(0.0, f64::max);
             (0.0, (max * 1.05).max(0.01))
         } else {
             auto_range(&values, scale)
         };
-        let zeros = scale == Scale::Log && values.iter().any(|v| v.first().is_some_and(|&x| x <= 0.0));
+        let zeros =
+            scale == Scale::Log && values.iter().any(|v| v.first().is_some_and(|&x| x <= 0.0));
         out.push(Figure {
             name: name.into(),
             section: Section::Population,
@@ -220,7 +234,11 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
                 title: title.into(),
                 subtitle: format!(
                     "CDF over every {} with an estimate, each input overlaid",
-                    if per_exchange { "request/response exchange" } else { "connection" }
+                    if per_exchange {
+                        "request/response exchange"
+                    } else {
+                        "connection"
+                    }
                 ),
                 x_label: x_label.into(),
                 y_label: if per_exchange {

@@ -22,10 +22,10 @@ impl Rasterizer {
         let mut options = usvg::Options::default();
         let db = options.fontdb_mut();
         db.load_system_fonts();
-        let family = FONT
-            .split(',')
-            .map(str::trim)
-            .find(|f| db.faces().any(|face| face.families.iter().any(|(n, _)| n == f)));
+        let family = FONT.split(',').map(str::trim).find(|f| {
+            db.faces()
+                .any(|face| face.families.iter().any(|(n, _)| n == f))
+        });
         match family {
             Some(f) => {
                 db.set_sans_serif_family(f);
@@ -49,17 +49,31 @@ impl Rasterizer {
     }
 
     pub fn render(&self, svg: &str) -> Result<Vec<u8>, CompareError> {
-        let tree = usvg::Tree::from_str(svg, &self.options).map_err(|e| CompareError::Png(format!("plot SVG: {e}")))?;
-        let (w, h) = ((WIDTH as f32 * SCALE).round() as u32, (HEIGHT as f32 * SCALE).round() as u32);
-        let mut pixmap = tiny_skia::Pixmap::new(w, h).ok_or_else(|| CompareError::Png("cannot allocate the image".into()))?;
+        let tree = usvg::Tree::from_str(svg, &self.options)
+            .map_err(|e| CompareError::Png(format!("plot SVG: {e}")))?;
+        let (w, h) = (
+            (WIDTH as f32 * SCALE).round() as u32,
+            (HEIGHT as f32 * SCALE).round() as u32,
+        );
+        let mut pixmap = tiny_skia::Pixmap::new(w, h)
+            .ok_or_else(|| CompareError::Png("cannot allocate the image".into()))?;
         pixmap.fill(tiny_skia::Color::WHITE);
-        resvg::render(&tree, tiny_skia::Transform::from_scale(SCALE, SCALE), &mut pixmap.as_mut());
-        pixmap.encode_png().map_err(|e| CompareError::Png(format!("PNG encoding: {e}")))
+        resvg::render(
+            &tree,
+            tiny_skia::Transform::from_scale(SCALE, SCALE),
+            &mut pixmap.as_mut(),
+        );
+        pixmap
+            .encode_png()
+            .map_err(|e| CompareError::Png(format!("PNG encoding: {e}")))
     }
 }
 
 /// Writes `name.png` for each figure into `dir` (created if missing), atomically each.
-pub(crate) fn write_all(dir: &Path, figures: &[(String, String)]) -> Result<Vec<PathBuf>, CompareError> {
+pub(crate) fn write_all(
+    dir: &Path,
+    figures: &[(String, String)],
+) -> Result<Vec<PathBuf>, CompareError> {
     std::fs::create_dir_all(dir).map_err(|source| CompareError::Io {
         path: dir.to_path_buf(),
         source,

@@ -60,7 +60,9 @@ impl Distribution {
                 .iter()
                 .map(|&p| (stat_name(p), stats::percentile_sorted(sorted, p)))
                 .collect(),
-            quantiles: (0..=100).map(|p| stats::percentile_sorted(sorted, p as f64)).collect(),
+            quantiles: (0..=100)
+                .map(|p| stats::percentile_sorted(sorted, p as f64))
+                .collect(),
         }
     }
 }
@@ -262,7 +264,11 @@ impl Report {
     /// Reads BASE and every OTHER and computes the comparison. Errors name the file at fault:
     /// not SQLite, not a mimic database, another schema version, or no connection with a
     /// response time.
-    pub fn build(base: &Path, others: &[PathBuf], options: &Options) -> Result<Report, CompareError> {
+    pub fn build(
+        base: &Path,
+        others: &[PathBuf],
+        options: &Options,
+    ) -> Result<Report, CompareError> {
         if !(options.confidence > 0.0 && options.confidence < 1.0) {
             return Err(CompareError::Options(format!(
                 "confidence must be between 0 and 1, not {}",
@@ -285,7 +291,11 @@ impl Report {
 
     pub(crate) fn from_inputs(loaded: Vec<Input>, options: &Options) -> Report {
         let labels = unique_labels(&loaded.iter().map(|i| i.path.as_path()).collect::<Vec<_>>());
-        let inputs: Vec<InputSummary> = loaded.iter().zip(&labels).map(|(i, l)| summarize(i, l.clone())).collect();
+        let inputs: Vec<InputSummary> = loaded
+            .iter()
+            .zip(&labels)
+            .map(|(i, l)| summarize(i, l.clone()))
+            .collect();
         let samples: Vec<Vec<f64>> = loaded.iter().map(|i| i.response_times_us.clone()).collect();
 
         let mut ps: Vec<f64> = TABLE_PERCENTILES.to_vec();
@@ -300,10 +310,15 @@ impl Report {
                 .map(|(k, sample)| {
                     let ps = &ps;
                     let seed = options.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    scope.spawn(move || stats::bootstrap(sample, ps, options.bootstrap_replicates, seed))
+                    scope.spawn(move || {
+                        stats::bootstrap(sample, ps, options.bootstrap_replicates, seed)
+                    })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("bootstrap thread")).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("bootstrap thread"))
+                .collect()
         });
         let base_reps = &reps[0];
         let mut comparisons = Vec::new();
@@ -334,7 +349,13 @@ impl Report {
                     .values
                     .iter()
                     .zip(&other_reps.values)
-                    .map(|(br, or)| if br[idx] > 0.0 { (or[idx] - br[idx]) / br[idx] } else { f64::NAN })
+                    .map(|(br, or)| {
+                        if br[idx] > 0.0 {
+                            (or[idx] - br[idx]) / br[idx]
+                        } else {
+                            f64::NAN
+                        }
+                    })
                     .collect();
                 let (dlo, dhi) = stats::percentile_interval(&diffs, options.confidence);
                 let (rlo, rhi) = stats::percentile_interval(&rels, options.confidence);
@@ -406,14 +427,23 @@ impl Report {
         if self.comparisons.is_empty() {
             return format!("{}: no OTHER input to compare with", self.inputs[0].label);
         }
-        self.comparisons.iter().map(|c| c.verdict.as_str()).chain(self.ab.iter().map(|a| a.verdict.as_str())).collect::<Vec<_>>().join("\n")
+        self.comparisons
+            .iter()
+            .map(|c| c.verdict.as_str())
+            .chain(self.ab.iter().map(|a| a.verdict.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Everything machine-readable (the `--json` output).
     pub fn to_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("a report serialises");
         v["verdict"] = serde_json::Value::from(
-            self.comparisons.iter().map(|c| c.verdict.clone()).chain(self.ab.iter().map(|a| a.verdict.clone())).collect::<Vec<_>>(),
+            self.comparisons
+                .iter()
+                .map(|c| c.verdict.clone())
+                .chain(self.ab.iter().map(|a| a.verdict.clone()))
+                .collect::<Vec<_>>(),
         );
         v
     }
@@ -470,7 +500,10 @@ fn summarize(i: &Input, label: String) -> InputSummary {
     population.insert("min_rtt_us".to_string(), metric(&i.min_rtt_us));
     population.insert("bw_bps".to_string(), metric(&i.bw_bps));
     population.insert("loss_rate_down".to_string(), metric(&i.loss_rate_down));
-    population.insert("response_delay_us".to_string(), metric(&i.response_delay_us));
+    population.insert(
+        "response_delay_us".to_string(),
+        metric(&i.response_delay_us),
+    );
     population.insert("query_delay_us".to_string(), metric(&i.query_delay_us));
     InputSummary {
         label,
@@ -494,8 +527,15 @@ fn summarize(i: &Input, label: String) -> InputSummary {
 }
 
 /// Pairs OTHER's replayed connections with BASE's originals through OTHER's replay_map.
-fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Option<Paired>, Option<String>) {
-    let Some(map) = &other.replay_map else { return (None, None) };
+fn pair(
+    base: &Input,
+    other: &Input,
+    base_label: &str,
+    other_label: &str,
+) -> (Option<Paired>, Option<String>) {
+    let Some(map) = &other.replay_map else {
+        return (None, None);
+    };
     if map.is_empty() {
         return (None, None);
     }
@@ -508,7 +548,10 @@ fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Op
             )),
         );
     }
-    let foreign = map.iter().filter(|r| !base.by_id.contains_key(&r.orig_conn_id)).count();
+    let foreign = map
+        .iter()
+        .filter(|r| !base.by_id.contains_key(&r.orig_conn_id))
+        .count();
     if foreign > 0 {
         return (
             None,
@@ -570,7 +613,9 @@ fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Op
             (None, _, _) => Some("original connection has no response time"),
             (Some(o), _, _) if o <= 0.0 => Some("original response time is 0"),
             (_, None, _) => Some("status ok but no replayed connection id"),
-            (_, Some(id), _) if !other.by_id.contains_key(&id) => Some("replayed connection id not in the replay's connections"),
+            (_, Some(id), _) if !other.by_id.contains_key(&id) => {
+                Some("replayed connection id not in the replay's connections")
+            }
             (_, _, None) => Some("replayed connection has no response time"),
             _ => None,
         };
@@ -589,13 +634,22 @@ fn pair(base: &Input, other: &Input, base_label: &str, other_label: &str) -> (Op
         .count();
     let overall = ErrorStats::of("all".into(), pairs.iter().map(|p| p.0).collect());
     let breakdowns = vec![
-        breakdown("response_time", &pairs, |f| f.response_time_us, fmt::duration),
+        breakdown(
+            "response_time",
+            &pairs,
+            |f| f.response_time_us,
+            fmt::duration,
+        ),
         breakdown("bandwidth", &pairs, |f| f.bw_bps, fmt::bitrate),
         breakdown("min_rtt", &pairs, |f| f.min_rtt_us, fmt::duration),
     ];
     let unpaired = unpaired
         .into_iter()
-        .map(|((status, reason), count)| Unpaired { status, reason, count })
+        .map(|((status, reason), count)| Unpaired {
+            status,
+            reason,
+            count,
+        })
         .collect();
     (
         Some(Paired {
@@ -631,7 +685,11 @@ fn breakdown(
     if distinct.len() <= 5 {
         method = "one class per distinct value".to_string();
         for v in &distinct {
-            let errs = pairs.iter().filter(|p| key(&p.1) == Some(*v)).map(|p| p.0).collect();
+            let errs = pairs
+                .iter()
+                .filter(|p| key(&p.1) == Some(*v))
+                .map(|p| p.0)
+                .collect();
             classes.push(ErrorStats::of(label(*v), errs));
         }
     } else {
@@ -662,7 +720,11 @@ fn breakdown(
             lo = hi;
         }
     }
-    let unknown: Vec<f64> = pairs.iter().filter(|p| key(&p.1).is_none()).map(|p| p.0).collect();
+    let unknown: Vec<f64> = pairs
+        .iter()
+        .filter(|p| key(&p.1).is_none())
+        .map(|p| p.0)
+        .collect();
     if !unknown.is_empty() {
         classes.push(ErrorStats::of("unknown".into(), unknown));
     }
@@ -683,8 +745,18 @@ fn round2(v: f64) -> f64 {
 
 /// "OTHER vs BASE: p50 −12.0% [−15.1%, −9.2%], p90 −20.3% [−25.0%, −16.1%]: OTHER is faster;
 /// the distributions differ (KS D=0.21, p<0.001)".
-fn verdict_line(base: &str, other: &str, rows: &[StatDiff], ks: &KsTest, confidence: f64) -> String {
-    let row = |s: &str| rows.iter().find(|r| r.stat == s).expect("p50 and p90 are in the table");
+fn verdict_line(
+    base: &str,
+    other: &str,
+    rows: &[StatDiff],
+    ks: &KsTest,
+    confidence: f64,
+) -> String {
+    let row = |s: &str| {
+        rows.iter()
+            .find(|r| r.stat == s)
+            .expect("p50 and p90 are in the table")
+    };
     let (p50, p90) = (row("p50"), row("p90"));
     let show = |r: &StatDiff| {
         format!(
@@ -707,12 +779,26 @@ fn verdict_line(base: &str, other: &str, rows: &[StatDiff], ks: &KsTest, confide
             format!("no significant difference at p50 or p90 ({level} intervals include 0)")
         }
         (a, b) if a == b => format!("{other} is {}", word(a)),
-        (a, NotSignificant) => format!("{other} is {} at the median; no significant difference at p90", word(a)),
-        (NotSignificant, b) => format!("{other} is {} at p90; no significant difference at the median", word(b)),
-        (a, b) => format!("{other} is {} at the median but {} at p90", word(a), word(b)),
+        (a, NotSignificant) => format!(
+            "{other} is {} at the median; no significant difference at p90",
+            word(a)
+        ),
+        (NotSignificant, b) => format!(
+            "{other} is {} at p90; no significant difference at the median",
+            word(b)
+        ),
+        (a, b) => format!(
+            "{other} is {} at the median but {} at p90",
+            word(a),
+            word(b)
+        ),
     };
     let ks_words = if ks.p_value < 0.05 {
-        format!("the distributions differ (KS D={:.3}, {})", ks.d, fmt::p_value(ks.p_value))
+        format!(
+            "the distributions differ (KS D={:.3}, {})",
+            ks.d,
+            fmt::p_value(ks.p_value)
+        )
     } else {
         format!(
             "KS finds no significant difference between the distributions (D={:.3}, {})",
@@ -720,5 +806,9 @@ fn verdict_line(base: &str, other: &str, rows: &[StatDiff], ks: &KsTest, confide
             fmt::p_value(ks.p_value)
         )
     };
-    format!("{other} vs {base}: {}, {}: {finding}; {ks_words}", show(p50), show(p90))
+    format!(
+        "{other} vs {base}: {}, {}: {finding}; {ks_words}",
+        show(p50),
+        show(p90)
+    )
 }

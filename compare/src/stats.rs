@@ -296,7 +296,10 @@ pub fn percentile_interval(values: &[f64], confidence: f64) -> (f64, f64) {
     }
     v.sort_by(f64::total_cmp);
     let tail = (1.0 - confidence) / 2.0 * 100.0;
-    (percentile_sorted(&v, tail), percentile_sorted(&v, 100.0 - tail))
+    (
+        percentile_sorted(&v, tail),
+        percentile_sorted(&v, 100.0 - tail),
+    )
 }
 
 #[cfg(test)]
@@ -340,9 +343,22 @@ mod tests {
             };
             out.push(v * scale / 100 + shift);
         }
-        let first: Vec<u64> = check["first"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-        assert_eq!(&out[..first.len()], &first[..], "sample {spec} differs from gen.py's");
-        assert_eq!(out.iter().sum::<u64>(), check["sum"].as_u64().unwrap(), "sample {spec} sum");
+        let first: Vec<u64> = check["first"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            &out[..first.len()],
+            &first[..],
+            "sample {spec} differs from gen.py's"
+        );
+        assert_eq!(
+            out.iter().sum::<u64>(),
+            check["sum"].as_u64().unwrap(),
+            "sample {spec} sum"
+        );
         let mut f: Vec<f64> = out.into_iter().map(|v| v as f64).collect();
         f.sort_by(f64::total_cmp);
         f
@@ -368,7 +384,13 @@ mod tests {
             let b = sample(&c["b"], &c["b_check"]);
             let t = ks_2samp_with(&a, &b, KsMethod::Exact).unwrap();
             let (d, p) = (c["d"].as_f64().unwrap(), c["p"].as_f64().unwrap());
-            assert!(close(t.d, d, 0.0, 1e-12), "D {} vs scipy {} for {}", t.d, d, c["a"]);
+            assert!(
+                close(t.d, d, 0.0, 1e-12),
+                "D {} vs scipy {} for {}",
+                t.d,
+                d,
+                c["a"]
+            );
             assert!(
                 close(t.p_value, p, 1e-9, 1e-300),
                 "p {:e} vs scipy {:e} for {} / {}",
@@ -392,12 +414,26 @@ mod tests {
             let a = sample(&c["a"], &c["a_check"]);
             let b = sample(&c["b"], &c["b_check"]);
             let t = ks_2samp(&a, &b).unwrap();
-            assert_eq!(t.method, KsMethod::Asymptotic, "large samples use the asymptotic p");
+            assert_eq!(
+                t.method,
+                KsMethod::Asymptotic,
+                "large samples use the asymptotic p"
+            );
             assert!(close(t.d, c["d"].as_f64().unwrap(), 0.0, 1e-12));
             let want = c["p_kolmogorov"].as_f64().unwrap();
-            assert!(close(t.p_value, want, 1e-9, 0.0), "{} vs {}", t.p_value, want);
+            assert!(
+                close(t.p_value, want, 1e-9, 0.0),
+                "{} vs {}",
+                t.p_value,
+                want
+            );
             let scipy = c["p_scipy_asymp"].as_f64().unwrap();
-            assert!(close(t.p_value, scipy, 0.02, 0.0), "{} vs scipy asymp {}", t.p_value, scipy);
+            assert!(
+                close(t.p_value, scipy, 0.02, 0.0),
+                "{} vs scipy asymp {}",
+                t.p_value,
+                scipy
+            );
         }
     }
 
@@ -423,7 +459,11 @@ mod tests {
             for (p, v) in ps.iter().zip(vs) {
                 let (p, v) = (p.as_f64().unwrap(), v.as_f64().unwrap());
                 let got = percentile_sorted(&s, p);
-                assert!(close(got, v, 1e-12, 1e-9), "p{p} of {}: {got} vs numpy {v}", c["sample"]);
+                assert!(
+                    close(got, v, 1e-12, 1e-9),
+                    "p{p} of {}: {got} vs numpy {v}",
+                    c["sample"]
+                );
             }
             assert!(close(mean(&s), c["mean"].as_f64().unwrap(), 1e-12, 0.0));
         }
@@ -459,7 +499,10 @@ mod tests {
                 let at_least: u64 = counts.range(dnum..).map(|(_, c)| c).sum();
                 let want = at_least as f64 / paths as f64;
                 let got = ks_exact_sf(m as u64, n as u64, dnum);
-                assert!(close(got, want, 1e-12, 1e-15), "m={m} n={n} dnum={dnum}: {got} vs {want}");
+                assert!(
+                    close(got, want, 1e-12, 1e-15),
+                    "m={m} n={n} dnum={dnum}: {got} vs {want}"
+                );
             }
         }
     }
@@ -474,7 +517,11 @@ mod tests {
         let t = ks_2samp(&a, &b).unwrap();
         assert_eq!(t.d, 1.0);
         // P(all of one sample below all of the other, either way) = 2 / C(100, 50)
-        assert!(close(t.p_value, 2.0 / 1.008_913_445_455_641_9e29, 1e-9, 0.0), "{:e}", t.p_value);
+        assert!(
+            close(t.p_value, 2.0 / 1.008_913_445_455_641_9e29, 1e-9, 0.0),
+            "{:e}",
+            t.p_value
+        );
         assert!(ks_2samp(&[], &a).is_none());
     }
 
@@ -491,14 +538,27 @@ mod tests {
         assert_ne!(r1.values, r3.values);
         for row in &r1.values {
             assert!(row[0] >= 1.0 && row[0] <= 101.0 && row[1] >= row[0]);
-            assert!(row[2] > 30.0 && row[2] < 70.0, "mean of a resample {}", row[2]);
+            assert!(
+                row[2] > 30.0 && row[2] < 70.0,
+                "mean of a resample {}",
+                row[2]
+            );
         }
         // golden: first replicate of seed 42 (changes only if rand/rand_chacha change streams)
-        assert_eq!(r1.values[0], GOLDEN_FIRST_REPLICATE.to_vec(), "golden replicate");
+        assert_eq!(
+            r1.values[0],
+            GOLDEN_FIRST_REPLICATE.to_vec(),
+            "golden replicate"
+        );
         // the mean of a resample is distributed around the sample mean with sd σ/√n
-        let means: Vec<f64> = bootstrap(&xs, &[], 2000, 7).values.iter().map(|r| r[0]).collect();
+        let means: Vec<f64> = bootstrap(&xs, &[], 2000, 7)
+            .values
+            .iter()
+            .map(|r| r[0])
+            .collect();
         let m = mean(&means);
-        let sd = (means.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (means.len() - 1) as f64).sqrt();
+        let sd =
+            (means.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (means.len() - 1) as f64).sqrt();
         let sigma = (xs.iter().map(|x| (x - 51.0).powi(2)).sum::<f64>() / 101.0).sqrt();
         assert!((m - 51.0).abs() < 0.2, "bootstrap mean {m}");
         assert!(
@@ -513,7 +573,9 @@ mod tests {
     /// Replicate percentiles computed from counts equal those of the explicitly sorted resample.
     #[test]
     fn bootstrap_order_statistics_equal_sorting() {
-        let xs: Vec<f64> = (0..37).map(|v| ((v * 7919) % 101) as f64).collect::<Vec<_>>();
+        let xs: Vec<f64> = (0..37)
+            .map(|v| ((v * 7919) % 101) as f64)
+            .collect::<Vec<_>>();
         let mut xs = xs;
         xs.sort_by(f64::total_cmp);
         let ps = [0.0, 10.0, 33.0, 50.0, 99.0, 100.0];
@@ -521,7 +583,9 @@ mod tests {
         // regenerate the same draws and sort them explicitly
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         for row in &reps.values {
-            let mut res: Vec<f64> = (0..xs.len()).map(|_| xs[rng.random_range(0..xs.len())]).collect();
+            let mut res: Vec<f64> = (0..xs.len())
+                .map(|_| xs[rng.random_range(0..xs.len())])
+                .collect();
             res.sort_by(f64::total_cmp);
             for (k, &p) in ps.iter().enumerate() {
                 assert!(close(row[k], percentile_sorted(&res, p), 1e-12, 1e-12));
@@ -550,7 +614,12 @@ mod tests {
             b.sort_by(f64::total_cmp);
             let ra = bootstrap(&a, &[50.0], 400, 1000 + e);
             let rb = bootstrap(&b, &[50.0], 400, 5000 + e);
-            let diffs: Vec<f64> = ra.values.iter().zip(&rb.values).map(|(x, y)| y[0] - x[0]).collect();
+            let diffs: Vec<f64> = ra
+                .values
+                .iter()
+                .zip(&rb.values)
+                .map(|(x, y)| y[0] - x[0])
+                .collect();
             let (lo, hi) = percentile_interval(&diffs, 0.95);
             if lo <= truth && truth <= hi {
                 covered += 1;

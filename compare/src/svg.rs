@@ -17,7 +17,9 @@ pub(crate) const FONT: &str = "DejaVu Sans, Liberation Sans, Arial, Helvetica, s
 /// Okabe–Ito colours (distinguishable with the common colour-vision deficiencies); BASE is
 /// drawn in near-black.
 pub(crate) const BASE_COLOR: &str = "#222222";
-pub(crate) const PALETTE: [&str; 7] = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F6F00"];
+pub(crate) const PALETTE: [&str; 7] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F6F00",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Scale {
@@ -109,7 +111,11 @@ pub(crate) fn auto_range(samples: &[&[f64]], scale: Scale) -> (f64, f64) {
         }
     }
     if !lo.is_finite() || !hi.is_finite() {
-        return if scale == Scale::Log { (1.0, 10.0) } else { (0.0, 1.0) };
+        return if scale == Scale::Log {
+            (1.0, 10.0)
+        } else {
+            (0.0, 1.0)
+        };
     }
     match scale {
         Scale::Log => {
@@ -122,7 +128,10 @@ pub(crate) fn auto_range(samples: &[&[f64]], scale: Scale) -> (f64, f64) {
         }
         Scale::Linear => {
             if hi - lo < 1e-12 {
-                (lo - 0.5_f64.max(lo.abs() * 0.1), hi + 0.5_f64.max(hi.abs() * 0.1))
+                (
+                    lo - 0.5_f64.max(lo.abs() * 0.1),
+                    hi + 0.5_f64.max(hi.abs() * 0.1),
+                )
             } else {
                 let pad = (hi - lo) * 0.03;
                 (lo - pad, hi + pad)
@@ -187,8 +196,18 @@ impl Chart {
                         if v < lo * 0.999 || v > hi * 1.001 {
                             continue;
                         }
-                        let labelled = m == 1 || (decades < 3.2 && (m == 2 || m == 5)) || (decades < 1.2 && m != 1);
-                        out.push((v, if labelled { self.tick_label(v) } else { String::new() }, m == 1));
+                        let labelled = m == 1
+                            || (decades < 3.2 && (m == 2 || m == 5))
+                            || (decades < 1.2 && m != 1);
+                        out.push((
+                            v,
+                            if labelled {
+                                self.tick_label(v)
+                            } else {
+                                String::new()
+                            },
+                            m == 1,
+                        ));
                     }
                 }
             }
@@ -319,7 +338,10 @@ impl Chart {
                         continue;
                     }
                 }
-                d.push_str(&format!("{}{px:.1},{py:.1}", if i == 0 { "M" } else { " L" }));
+                d.push_str(&format!(
+                    "{}{px:.1},{py:.1}",
+                    if i == 0 { "M" } else { " L" }
+                ));
                 last = Some((px, py));
             }
             // carry the CDF to the right edge at its last level
@@ -357,7 +379,12 @@ impl Chart {
         // legend: lower right, inside the plot, where a CDF leaves room
         let rows = self.series.len();
         if rows > 0 {
-            let longest = self.series.iter().map(|s| s.label.chars().count()).max().unwrap_or(0) as f64;
+            let longest = self
+                .series
+                .iter()
+                .map(|s| s.label.chars().count())
+                .max()
+                .unwrap_or(0) as f64;
             let w = (longest * 6.9 + 44.0).min(pw - 20.0);
             let h = rows as f64 * 18.0 + 10.0;
             let x0 = LEFT + pw - w - 10.0;
@@ -457,10 +484,20 @@ mod tests {
     #[test]
     fn log_axis_ticks_are_decades_with_units() {
         let c = chart(Scale::Log, Units::Duration, (800.0, 2_000_000.0));
-        let labels: Vec<String> = c.x_ticks().into_iter().filter(|t| !t.1.is_empty()).map(|t| t.1).collect();
+        let labels: Vec<String> = c
+            .x_ticks()
+            .into_iter()
+            .filter(|t| !t.1.is_empty())
+            .map(|t| t.1)
+            .collect();
         assert_eq!(labels, ["1 ms", "10 ms", "100 ms", "1 s"]);
         let c = chart(Scale::Log, Units::Duration, (3000.0, 60000.0));
-        let labels: Vec<String> = c.x_ticks().into_iter().filter(|t| !t.1.is_empty()).map(|t| t.1).collect();
+        let labels: Vec<String> = c
+            .x_ticks()
+            .into_iter()
+            .filter(|t| !t.1.is_empty())
+            .map(|t| t.1)
+            .collect();
         assert_eq!(labels, ["5 ms", "10 ms", "20 ms", "50 ms"]);
     }
 
@@ -469,7 +506,9 @@ mod tests {
         let c = chart(Scale::Linear, Units::SignedPercent, (-0.5, 0.5));
         let labels: Vec<String> = c.x_ticks().into_iter().map(|t| t.1).collect();
         assert!(
-            labels.contains(&"0%".to_string()) && labels.contains(&"+20%".to_string()) && labels.contains(&"\u{2212}20%".to_string()),
+            labels.contains(&"0%".to_string())
+                && labels.contains(&"+20%".to_string())
+                && labels.contains(&"\u{2212}20%".to_string()),
             "{labels:?}"
         );
     }
@@ -485,7 +524,10 @@ mod tests {
     #[test]
     fn cdf_points_step_and_quantile_forms() {
         let p = cdf_points(&[1.0, 2.0]);
-        assert_eq!(p, vec![(1.0, 0.0), (1.0, 0.0), (1.0, 0.5), (2.0, 0.5), (2.0, 1.0)]);
+        assert_eq!(
+            p,
+            vec![(1.0, 0.0), (1.0, 0.0), (1.0, 0.5), (2.0, 0.5), (2.0, 1.0)]
+        );
         let big: Vec<f64> = (0..10_000).map(|v| v as f64).collect();
         let p = cdf_points(&big);
         assert_eq!(p.len(), 1002);

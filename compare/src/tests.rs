@@ -23,7 +23,13 @@ pub(crate) struct MapRow {
 
 /// Writes a mimic database with `conns` (one exchange each when it has a response time) and
 /// an optional replay_map.
-pub(crate) fn write_db(path: &Path, role: &str, meta: &[(&str, &str)], conns: &[Conn], map: &[MapRow]) {
+pub(crate) fn write_db(
+    path: &Path,
+    role: &str,
+    meta: &[(&str, &str)],
+    conns: &[Conn],
+    map: &[MapRow],
+) {
     let db = AtomicDb::create(path).unwrap();
     let c = db.conn();
     set_meta(c, "role", role).unwrap();
@@ -110,7 +116,10 @@ pub(crate) struct Fixture {
 /// by 1000, relative error (id % 39 − 19)/100 up to rounding, 3 failed: 2 timeout + 1 refused, one
 /// missing, one ok without a response time), a 25%-faster original and an identical one.
 pub(crate) fn fixture() -> Fixture {
-    let dir = tempfile::Builder::new().prefix("mimic-compare-").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("mimic-compare-")
+        .tempdir()
+        .unwrap();
     let base = dir.path().join("original.db");
     let orig = originals(400, 7);
     write_db(&base, "original", &[], &orig, &[]);
@@ -173,7 +182,13 @@ pub(crate) fn fixture() -> Fixture {
             }
         }
     }
-    write_db(&replay, "replay", &[("stack_profile", "initcwnd=10,cc=cubic")], &conns, &map);
+    write_db(
+        &replay,
+        "replay",
+        &[("stack_profile", "initcwnd=10,cc=cubic")],
+        &conns,
+        &map,
+    );
 
     let faster = dir.path().join("faster.db");
     let f: Vec<Conn> = originals(400, 7)
@@ -210,23 +225,40 @@ fn paired_relative_error_and_failures() {
     assert_eq!(r.inputs[0].with_response_time, 392);
     assert_eq!(r.inputs[0].excluded.len(), 1);
     assert_eq!(r.inputs[0].excluded[0].count, 8);
-    let p = r.comparisons[0].paired.as_ref().expect("replay of BASE is paired");
+    let p = r.comparisons[0]
+        .paired
+        .as_ref()
+        .expect("replay of BASE is paired");
     assert_eq!(p.replay_map_rows, 400);
     // every replayed connection with a counterpart agrees except id 7 (no exchange in the replay)
-    assert_eq!((p.consistent + 1, p.consistency_checked), (p.consistency_checked, 396));
+    assert_eq!(
+        (p.consistent + 1, p.consistency_checked),
+        (p.consistency_checked, 396)
+    );
     // expected pairs: ids with an original response time, minus 3..=7
     let expected: Vec<f64> = (1..=400i64)
         .filter(|id| id % 50 != 0 && !(3..=7).contains(id))
         .map(|id| {
-            let o = originals(400, 7).into_iter().find(|c| c.id == id).unwrap().rt_us.unwrap() as f64;
+            let o = originals(400, 7)
+                .into_iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .rt_us
+                .unwrap() as f64;
             let rep = (o * (1.0 + ((id % 39) - 19) as f64 / 100.0)).round();
             (rep - o) / o
         })
         .collect();
     assert_eq!(p.pairs, expected.len());
-    let w10 = expected.iter().filter(|e| e.abs() <= 0.10 + 1e-12).count() as f64 / expected.len() as f64;
-    let w20 = expected.iter().filter(|e| e.abs() <= 0.20 + 1e-12).count() as f64 / expected.len() as f64;
-    assert!((p.overall.within_10 - w10).abs() < 1e-12, "{} vs {w10}", p.overall.within_10);
+    let w10 =
+        expected.iter().filter(|e| e.abs() <= 0.10 + 1e-12).count() as f64 / expected.len() as f64;
+    let w20 =
+        expected.iter().filter(|e| e.abs() <= 0.20 + 1e-12).count() as f64 / expected.len() as f64;
+    assert!(
+        (p.overall.within_10 - w10).abs() < 1e-12,
+        "{} vs {w10}",
+        p.overall.within_10
+    );
     assert!((p.overall.within_20 - w20).abs() < 1e-12);
     assert!(w20 > 0.99 && w10 < 0.6, "fixture shape: {w10} {w20}");
     // failures are reported by status and reason, never dropped
@@ -239,9 +271,15 @@ fn paired_relative_error_and_failures() {
     assert_eq!(count("failed", "timeout"), Some(2));
     assert_eq!(count("failed", "refused"), Some(1));
     assert_eq!(count("missing", "no reason recorded"), Some(1));
-    assert_eq!(count("ok", "replayed connection has no response time"), Some(1));
+    assert_eq!(
+        count("ok", "replayed connection has no response time"),
+        Some(1)
+    );
     // originals without response time that were replayed (ids 50, 100, …) are "ok" but unpairable
-    assert_eq!(count("ok", "original connection has no response time"), Some(8));
+    assert_eq!(
+        count("ok", "original connection has no response time"),
+        Some(8)
+    );
     // breakdowns: 4 RTT values → one class each; bandwidth 4 values + unknown
     let by = |name: &str| p.breakdowns.iter().find(|b| b.by == name).unwrap();
     assert_eq!(by("min_rtt").classes.len(), 4);
@@ -262,17 +300,37 @@ fn verdicts_faster_and_no_difference() {
     let f = fixture();
     let r = Report::build(&f.base, &[f.faster.clone(), f.same.clone()], &opts()).unwrap();
     let faster = &r.comparisons[0];
-    assert!(faster.verdict.contains("faster is faster"), "{}", faster.verdict);
-    assert!(faster.verdict.contains("the distributions differ"), "{}", faster.verdict);
+    assert!(
+        faster.verdict.contains("faster is faster"),
+        "{}",
+        faster.verdict
+    );
+    assert!(
+        faster.verdict.contains("the distributions differ"),
+        "{}",
+        faster.verdict
+    );
     let p50 = faster.rows.iter().find(|r| r.stat == "p50").unwrap();
     assert!((p50.rel + 0.25).abs() < 0.01, "{}", p50.rel);
     assert!(p50.rel_ci[0] < p50.rel && p50.rel < p50.rel_ci[1]);
     assert_eq!(p50.direction, Direction::Faster);
     let same = &r.comparisons[1];
-    assert!(same.verdict.contains("no significant difference at p50 or p90"), "{}", same.verdict);
-    assert!(same.verdict.contains("KS finds no significant difference"), "{}", same.verdict);
+    assert!(
+        same.verdict
+            .contains("no significant difference at p50 or p90"),
+        "{}",
+        same.verdict
+    );
+    assert!(
+        same.verdict.contains("KS finds no significant difference"),
+        "{}",
+        same.verdict
+    );
     assert_eq!(same.ks.d, 0.0);
-    assert!(same.rows.iter().all(|r| r.direction == Direction::NotSignificant));
+    assert!(same
+        .rows
+        .iter()
+        .all(|r| r.direction == Direction::NotSignificant));
     assert!(same.paired.is_none() && same.pairing_note.is_none());
     assert_eq!(r.verdict().lines().count(), 2);
 }
@@ -280,12 +338,20 @@ fn verdicts_faster_and_no_difference() {
 #[test]
 fn reproducible_with_a_seed() {
     let f = fixture();
-    let a = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap().to_json();
-    let b = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap().to_json();
-    assert_eq!(a, b);
-    let c = Report::build(&f.base, &[f.faster.clone()], &Options { seed: 99, ..opts() })
+    let a = Report::build(&f.base, &[f.faster.clone()], &opts())
         .unwrap()
         .to_json();
+    let b = Report::build(&f.base, &[f.faster.clone()], &opts())
+        .unwrap()
+        .to_json();
+    assert_eq!(a, b);
+    let c = Report::build(
+        &f.base,
+        &[f.faster.clone()],
+        &Options { seed: 99, ..opts() },
+    )
+    .unwrap()
+    .to_json();
     assert_ne!(a["comparisons"][0]["rows"], c["comparisons"][0]["rows"]);
 }
 
@@ -296,7 +362,10 @@ fn a_replay_of_something_else_is_not_paired() {
     let foreign = dir.path().join("foreign.db");
     let conns = originals(10, 3)
         .into_iter()
-        .map(|c| Conn { id: c.id + 5000, ..c })
+        .map(|c| Conn {
+            id: c.id + 5000,
+            ..c
+        })
         .collect::<Vec<_>>();
     let map: Vec<MapRow> = (1..=10)
         .map(|i| MapRow {
@@ -318,7 +387,10 @@ fn a_replay_of_something_else_is_not_paired() {
     let lookalike = dir.path().join("lookalike.db");
     let conns = originals(20, 5)
         .into_iter()
-        .map(|c| Conn { id: c.id + 5000, ..c })
+        .map(|c| Conn {
+            id: c.id + 5000,
+            ..c
+        })
         .collect::<Vec<_>>();
     let map: Vec<MapRow> = (1..=20)
         .map(|i| MapRow {
@@ -337,12 +409,17 @@ fn a_replay_of_something_else_is_not_paired() {
     assert!(r.comparisons[0].paired.is_none());
     let note = r.comparisons[0].pairing_note.as_deref().unwrap();
     assert!(
-        note.contains("only 0 of 20 replayed connections") && note.contains("does not look like a replay"),
+        note.contains("only 0 of 20 replayed connections")
+            && note.contains("does not look like a replay"),
         "{note}"
     );
     // a replay as BASE: no pairing either, and it says why
     let r = Report::build(&f.replay, &[f.replay.clone()], &opts()).unwrap();
-    assert!(r.comparisons[0].pairing_note.as_deref().unwrap().contains("itself a replay"));
+    assert!(r.comparisons[0]
+        .pairing_note
+        .as_deref()
+        .unwrap()
+        .contains("itself a replay"));
 }
 
 #[test]
@@ -351,12 +428,19 @@ fn bad_inputs_get_clear_errors() {
     let f = fixture();
     let text = dir.path().join("notes.db");
     std::fs::write(&text, "hello, not a database").unwrap();
-    let e = Report::build(&text, &[f.base.clone()], &opts()).unwrap_err().to_string();
-    assert!(e.contains("notes.db") && e.contains("not an SQLite database"), "{e}");
+    let e = Report::build(&text, &[f.base.clone()], &opts())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("notes.db") && e.contains("not an SQLite database"),
+        "{e}"
+    );
 
     let empty = dir.path().join("empty.db");
     write_db(&empty, "original", &[], &[], &[]);
-    let e = Report::build(&f.base, &[empty.clone()], &opts()).unwrap_err().to_string();
+    let e = Report::build(&f.base, &[empty.clone()], &opts())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("empty.db") && e.contains("empty input") && e.contains("no connections"),
         "{e}"
@@ -376,7 +460,9 @@ fn bad_inputs_get_clear_errors() {
         }],
         &[],
     );
-    let e = Report::build(&no_rt, &[f.base.clone()], &opts()).unwrap_err().to_string();
+    let e = Report::build(&no_rt, &[f.base.clone()], &opts())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("nort.db") && e.contains("none of its 1 connections has a response time"),
         "{e}"
@@ -408,11 +494,29 @@ fn json_has_everything() {
     assert_eq!(j["format"], "mimic-compare/1");
     assert_eq!(j["inputs"].as_array().unwrap().len(), 3);
     assert_eq!(j["inputs"][1]["role"], "replay");
-    assert_eq!(j["inputs"][1]["meta"]["stack_profile"], "initcwnd=10,cc=cubic");
-    assert_eq!(j["inputs"][0]["response_time_us"]["quantiles"].as_array().unwrap().len(), 101);
+    assert_eq!(
+        j["inputs"][1]["meta"]["stack_profile"],
+        "initcwnd=10,cc=cubic"
+    );
+    assert_eq!(
+        j["inputs"][0]["response_time_us"]["quantiles"]
+            .as_array()
+            .unwrap()
+            .len(),
+        101
+    );
     assert_eq!(j["inputs"][0]["excluded"][0]["count"], 8);
-    for key in ["min_rtt_us", "bw_bps", "loss_rate_down", "response_delay_us", "query_delay_us"] {
-        assert!(j["inputs"][0]["population"][key]["n"].as_u64().unwrap() > 0, "{key}");
+    for key in [
+        "min_rtt_us",
+        "bw_bps",
+        "loss_rate_down",
+        "response_delay_us",
+        "query_delay_us",
+    ] {
+        assert!(
+            j["inputs"][0]["population"][key]["n"].as_u64().unwrap() > 0,
+            "{key}"
+        );
     }
     assert_eq!(j["inputs"][0]["population"]["bw_bps"]["missing"], 57);
     let c = &j["comparisons"][0];
@@ -437,7 +541,11 @@ fn fail_if_against_a_report() {
     assert!(FailIf::parse("mean <= -1ms").unwrap().holds(&r));
     let o = FailIf::parse("median < -20%").unwrap().evaluate(&r);
     assert_eq!(o.len(), 1);
-    assert!(o[0].explanation.starts_with("p50 \u{2212}25"), "{}", o[0].explanation);
+    assert!(
+        o[0].explanation.starts_with("p50 \u{2212}25"),
+        "{}",
+        o[0].explanation
+    );
     // any OTHER makes it hold
     let r = Report::build(&f.base, &[f.same.clone(), f.faster.clone()], &opts()).unwrap();
     let o = FailIf::parse("p50 < -20%").unwrap().evaluate(&r);
@@ -468,6 +576,10 @@ fn html_is_self_contained_and_png_renders() {
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-        assert!(bytes.len() > 20_000, "{} is suspiciously small", f.display());
+        assert!(
+            bytes.len() > 20_000,
+            "{} is suspiciously small",
+            f.display()
+        );
     }
 }

@@ -23,6 +23,9 @@ fn main() {
                 Err(e) => break format!("ERROR {e}"),
             }
         };
-        println!("{path}: frames={} tcp={tcp} {:?} {:?} end={end}", r.stats.frames, reasons, r.stats);
+        println!(
+            "{path}: frames={} tcp={tcp} {:?} {:?} end={end}",
+            r.stats.frames, reasons, r.stats
+        );
     }
 }

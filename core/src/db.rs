@@ -16,13 +16,26 @@ pub enum DbError {
     #[error("{path}: not an SQLite database")]
     NotSqlite { path: PathBuf },
     #[error("{path}: an SQLite database, but not one mimic wrote (no {missing} table)")]
-    NotMimic { path: PathBuf, missing: &'static str },
+    NotMimic {
+        path: PathBuf,
+        missing: &'static str,
+    },
     #[error("{path}: schema version {found}, this mimic reads version {supported}")]
-    SchemaVersion { path: PathBuf, found: String, supported: u32 },
+    SchemaVersion {
+        path: PathBuf,
+        found: String,
+        supported: u32,
+    },
     #[error("{path}: {source}")]
-    Sqlite { path: PathBuf, source: rusqlite::Error },
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Applies every migration to an empty database and records the version.
@@ -36,14 +49,22 @@ pub fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
 
 /// The schema's `CREATE INDEX` statements (one per line in the schema files).
 pub fn index_statements() -> Vec<&'static str> {
-    MIGRATIONS.iter().flat_map(|(_, sql)| sql.lines()).filter(|l| l.trim_start().starts_with("CREATE INDEX")).collect()
+    MIGRATIONS
+        .iter()
+        .flat_map(|(_, sql)| sql.lines())
+        .filter(|l| l.trim_start().starts_with("CREATE INDEX"))
+        .collect()
 }
 
 /// Applies the schema without its indexes, for a bulk load that creates them afterwards
 /// with [`index_statements`] (much faster than maintaining them row by row).
 pub fn init_schema_tables(conn: &Connection) -> rusqlite::Result<()> {
     for (_, sql) in MIGRATIONS {
-        let tables: String = sql.lines().filter(|l| !l.trim_start().starts_with("CREATE INDEX")).collect::<Vec<_>>().join("\n");
+        let tables: String = sql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("CREATE INDEX"))
+            .collect::<Vec<_>>()
+            .join("\n");
         conn.execute_batch(&tables)?;
     }
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -54,14 +75,19 @@ pub fn init_schema_tables(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
-    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", (key, value))?;
+    conn.execute(
+        "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+        (key, value),
+    )?;
     Ok(())
 }
 
 pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
-    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get::<_, Option<String>>(0))
-        .optional()
-        .map(Option::flatten)
+    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
+        r.get::<_, Option<String>>(0)
+    })
+    .optional()
+    .map(Option::flatten)
 }
 
 /// A database being written: it lives under a temporary name beside its destination and
@@ -85,7 +111,10 @@ impl AtomicDb {
         let dest = dest.as_ref().to_path_buf();
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
-        let sq = |source| DbError::Sqlite { path: dest.clone(), source };
+        let sq = |source| DbError::Sqlite {
+            path: dest.clone(),
+            source,
+        };
         let conn = Connection::open(&tmp).map_err(sq)?;
         // The temporary file is private to this run: trade durability for speed until commit.
         // Large pages: fewer b-tree pages to balance during bulk loads.
@@ -96,7 +125,11 @@ impl AtomicDb {
         } else {
             init_schema_tables(&conn).map_err(sq)?;
         }
-        Ok(AtomicDb { conn: Some(conn), tmp, dest })
+        Ok(AtomicDb {
+            conn: Some(conn),
+            tmp,
+            dest,
+        })
     }
 
     pub fn conn(&self) -> &Connection {
@@ -113,9 +146,17 @@ impl AtomicDb {
     pub fn commit(mut self) -> Result<PathBuf, DbError> {
         let conn = self.conn.take().expect("commit once");
         let dest = self.dest.clone();
-        conn.close().map_err(|(_, source)| DbError::Sqlite { path: dest.clone(), source })?;
-        let io = |source| DbError::Io { path: dest.clone(), source };
-        std::fs::File::open(&self.tmp).and_then(|f| f.sync_all()).map_err(io)?;
+        conn.close().map_err(|(_, source)| DbError::Sqlite {
+            path: dest.clone(),
+            source,
+        })?;
+        let io = |source| DbError::Io {
+            path: dest.clone(),
+            source,
+        };
+        std::fs::File::open(&self.tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
         std::fs::rename(&self.tmp, &dest).map_err(io)?;
         Ok(dest)
     }
@@ -131,7 +172,10 @@ impl Drop for AtomicDb {
 
 /// `dir/.name.tmp-PID` beside `dest`.
 pub fn temp_sibling(dest: &Path) -> PathBuf {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
@@ -162,27 +206,61 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
     let mut header = [0u8; 16];
     {
         use std::io::Read;
-        let mut f = std::fs::File::open(&path).map_err(|source| DbError::Io { path: path.clone(), source })?;
-        let n = f.read(&mut header).map_err(|source| DbError::Io { path: path.clone(), source })?;
+        let mut f = std::fs::File::open(&path).map_err(|source| DbError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let n = f.read(&mut header).map_err(|source| DbError::Io {
+            path: path.clone(),
+            source,
+        })?;
         if n < 16 || &header != b"SQLite format 3\0" {
             return Err(DbError::NotSqlite { path });
         }
     }
     let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+        .map_err(|source| DbError::Sqlite {
+            path: path.clone(),
+            source,
+        })?;
     for table in ["meta", "connections"] {
         let exists: bool = conn
-            .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |r| r.get(0))
-            .map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .map_err(|source| DbError::Sqlite {
+                path: path.clone(),
+                source,
+            })?;
         if !exists {
-            return Err(DbError::NotMimic { path, missing: if table == "meta" { "meta" } else { "connections" } });
+            return Err(DbError::NotMimic {
+                path,
+                missing: if table == "meta" {
+                    "meta"
+                } else {
+                    "connections"
+                },
+            });
         }
     }
-    let version = get_meta(&conn, "schema_version").map_err(|source| DbError::Sqlite { path: path.clone(), source })?;
+    let version = get_meta(&conn, "schema_version").map_err(|source| DbError::Sqlite {
+        path: path.clone(),
+        source,
+    })?;
     match version.as_deref() {
         Some(v) if v == SCHEMA_VERSION.to_string() => Ok(conn),
-        Some(v) => Err(DbError::SchemaVersion { path, found: v.to_string(), supported: SCHEMA_VERSION }),
-        None => Err(DbError::SchemaVersion { path, found: "none".into(), supported: SCHEMA_VERSION }),
+        Some(v) => Err(DbError::SchemaVersion {
+            path,
+            found: v.to_string(),
+            supported: SCHEMA_VERSION,
+        }),
+        None => Err(DbError::SchemaVersion {
+            path,
+            found: "none".into(),
+            supported: SCHEMA_VERSION,
+        }),
     }
 }
 
@@ -207,7 +285,10 @@ mod tests {
         db.commit().unwrap();
         let c = open_existing(&dest).unwrap();
         assert_eq!(get_meta(&c, "role").unwrap().as_deref(), Some("original"));
-        assert_eq!(get_meta(&c, "schema_version").unwrap().as_deref(), Some("1"));
+        assert_eq!(
+            get_meta(&c, "schema_version").unwrap().as_deref(),
+            Some("1")
+        );
         assert_eq!(index_statements().len(), 1);
         let n: i64 = c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%'", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 1);
@@ -215,10 +296,19 @@ mod tests {
 
         let junk = dir.join("junk.db");
         std::fs::write(&junk, b"not a database at all, just text").unwrap();
-        assert!(matches!(open_existing(&junk), Err(DbError::NotSqlite { .. })));
+        assert!(matches!(
+            open_existing(&junk),
+            Err(DbError::NotSqlite { .. })
+        ));
         let other = dir.join("other.db");
-        Connection::open(&other).unwrap().execute_batch("CREATE TABLE t(x)").unwrap();
-        assert!(matches!(open_existing(&other), Err(DbError::NotMimic { .. })));
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE t(x)")
+            .unwrap();
+        assert!(matches!(
+            open_existing(&other),
+            Err(DbError::NotMimic { .. })
+        ));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -114,7 +114,11 @@ impl FlowKey {
     }
     #[inline]
     pub fn reversed(&self) -> FlowKey {
-        FlowKey { vlan: self.vlan, src: self.dst, dst: self.src }
+        FlowKey {
+            vlan: self.vlan,
+            src: self.dst,
+            dst: self.src,
+        }
     }
     /// A direction-independent 64-bit hash (same for both directions), for sharding work by flow.
     pub fn symmetric_hash(&self) -> u64 {
@@ -149,7 +153,11 @@ mod tests {
 
     #[test]
     fn canonical_is_direction_free() {
-        let k = FlowKey { vlan: VlanStack::NONE, src: ep("10.0.0.2", 80), dst: ep("10.0.0.1", 5555) };
+        let k = FlowKey {
+            vlan: VlanStack::NONE,
+            src: ep("10.0.0.2", 80),
+            dst: ep("10.0.0.1", 5555),
+        };
         let (c1, s1) = k.canonical();
         let (c2, s2) = k.reversed().canonical();
         assert_eq!(c1, c2);
@@ -171,6 +179,10 @@ mod tests {
         }
         assert!(!v.push(1));
         assert_eq!(v.len(), 5);
-        assert_ne!(VlanStack::NONE, { let mut z = VlanStack::NONE; z.push(0); z });
+        assert_ne!(VlanStack::NONE, {
+            let mut z = VlanStack::NONE;
+            z.push(0);
+            z
+        });
     }
 }

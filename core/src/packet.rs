@@ -11,8 +11,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
-    err::ip::LaxHeaderSliceError, Ethernet2HeaderSlice, IpNumber, LaxIpSlice,
-    TcpOptionElement, TcpOptionReadError, TcpOptionsIterator, TcpSlice,
+    err::ip::LaxHeaderSliceError, Ethernet2HeaderSlice, IpNumber, LaxIpSlice, TcpOptionElement,
+    TcpOptionReadError, TcpOptionsIterator, TcpSlice,
 };
 
 use crate::flow::{Endpoint, FlowKey, VlanStack};
@@ -158,7 +158,16 @@ impl TcpFlags {
 
 impl std::fmt::Debug for TcpFlags {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names = [(Self::SYN, 'S'), (Self::FIN, 'F'), (Self::RST, 'R'), (Self::PSH, 'P'), (Self::ACK, '.'), (Self::URG, 'U'), (Self::ECE, 'E'), (Self::CWR, 'W')];
+        let names = [
+            (Self::SYN, 'S'),
+            (Self::FIN, 'F'),
+            (Self::RST, 'R'),
+            (Self::PSH, 'P'),
+            (Self::ACK, '.'),
+            (Self::URG, 'U'),
+            (Self::ECE, 'E'),
+            (Self::CWR, 'W'),
+        ];
         for (bit, c) in names {
             if self.0 & bit != 0 {
                 write!(f, "{c}")?;
@@ -327,7 +336,8 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, DecodeErro
     let mut vlan = VlanStack::NONE;
     let ip = match link {
         LinkType::Ethernet => {
-            let eth = Ethernet2HeaderSlice::from_slice(frame).map_err(|_| DecodeError::TruncatedLinkHeader)?;
+            let eth = Ethernet2HeaderSlice::from_slice(frame)
+                .map_err(|_| DecodeError::TruncatedLinkHeader)?;
             let rest = &frame[eth.slice().len()..];
             walk_ethertype(eth.ether_type().0, rest, &mut vlan)?
         }
@@ -388,14 +398,19 @@ fn ip_only(b: &[u8], version: u8) -> Result<&[u8], DecodeError> {
 }
 
 /// Follows VLAN tags, MPLS labels and PPPoE to the IP header.
-fn walk_ethertype<'a>(mut et: u16, mut rest: &'a [u8], vlan: &mut VlanStack) -> Result<&'a [u8], DecodeError> {
+fn walk_ethertype<'a>(
+    mut et: u16,
+    mut rest: &'a [u8],
+    vlan: &mut VlanStack,
+) -> Result<&'a [u8], DecodeError> {
     // bounded: each step consumes at least four bytes
     loop {
         match et {
             ETH_IPV4 => return ip_only(rest, 4),
             ETH_IPV6 => return ip_only(rest, 6),
             ETH_VLAN | ETH_QINQ | ETH_QINQ_OLD => {
-                let tag = etherparse::SingleVlanHeaderSlice::from_slice(rest).map_err(|_| DecodeError::TruncatedLinkHeader)?;
+                let tag = etherparse::SingleVlanHeaderSlice::from_slice(rest)
+                    .map_err(|_| DecodeError::TruncatedLinkHeader)?;
                 vlan.push(tag.vlan_identifier().value());
                 et = tag.ether_type().0;
                 rest = &rest[4..];
@@ -416,12 +431,14 @@ fn walk_ethertype<'a>(mut et: u16, mut rest: &'a [u8], vlan: &mut VlanStack) -> 
                 match rest.first().map(|b| b >> 4) {
                     Some(4) | Some(6) => return ip_by_version(rest),
                     Some(0) if rest.len() >= 4 + 14 && rest[..4] == [0, 0, 0, 0] => {
-                        let eth = Ethernet2HeaderSlice::from_slice(&rest[4..]).map_err(|_| DecodeError::TruncatedLinkHeader)?;
+                        let eth = Ethernet2HeaderSlice::from_slice(&rest[4..])
+                            .map_err(|_| DecodeError::TruncatedLinkHeader)?;
                         et = eth.ether_type().0;
                         rest = &rest[4 + 14..];
                     }
                     Some(_) => {
-                        let eth = Ethernet2HeaderSlice::from_slice(rest).map_err(|_| DecodeError::TruncatedLinkHeader)?;
+                        let eth = Ethernet2HeaderSlice::from_slice(rest)
+                            .map_err(|_| DecodeError::TruncatedLinkHeader)?;
                         et = eth.ether_type().0;
                         rest = &rest[14..];
                     }
@@ -524,7 +541,9 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
         etherparse::err::tcp::HeaderSliceError::Content(_) => DecodeError::BadTcpHeader,
     })?;
     let hdr_len = tcp.header_len();
-    let payload_len = ip_payload_len.checked_sub(hdr_len).ok_or(DecodeError::BadTcpHeader)?;
+    let payload_len = ip_payload_len
+        .checked_sub(hdr_len)
+        .ok_or(DecodeError::BadTcpHeader)?;
     let mut flags = 0u16;
     for (set, bit) in [
         (tcp.fin(), TcpFlags::FIN),
@@ -568,8 +587,10 @@ mod tests {
     fn eth_ipv4_syn() -> Vec<u8> {
         let mut f = vec![
             0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // ethernet
-            0x45, 0x02, 0, 60, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // ipv4, ECT(0)
-            0x9c, 0x40, 0, 80, 0, 0, 0, 100, 0, 0, 0, 0, 0xa0, 0x02, 0xfa, 0xf0, 0, 0, 0, 0, // tcp, doff 10
+            0x45, 0x02, 0, 60, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0,
+            2, // ipv4, ECT(0)
+            0x9c, 0x40, 0, 80, 0, 0, 0, 100, 0, 0, 0, 0, 0xa0, 0x02, 0xfa, 0xf0, 0, 0, 0,
+            0, // tcp, doff 10
             2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
         ];
         f.truncate(14 + 60);
@@ -601,7 +622,9 @@ mod tests {
         let syn = eth_ipv4_syn();
         // three stacked tags: 802.1ad 100, 802.1Q 200, 802.1Q 300
         let mut f = syn[..12].to_vec();
-        f.extend_from_slice(&[0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 200, 0x81, 0x00, 0x01, 0x2c, 0x08, 0x00]);
+        f.extend_from_slice(&[
+            0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 200, 0x81, 0x00, 0x01, 0x2c, 0x08, 0x00,
+        ]);
         f.extend_from_slice(&syn[14..]);
         let s = decode(LinkType::Ethernet, &f).unwrap();
         assert_eq!(s.vlan.iter().collect::<Vec<_>>(), vec![100, 200, 300]);
@@ -625,9 +648,18 @@ mod tests {
         assert_eq!(s.payload_len, 1000);
         assert!(s.payload.is_empty());
         // cut inside the TCP header
-        assert_eq!(decode(LinkType::Ethernet, &f[..14 + 20 + 10]).unwrap_err(), DecodeError::TruncatedTcpHeader);
-        assert_eq!(decode(LinkType::Ethernet, &f[..14 + 10]).unwrap_err(), DecodeError::TruncatedIpHeader);
-        assert_eq!(decode(LinkType::Ethernet, &f[..10]).unwrap_err(), DecodeError::TruncatedLinkHeader);
+        assert_eq!(
+            decode(LinkType::Ethernet, &f[..14 + 20 + 10]).unwrap_err(),
+            DecodeError::TruncatedTcpHeader
+        );
+        assert_eq!(
+            decode(LinkType::Ethernet, &f[..14 + 10]).unwrap_err(),
+            DecodeError::TruncatedIpHeader
+        );
+        assert_eq!(
+            decode(LinkType::Ethernet, &f[..10]).unwrap_err(),
+            DecodeError::TruncatedLinkHeader
+        );
     }
 
     #[test]
@@ -642,7 +674,9 @@ mod tests {
         let mut lo = vec![0, 0, 0, 2];
         lo.extend_from_slice(ip);
         assert_eq!(decode(LinkType::Loop, &lo).unwrap().dport, 80);
-        let mut sll2 = vec![0x08, 0x00, 0, 0, 0, 0, 0, 1, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0];
+        let mut sll2 = vec![
+            0x08, 0x00, 0, 0, 0, 0, 0, 1, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0,
+        ];
         sll2.extend_from_slice(ip);
         assert_eq!(decode(LinkType::LinuxSll2, &sll2).unwrap().dport, 80);
         // NFLOG: header, a prefix TLV (type 10, len 8), then the payload TLV (type 9)
@@ -652,7 +686,10 @@ mod tests {
         nf.extend_from_slice(&[9, 0]);
         nf.extend_from_slice(ip);
         assert_eq!(decode(LinkType::Nflog, &nf).unwrap().dport, 80);
-        assert_eq!(decode(LinkType::Unknown(147), ip).unwrap_err(), DecodeError::UnsupportedLinkType);
+        assert_eq!(
+            decode(LinkType::Unknown(147), ip).unwrap_err(),
+            DecodeError::UnsupportedLinkType
+        );
     }
 
     #[test]
@@ -682,10 +719,16 @@ mod tests {
     fn non_tcp_is_benign() {
         let mut f = eth_ipv4_syn();
         f[14 + 9] = 17; // UDP
-        assert_eq!(decode(LinkType::Ethernet, &f).unwrap_err(), DecodeError::NotTcp);
+        assert_eq!(
+            decode(LinkType::Ethernet, &f).unwrap_err(),
+            DecodeError::NotTcp
+        );
         let mut arp = f.clone();
         arp[12] = 0x08;
         arp[13] = 0x06;
-        assert_eq!(decode(LinkType::Ethernet, &arp).unwrap_err(), DecodeError::NotIp);
+        assert_eq!(
+            decode(LinkType::Ethernet, &arp).unwrap_err(),
+            DecodeError::NotIp
+        );
     }
 }

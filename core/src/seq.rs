@@ -35,11 +35,19 @@ impl SeqNum {
     /// The later of two sequence numbers (modulo comparison).
     #[inline]
     pub fn max(self, other: SeqNum) -> SeqNum {
-        if self.ge(other) { self } else { other }
+        if self.ge(other) {
+            self
+        } else {
+            other
+        }
     }
     #[inline]
     pub fn min(self, other: SeqNum) -> SeqNum {
-        if self.le(other) { self } else { other }
+        if self.le(other) {
+            self
+        } else {
+            other
+        }
     }
 }
 

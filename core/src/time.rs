@@ -8,7 +8,19 @@ use std::fmt;
 
 /// Nanoseconds since 1970-01-01T00:00:00Z. Signed, so differences and pre-epoch values are
 /// representable; the range is roughly years 1678–2262.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct Timestamp(i64);
 
@@ -36,7 +48,8 @@ impl Timestamp {
         if units_per_sec == 0 {
             return None;
         }
-        let ns = (secs as i128) * 1_000_000_000 + (frac as i128) * 1_000_000_000 / units_per_sec as i128;
+        let ns =
+            (secs as i128) * 1_000_000_000 + (frac as i128) * 1_000_000_000 / units_per_sec as i128;
         i64::try_from(ns).ok().map(Timestamp)
     }
     #[inline]
@@ -74,7 +87,12 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:09}", self.0.div_euclid(1_000_000_000), self.0.rem_euclid(1_000_000_000))
+        write!(
+            f,
+            "{}.{:09}",
+            self.0.div_euclid(1_000_000_000),
+            self.0.rem_euclid(1_000_000_000)
+        )
     }
 }
 
@@ -96,10 +114,19 @@ mod tests {
 
     #[test]
     fn parts_conversions() {
-        assert_eq!(Timestamp::from_parts(1, 5, 1_000_000), Some(Timestamp::from_nanos(1_000_005_000)));
-        assert_eq!(Timestamp::from_parts(1, 5, 1_000_000_000), Some(Timestamp::from_nanos(1_000_000_005)));
+        assert_eq!(
+            Timestamp::from_parts(1, 5, 1_000_000),
+            Some(Timestamp::from_nanos(1_000_005_000))
+        );
+        assert_eq!(
+            Timestamp::from_parts(1, 5, 1_000_000_000),
+            Some(Timestamp::from_nanos(1_000_000_005))
+        );
         // a microsecond field of exactly one million carries into the next second
-        assert_eq!(Timestamp::from_parts(1, 1_000_000, 1_000_000), Some(Timestamp::from_nanos(2_000_000_000)));
+        assert_eq!(
+            Timestamp::from_parts(1, 1_000_000, 1_000_000),
+            Some(Timestamp::from_nanos(2_000_000_000))
+        );
         // year 586524 does not fit in i64 nanoseconds
         assert_eq!(Timestamp::from_parts(18_000_000_000_000, 0, 1), None);
         // post-2106 fits
@@ -110,7 +137,13 @@ mod tests {
     fn micros() {
         assert_eq!(Timestamp::from_nanos(1_499).as_micros(), 1);
         assert_eq!(Timestamp::from_nanos(-1).as_micros(), -1);
-        assert_eq!(Timestamp::from_nanos(2_600).micros_since(Timestamp::from_nanos(1_000)), 2);
-        assert_eq!(Timestamp::from_nanos(1_000_000_123).to_string(), "1.000000123");
+        assert_eq!(
+            Timestamp::from_nanos(2_600).micros_since(Timestamp::from_nanos(1_000)),
+            2
+        );
+        assert_eq!(
+            Timestamp::from_nanos(1_000_000_123).to_string(),
+            "1.000000123"
+        );
     }
 }

@@ -34,7 +34,11 @@ pub enum TraceError {
     #[error("{path}: file is cut short in the middle of a record at byte {offset}")]
     Truncated { path: PathBuf, offset: u64 },
     #[error("{path}: corrupt record at byte {offset}: {what}")]
-    Corrupt { path: PathBuf, offset: u64, what: String },
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
 }
 
 impl TraceError {
@@ -126,7 +130,10 @@ impl TraceReader {
     /// Opens a trace file, detecting gzip, pcap and pcapng from its first bytes.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, TraceError> {
         let path = path.as_ref().to_path_buf();
-        let io_err = |source| TraceError::Io { path: path.clone(), source };
+        let io_err = |source| TraceError::Io {
+            path: path.clone(),
+            source,
+        };
         let mut file = File::open(&path).map_err(io_err)?;
         let file_size = file.metadata().map_err(io_err)?.len();
         let mut magic = [0u8; 4];
@@ -137,21 +144,35 @@ impl TraceReader {
     }
 
     /// Reads a trace held in memory; `label` names it in errors.
-    pub fn from_bytes(label: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<TraceReader, TraceError> {
+    pub fn from_bytes(
+        label: impl Into<PathBuf>,
+        bytes: Vec<u8>,
+    ) -> Result<TraceReader, TraceError> {
         let magic: Vec<u8> = bytes.iter().take(4).copied().collect();
         let size = bytes.len() as u64;
         Self::from_parts(label.into(), Box::new(io::Cursor::new(bytes)), &magic, size)
     }
 
-    fn from_parts(path: PathBuf, input: Box<dyn Read + Send>, magic: &[u8], file_size: u64) -> Result<TraceReader, TraceError> {
+    fn from_parts(
+        path: PathBuf,
+        input: Box<dyn Read + Send>,
+        magic: &[u8],
+        file_size: u64,
+    ) -> Result<TraceReader, TraceError> {
         if magic.is_empty() {
             return Err(TraceError::Empty { path });
         }
         let gzip = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
         let bytes_read = Arc::new(AtomicU64::new(0));
-        let counted = CountingReader { inner: input, count: bytes_read.clone() };
+        let counted = CountingReader {
+            inner: input,
+            count: bytes_read.clone(),
+        };
         let source: Box<dyn Read + Send> = if gzip {
-            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, counted)))
+            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+                1 << 16,
+                counted,
+            )))
         } else {
             Box::new(counted)
         };
@@ -162,11 +183,21 @@ impl TraceReader {
                 return Err(TraceError::Truncated { path, offset: 0 })
             }
             Err(PcapError::ReadError) => {
-                return Err(TraceError::Io { path, source: io::Error::other("read failed (corrupt gzip stream?)") })
+                return Err(TraceError::Io {
+                    path,
+                    source: io::Error::other("read failed (corrupt gzip stream?)"),
+                })
             }
             Err(_) => {
-                let magic = magic.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
-                return Err(TraceError::NotATrace { path, magic: format!("bytes {magic}") });
+                let magic = magic
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                return Err(TraceError::NotATrace {
+                    path,
+                    magic: format!("bytes {magic}"),
+                });
             }
         };
         Ok(TraceReader {
@@ -227,7 +258,9 @@ impl TraceReader {
         }
         loop {
             let step = match self.inner.next() {
-                Ok((offset, block)) => classify(offset, block, &mut self.format, self.section_big_endian),
+                Ok((offset, block)) => {
+                    classify(offset, block, &mut self.format, self.section_big_endian)
+                }
                 Err(PcapError::Eof) => return Ok(None),
                 Err(PcapError::Incomplete(_)) => {
                     let before = self.inner.data().len();
@@ -237,7 +270,10 @@ impl TraceReader {
                     // At the end of the input the next call reports a clean end or a cut
                     // record; a refill that adds nothing with input left means the buffer is
                     // full, which the next call reports as too small.
-                    if self.inner.data().len() == before && !self.inner.reader_exhausted() && self.buffer_size >= MAX_BUFFER {
+                    if self.inner.data().len() == before
+                        && !self.inner.reader_exhausted()
+                        && self.buffer_size >= MAX_BUFFER
+                    {
                         return Err(self.truncated());
                     }
                     continue;
@@ -268,15 +304,26 @@ impl TraceReader {
                     let what = match e {
                         PcapError::HeaderNotRecognized => "block header not recognized".to_string(),
                         PcapError::NomError(_, kind) => format!("unparseable block ({kind:?})"),
-                        PcapError::OwnedNomError(_, kind) => format!("unparseable block ({kind:?})"),
+                        PcapError::OwnedNomError(_, kind) => {
+                            format!("unparseable block ({kind:?})")
+                        }
                         other => format!("{other:?}"),
                     };
-                    return Err(TraceError::Corrupt { path: self.path.clone(), offset: self.position(), what });
+                    return Err(TraceError::Corrupt {
+                        path: self.path.clone(),
+                        offset: self.position(),
+                        what,
+                    });
                 }
             };
             match step {
                 Step::Skip(offset) => self.inner.consume_noshift(offset),
-                Step::LegacyHeader { offset, link, nanos, big_endian } => {
+                Step::LegacyHeader {
+                    offset,
+                    link,
+                    nanos,
+                    big_endian,
+                } => {
                     self.legacy_link = link;
                     self.legacy_units = if nanos { 1_000_000_000 } else { 1_000_000 };
                     self.format = Some(Format::Pcap { nanos, big_endian });
@@ -287,27 +334,51 @@ impl TraceReader {
                     self.section_big_endian = big_endian;
                     self.inner.consume_noshift(offset);
                 }
-                Step::Interface { offset, link, units_per_sec, offset_secs } => {
-                    self.interfaces.push(Interface { link, units_per_sec, offset_secs });
+                Step::Interface {
+                    offset,
+                    link,
+                    units_per_sec,
+                    offset_secs,
+                } => {
+                    self.interfaces.push(Interface {
+                        link,
+                        units_per_sec,
+                        offset_secs,
+                    });
                     self.inner.consume_noshift(offset);
                 }
                 Step::IfStats { offset, dropped } => {
                     self.stats.if_dropped += dropped;
                     self.inner.consume_noshift(offset);
                 }
-                Step::Packet { offset, ts, iface, wire_len, data_ptr, data_len } => {
+                Step::Packet {
+                    offset,
+                    ts,
+                    iface,
+                    wire_len,
+                    data_ptr,
+                    data_len,
+                } => {
                     let (link, ts) = match ts {
                         RawTs::Legacy { secs, frac } => {
                             if frac as u64 >= self.legacy_units {
                                 self.stats.ts_invalid_fraction += 1;
                             }
-                            (self.legacy_link, Timestamp::from_parts(secs as i64, frac as u64, self.legacy_units))
+                            (
+                                self.legacy_link,
+                                Timestamp::from_parts(secs as i64, frac as u64, self.legacy_units),
+                            )
                         }
                         RawTs::Ng(units) => match self.interfaces.get(iface as usize) {
                             Some(i) => {
                                 let secs = (units / i.units_per_sec) as i64;
                                 let frac = units % i.units_per_sec;
-                                (i.link, secs.checked_add(i.offset_secs).and_then(|s| Timestamp::from_parts(s, frac, i.units_per_sec)))
+                                (
+                                    i.link,
+                                    secs.checked_add(i.offset_secs).and_then(|s| {
+                                        Timestamp::from_parts(s, frac, i.units_per_sec)
+                                    }),
+                                )
                             }
                             None => {
                                 self.stats.unknown_interface += 1;
@@ -335,7 +406,10 @@ impl TraceReader {
                     // Locate the packet bytes in the (still unconsumed) buffer.
                     let buf = self.inner.data();
                     let start = data_ptr.wrapping_sub(buf.as_ptr() as usize);
-                    let Some(data) = start.checked_add(data_len).and_then(|end| buf.get(start..end)) else {
+                    let Some(data) = start
+                        .checked_add(data_len)
+                        .and_then(|end| buf.get(start..end))
+                    else {
                         return Err(TraceError::Corrupt {
                             path: self.path.clone(),
                             offset: self.position(),
@@ -345,14 +419,23 @@ impl TraceReader {
                     self.last_ts = ts;
                     self.stats.frames += 1;
                     self.pending_consume = offset;
-                    return Ok(Some(Frame { ts, link, wire_len, data, interface: iface }));
+                    return Ok(Some(Frame {
+                        ts,
+                        link,
+                        wire_len,
+                        data,
+                        interface: iface,
+                    }));
                 }
             }
         }
     }
 
     fn truncated(&self) -> TraceError {
-        TraceError::Truncated { path: self.path.clone(), offset: self.position() }
+        TraceError::Truncated {
+            path: self.path.clone(),
+            offset: self.position(),
+        }
     }
 }
 
@@ -368,7 +451,10 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 enum RawTs {
-    Legacy { secs: u32, frac: u32 },
+    Legacy {
+        secs: u32,
+        frac: u32,
+    },
     /// Raw pcapng timestamp in interface units.
     Ng(u64),
     None,
@@ -377,14 +463,42 @@ enum RawTs {
 /// What a block means for the reader, with no borrow of the block left.
 enum Step {
     Skip(usize),
-    LegacyHeader { offset: usize, link: LinkType, nanos: bool, big_endian: bool },
-    Section { offset: usize, big_endian: bool },
-    Interface { offset: usize, link: LinkType, units_per_sec: u64, offset_secs: i64 },
-    IfStats { offset: usize, dropped: u64 },
-    Packet { offset: usize, ts: RawTs, iface: u32, wire_len: u32, data_ptr: usize, data_len: usize },
+    LegacyHeader {
+        offset: usize,
+        link: LinkType,
+        nanos: bool,
+        big_endian: bool,
+    },
+    Section {
+        offset: usize,
+        big_endian: bool,
+    },
+    Interface {
+        offset: usize,
+        link: LinkType,
+        units_per_sec: u64,
+        offset_secs: i64,
+    },
+    IfStats {
+        offset: usize,
+        dropped: u64,
+    },
+    Packet {
+        offset: usize,
+        ts: RawTs,
+        iface: u32,
+        wire_len: u32,
+        data_ptr: usize,
+        data_len: usize,
+    },
 }
 
-fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format>, section_be: bool) -> Step {
+fn classify(
+    offset: usize,
+    block: PcapBlockOwned<'_>,
+    format: &mut Option<Format>,
+    section_be: bool,
+) -> Step {
     match block {
         PcapBlockOwned::LegacyHeader(h) => Step::LegacyHeader {
             offset,
@@ -395,7 +509,10 @@ fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format
         },
         PcapBlockOwned::Legacy(b) => Step::Packet {
             offset,
-            ts: RawTs::Legacy { secs: b.ts_sec, frac: b.ts_usec },
+            ts: RawTs::Legacy {
+                secs: b.ts_sec,
+                frac: b.ts_usec,
+            },
             iface: 0,
             wire_len: b.origlen,
             data_ptr: b.data.as_ptr() as usize,
@@ -404,7 +521,10 @@ fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format
         PcapBlockOwned::NG(block) => {
             *format = Some(Format::PcapNg);
             match block {
-                Block::SectionHeader(shb) => Step::Section { offset, big_endian: shb.big_endian() },
+                Block::SectionHeader(shb) => Step::Section {
+                    offset,
+                    big_endian: shb.big_endian(),
+                },
                 Block::InterfaceDescription(idb) => Step::Interface {
                     offset,
                     link: LinkType::from_u32(idb.linktype.0 as u32),
@@ -437,7 +557,11 @@ fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format
                         .map(|o| {
                             let mut b = [0u8; 8];
                             b.copy_from_slice(&o.value[..8]);
-                            if section_be { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) }
+                            if section_be {
+                                u64::from_be_bytes(b)
+                            } else {
+                                u64::from_le_bytes(b)
+                            }
                         })
                         .unwrap_or(0);
                     Step::IfStats { offset, dropped }
@@ -448,10 +572,20 @@ fn classify(offset: usize, block: PcapBlockOwned<'_>, format: &mut Option<Format
                     if d.len() < 20 {
                         return Step::Skip(offset);
                     }
-                    let r16 = |i: usize| if section_be { u16::from_be_bytes([d[i], d[i + 1]]) } else { u16::from_le_bytes([d[i], d[i + 1]]) };
+                    let r16 = |i: usize| {
+                        if section_be {
+                            u16::from_be_bytes([d[i], d[i + 1]])
+                        } else {
+                            u16::from_le_bytes([d[i], d[i + 1]])
+                        }
+                    };
                     let r32 = |i: usize| {
                         let b = [d[i], d[i + 1], d[i + 2], d[i + 3]];
-                        if section_be { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) }
+                        if section_be {
+                            u32::from_be_bytes(b)
+                        } else {
+                            u32::from_le_bytes(b)
+                        }
                     };
                     let caplen = r32(12) as usize;
                     let data = &d[20..];
@@ -478,8 +612,20 @@ mod tests {
     fn pcap_bytes(big_endian: bool, nanos: bool, records: &[(u32, u32, &[u8])]) -> Vec<u8> {
         let mut v = Vec::new();
         let magic: u32 = if nanos { 0xa1b23c4d } else { 0xa1b2c3d4 };
-        let w32 = |v: &mut Vec<u8>, x: u32| if big_endian { v.extend_from_slice(&x.to_be_bytes()) } else { v.extend_from_slice(&x.to_le_bytes()) };
-        let w16 = |v: &mut Vec<u8>, x: u16| if big_endian { v.extend_from_slice(&x.to_be_bytes()) } else { v.extend_from_slice(&x.to_le_bytes()) };
+        let w32 = |v: &mut Vec<u8>, x: u32| {
+            if big_endian {
+                v.extend_from_slice(&x.to_be_bytes())
+            } else {
+                v.extend_from_slice(&x.to_le_bytes())
+            }
+        };
+        let w16 = |v: &mut Vec<u8>, x: u16| {
+            if big_endian {
+                v.extend_from_slice(&x.to_be_bytes())
+            } else {
+                v.extend_from_slice(&x.to_le_bytes())
+            }
+        };
         w32(&mut v, magic);
         w16(&mut v, 2);
         w16(&mut v, 4);
@@ -518,7 +664,13 @@ mod tests {
             let f = r.next_frame().unwrap().unwrap();
             assert_eq!(f.data, b"defg");
             assert!(r.next_frame().unwrap().is_none());
-            assert_eq!(r.format(), Some(Format::Pcap { nanos, big_endian: be }));
+            assert_eq!(
+                r.format(),
+                Some(Format::Pcap {
+                    nanos,
+                    big_endian: be
+                })
+            );
             std::fs::remove_file(p).ok();
         }
     }
@@ -552,7 +704,10 @@ mod tests {
         assert!(matches!(e, TraceError::NotATrace { .. }), "{e}");
         std::fs::remove_file(p).ok();
         let p = write_tmp("e.pcap", b"");
-        assert!(matches!(TraceReader::open(&p).err().unwrap(), TraceError::Empty { .. }));
+        assert!(matches!(
+            TraceReader::open(&p).err().unwrap(),
+            TraceError::Empty { .. }
+        ));
         std::fs::remove_file(p).ok();
     }
 }

@@ -14,7 +14,10 @@ pub enum AccuracyError {
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("{path}: {source}")]
-    Sql { path: String, source: rusqlite::Error },
+    Sql {
+        path: String,
+        source: rusqlite::Error,
+    },
     #[error("{0}: not a replay database (no replay_map rows)")]
     NotReplay(String),
 }
@@ -35,14 +38,30 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(parameter: &'static str, criterion: &'static str, unit: &'static str, required: f64, results: &[(bool, f64)]) -> Check {
+    fn new(
+        parameter: &'static str,
+        criterion: &'static str,
+        unit: &'static str,
+        required: f64,
+        results: &[(bool, f64)],
+    ) -> Check {
         let n = results.len() as u64;
         let ok = results.iter().filter(|r| r.0).count() as u64;
         let share = if n == 0 { 0.0 } else { ok as f64 / n as f64 };
         let mut errs: Vec<f64> = results.iter().map(|r| r.1.abs()).collect();
         errs.sort_by(|a, b| a.total_cmp(b));
         let median_abs_error = errs.get(errs.len() / 2).copied().unwrap_or(0.0);
-        Check { parameter, criterion, n, ok, share, required, pass: n > 0 && share >= required, median_abs_error, unit }
+        Check {
+            parameter,
+            criterion,
+            n,
+            ok,
+            share,
+            required,
+            pass: n > 0 && share >= required,
+            median_abs_error,
+            unit,
+        }
     }
 }
 
@@ -93,7 +112,11 @@ impl AccuracyReport {
                 c.criterion,
                 c.n,
                 c.share * 100.0,
-                if c.required > 0.0 { format!("{:.0}%", c.required * 100.0) } else { "report".into() },
+                if c.required > 0.0 {
+                    format!("{:.0}%", c.required * 100.0)
+                } else {
+                    "report".into()
+                },
                 c.median_abs_error,
                 c.unit,
                 if c.required == 0.0 {
@@ -118,7 +141,10 @@ impl AccuracyReport {
             l.interval.1 * 100.0,
             if l.pass { "ok" } else { "MISS" }
         );
-        s += &format!("bandwidth estimates for {:.1}% of the paired connections\n", self.bw_coverage * 100.0);
+        s += &format!(
+            "bandwidth estimates for {:.1}% of the paired connections\n",
+            self.bw_coverage * 100.0
+        );
         s
     }
 }
@@ -147,21 +173,48 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let r = open_existing(replay)?;
     let tp = truth.display().to_string();
     let rp = replay.display().to_string();
-    let sqt = |source| AccuracyError::Sql { path: tp.clone(), source };
-    let sqr = |source| AccuracyError::Sql { path: rp.clone(), source };
+    let sqt = |source| AccuracyError::Sql {
+        path: tp.clone(),
+        source,
+    };
+    let sqr = |source| AccuracyError::Sql {
+        path: rp.clone(),
+        source,
+    };
 
     let mut truths: HashMap<i64, Truth> = HashMap::new();
     {
-        let mut st = t.prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes FROM connections").map_err(sqt)?;
+        let mut st = t
+            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes FROM connections")
+            .map_err(sqt)?;
         let rows = st
-            .query_map([], |row| Ok((row.get::<_, i64>(0)?, Truth { rtt: row.get(1)?, bw: row.get(2)?, delack: row.get(3)?, rwin: row.get(4)?, ex: Vec::new() })))
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    Truth {
+                        rtt: row.get(1)?,
+                        bw: row.get(2)?,
+                        delack: row.get(3)?,
+                        rwin: row.get(4)?,
+                        ex: Vec::new(),
+                    },
+                ))
+            })
             .map_err(sqt)?;
         for row in rows {
             let (id, tr) = row.map_err(sqt)?;
             truths.insert(id, tr);
         }
         let mut st = t.prepare("SELECT conn_id, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0) FROM exchanges ORDER BY conn_id, seq").map_err(sqt)?;
-        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))).map_err(sqt)?;
+        let rows = st
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(sqt)?;
         for row in rows {
             let (id, rd, qd) = row.map_err(sqt)?;
             if let Some(tr) = truths.get_mut(&id) {
@@ -173,8 +226,18 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let mut pairs: Vec<(i64, i64)> = Vec::new();
     let mut failed = 0u64;
     {
-        let mut st = r.prepare("SELECT orig_conn_id, replay_conn_id, status FROM replay_map").map_err(sqr)?;
-        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Option<i64>>(1)?, row.get::<_, String>(2)?))).map_err(sqr)?;
+        let mut st = r
+            .prepare("SELECT orig_conn_id, replay_conn_id, status FROM replay_map")
+            .map_err(sqr)?;
+        let rows = st
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Option<i64>>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(sqr)?;
         for row in rows {
             let (o, rid, status) = row.map_err(sqr)?;
             match (status.as_str(), rid) {
@@ -213,7 +276,15 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
             inferred.insert(id, inf);
         }
         let mut st = r.prepare("SELECT conn_id, response_delay_us, query_delay_us FROM exchanges ORDER BY conn_id, seq").map_err(sqr)?;
-        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Option<i64>>(1)?, row.get::<_, Option<i64>>(2)?))).map_err(sqr)?;
+        let rows = st
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Option<i64>>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                ))
+            })
+            .map_err(sqr)?;
         for row in rows {
             let (id, rd, qd) = row.map_err(sqr)?;
             if let Some(inf) = inferred.get_mut(&id) {
@@ -225,25 +296,49 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     // emulator counters, when the replay recorded them
     let mut emulated: HashMap<i64, (f64, i64, i64)> = HashMap::new();
     let has_pipes: bool = r
-        .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE name = 'replay_pipes'", [], |row| row.get(0))
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'replay_pipes'",
+            [],
+            |row| row.get(0),
+        )
         .map_err(sqr)?;
     if has_pipes {
         let mut st = r
             .prepare("SELECT orig_conn_id, down_loss, coalesce(down_packets, 0), coalesce(down_loss_drops, 0) + coalesce(down_queue_drops, 0) FROM replay_pipes")
             .map_err(sqr)?;
-        let rows = st.query_map([], |row| Ok((row.get::<_, i64>(0)?, (row.get::<_, f64>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?)))).map_err(sqr)?;
+        let rows = st
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    (
+                        row.get::<_, f64>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, i64>(3)?,
+                    ),
+                ))
+            })
+            .map_err(sqr)?;
         for row in rows {
             let (o, v) = row.map_err(sqr)?;
             emulated.insert(o, v);
         }
     }
 
-    let (mut rtt, mut bw, mut rd, mut qd, mut delack, mut rwin) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut rtt, mut bw, mut rd, mut qd, mut delack, mut rwin) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     let (mut with_bw, mut paired) = (0u64, 0u64);
     let (mut data_pkts, mut losses) = (0u64, 0u64);
     let (mut offered, mut drops, mut cfg_weighted) = (0f64, 0f64, 0f64);
     for (o, rid) in &pairs {
-        let (Some(tr), Some(inf)) = (truths.get(o), inferred.get(rid)) else { continue };
+        let (Some(tr), Some(inf)) = (truths.get(o), inferred.get(rid)) else {
+            continue;
+        };
         paired += 1;
         if let (Some(t), Some(x)) = (tr.rtt, inf.rtt) {
             let err = (x - t) as f64;
@@ -293,16 +388,42 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         inferred_losses: losses,
         inferred_rate: if n > 0.0 { losses as f64 / n } else { 0.0 },
         emulated_rate,
-        configured_rate: if offered > 0.0 { cfg_weighted / offered } else { 0.0 },
-        interval: if n > 0.0 { (lo / n, hi / n) } else { (0.0, 0.0) },
+        configured_rate: if offered > 0.0 {
+            cfg_weighted / offered
+        } else {
+            0.0
+        },
+        interval: if n > 0.0 {
+            (lo / n, hi / n)
+        } else {
+            (0.0, 0.0)
+        },
         pass: (losses as f64) >= lo && (losses as f64) <= hi,
     };
     let checks = vec![
         Check::new("min RTT", "within 10% or 1 ms", "ms", 0.95, &rtt),
-        Check::new("bandwidth", "within 20% (connections with an estimate)", "%", 0.80, &bw),
-        Check::new("response delay", "within 2 ms (per exchange)", "ms", 0.95, &rd),
+        Check::new(
+            "bandwidth",
+            "within 20% (connections with an estimate)",
+            "%",
+            0.80,
+            &bw,
+        ),
+        Check::new(
+            "response delay",
+            "within 2 ms (per exchange)",
+            "ms",
+            0.95,
+            &rd,
+        ),
         Check::new("query delay", "within 2 ms (per exchange)", "ms", 0.95, &qd),
-        Check::new("delayed ACK", "policy as emulated (where inferred)", "", 0.0, &delack),
+        Check::new(
+            "delayed ACK",
+            "policy as emulated (where inferred)",
+            "",
+            0.0,
+            &delack,
+        ),
         Check::new("receive window", "within 10%", "%", 0.0, &rwin),
     ];
     Ok(AccuracyReport {
@@ -312,6 +433,10 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         failed,
         checks,
         loss,
-        bw_coverage: if paired > 0 { with_bw as f64 / paired as f64 } else { 0.0 },
+        bw_coverage: if paired > 0 {
+            with_bw as f64 / paired as f64
+        } else {
+            0.0
+        },
     })
 }

@@ -81,8 +81,12 @@ pub struct Outcome {
 const MSS_RANGE: (u16, u16) = (536, 8960);
 
 fn socket(p: &Planned) -> Result<TcpSocket, Failure> {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
-        .map_err(|e| Failure::Other(format!("socket: {e}")))?;
+    let s = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| Failure::Other(format!("socket: {e}")))?;
     let _ = s.set_reuse_address(true);
     if let Some(mss) = p.spec.mss_client {
         // TCP_MAXSEG before connect sets the MSS the SYN advertises
@@ -96,8 +100,10 @@ fn socket(p: &Planned) -> Result<TcpSocket, Failure> {
         set_window_clamp(&s, rwin as u32);
     }
     let _ = s.set_tcp_nodelay(true);
-    s.bind(&SocketAddr::V4(p.local).into()).map_err(|e| Failure::from_io(&e))?;
-    s.set_nonblocking(true).map_err(|e| Failure::Other(e.to_string()))?;
+    s.bind(&SocketAddr::V4(p.local).into())
+        .map_err(|e| Failure::from_io(&e))?;
+    s.set_nonblocking(true)
+        .map_err(|e| Failure::Other(e.to_string()))?;
     Ok(TcpSocket::from_std_stream(std::net::TcpStream::from(s)))
 }
 
@@ -120,7 +126,13 @@ fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
 /// Replays one connection.
 pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
     let woke = timer.sleep_until(p.start).await;
-    let mut out = Outcome { index: p.index, result: Ok(()), start_lateness: woke.saturating_duration_since(p.start), exchanges_done: 0, response_time: None };
+    let mut out = Outcome {
+        index: p.index,
+        result: Ok(()),
+        start_lateness: woke.saturating_duration_since(p.start),
+        exchanges_done: 0,
+        response_time: None,
+    };
     let deadline = p.start + p.limit;
     let r = tokio::time::timeout_at(deadline.into(), body(&p, timer, &mut out)).await;
     out.result = match r {
@@ -132,7 +144,10 @@ pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
 
 async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Failure> {
     let sock = socket(p)?;
-    let mut s: TcpStream = sock.connect(p.server).await.map_err(|e| Failure::from_io(&e))?;
+    let mut s: TcpStream = sock
+        .connect(p.server)
+        .await
+        .map_err(|e| Failure::from_io(&e))?;
     let connected = Instant::now();
     let spec = &p.spec;
     let n = spec.exchanges.len();
@@ -141,7 +156,9 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
     let mut first_req: Option<Instant> = None;
     for (k, e) in spec.exchanges.iter().enumerate() {
         // the client's pause: after the handshake, then after each response
-        timer.sleep_until(prev_done + Duration::from_micros(e.think_time_us)).await;
+        timer
+            .sleep_until(prev_done + Duration::from_micros(e.think_time_us))
+            .await;
         let last = k + 1 == n;
         let after = match (last, spec.close) {
             (true, Close::ServerFin) => After::Fin,
@@ -168,7 +185,10 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
         let mut left = e.resp_bytes;
         while left > 0 {
             let k = left.min(buf.len() as u64) as usize;
-            let got = s.read(&mut buf[..k]).await.map_err(|e| Failure::from_io(&e))?;
+            let got = s
+                .read(&mut buf[..k])
+                .await
+                .map_err(|e| Failure::from_io(&e))?;
             if got == 0 {
                 return Err(Failure::ShortResponse);
             }

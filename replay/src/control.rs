@@ -39,7 +39,12 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Serves the control channel until `stop` turns true (a `shutdown` request turns it).
-pub async fn serve(addr: ControlAddr, token: String, stats: Stats, stop_tx: watch::Sender<bool>) -> io::Result<()> {
+pub async fn serve(
+    addr: ControlAddr,
+    token: String,
+    stats: Stats,
+    stop_tx: watch::Sender<bool>,
+) -> io::Result<()> {
     let mut stop = stop_tx.subscribe();
     match addr {
         ControlAddr::Unix(p) => {
@@ -47,7 +52,8 @@ pub async fn serve(addr: ControlAddr, token: String, stats: Stats, stop_tx: watc
                 std::fs::create_dir_all(d)?;
             }
             let _ = std::fs::remove_file(&p);
-            let l = tokio::net::UnixListener::bind(&p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+            let l = tokio::net::UnixListener::bind(&p)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
             loop {
@@ -62,7 +68,9 @@ pub async fn serve(addr: ControlAddr, token: String, stats: Stats, stop_tx: watc
             let _ = std::fs::remove_file(&p);
         }
         ControlAddr::Tcp(a) => {
-            let l = tokio::net::TcpListener::bind(&a).await.map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}")))?;
+            let l = tokio::net::TcpListener::bind(&a)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}")))?;
             loop {
                 tokio::select! {
                     r = l.accept() => if let Ok((s, _)) = r {
@@ -85,7 +93,9 @@ where
 {
     let mut lines = tokio::io::BufReader::new(r).lines();
     let mut authed = false;
-    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(3600), lines.next_line()).await {
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(3600), lines.next_line()).await
+    {
         if line.len() > 1 << 16 {
             break;
         }
@@ -154,7 +164,10 @@ pub struct ServeClient {
 impl ServeClient {
     pub fn connect(addr: &ControlAddr, token: &str) -> Result<ServeClient, ControlError> {
         let name = addr.to_string();
-        let ioe = |err: io::Error| ControlError::Io { addr: name.clone(), err };
+        let ioe = |err: io::Error| ControlError::Io {
+            addr: name.clone(),
+            err,
+        };
         let (r, w) = match addr {
             ControlAddr::Unix(p) => {
                 let s = std::os::unix::net::UnixStream::connect(p).map_err(ioe)?;
@@ -166,31 +179,47 @@ impl ServeClient {
                 (Stream::Tcp(s.try_clone().map_err(ioe)?), Stream::Tcp(s))
             }
         };
-        let mut c = ServeClient { addr: name, r: BufReader::new(r), w };
-        c.call(&Request::Hello { token: token.into() })?;
+        let mut c = ServeClient {
+            addr: name,
+            r: BufReader::new(r),
+            w,
+        };
+        c.call(&Request::Hello {
+            token: token.into(),
+        })?;
         Ok(c)
     }
 
     fn call(&mut self, req: &Request) -> Result<Value, ControlError> {
         let addr = self.addr.clone();
-        let ioe = |err: io::Error| ControlError::Io { addr: addr.clone(), err };
-        let mut line = serde_json::to_string(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        let ioe = |err: io::Error| ControlError::Io {
+            addr: addr.clone(),
+            err,
+        };
+        let mut line =
+            serde_json::to_string(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
         line.push('\n');
         self.w.write_all(line.as_bytes()).map_err(ioe)?;
         let mut resp = String::new();
         if self.r.read_line(&mut resp).map_err(ioe)? == 0 {
-            return Err(ControlError::Refused("the server closed the control connection".into()));
+            return Err(ControlError::Refused(
+                "the server closed the control connection".into(),
+            ));
         }
-        let v: Value = serde_json::from_str(&resp).map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
+        let v: Value = serde_json::from_str(&resp)
+            .map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
         if v["ok"] == Value::Bool(true) {
             Ok(v["result"].clone())
         } else {
-            Err(ControlError::Refused(v["error"].as_str().unwrap_or("unknown error").to_string()))
+            Err(ControlError::Refused(
+                v["error"].as_str().unwrap_or("unknown error").to_string(),
+            ))
         }
     }
 
     pub fn stats(&mut self) -> Result<ServerStats, ControlError> {
-        serde_json::from_value(self.call(&Request::Stats)?).map_err(|e| ControlError::Protocol(e.to_string()))
+        serde_json::from_value(self.call(&Request::Stats)?)
+            .map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
     pub fn reset_stats(&mut self) -> Result<(), ControlError> {

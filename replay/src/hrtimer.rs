@@ -84,7 +84,8 @@ impl HrTimer {
 fn run(rx: mpsc::Receiver<(Instant, oneshot::Sender<Instant>)>) {
     let mut heap: BinaryHeap<Reverse<Entry>> = BinaryHeap::new();
     let mut seq = 0u64;
-    let mut add = |heap: &mut BinaryHeap<Reverse<Entry>>, (at, tx): (Instant, oneshot::Sender<Instant>)| {
+    let mut add = |heap: &mut BinaryHeap<Reverse<Entry>>,
+                   (at, tx): (Instant, oneshot::Sender<Instant>)| {
         seq += 1;
         heap.push(Reverse(Entry { at, seq, tx }));
     };

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use mimic_analyze::driver::{self as analysis, RunOptions, Summary as AnalysisSummary};
 use mimic_core::db::{set_meta, DbError};
 use mimic_netemu::config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
-use mimic_netemu::control::{Client as NetemuClient, ControlAddr, ControlError as NetemuError, RunStats};
+use mimic_netemu::control::{
+    Client as NetemuClient, ControlAddr, ControlError as NetemuError, RunStats,
+};
 use mimic_netemu::engine::{FlowRule, RuleId};
 use mimic_netemu::lab::{self, LabError, LabInfo, LabOptions};
 use mimic_netemu::netns;
@@ -137,17 +139,29 @@ struct Roles {
 }
 
 impl Roles {
-    fn spawn(&mut self, role: &'static str, mut cmd: Command, log: &Path) -> Result<(), ReplayError> {
-        let f = std::fs::File::create(log).map_err(|e| ReplayError::Io(format!("{}: {e}", log.display())))?;
+    fn spawn(
+        &mut self,
+        role: &'static str,
+        mut cmd: Command,
+        log: &Path,
+    ) -> Result<(), ReplayError> {
+        let f = std::fs::File::create(log)
+            .map_err(|e| ReplayError::Io(format!("{}: {e}", log.display())))?;
         let f2 = f.try_clone().map_err(|e| ReplayError::Io(e.to_string()))?;
         cmd.stdin(Stdio::null()).stdout(f).stderr(f2);
-        let child = cmd.spawn().map_err(|e| ReplayError::Role { role, why: e.to_string() })?;
+        let child = cmd.spawn().map_err(|e| ReplayError::Role {
+            role,
+            why: e.to_string(),
+        })?;
         self.children.push((role, child));
         Ok(())
     }
 
     fn alive(&mut self, role: &str) -> bool {
-        self.children.iter_mut().find(|(r, _)| *r == role).is_some_and(|(_, c)| matches!(c.try_wait(), Ok(None)))
+        self.children
+            .iter_mut()
+            .find(|(r, _)| *r == role)
+            .is_some_and(|(_, c)| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Sends SIGTERM to `role` and waits for it (KILL after `grace`).
@@ -218,10 +232,16 @@ fn wait_for<T>(
             return Ok(v);
         }
         if !alive() {
-            return Err(ReplayError::Role { role: what, why: "it exited (see its log)".into() });
+            return Err(ReplayError::Role {
+                role: what,
+                why: "it exited (see its log)".into(),
+            });
         }
         if Instant::now() > until {
-            return Err(ReplayError::Role { role: what, why: format!("not ready within {limit:?}") });
+            return Err(ReplayError::Role {
+                role: what,
+                why: format!("not ready within {limit:?}"),
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -252,7 +272,11 @@ pub fn pipes_for(c: &ConnSpec, seed: u64) -> (PipeConfig, PipeConfig) {
         queue: QueueLimit::Packets(q_up),
         ack: c.delack_every.map(|every| AckPolicy {
             every,
-            timeout: c.delack_timeout_us.filter(|t| *t > 0).unwrap_or(DEFAULT_DELACK_TIMEOUT_US) as u64 * 1000,
+            timeout: c
+                .delack_timeout_us
+                .filter(|t| *t > 0)
+                .unwrap_or(DEFAULT_DELACK_TIMEOUT_US) as u64
+                * 1000,
         }),
         seed: Some(seed),
         ..PipeConfig::default()
@@ -261,7 +285,11 @@ pub fn pipes_for(c: &ConnSpec, seed: u64) -> (PipeConfig, PipeConfig) {
         delay: owd_ns,
         rate_bps: c.bw_bps.map_or(0, |b| b.round().max(1.0) as u64),
         queue: QueueLimit::Packets(q_down),
-        loss: if c.loss_rate_down > 0.0 { LossModel::Iid(c.loss_rate_down) } else { LossModel::None },
+        loss: if c.loss_rate_down > 0.0 {
+            LossModel::Iid(c.loss_rate_down)
+        } else {
+            LossModel::None
+        },
         seed: Some(seed ^ 0x5bd1_e995),
         ..PipeConfig::default()
     };
@@ -287,107 +315,228 @@ fn time_limit(c: &ConnSpec) -> Duration {
 fn local_addr(addrs: &[Ipv4Addr], i: usize) -> Result<SocketAddrV4, ReplayError> {
     let port = 20_000 + i / addrs.len();
     if port > 65_000 {
-        return Err(ReplayError::Invalid(format!("{i} connections do not fit the {} client addresses (20000-65000 ports each)", addrs.len())));
+        return Err(ReplayError::Invalid(format!(
+            "{i} connections do not fit the {} client addresses (20000-65000 ports each)",
+            addrs.len()
+        )));
     }
     Ok(SocketAddrV4::new(addrs[i % addrs.len()], port as u16))
 }
 
-pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Result<ReplaySummary, ReplayError> {
+pub fn run(
+    opts: &ReplayOptions,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<ReplaySummary, ReplayError> {
     let started = Instant::now();
     if !(opts.time_scale > 0.0) {
         return Err(ReplayError::Invalid("--time-scale must be positive".into()));
     }
     progress.stage("load");
     let wl = workload::load(&opts.input, opts.select, opts.limit)?;
-    progress.total.store(wl.conns.len() as u64, Ordering::Relaxed);
+    progress
+        .total
+        .store(wl.conns.len() as u64, Ordering::Relaxed);
 
-    let out_dir = opts.output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let out_dir = opts
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
     let work = WorkDir(out_dir.join(format!(".mimic-replay-{}", std::process::id())));
     let capdir = work.0.join("capture");
-    std::fs::create_dir_all(&capdir).map_err(|e| ReplayError::Io(format!("{}: {e}", capdir.display())))?;
+    std::fs::create_dir_all(&capdir)
+        .map_err(|e| ReplayError::Io(format!("{}: {e}", capdir.display())))?;
 
-    let mut roles = Roles { children: Vec::new() };
+    let mut roles = Roles {
+        children: Vec::new(),
+    };
     let mut lab_guard = LabGuard(None);
     let exe = opts.exe.as_os_str();
 
     // ---- roles ----
     progress.stage("lab");
-    let (server, netemu_addr, serve_addr, token, client_addrs, client_ns, lab_name, stack_in_force) = match &opts.target {
-        Target::Lab { name, keep } => {
-            let info = LabInfo::for_name(name)?;
-            if !netns::exists(&info.ns_cli) {
-                let (_, notes) = lab::up(name, &LabOptions { stack: opts.stack.clone() })?;
-                for n in notes {
-                    tracing::info!("{n}");
+    let (server, netemu_addr, serve_addr, token, client_addrs, client_ns, lab_name, stack_in_force) =
+        match &opts.target {
+            Target::Lab { name, keep } => {
+                let info = LabInfo::for_name(name)?;
+                if !netns::exists(&info.ns_cli) {
+                    let (_, notes) = lab::up(
+                        name,
+                        &LabOptions {
+                            stack: opts.stack.clone(),
+                        },
+                    )?;
+                    for n in notes {
+                        tracing::info!("{n}");
+                    }
+                    if !keep {
+                        lab_guard.0 = Some(name.clone());
+                    }
+                } else if let Some(p) = &opts.stack {
+                    for n in stack::apply(name, p)? {
+                        tracing::info!("{n}");
+                    }
                 }
-                if !keep {
-                    lab_guard.0 = Some(name.clone());
-                }
-            } else if let Some(p) = &opts.stack {
-                for n in stack::apply(name, p)? {
-                    tracing::info!("{n}");
-                }
+                let stack_in_force = stack::read_back(name).ok();
+                let token = info.token()?;
+                let serve_ctl: ControlAddr =
+                    format!("unix:{}", info.runtime_dir.join("serve.sock").display())
+                        .parse()
+                        .map_err(ReplayError::Invalid)?;
+                let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
+                let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
+                progress.stage("roles");
+                let tf = info.token_file.display().to_string();
+                roles.spawn(
+                    "network emulator",
+                    netns::command(
+                        &info.ns_emu,
+                        exe,
+                        [
+                            "-q",
+                            "netemu",
+                            "run",
+                            "--lab",
+                            name,
+                            "--control",
+                            &netemu_ctl.to_string(),
+                            "--token-file",
+                            &tf,
+                        ],
+                    ),
+                    &work.0.join("netemu.log"),
+                )?;
+                roles.spawn(
+                    "server emulator",
+                    netns::command(
+                        &info.ns_srv,
+                        exe,
+                        [
+                            "-q",
+                            "serve",
+                            "--listen",
+                            &server.to_string(),
+                            "--control",
+                            &serve_ctl.to_string(),
+                            "--token-file",
+                            &tf,
+                        ],
+                    ),
+                    &work.0.join("serve.log"),
+                )?;
+                let cd = capdir.display().to_string();
+                roles.spawn(
+                    "capture",
+                    netns::command(
+                        &info.ns_srv,
+                        exe,
+                        [
+                            "-q",
+                            "capture",
+                            "--source",
+                            &format!("iface:{}", info.srv_if),
+                            "--no-anonymize",
+                            "--sample",
+                            "1/1",
+                            "--payload-bytes",
+                            "64",
+                            "-o",
+                            &cd,
+                        ],
+                    ),
+                    &work.0.join("capture.log"),
+                )?;
+                let pool: Vec<Ipv4Addr> = (0..info.pool_len())
+                    .filter_map(|i| info.pool_addr(i))
+                    .collect();
+                (
+                    server,
+                    netemu_ctl,
+                    serve_ctl,
+                    token,
+                    pool,
+                    Some(info.ns_cli.clone()),
+                    Some(name.clone()),
+                    stack_in_force,
+                )
             }
-            let stack_in_force = stack::read_back(name).ok();
-            let token = info.token()?;
-            let serve_ctl: ControlAddr = format!("unix:{}", info.runtime_dir.join("serve.sock").display()).parse().map_err(ReplayError::Invalid)?;
-            let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
-            let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
-            progress.stage("roles");
-            let tf = info.token_file.display().to_string();
-            roles.spawn(
-                "network emulator",
-                netns::command(&info.ns_emu, exe, ["-q", "netemu", "run", "--lab", name, "--control", &netemu_ctl.to_string(), "--token-file", &tf]),
-                &work.0.join("netemu.log"),
-            )?;
-            roles.spawn(
-                "server emulator",
-                netns::command(&info.ns_srv, exe, ["-q", "serve", "--listen", &server.to_string(), "--control", &serve_ctl.to_string(), "--token-file", &tf]),
-                &work.0.join("serve.log"),
-            )?;
-            let cd = capdir.display().to_string();
-            roles.spawn(
-                "capture",
-                netns::command(
-                    &info.ns_srv,
-                    exe,
-                    ["-q", "capture", "--source", &format!("iface:{}", info.srv_if), "--no-anonymize", "--sample", "1/1", "--payload-bytes", "64", "-o", &cd],
-                ),
-                &work.0.join("capture.log"),
-            )?;
-            let pool: Vec<Ipv4Addr> = (0..info.pool_len()).filter_map(|i| info.pool_addr(i)).collect();
-            (server, netemu_ctl, serve_ctl, token, pool, Some(info.ns_cli.clone()), Some(name.clone()), stack_in_force)
-        }
-        Target::Remote { server, server_control, netemu, token_file, capture_iface, client_addrs } => {
-            let token = lab::read_token(token_file)?;
-            if client_addrs.is_empty() {
-                return Err(ReplayError::Invalid("a remote replay needs at least one --client-addr".into()));
+            Target::Remote {
+                server,
+                server_control,
+                netemu,
+                token_file,
+                capture_iface,
+                client_addrs,
+            } => {
+                let token = lab::read_token(token_file)?;
+                if client_addrs.is_empty() {
+                    return Err(ReplayError::Invalid(
+                        "a remote replay needs at least one --client-addr".into(),
+                    ));
+                }
+                let cd = capdir.display().to_string();
+                let mut c = Command::new(exe);
+                c.args([
+                    "-q",
+                    "capture",
+                    "--source",
+                    &format!("iface:{capture_iface}"),
+                    "--no-anonymize",
+                    "--sample",
+                    "1/1",
+                    "--payload-bytes",
+                    "64",
+                    "-o",
+                    &cd,
+                ]);
+                roles.spawn("capture", c, &work.0.join("capture.log"))?;
+                (
+                    *server,
+                    netemu.clone(),
+                    server_control.clone(),
+                    token,
+                    client_addrs.clone(),
+                    None,
+                    None,
+                    None,
+                )
             }
-            let cd = capdir.display().to_string();
-            let mut c = Command::new(exe);
-            c.args(["-q", "capture", "--source", &format!("iface:{capture_iface}"), "--no-anonymize", "--sample", "1/1", "--payload-bytes", "64", "-o", &cd]);
-            roles.spawn("capture", c, &work.0.join("capture.log"))?;
-            (*server, netemu.clone(), server_control.clone(), token, client_addrs.clone(), None, None, None)
-        }
-    };
+        };
 
     // a refused handshake (wrong token) ends the wait at once; an absent listener is retried
     let remote = opts.target_is_remote();
-    let mut netemu = wait_for("network emulator", Duration::from_secs(15), || roles.alive("network emulator") || remote, || match NetemuClient::connect(&netemu_addr, &token) {
-        Ok(c) => Ok(Some(c)),
-        Err(e @ NetemuError::Refused(_)) => Err(e.into()),
-        Err(_) => Ok(None),
-    })
+    let mut netemu = wait_for(
+        "network emulator",
+        Duration::from_secs(15),
+        || roles.alive("network emulator") || remote,
+        || match NetemuClient::connect(&netemu_addr, &token) {
+            Ok(c) => Ok(Some(c)),
+            Err(e @ NetemuError::Refused(_)) => Err(e.into()),
+            Err(_) => Ok(None),
+        },
+    )
     .map_err(|e| annotate(e, &work.0.join("netemu.log")))?;
-    let mut serve = wait_for("server emulator", Duration::from_secs(15), || roles.alive("server emulator") || remote, || match ServeClient::connect(&serve_addr, &token) {
-        Ok(c) => Ok(Some(c)),
-        Err(e @ ServeError::Refused(_)) => Err(e.into()),
-        Err(_) => Ok(None),
-    })
+    let mut serve = wait_for(
+        "server emulator",
+        Duration::from_secs(15),
+        || roles.alive("server emulator") || remote,
+        || match ServeClient::connect(&serve_addr, &token) {
+            Ok(c) => Ok(Some(c)),
+            Err(e @ ServeError::Refused(_)) => Err(e.into()),
+            Err(_) => Ok(None),
+        },
+    )
     .map_err(|e| annotate(e, &work.0.join("serve.log")))?;
     let ready = capdir.join("capture.ready");
-    wait_for("capture", Duration::from_secs(15), || roles.alive("capture"), || Ok(ready.exists().then_some(())))
-        .map_err(|e| annotate(e, &work.0.join("capture.log")))?;
+    wait_for(
+        "capture",
+        Duration::from_secs(15),
+        || roles.alive("capture"),
+        || Ok(ready.exists().then_some(())),
+    )
+    .map_err(|e| annotate(e, &work.0.join("capture.log")))?;
     serve.reset_stats()?;
 
     // ---- plan and pipes ----
@@ -399,13 +548,24 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
     let mut rules = Vec::with_capacity(wl.conns.len());
     for (i, c) in wl.conns.iter().enumerate() {
         let local = local_addr(&client_addrs, i)?;
-        let (up, down) = pipes_for(c, opts.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64);
-        rules.push(FlowRule { client: SocketAddr::V4(local), server, up, down });
+        let (up, down) = pipes_for(
+            c,
+            opts.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,
+        );
+        rules.push(FlowRule {
+            client: SocketAddr::V4(local),
+            server,
+            up,
+            down,
+        });
         // the SYN left the client one one-way delay before the capture point saw it
         let rel_us = ((c.t_start_us - t_first) as f64 * opts.time_scale) as i64 - c.one_way_us();
         planned.push((local, rel_us, time_limit(c)));
     }
-    let configs: Vec<(PipeConfig, PipeConfig)> = rules.iter().map(|r| (r.up.clone(), r.down.clone())).collect();
+    let configs: Vec<(PipeConfig, PipeConfig)> = rules
+        .iter()
+        .map(|r| (r.up.clone(), r.down.clone()))
+        .collect();
     let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
     for batch in rules.chunks(2000) {
         rule_ids.extend(netemu.add_flows(batch)?);
@@ -427,7 +587,11 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
             spec: Arc::new(c.clone()),
             local,
             server,
-            start: if rel_us >= 0 { t0 + Duration::from_micros(rel_us as u64) } else { t0 - Duration::from_micros((-rel_us) as u64) },
+            start: if rel_us >= 0 {
+                t0 + Duration::from_micros(rel_us as u64)
+            } else {
+                t0 - Duration::from_micros((-rel_us) as u64)
+            },
             limit,
         })
         .collect();
@@ -450,17 +614,22 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
     let pipes: Vec<PipeRecord> = configs
         .into_iter()
         .zip(&rule_ids)
-        .map(|((up, down), id)| PipeRecord { up, down, counters: pipe_counters.remove(id) })
+        .map(|((up, down), id)| PipeRecord {
+            up,
+            down,
+            counters: pipe_counters.remove(id),
+        })
         .collect();
     if let Target::Lab { .. } = opts.target {
         let _ = serve.shutdown();
         let _ = netemu.shutdown();
     }
     roles.stop("capture", Duration::from_secs(30));
-    let capture_summary: serde_json::Value = std::fs::read_to_string(capdir.join("capture-summary.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(serde_json::Value::Null);
+    let capture_summary: serde_json::Value =
+        std::fs::read_to_string(capdir.join("capture-summary.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(serde_json::Value::Null);
     roles.stop("server emulator", Duration::from_secs(5));
     roles.stop("network emulator", Duration::from_secs(5));
 
@@ -473,34 +642,63 @@ pub fn run(opts: &ReplayOptions, progress: &Progress, stop: &AtomicBool) -> Resu
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(ReplayError::Role { role: "capture", why: format!("no capture file ({})", log_tail(&work.0.join("capture.log"))) });
+        return Err(ReplayError::Role {
+            role: "capture",
+            why: format!(
+                "no capture file ({})",
+                log_tail(&work.0.join("capture.log"))
+            ),
+        });
     }
     let staged = work.0.join("replay.db");
     let analysis = analysis::run(&RunOptions {
         inputs: files.clone(),
         output: staged.clone(),
-        config: mimic_analyze::Config { server_ports: vec![opts.server_port], ..mimic_analyze::Config::default() },
+        config: mimic_analyze::Config {
+            server_ports: vec![opts.server_port],
+            ..mimic_analyze::Config::default()
+        },
         threads: 1,
         progress: None,
         meta: Vec::new(),
     })
     .map_err(|e| ReplayError::Analysis(e.to_string()))?;
 
-    let summary = finish_db(&staged, opts, &wl, &outcomes, &pipes, server, stack_in_force.as_ref(), lab_name.as_deref())?;
+    let summary = finish_db(
+        &staged,
+        opts,
+        &wl,
+        &outcomes,
+        &pipes,
+        server,
+        stack_in_force.as_ref(),
+        lab_name.as_deref(),
+    )?;
     if let Some(keep) = &opts.keep_capture {
-        std::fs::create_dir_all(keep).map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;
+        std::fs::create_dir_all(keep)
+            .map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;
         for f in &files {
             let to = keep.join(f.file_name().unwrap_or_default());
-            std::fs::rename(f, &to).or_else(|_| std::fs::copy(f, &to).map(|_| ())).map_err(|e| ReplayError::Io(format!("{}: {e}", to.display())))?;
+            std::fs::rename(f, &to)
+                .or_else(|_| std::fs::copy(f, &to).map(|_| ()))
+                .map_err(|e| ReplayError::Io(format!("{}: {e}", to.display())))?;
         }
     }
-    std::fs::rename(&staged, &opts.output).map_err(|e| ReplayError::Io(format!("{}: {e}", opts.output.display())))?;
+    std::fs::rename(&staged, &opts.output)
+        .map_err(|e| ReplayError::Io(format!("{}: {e}", opts.output.display())))?;
     drop(roles);
     drop(lab_guard);
 
-    let mut late: Vec<u64> = outcomes.iter().map(|o| o.start_lateness.as_micros() as u64).collect();
+    let mut late: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.start_lateness.as_micros() as u64)
+        .collect();
     late.sort_unstable();
-    let q = |f: f64| late.get(((late.len() as f64 - 1.0) * f).round() as usize).copied().unwrap_or(0);
+    let q = |f: f64| {
+        late.get(((late.len() as f64 - 1.0) * f).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     let mut failures = BTreeMap::new();
     for o in &outcomes {
         if let Err(f) = &o.result {
@@ -536,17 +734,30 @@ impl ReplayOptions {
 
 fn annotate(e: ReplayError, log: &Path) -> ReplayError {
     match e {
-        ReplayError::Role { role, why } => ReplayError::Role { role, why: format!("{why}; log: {}", log_tail(log)) },
+        ReplayError::Role { role, why } => ReplayError::Role {
+            role,
+            why: format!("{why}; log: {}", log_tail(log)),
+        },
         other => other,
     }
 }
 
 /// Runs every planned connection (in the client namespace when given) and returns the
 /// outcomes in plan order.
-fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, stop: &AtomicBool) -> Result<Vec<Outcome>, ReplayError> {
+fn run_clients(
+    plans: Vec<Planned>,
+    ns: Option<String>,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<Vec<Outcome>, ReplayError> {
     let n = plans.len();
     let stop_flag = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let counters = Arc::new([
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ]);
     let handle = {
         let stop_flag = stop_flag.clone();
         let counters = counters.clone();
@@ -569,12 +780,14 @@ fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, sto
                     for p in plans {
                         let counters = counters.clone();
                         set.spawn(async move {
-                            tokio::time::sleep_until((p.start - Duration::from_millis(5)).into()).await;
+                            tokio::time::sleep_until((p.start - Duration::from_millis(5)).into())
+                                .await;
                             let now = counters[2].fetch_add(1, Ordering::Relaxed) + 1;
                             counters[3].fetch_max(now, Ordering::Relaxed);
                             let o = client::run(p, timer).await;
                             counters[2].fetch_sub(1, Ordering::Relaxed);
-                            counters[if o.result.is_ok() { 0 } else { 1 }].fetch_add(1, Ordering::Relaxed);
+                            counters[if o.result.is_ok() { 0 } else { 1 }]
+                                .fetch_add(1, Ordering::Relaxed);
                             o
                         });
                     }
@@ -600,23 +813,40 @@ fn run_clients(plans: Vec<Planned>, ns: Option<String>, progress: &Progress, sto
             .map_err(|e| ReplayError::Io(e.to_string()))?
     };
     while !handle.is_finished() {
-        progress.done.store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
-        progress.failed.store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
-        progress.in_flight.store(counters[2].load(Ordering::Relaxed), Ordering::Relaxed);
+        progress
+            .done
+            .store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
+        progress
+            .failed
+            .store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
+        progress
+            .in_flight
+            .store(counters[2].load(Ordering::Relaxed), Ordering::Relaxed);
         if stop.load(Ordering::Relaxed) {
             stop_flag.store(true, Ordering::Relaxed);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    progress.done.store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
-    progress.failed.store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
+    progress
+        .done
+        .store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
+    progress
+        .failed
+        .store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
     progress.in_flight.store(0, Ordering::Relaxed);
-    progress.max_in_flight.store(counters[3].load(Ordering::Relaxed), Ordering::Relaxed);
-    handle.join().map_err(|_| ReplayError::Io("client thread panicked".into()))?
+    progress
+        .max_in_flight
+        .store(counters[3].load(Ordering::Relaxed), Ordering::Relaxed);
+    handle
+        .join()
+        .map_err(|_| ReplayError::Io("client thread panicked".into()))?
 }
 
 fn raise_fd_limit() {
-    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
@@ -648,7 +878,10 @@ fn finish_db(
     stack: Option<&StackProfile>,
     lab: Option<&str>,
 ) -> Result<Finished, ReplayError> {
-    let sq = |source| DbError::Sqlite { path: path.to_path_buf(), source };
+    let sq = |source| DbError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut c = rusqlite::Connection::open(path).map_err(sq)?;
     let tx = c.transaction().map_err(sq)?;
     let mut missing = 0u64;
@@ -666,7 +899,10 @@ fn finish_db(
             let spec = &wl.conns[o.index];
             let local = local_addr_of(outcomes.len(), o, opts, wl)?;
             let found: Option<i64> = find
-                .query_row(rusqlite::params![local.ip().to_string(), local.port(), server.port()], |r| r.get(0))
+                .query_row(
+                    rusqlite::params![local.ip().to_string(), local.port(), server.port()],
+                    |r| r.get(0),
+                )
                 .ok();
             let (status, failure) = match (&o.result, found) {
                 (Ok(()), Some(_)) => ("ok", None),
@@ -737,10 +973,25 @@ fn finish_db(
         ("time_scale", opts.time_scale.to_string()),
         ("seed", opts.seed.to_string()),
         ("lab", lab.unwrap_or("").to_string()),
-        ("stack", stack.map(|s| serde_json::to_string(s).unwrap_or_default()).unwrap_or_default()),
-        ("stack_spec", stack.map(|s| s.to_string()).unwrap_or_default()),
+        (
+            "stack",
+            stack
+                .map(|s| serde_json::to_string(s).unwrap_or_default())
+                .unwrap_or_default(),
+        ),
+        (
+            "stack_spec",
+            stack.map(|s| s.to_string()).unwrap_or_default(),
+        ),
         ("replayed", outcomes.len().to_string()),
-        ("replay_failed", outcomes.iter().filter(|o| o.result.is_err()).count().to_string()),
+        (
+            "replay_failed",
+            outcomes
+                .iter()
+                .filter(|o| o.result.is_err())
+                .count()
+                .to_string(),
+        ),
     ];
     for (k, v) in meta {
         set_meta(&tx, k, &v).map_err(sq)?;
@@ -750,11 +1001,18 @@ fn finish_db(
 }
 
 /// The source address a planned connection used (the plan is a pure function of the index).
-fn local_addr_of(_n: usize, o: &Outcome, opts: &ReplayOptions, _wl: &Workload) -> Result<SocketAddrV4, ReplayError> {
+fn local_addr_of(
+    _n: usize,
+    o: &Outcome,
+    opts: &ReplayOptions,
+    _wl: &Workload,
+) -> Result<SocketAddrV4, ReplayError> {
     let addrs: Vec<Ipv4Addr> = match &opts.target {
         Target::Lab { name, .. } => {
             let info = LabInfo::for_name(name)?;
-            (0..info.pool_len()).filter_map(|i| info.pool_addr(i)).collect()
+            (0..info.pool_len())
+                .filter_map(|i| info.pool_addr(i))
+                .collect()
         }
         Target::Remote { client_addrs, .. } => client_addrs.clone(),
     };

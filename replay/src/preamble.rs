@@ -87,13 +87,21 @@ impl Preamble {
             query_delay_us: u32_at(48),
         };
         if p.req_bytes < LEN as u64 {
-            return Err(PreambleError::Inconsistent("request shorter than its preamble"));
+            return Err(PreambleError::Inconsistent(
+                "request shorter than its preamble",
+            ));
         }
         if p.header_bytes > p.resp_bytes {
-            return Err(PreambleError::Inconsistent("header larger than the response"));
+            return Err(PreambleError::Inconsistent(
+                "header larger than the response",
+            ));
         }
         // a replay never asks for more than 64 GiB or waits more than an hour
-        if p.resp_bytes > 1 << 36 || p.req_bytes > 1 << 36 || p.response_delay_us > 3_600_000_000 || p.query_delay_us > 3_600_000_000 {
+        if p.resp_bytes > 1 << 36
+            || p.req_bytes > 1 << 36
+            || p.response_delay_us > 3_600_000_000
+            || p.query_delay_us > 3_600_000_000
+        {
             return Err(PreambleError::Inconsistent("size or delay out of range"));
         }
         Ok(p)
@@ -129,6 +137,9 @@ mod tests {
         assert_eq!(Preamble::decode(&v), Err(PreambleError::Version(9)));
         let mut h = b;
         h[36..44].copy_from_slice(&30_000u64.to_be_bytes());
-        assert!(matches!(Preamble::decode(&h), Err(PreambleError::Inconsistent(_))));
+        assert!(matches!(
+            Preamble::decode(&h),
+            Err(PreambleError::Inconsistent(_))
+        ));
     }
 }

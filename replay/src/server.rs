@@ -54,7 +54,11 @@ pub struct Stats(Arc<Mutex<Inner>>);
 impl Default for Stats {
     fn default() -> Self {
         let h = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-        Stats(Arc::new(Mutex::new(Inner { stats: ServerStats::default(), resp_err: h(), query_err: h() })))
+        Stats(Arc::new(Mutex::new(Inner {
+            stats: ServerStats::default(),
+            resp_err: h(),
+            query_err: h(),
+        })))
     }
 }
 
@@ -67,8 +71,16 @@ impl Stats {
         self.with(|i| {
             let d = |h: &Histogram<u64>| DelayError {
                 count: h.len(),
-                p50_us: if h.is_empty() { 0 } else { h.value_at_quantile(0.5) },
-                p99_us: if h.is_empty() { 0 } else { h.value_at_quantile(0.99) },
+                p50_us: if h.is_empty() {
+                    0
+                } else {
+                    h.value_at_quantile(0.5)
+                },
+                p99_us: if h.is_empty() {
+                    0
+                } else {
+                    h.value_at_quantile(0.99)
+                },
                 max_us: if h.is_empty() { 0 } else { h.max() },
             };
             let mut s = i.stats.clone();
@@ -81,7 +93,10 @@ impl Stats {
     pub fn reset(&self) {
         self.with(|i| {
             let active = i.stats.active;
-            i.stats = ServerStats { active, ..ServerStats::default() };
+            i.stats = ServerStats {
+                active,
+                ..ServerStats::default()
+            };
             i.resp_err.reset();
             i.query_err.reset();
         })
@@ -90,7 +105,11 @@ impl Stats {
 
 /// Binds the replay port with a deep accept queue.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
     s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
@@ -99,7 +118,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Serves until `stop` turns true; returns the final statistics.
-pub async fn serve(listener: TcpListener, stats: Stats, mut stop: watch::Receiver<bool>) -> ServerStats {
+pub async fn serve(
+    listener: TcpListener,
+    stats: Stats,
+    mut stop: watch::Receiver<bool>,
+) -> ServerStats {
     let timer = HrTimer::global();
     loop {
         tokio::select! {

@@ -41,7 +41,13 @@ pub struct SynthOptions {
 
 impl Default for SynthOptions {
     fn default() -> Self {
-        SynthOptions { profile: Profile::Web, connections: 300, rate: 10.0, seed: 1, max_response: 300_000 }
+        SynthOptions {
+            profile: Profile::Web,
+            connections: 300,
+            rate: 10.0,
+            seed: 1,
+            max_response: 300_000,
+        }
     }
 }
 
@@ -61,11 +67,56 @@ pub struct Class {
 }
 
 pub const WEB_CLASSES: [Class; 5] = [
-    Class { name: "dialup", weight: 0.06, bw_bps: (28e3, 56e3), rtt_ms: (120.0, 300.0), loss: (0.0, 0.02), delayed_ack_share: 0.9, rwin: 16_384, max_response: 24_000 },
-    Class { name: "dsl", weight: 0.24, bw_bps: (0.5e6, 6e6), rtt_ms: (20.0, 80.0), loss: (0.0, 0.01), delayed_ack_share: 0.7, rwin: 65_535, max_response: 150_000 },
-    Class { name: "cable", weight: 0.25, bw_bps: (5e6, 50e6), rtt_ms: (10.0, 40.0), loss: (0.0, 0.005), delayed_ack_share: 0.5, rwin: 262_144, max_response: 300_000 },
-    Class { name: "mobile", weight: 0.20, bw_bps: (1e6, 20e6), rtt_ms: (40.0, 150.0), loss: (0.005, 0.02), delayed_ack_share: 0.3, rwin: 131_072, max_response: 300_000 },
-    Class { name: "fibre", weight: 0.25, bw_bps: (50e6, 300e6), rtt_ms: (2.0, 20.0), loss: (0.0, 0.001), delayed_ack_share: 0.3, rwin: 1_048_576, max_response: 300_000 },
+    Class {
+        name: "dialup",
+        weight: 0.06,
+        bw_bps: (28e3, 56e3),
+        rtt_ms: (120.0, 300.0),
+        loss: (0.0, 0.02),
+        delayed_ack_share: 0.9,
+        rwin: 16_384,
+        max_response: 24_000,
+    },
+    Class {
+        name: "dsl",
+        weight: 0.24,
+        bw_bps: (0.5e6, 6e6),
+        rtt_ms: (20.0, 80.0),
+        loss: (0.0, 0.01),
+        delayed_ack_share: 0.7,
+        rwin: 65_535,
+        max_response: 150_000,
+    },
+    Class {
+        name: "cable",
+        weight: 0.25,
+        bw_bps: (5e6, 50e6),
+        rtt_ms: (10.0, 40.0),
+        loss: (0.0, 0.005),
+        delayed_ack_share: 0.5,
+        rwin: 262_144,
+        max_response: 300_000,
+    },
+    Class {
+        name: "mobile",
+        weight: 0.20,
+        bw_bps: (1e6, 20e6),
+        rtt_ms: (40.0, 150.0),
+        loss: (0.005, 0.02),
+        delayed_ack_share: 0.3,
+        rwin: 131_072,
+        max_response: 300_000,
+    },
+    Class {
+        name: "fibre",
+        weight: 0.25,
+        bw_bps: (50e6, 300e6),
+        rtt_ms: (2.0, 20.0),
+        loss: (0.0, 0.001),
+        delayed_ack_share: 0.3,
+        rwin: 1_048_576,
+        max_response: 300_000,
+    },
 ];
 
 #[derive(Clone, Debug, Serialize)]
@@ -103,7 +154,10 @@ fn log_normal(rng: &mut ChaCha12Rng, median: f64, sigma: f64, lo: f64, hi: f64) 
 pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError> {
     let mut rng = ChaCha12Rng::seed_from_u64(opts.seed);
     let db = AtomicDb::create(out)?;
-    let sq = |source| DbError::Sqlite { path: out.to_path_buf(), source };
+    let sq = |source| DbError::Sqlite {
+        path: out.to_path_buf(),
+        source,
+    };
     let c = db.conn();
     c.execute_batch("BEGIN").map_err(sq)?;
     let classes = &WEB_CLASSES;
@@ -130,9 +184,23 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
         let rtt_us = (log_uniform(&mut rng, class.rtt_ms) * 1000.0).round() as i64;
         let loss = uniform(&mut rng, class.loss);
         let delayed = rng.random_bool(class.delayed_ack_share);
-        let delack_timeout_us: Option<i64> = delayed.then(|| if rng.random_bool(0.7) { 200_000 } else { 100_000 });
-        let mss: i64 = if rng.random_bool(0.9) { 1460 } else { *[1400i64, 1360, 1380].get(rng.random_range(0..3)).unwrap() };
-        let n = if rng.random_bool(0.7) { 1 } else { rng.random_range(2..=6) };
+        let delack_timeout_us: Option<i64> = delayed.then(|| {
+            if rng.random_bool(0.7) {
+                200_000
+            } else {
+                100_000
+            }
+        });
+        let mss: i64 = if rng.random_bool(0.9) {
+            1460
+        } else {
+            *[1400i64, 1360, 1380].get(rng.random_range(0..3)).unwrap()
+        };
+        let n = if rng.random_bool(0.7) {
+            1
+        } else {
+            rng.random_range(2..=6)
+        };
         let (termination, closed_by) = match rng.random_range(0..10) {
             0..=5 => ("fin", "client"),
             6..=7 => ("rst_after_response", "client"),
@@ -143,19 +211,36 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
         let mut ex_rows = Vec::new();
         let mut t_ex = t_us + rtt_us as f64; // first request after the handshake
         for k in 0..n {
-            let think_us = if k == 0 { uniform(&mut rng, (0.0, 5_000.0)) } else { log_normal(&mut rng, 400_000.0, 1.0, 20_000.0, 3_000_000.0) };
+            let think_us = if k == 0 {
+                uniform(&mut rng, (0.0, 5_000.0))
+            } else {
+                log_normal(&mut rng, 400_000.0, 1.0, 20_000.0, 3_000_000.0)
+            };
             let req = rng.random_range(200..=1_200u64);
             let max_resp = class.max_response.min(opts.max_response) as f64;
             let resp = log_normal(&mut rng, 12_000.0, 1.2, 300.0, max_resp).round() as u64;
-            let response_delay_us = log_normal(&mut rng, 3_000.0, 0.8, 300.0, 30_000.0).round() as u64;
+            let response_delay_us =
+                log_normal(&mut rng, 3_000.0, 0.8, 300.0, 30_000.0).round() as u64;
             let (query_delay_us, header) = if resp > 4_000 && rng.random_bool(0.6) {
                 let header = rng.random_range(600..=3_000u64).min(resp - 1);
-                (log_normal(&mut rng, 60_000.0, 0.9, 5_000.0, 400_000.0).round() as u64, header)
+                (
+                    log_normal(&mut rng, 60_000.0, 0.9, 5_000.0, 400_000.0).round() as u64,
+                    header,
+                )
             } else {
                 (0, resp)
             };
             t_ex += think_us;
-            ex_rows.push((k, t_ex as i64, req, resp, response_delay_us, query_delay_us, header, think_us as i64));
+            ex_rows.push((
+                k,
+                t_ex as i64,
+                req,
+                resp,
+                response_delay_us,
+                query_delay_us,
+                header,
+                think_us as i64,
+            ));
         }
         c.execute(
             "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_syn, t_first, t_end,
@@ -214,7 +299,11 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
         connections: opts.connections,
         exchanges: n_ex,
         duration_s,
-        by_class: classes.iter().zip(by_class).map(|(c, n)| (c.name.to_string(), n)).collect(),
+        by_class: classes
+            .iter()
+            .zip(by_class)
+            .map(|(c, n)| (c.name.to_string(), n))
+            .collect(),
     })
 }
 
@@ -226,17 +315,25 @@ mod tests {
     fn same_seed_same_workload_and_loadable() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
-        let opts = SynthOptions { connections: 200, ..SynthOptions::default() };
+        let opts = SynthOptions {
+            connections: 200,
+            ..SynthOptions::default()
+        };
         let sa = generate(&opts, &a).unwrap();
         generate(&opts, &b).unwrap();
         let dump = |p: &Path| {
             let c = rusqlite::Connection::open(p).unwrap();
             let mut st = c.prepare("SELECT * FROM connections ORDER BY id").unwrap();
             let n = st.column_count();
-            st.query_map([], |r| Ok((0..n).map(|i| format!("{:?}", r.get_ref(i).unwrap())).collect::<Vec<_>>().join("|")))
-                .unwrap()
-                .map(Result::unwrap)
-                .collect::<Vec<_>>()
+            st.query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
         };
         assert_eq!(dump(&a), dump(&b));
         assert_eq!(sa.connections, 200);
@@ -244,8 +341,14 @@ mod tests {
         let w = crate::workload::load(&a, crate::workload::Select::Complete, None).unwrap();
         assert_eq!(w.conns.len(), 200);
         assert_eq!(w.role.as_deref(), Some("synth"));
-        assert!(w.conns.iter().all(|c| c.bw_bps.is_some() && c.min_rtt_us.is_some()));
-        assert_eq!(w.conns.iter().map(|c| c.exchanges.len()).sum::<usize>(), sa.exchanges);
+        assert!(w
+            .conns
+            .iter()
+            .all(|c| c.bw_bps.is_some() && c.min_rtt_us.is_some()));
+        assert_eq!(
+            w.conns.iter().map(|c| c.exchanges.len()).sum::<usize>(),
+            sa.exchanges
+        );
         // header never exceeds the response, a query delay only with a split
         for c in &w.conns {
             for e in &c.exchanges {

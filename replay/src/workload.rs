@@ -12,7 +12,10 @@ pub enum WorkloadError {
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("{path}: {source}")]
-    Sql { path: String, source: rusqlite::Error },
+    Sql {
+        path: String,
+        source: rusqlite::Error,
+    },
     #[error("{0}: no connection to replay (with --select complete only complete connections with at least one exchange are replayed; try --select all)")]
     Empty(String),
 }
@@ -107,9 +110,14 @@ pub const DEFAULT_DELACK_TIMEOUT_US: i64 = 200_000;
 pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workload, WorkloadError> {
     let c = open_existing(path)?;
     let p = path.display().to_string();
-    let sq = |source| WorkloadError::Sql { path: p.clone(), source };
+    let sq = |source| WorkloadError::Sql {
+        path: p.clone(),
+        source,
+    };
     let role = get_meta(&c, "role").map_err(sq)?;
-    let total: i64 = c.query_row("SELECT count(*) FROM connections", [], |r| r.get(0)).map_err(sq)?;
+    let total: i64 = c
+        .query_row("SELECT count(*) FROM connections", [], |r| r.get(0))
+        .map_err(sq)?;
     let filter = match select {
         Select::Complete => "WHERE complete = 1 AND exchanges > 0",
         Select::All => "WHERE exchanges > 0",
@@ -141,7 +149,9 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                 delack_every: (policy == "delayed").then_some(2),
                 delack_timeout_us: r.get(6)?,
                 rwin_bytes: r.get::<_, Option<i64>>(7)?.map(|v| v.max(0) as u64),
-                mss_client: r.get::<_, Option<i64>>(8)?.and_then(|v| u16::try_from(v).ok()),
+                mss_client: r
+                    .get::<_, Option<i64>>(8)?
+                    .and_then(|v| u16::try_from(v).ok()),
                 server_port: r.get::<_, i64>(9)? as u16,
                 close,
                 exchanges: Vec::new(),
@@ -159,7 +169,12 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
         return Err(WorkloadError::Empty(p));
     }
     let skipped = total as u64 - conns.len() as u64;
-    Ok(Workload { source: p, role, conns, skipped })
+    Ok(Workload {
+        source: p,
+        role,
+        conns,
+        skipped,
+    })
 }
 
 fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()> {

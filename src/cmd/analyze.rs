@@ -75,14 +75,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         rtt_rows: a.rtt_samples,
         ..Config::default()
     };
-    let summary = analyze_with_progress(a.inputs.clone(), a.output.clone(), config, a.threads as usize)?;
+    let summary = analyze_with_progress(
+        a.inputs.clone(),
+        a.output.clone(),
+        config,
+        a.threads as usize,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_summary(&summary);
     }
     for i in &summary.input_issues {
-        eprintln!("mimic: warning: {} (frames before it were analyzed)", i.message);
+        eprintln!(
+            "mimic: warning: {} (frames before it were analyzed)",
+            i.message
+        );
     }
     // Small steps back are normal (multi-queue capture); a long one means overlapping inputs.
     if summary.max_time_backwards_s > 1.0 {
@@ -95,7 +103,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs the analysis with a progress bar of input bytes on a terminal.
-pub fn analyze_with_progress(inputs: Vec<PathBuf>, output: PathBuf, config: Config, threads: usize) -> anyhow::Result<Summary> {
+pub fn analyze_with_progress(
+    inputs: Vec<PathBuf>,
+    output: PathBuf,
+    config: Config,
+    threads: usize,
+) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -147,22 +160,44 @@ fn print_summary(s: &Summary) {
         group(s.tcp_segments),
         s.elapsed_s,
         s.frames_per_s / 1e6,
-        if s.threads > 1 { format!(" with {} threads", s.threads) } else { String::new() }
+        if s.threads > 1 {
+            format!(" with {} threads", s.threads)
+        } else {
+            String::new()
+        }
     );
-    let pruned: Vec<String> = s.pruned.iter().map(|(k, v)| format!("{k} {}", group(*v))).collect();
+    let pruned: Vec<String> = s
+        .pruned
+        .iter()
+        .map(|(k, v)| format!("{k} {}", group(*v)))
+        .collect();
     println!(
         "connections: {} kept, {} complete{}",
         group(s.connections),
         group(s.complete),
-        if pruned.is_empty() { String::new() } else { format!("; pruned (flagged, kept in the table): {}", pruned.join(", ")) }
+        if pruned.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; pruned (flagged, kept in the table): {}",
+                pruned.join(", ")
+            )
+        }
     );
-    println!("exchanges: {}; connections with a bandwidth estimate: {}", group(s.exchanges), group(s.with_bandwidth));
+    println!(
+        "exchanges: {}; connections with a bandwidth estimate: {}",
+        group(s.exchanges),
+        group(s.with_bandwidth)
+    );
     let mut extra = Vec::new();
     if s.port_reuse > 0 {
         extra.push(format!("port reuse {}", group(s.port_reuse)));
     }
     if s.duplicate_frames > 0 {
-        extra.push(format!("duplicated frames ignored {}", group(s.duplicate_frames)));
+        extra.push(format!(
+            "duplicated frames ignored {}",
+            group(s.duplicate_frames)
+        ));
     }
     if s.evicted > 0 {
         extra.push(format!("evicted (table full) {}", group(s.evicted)));
@@ -171,7 +206,11 @@ fn print_summary(s: &Summary) {
         println!("noted: {}", extra.join(", "));
     }
     if !s.skipped.is_empty() {
-        let sk: Vec<String> = s.skipped.iter().map(|(k, v)| format!("{k} {}", group(*v))).collect();
+        let sk: Vec<String> = s
+            .skipped
+            .iter()
+            .map(|(k, v)| format!("{k} {}", group(*v)))
+            .collect();
         println!("frames not analyzed: {}", sk.join(", "));
     }
     println!("wrote {}", s.output);

@@ -51,7 +51,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Validate everything the user typed before reading any database.
-    let gates = args.fail_if.iter().map(|e| FailIf::parse(e)).collect::<Result<Vec<_>, _>>()?;
+    let gates = args
+        .fail_if
+        .iter()
+        .map(|e| FailIf::parse(e))
+        .collect::<Result<Vec<_>, _>>()?;
     let options = Options {
         bootstrap_replicates: args.bootstrap,
         seed: args.seed,
@@ -79,7 +83,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(dir) = &args.png {
         let files = report.write_pngs(dir).context("writing the PNG plots")?;
-        say(format!("mimic: wrote {} plots into {}", files.len(), dir.display()));
+        say(format!(
+            "mimic: wrote {} plots into {}",
+            files.len(),
+            dir.display()
+        ));
     }
     let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut out = std::io::stdout().lock();
@@ -110,7 +118,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for o in gate.evaluate(&report) {
             if o.holds {
                 held = true;
-                eprintln!("mimic: --fail-if \"{}\" holds for {}: {}", gate.text, o.other, o.explanation);
+                eprintln!(
+                    "mimic: --fail-if \"{}\" holds for {}: {}",
+                    gate.text, o.other, o.explanation
+                );
             } else {
                 say(format!(
                     "mimic: --fail-if \"{}\" does not hold for {}: {}",
@@ -119,5 +130,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if held { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if held {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -40,7 +40,8 @@ pub struct Args {
 }
 
 fn parse_stack(s: &str) -> Result<StackProfile, String> {
-    s.parse().map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
+    s.parse()
+        .map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
 }
 
 const STAGES: usize = 6;
@@ -57,13 +58,20 @@ fn preflight(lab_name: &str) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("mimic demo needs root: it builds network namespaces for the lab. Run it as root, e.g. `sudo scripts/demo.sh`");
     }
-    let missing: Vec<&str> = [("ip", "iproute2"), ("ethtool", "ethtool"), ("sysctl", "procps")]
-        .iter()
-        .filter(|(tool, _)| !in_path(tool))
-        .map(|(_, pkg)| *pkg)
-        .collect();
+    let missing: Vec<&str> = [
+        ("ip", "iproute2"),
+        ("ethtool", "ethtool"),
+        ("sysctl", "procps"),
+    ]
+    .iter()
+    .filter(|(tool, _)| !in_path(tool))
+    .map(|(_, pkg)| *pkg)
+    .collect();
     if !missing.is_empty() {
-        bail!("mimic demo needs these Debian packages: {} (scripts/deps.sh demo installs them)", missing.join(" "));
+        bail!(
+            "mimic demo needs these Debian packages: {} (scripts/deps.sh demo installs them)",
+            missing.join(" ")
+        );
     }
     lab::validate_name(lab_name)?;
     Ok(())
@@ -71,7 +79,11 @@ fn preflight(lab_name: &str) -> anyhow::Result<()> {
 
 fn in_path(tool: &str) -> bool {
     std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")]).any(|d| d.join(tool).is_file()))
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+                .any(|d| d.join(tool).is_file())
+        })
         .unwrap_or(false)
 }
 
@@ -84,7 +96,10 @@ impl Drop for LabDown {
     }
 }
 
-fn replay(opts: ReplayOptions, what: &str) -> anyhow::Result<mimic_replay::orchestrate::ReplaySummary> {
+fn replay(
+    opts: ReplayOptions,
+    what: &str,
+) -> anyhow::Result<mimic_replay::orchestrate::ReplaySummary> {
     match super::replay::replay_with_progress(&opts) {
         Ok(s) => {
             if !crate::progress::quiet() {
@@ -111,24 +126,58 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let p = |f: &str| out.join(f);
     let exe = std::env::current_exe()?;
 
-    stage(1, &format!("building lab {} (server stack {})", a.lab, a.current));
+    stage(
+        1,
+        &format!("building lab {} (server stack {})", a.lab, a.current),
+    );
     let _down = LabDown(a.lab.clone());
-    let (_, notes) = lab::up(&a.lab, &lab::LabOptions { stack: Some(a.current.clone()) })?;
+    let (_, notes) = lab::up(
+        &a.lab,
+        &lab::LabOptions {
+            stack: Some(a.current.clone()),
+        },
+    )?;
     for n in notes {
         eprintln!("      {n}");
     }
 
-    stage(2, &format!("synthesizing a production workload of {} connections", a.connections));
+    stage(
+        2,
+        &format!(
+            "synthesizing a production workload of {} connections",
+            a.connections
+        ),
+    );
     let s = synth::generate(
-        &SynthOptions { connections: a.connections as usize, rate: a.rate, seed: a.seed, ..SynthOptions::default() },
+        &SynthOptions {
+            connections: a.connections as usize,
+            rate: a.rate,
+            seed: a.seed,
+            ..SynthOptions::default()
+        },
         &p("workload.db"),
     )?;
-    eprintln!("      {} exchanges over {:.0} s, classes: {}", s.exchanges, s.duration_s, s.by_class.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "));
+    eprintln!(
+        "      {} exchanges over {:.0} s, classes: {}",
+        s.exchanges,
+        s.duration_s,
+        s.by_class
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
-    let base = |input: PathBuf, output: PathBuf, stack: Option<StackProfile>, keep: Option<PathBuf>| ReplayOptions {
+    let base = |input: PathBuf,
+                output: PathBuf,
+                stack: Option<StackProfile>,
+                keep: Option<PathBuf>| ReplayOptions {
         input,
         output,
-        target: Target::Lab { name: a.lab.clone(), keep: true },
+        target: Target::Lab {
+            name: a.lab.clone(),
+            keep: true,
+        },
         stack,
         select: Select::Complete,
         limit: None,
@@ -140,35 +189,91 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let capdir = p("production-capture");
     let _ = std::fs::remove_dir_all(&capdir);
-    stage(3, "running production: the workload under the current stack, captured at the server");
-    replay(base(p("workload.db"), p("production-run.db"), Some(a.current.clone()), Some(capdir.clone())), "production")?;
+    stage(
+        3,
+        "running production: the workload under the current stack, captured at the server",
+    );
+    replay(
+        base(
+            p("workload.db"),
+            p("production-run.db"),
+            Some(a.current.clone()),
+            Some(capdir.clone()),
+        ),
+        "production",
+    )?;
 
     stage(4, "analyzing the production capture (mimic analyze)");
-    let mut caps: Vec<PathBuf> = std::fs::read_dir(&capdir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let mut caps: Vec<PathBuf> = std::fs::read_dir(&capdir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
     caps.sort();
     let flows = p("production.db");
-    let an = super::analyze::analyze_with_progress(caps, flows.clone(), mimic_analyze::Config { server_ports: vec![80], ..Default::default() }, 1)?;
-    eprintln!("      {} connections ({} complete), {} exchanges", an.connections, an.complete, an.exchanges);
+    let an = super::analyze::analyze_with_progress(
+        caps,
+        flows.clone(),
+        mimic_analyze::Config {
+            server_ports: vec![80],
+            ..Default::default()
+        },
+        1,
+    )?;
+    eprintln!(
+        "      {} connections ({} complete), {} exchanges",
+        an.connections, an.complete, an.exchanges
+    );
 
-    stage(5, &format!("replaying production under the current stack ({}) and the change ({})", a.current, a.change));
+    stage(
+        5,
+        &format!(
+            "replaying production under the current stack ({}) and the change ({})",
+            a.current, a.change
+        ),
+    );
     let current_db = p("replay-current.db");
     let change_db = p("replay-change.db");
-    replay(base(flows.clone(), current_db.clone(), Some(a.current.clone()), None), "current stack")?;
-    replay(base(flows.clone(), change_db.clone(), Some(a.change.clone()), None), "changed stack")?;
+    replay(
+        base(
+            flows.clone(),
+            current_db.clone(),
+            Some(a.current.clone()),
+            None,
+        ),
+        "current stack",
+    )?;
+    replay(
+        base(
+            flows.clone(),
+            change_db.clone(),
+            Some(a.change.clone()),
+            None,
+        ),
+        "changed stack",
+    )?;
 
     stage(6, "comparing (mimic compare)");
-    let report = mimic_compare::Report::build(&flows, &[current_db.clone(), change_db.clone()], &mimic_compare::Options::default())?;
+    let report = mimic_compare::Report::build(
+        &flows,
+        &[current_db.clone(), change_db.clone()],
+        &mimic_compare::Options::default(),
+    )?;
     report.write_html(&p("report.html"))?;
     report.write_json(&p("report.json"))?;
     report.write_pngs(&p("plots"))?;
     let verdict = report.verdict();
 
     println!("report: {}", p("report.html").display());
-    println!("        {} (machine-readable), {}/ (plots)", p("report.json").display(), p("plots").display());
+    println!(
+        "        {} (machine-readable), {}/ (plots)",
+        p("report.json").display(),
+        p("plots").display()
+    );
     for line in verdict.lines() {
         println!("verdict: {line}");
     }
-    println!("took {:.0} s; the lab is removed", started.elapsed().as_secs_f64());
+    println!(
+        "took {:.0} s; the lab is removed",
+        started.elapsed().as_secs_f64()
+    );
     Ok(ExitCode::SUCCESS)
 }
-

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use mimic_netemu::control::ControlAddr;
 use mimic_netemu::stack::StackProfile;
-use mimic_replay::orchestrate::{self, Progress, ReplayError, ReplayOptions, ReplaySummary, Target};
+use mimic_replay::orchestrate::{
+    self, Progress, ReplayError, ReplayOptions, ReplaySummary, Target,
+};
 use mimic_replay::workload::Select;
 
 #[derive(clap::Args)]
@@ -70,7 +72,8 @@ pub struct Args {
 }
 
 fn parse_stack(s: &str) -> Result<StackProfile, String> {
-    s.parse().map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
+    s.parse()
+        .map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
 }
 fn parse_select(s: &str) -> Result<Select, String> {
     s.parse()
@@ -85,10 +88,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     // SAFETY: geteuid has no preconditions.
     if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {
-        anyhow::bail!("a lab replay needs root (it runs processes in network namespaces); run it with sudo");
+        anyhow::bail!(
+            "a lab replay needs root (it runs processes in network namespaces); run it with sudo"
+        );
     }
     let target = match (&a.lab, a.server) {
-        (Some(name), _) => Target::Lab { name: name.clone(), keep: a.keep_lab },
+        (Some(name), _) => Target::Lab {
+            name: name.clone(),
+            keep: a.keep_lab,
+        },
         (None, Some(server)) => Target::Remote {
             server,
             server_control: a.server_control.clone().expect("required by clap"),
@@ -115,7 +123,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let summary = match replay_with_progress(&opts) {
         Ok(s) => s,
         Err(ReplayError::Interrupted) => {
-            eprintln!("mimic: replay interrupted; its processes are stopped and nothing was written");
+            eprintln!(
+                "mimic: replay interrupted; its processes are stopped and nothing was written"
+            );
             return Ok(ExitCode::from(130));
         }
         Err(e) => return Err(e.into()),
@@ -143,7 +153,9 @@ pub fn replay_with_progress(opts: &ReplayOptions) -> Result<ReplaySummary, Repla
             while !done.load(Ordering::Relaxed) {
                 let stage = progress.stage.lock().map(|s| s.clone()).unwrap_or_default();
                 pb.set_length(progress.total.load(Ordering::Relaxed));
-                pb.set_position(progress.done.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed));
+                pb.set_position(
+                    progress.done.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed),
+                );
                 pb.set_message(format!(
                     "{stage}: {} done, {} failed, {} in flight",
                     progress.done.load(Ordering::Relaxed),
@@ -165,12 +177,26 @@ fn print_summary(s: &ReplaySummary) {
     println!(
         "replayed {} connections{} in {:.1} s (at most {} at once): {} ok, {} failed{}",
         s.connections,
-        s.lab.as_ref().map(|l| format!(" in lab {l}")).unwrap_or_default(),
+        s.lab
+            .as_ref()
+            .map(|l| format!(" in lab {l}"))
+            .unwrap_or_default(),
         s.duration_s,
         s.max_concurrent,
         s.ok,
         s.failed,
-        if s.failures.is_empty() { String::new() } else { format!(" ({})", s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")) }
+        if s.failures.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                s.failures
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
     );
     if let Some(st) = &s.stack {
         println!("server stack: {st}");
@@ -180,7 +206,10 @@ fn print_summary(s: &ReplaySummary) {
         s.start_lateness_us[0], s.start_lateness_us[1], s.server.response_delay_error.p50_us, s.server.response_delay_error.p99_us
     );
     if s.missing > 0 {
-        println!("warning: {} replayed connections are missing from the capture", s.missing);
+        println!(
+            "warning: {} replayed connections are missing from the capture",
+            s.missing
+        );
     }
     println!(
         "analysis: {} connections ({} complete), {} exchanges; wrote {}",

@@ -35,9 +35,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(f) => Some(mimic_netemu::lab::read_token(f)?),
         None => None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let stats = rt.block_on(async move {
-        let listener = server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
+        let listener =
+            server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
         let stats = Stats::default();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let (Some(addr), Some(token)) = (a.control.clone(), token) {
@@ -52,7 +56,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let tx = stop_tx.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = tx.send(true);
         });

@@ -51,14 +51,23 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if let Some(Check::Check { truth, replay, json }) = a.check {
+    if let Some(Check::Check {
+        truth,
+        replay,
+        json,
+    }) = a.check
+    {
         let r = accuracy::evaluate(&truth, &replay)?;
         if json {
             println!("{}", serde_json::to_string_pretty(&r)?);
         } else {
             print!("{}", r.table());
         }
-        return Ok(if r.pass() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(if r.pass() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     }
     let Some(out) = a.output else {
         anyhow::bail!("-o/--output is required (the synthetic workload database to write)");
@@ -70,7 +79,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--max-response must be at least 1000 bytes");
     }
     let s = synth::generate(
-        &SynthOptions { profile: a.profile, connections: a.connections as usize, rate: a.rate, seed: a.seed, max_response: a.max_response },
+        &SynthOptions {
+            profile: a.profile,
+            connections: a.connections as usize,
+            rate: a.rate,
+            seed: a.seed,
+            max_response: a.max_response,
+        },
         &out,
     )?;
     if a.json {

@@ -12,12 +12,21 @@ use crate::common::*;
 /// Runs `mimic analyze FILE -o OUT --json` with a time limit; a hang is a test failure.
 fn analyze(file: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut cmd = mimic();
-    cmd.arg("analyze").arg(file).arg("-o").arg(out).arg("--json").args(extra);
+    cmd.arg("analyze")
+        .arg(file)
+        .arg("-o")
+        .arg(out)
+        .arg("--json")
+        .args(extra);
     run_with_timeout(cmd, Duration::from_secs(60), &file.display().to_string())
 }
 
 fn run_with_timeout(mut cmd: Command, limit: Duration, what: &str) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn mimic");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mimic");
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait").is_some() {
@@ -32,7 +41,8 @@ fn run_with_timeout(mut cmd: Command, limit: Duration, what: &str) -> Output {
 }
 
 fn summary(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("--json output is not JSON ({e}): {}", stdout(o)))
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("--json output is not JSON ({e}): {}", stdout(o)))
 }
 
 fn db(path: &Path) -> Connection {
@@ -51,12 +61,31 @@ fn every_wellformed_public_capture_analyzes() {
         for f in traces_in(dir) {
             let out = tmp.path().join(format!("{n}.db"));
             let o = analyze(&f, &out, &[]);
-            assert!(o.status.success(), "{}: exit {:?}\n{}", f.display(), o.status, stderr(&o));
-            assert!(!stderr(&o).contains("panicked"), "{}: {}", f.display(), stderr(&o));
+            assert!(
+                o.status.success(),
+                "{}: exit {:?}\n{}",
+                f.display(),
+                o.status,
+                stderr(&o)
+            );
+            assert!(
+                !stderr(&o).contains("panicked"),
+                "{}: {}",
+                f.display(),
+                stderr(&o)
+            );
             let s = summary(&o);
             let c = db(&out);
-            assert_eq!(count(&c, "SELECT count(*) FROM connections"), s["connections"].as_i64().unwrap(), "{}", f.display());
-            assert_eq!(mimic_core::db::get_meta(&c, "role").unwrap().as_deref(), Some("original"));
+            assert_eq!(
+                count(&c, "SELECT count(*) FROM connections"),
+                s["connections"].as_i64().unwrap(),
+                "{}",
+                f.display()
+            );
+            assert_eq!(
+                mimic_core::db::get_meta(&c, "role").unwrap().as_deref(),
+                Some("original")
+            );
             n += 1;
         }
     }
@@ -67,7 +96,11 @@ fn every_wellformed_public_capture_analyzes() {
 fn malformed_captures_end_cleanly() {
     let tmp = tempdir();
     let files = traces_in("malformed");
-    assert!(files.len() >= 60, "only {} malformed captures found", files.len());
+    assert!(
+        files.len() >= 60,
+        "only {} malformed captures found",
+        files.len()
+    );
     let (mut counted, mut refused) = (0, 0);
     for (i, f) in files.iter().enumerate() {
         let out = tmp.path().join(format!("{i}.db"));
@@ -82,11 +115,24 @@ fn malformed_captures_end_cleanly() {
                 let s = summary(&o);
                 assert!(out.exists(), "{}", f.display());
                 let issues = s["input_issues"].as_array().unwrap().len();
-                let skipped: i64 = s["skipped"].as_object().unwrap().values().map(|v| v.as_i64().unwrap()).sum();
+                let skipped: i64 = s["skipped"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_i64().unwrap())
+                    .sum();
                 let frames = s["frames"].as_i64().unwrap();
-                assert!(issues > 0 || skipped > 0 || frames > 0, "{}: nothing read and nothing counted", f.display());
+                assert!(
+                    issues > 0 || skipped > 0 || frames > 0,
+                    "{}: nothing read and nothing counted",
+                    f.display()
+                );
                 for i in s["input_issues"].as_array().unwrap() {
-                    assert!(err.contains(i["message"].as_str().unwrap()), "{}: issue not reported on stderr", f.display());
+                    assert!(
+                        err.contains(i["message"].as_str().unwrap()),
+                        "{}: issue not reported on stderr",
+                        f.display()
+                    );
                 }
             }
             Some(2) => {
@@ -94,17 +140,27 @@ fn malformed_captures_end_cleanly() {
                 refused += 1;
                 let lines: Vec<&str> = err.lines().collect();
                 assert_eq!(lines.len(), 1, "{}: {err}", f.display());
-                assert!(lines[0].starts_with("mimic: error:") && lines[0].contains(f.file_name().unwrap().to_str().unwrap()), "{err}");
+                assert!(
+                    lines[0].starts_with("mimic: error:")
+                        && lines[0].contains(f.file_name().unwrap().to_str().unwrap()),
+                    "{err}"
+                );
                 assert!(!out.exists());
             }
             other => panic!("{}: exit {other:?}: {err}", f.display()),
         }
     }
-    assert!(counted > 0 && refused > 0, "counted {counted}, refused {refused}");
+    assert!(
+        counted > 0 && refused > 0,
+        "counted {counted}, refused {refused}"
+    );
     // nothing half-written next to the outputs
     for e in std::fs::read_dir(tmp.path()).unwrap() {
         let name = e.unwrap().file_name().into_string().unwrap();
-        assert!(!name.contains(".tmp-"), "temporary file left behind: {name}");
+        assert!(
+            !name.contains(".tmp-"),
+            "temporary file left behind: {name}"
+        );
     }
 }
 
@@ -116,7 +172,11 @@ fn latency_captures_separate_network_client_and_server_delay() {
     let mut rows = Vec::new();
     for i in 1..=4 {
         let out = tmp.path().join(format!("l{i}.db"));
-        let o = analyze(&trace(&format!("loss/chrissanders_latency{i}.pcapng")), &out, &[]);
+        let o = analyze(
+            &trace(&format!("loss/chrissanders_latency{i}.pcapng")),
+            &out,
+            &[],
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         let c = db(&out);
         let (hs, think, resp): (i64, i64, i64) = c
@@ -130,21 +190,38 @@ fn latency_captures_separate_network_client_and_server_delay() {
     }
     let s = |us: i64| us as f64 / 1e6;
     // baseline: ~30 ms round trip, nothing slow
-    assert!(s(rows[0].0) < 0.05 && s(rows[0].1) < 0.01 && s(rows[0].2) < 0.1, "{:?}", rows[0]);
+    assert!(
+        s(rows[0].0) < 0.05 && s(rows[0].1) < 0.01 && s(rows[0].2) < 0.1,
+        "{:?}",
+        rows[0]
+    );
     // network delay: the handshake takes ~0.88 s, the client and server are quick
     assert!((s(rows[1].0) - 0.88).abs() < 0.05, "{:?}", rows[1]);
     assert!(s(rows[1].1) < 0.01, "{:?}", rows[1]);
     // client delay: ~1.35 s between the handshake and the request
-    assert!((s(rows[2].1) - 1.35).abs() < 0.05 && s(rows[2].0) < 0.05, "{:?}", rows[2]);
+    assert!(
+        (s(rows[2].1) - 1.35).abs() < 0.05 && s(rows[2].0) < 0.05,
+        "{:?}",
+        rows[2]
+    );
     // server delay: the first response byte ~1.0 s after the request
-    assert!((s(rows[3].2) - 1.0).abs() < 0.05 && s(rows[3].0) < 0.05 && s(rows[3].1) < 0.01, "{:?}", rows[3]);
+    assert!(
+        (s(rows[3].2) - 1.0).abs() < 0.05 && s(rows[3].0) < 0.05 && s(rows[3].1) < 0.01,
+        "{:?}",
+        rows[3]
+    );
 }
 
 fn table_dump(c: &Connection, table: &str) -> Vec<String> {
-    let mut st = c.prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2")).unwrap();
+    let mut st = c
+        .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+        .unwrap();
     let n = st.column_count();
     st.query_map([], |r| {
-        Ok((0..n).map(|i| format!("{:?}", r.get_ref(i).unwrap())).collect::<Vec<_>>().join("|"))
+        Ok((0..n)
+            .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+            .collect::<Vec<_>>()
+            .join("|"))
     })
     .unwrap()
     .map(Result::unwrap)
@@ -162,8 +239,16 @@ fn same_content(a: &Path, b: &Path) {
 fn big_and_little_endian_copies_give_identical_databases() {
     let tmp = tempdir();
     let (le, be) = (tmp.path().join("le.db"), tmp.path().join("be.db"));
-    assert!(analyze(&trace("loss/tcptrace_dsack.dmp.pcap"), &le, &[]).status.success());
-    assert!(analyze(&trace("format/tcptrace_sack_nasa_sim.dump.bigendian.pcap"), &be, &[]).status.success());
+    assert!(analyze(&trace("loss/tcptrace_dsack.dmp.pcap"), &le, &[])
+        .status
+        .success());
+    assert!(analyze(
+        &trace("format/tcptrace_sack_nasa_sim.dump.bigendian.pcap"),
+        &be,
+        &[]
+    )
+    .status
+    .success());
     same_content(&le, &be);
     assert_eq!(count(&db(&le), "SELECT count(*) FROM connections"), 1);
 }
@@ -172,15 +257,28 @@ fn big_and_little_endian_copies_give_identical_databases() {
 fn thousand_requests_on_one_connection() {
     let tmp = tempdir();
     let out = tmp.path().join("k.db");
-    let o = analyze(&trace("edge/zeek_http_1000-requests-one-dropped-response_ipv6.pcap"), &out, &[]);
+    let o = analyze(
+        &trace("edge/zeek_http_1000-requests-one-dropped-response_ipv6.pcap"),
+        &out,
+        &[],
+    );
     assert!(o.status.success());
     let c = db(&out);
     assert_eq!(count(&c, "SELECT count(*) FROM connections"), 1);
     let ex = count(&c, "SELECT count(*) FROM exchanges");
     assert!((995..=1000).contains(&ex), "{ex} exchanges");
-    assert_eq!(count(&c, "SELECT count(*) FROM exchanges WHERE method = 'GET'"), ex);
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM exchanges WHERE method = 'GET'"),
+        ex
+    );
     // one response was not captured: 999 statuses
-    assert_eq!(count(&c, "SELECT count(*) FROM exchanges WHERE status IS NOT NULL"), 999);
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM exchanges WHERE status IS NOT NULL"
+        ),
+        999
+    );
     assert_eq!(count(&c, "SELECT exchanges FROM connections"), ex);
 }
 
@@ -195,13 +293,20 @@ fn threads_and_merged_inputs_give_the_same_records() {
 
     // two files are merged in time order: the connections of both, the frames of both
     let g = trace("web/zeek_http_bro.org.pcap");
-    let (a, b, both) = (tmp.path().join("a.db"), tmp.path().join("b.db"), tmp.path().join("ab.db"));
+    let (a, b, both) = (
+        tmp.path().join("a.db"),
+        tmp.path().join("b.db"),
+        tmp.path().join("ab.db"),
+    );
     let sa = summary(&analyze(&f, &a, &[]));
     let sb = summary(&analyze(&g, &b, &[]));
     let o = run_with_timeout(
         {
             let mut c = mimic();
-            c.args(["analyze", "--json", "-o"]).arg(&both).arg(&f).arg(&g);
+            c.args(["analyze", "--json", "-o"])
+                .arg(&both)
+                .arg(&f)
+                .arg(&g);
             c
         },
         Duration::from_secs(60),
@@ -209,7 +314,11 @@ fn threads_and_merged_inputs_give_the_same_records() {
     );
     let sab = summary(&o);
     for k in ["frames", "connections", "exchanges"] {
-        assert_eq!(sab[k].as_i64().unwrap(), sa[k].as_i64().unwrap() + sb[k].as_i64().unwrap(), "{k}");
+        assert_eq!(
+            sab[k].as_i64().unwrap(),
+            sa[k].as_i64().unwrap() + sb[k].as_i64().unwrap(),
+            "{k}"
+        );
     }
 }
 
@@ -233,7 +342,11 @@ fn gzip_input_and_bad_inputs() {
     let out = tmp.path().join("x.db");
     let o = analyze(&junk, &out, &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("notes.txt") && stderr(&o).contains("not a pcap or pcapng file"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("notes.txt") && stderr(&o).contains("not a pcap or pcapng file"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!out.exists());
     // a missing file
     let o = analyze(&tmp.path().join("missing.pcap"), &out, &[]);
@@ -246,7 +359,14 @@ fn gzip_input_and_bad_inputs() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(std::fs::read(&out).unwrap(), before);
     // bad flags are refused before anything runs
-    let o = run(&["analyze", f.to_str().unwrap(), "-o", out.to_str().unwrap(), "--server-net", "10.0.0.0/40"]);
+    let o = run(&[
+        "analyze",
+        f.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--server-net",
+        "10.0.0.0/40",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("prefix length"));
 }
@@ -269,7 +389,12 @@ fn flate2_writer(path: &Path) -> impl std::io::Write {
         }
     }
     let out = std::fs::File::create(path).unwrap();
-    Gz(Command::new("gzip").arg("-c").stdin(Stdio::piped()).stdout(out).spawn().expect("gzip"))
+    Gz(Command::new("gzip")
+        .arg("-c")
+        .stdin(Stdio::piped())
+        .stdout(out)
+        .spawn()
+        .expect("gzip"))
 }
 
 #[test]
@@ -279,13 +404,21 @@ fn server_side_hints_for_connections_without_handshake() {
     // well-known port serves; --server-port and --server-net turn it around
     let f = trace("loss/tcptrace_urgent.dmp.pcap");
     let q = "SELECT server_port, server_by FROM connections WHERE 19 IN (client_port, server_port)";
-    let row = |out: &Path| -> (i64, String) { db(out).query_row(q, [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap() };
+    let row = |out: &Path| -> (i64, String) {
+        db(out)
+            .query_row(q, [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+    };
     let out = tmp.path().join("m.db");
     assert!(analyze(&f, &out, &[]).status.success());
     assert_eq!(row(&out), (19, "guess".to_string()));
-    assert!(analyze(&f, &out, &["--server-port", "57247"]).status.success());
+    assert!(analyze(&f, &out, &["--server-port", "57247"])
+        .status
+        .success());
     assert_eq!(row(&out), (57247, "port".to_string()));
-    assert!(analyze(&f, &out, &["--server-net", "132.235.3.132/32"]).status.success());
+    assert!(analyze(&f, &out, &["--server-net", "132.235.3.132/32"])
+        .status
+        .success());
     assert_eq!(row(&out), (57247, "net".to_string()));
 }
 
@@ -304,12 +437,19 @@ struct TtConn {
 
 /// Parses `tcptrace -n -l -r` (its long per-connection report; columns are host a→b, b→a).
 fn tcptrace(file: &Path) -> Vec<TtConn> {
-    let out = Command::new(require_tool("tcptrace")).args(["-n", "-l", "-r"]).arg(file).output().unwrap();
+    let out = Command::new(require_tool("tcptrace"))
+        .args(["-n", "-l", "-r"])
+        .arg(file)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let mut conns: Vec<TtConn> = Vec::new();
     for line in text.lines() {
         let t = line.trim();
-        if t.strip_prefix("TCP connection ").and_then(|r| r.strip_suffix(':')).is_some_and(|n| n.parse::<u64>().is_ok()) {
+        if t.strip_prefix("TCP connection ")
+            .and_then(|r| r.strip_suffix(':'))
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+        {
             conns.push(TtConn::default());
             continue;
         }
@@ -324,7 +464,13 @@ fn tcptrace(file: &Path) -> Vec<TtConn> {
             let first = t.strip_prefix(key)?.trim_start_matches(':');
             let mut parts = first.split(key);
             let a = parts.next()?.split_whitespace().next()?.parse().ok()?;
-            let b = parts.next()?.trim_start_matches(':').split_whitespace().next()?.parse().ok()?;
+            let b = parts
+                .next()?
+                .trim_start_matches(':')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
             Some([a, b])
         };
         if let Some(v) = two("rexmt data pkts") {
@@ -418,7 +564,10 @@ fn count_exception(name: &str) -> Option<&'static str> {
 /// the window had closed), and it leaves out an acknowledged 1-byte probe (urgent). mimic
 /// counts every byte of the stream once.
 fn bytes_exception(name: &str) -> bool {
-    matches!(name, "tcptrace_urgent.dmp.pcap" | "zeek_http_206_example_b.pcap")
+    matches!(
+        name,
+        "tcptrace_urgent.dmp.pcap" | "zeek_http_206_example_b.pcap"
+    )
 }
 
 #[test]
@@ -439,16 +588,27 @@ fn agrees_with_tcptrace() {
         let tt = tcptrace(f);
         let us = ours(&out);
         match count_exception(&name) {
-            None => assert_eq!(us.len(), tt.len(), "{name}: connection count differs from tcptrace"),
+            None => assert_eq!(
+                us.len(),
+                tt.len(),
+                "{name}: connection count differs from tcptrace"
+            ),
             Some(why) => {
-                assert_ne!(us.len(), tt.len(), "{name}: listed as an exception ({why}) but the counts agree now");
+                assert_ne!(
+                    us.len(),
+                    tt.len(),
+                    "{name}: listed as an exception ({why}) but the counts agree now"
+                );
                 if name == "chrissanders_ppa1e_ftp-crack.pcap" {
                     // the repeat shows as capture time stepping back by the capture's length
                     let back = summary(&o)["max_time_backwards_s"].as_f64().unwrap();
                     assert!((back - 44.6).abs() < 0.1, "{back}");
                     assert!(stderr(&o).contains("overlapping or repeated captures"));
                 }
-                report.insert(name.clone(), format!("{} vs tcptrace {}: {why}", us.len(), tt.len()));
+                report.insert(
+                    name.clone(),
+                    format!("{} vs tcptrace {}: {why}", us.len(), tt.len()),
+                );
                 // the connections do not pair up one to one: nothing more to compare
                 continue;
             }
@@ -462,25 +622,39 @@ fn agrees_with_tcptrace() {
             let hosts = [norm_endpoint(&t.hosts[0]), norm_endpoint(&t.hosts[1])];
             // tcptrace prints some IPv6 addresses mangled (::1 as ":0001"): compare those by port
             let same = |ours: &str, theirs: &str| {
-                ours == theirs || (theirs.starts_with(':') && ours.rsplit_once(':').map(|x| x.1) == theirs.rsplit_once(':').map(|x| x.1))
+                ours == theirs
+                    || (theirs.starts_with(':')
+                        && ours.rsplit_once(':').map(|x| x.1)
+                            == theirs.rsplit_once(':').map(|x| x.1))
             };
             let Some(j) = (0..us.len()).find(|&j| {
                 !used[j]
                     && ((same(&us[j].client, &hosts[0]) && same(&us[j].server, &hosts[1]))
                         || (same(&us[j].client, &hosts[1]) && same(&us[j].server, &hosts[0])))
             }) else {
-                assert!(count_exception(&name).is_some(), "{name}: tcptrace connection {hosts:?} has no match");
+                assert!(
+                    count_exception(&name).is_some(),
+                    "{name}: tcptrace connection {hosts:?} has no match"
+                );
                 continue;
             };
             used[j] = true;
             let u = &us[j];
             conns_checked += 1;
             // host a is the client when it is the one mimic calls client
-            let (up, down) = if same(&u.client, &hosts[0]) { (0, 1) } else { (1, 0) };
+            let (up, down) = if same(&u.client, &hosts[0]) {
+                (0, 1)
+            } else {
+                (1, 0)
+            };
             let ctx = format!("{name} conn {} ({} -> {})", u.id, u.client, u.server);
             // unique bytes per direction agree
             if !bytes_exception(&name) {
-                assert_eq!([t.unique_bytes[up], t.unique_bytes[down]], u.bytes, "{ctx}: unique bytes (up, down)");
+                assert_eq!(
+                    [t.unique_bytes[up], t.unique_bytes[down]],
+                    u.bytes,
+                    "{ctx}: unique bytes (up, down)"
+                );
             }
             // retransmissions: tcptrace's count includes what mimic counts separately — SYN,
             // SYN-ACK and FIN retransmissions, window probes, and frames captured twice
@@ -501,7 +675,11 @@ fn agrees_with_tcptrace() {
                 // The two tallies of "not new" segments differ by at most the probes.
                 let tt_not_new = tt_total + tt_probes;
                 let ours_not_new = our_total + u.extra;
-                assert!(tt_not_new.abs_diff(ours_not_new) <= tt_probes, "{ctx}: tcptrace {tt_total} + {tt_probes} probes, mimic {our_total} + {}", u.extra);
+                assert!(
+                    tt_not_new.abs_diff(ours_not_new) <= tt_probes,
+                    "{ctx}: tcptrace {tt_total} + {tt_probes} probes, mimic {our_total} + {}",
+                    u.extra
+                );
             }
             // handshake RTT = tcptrace's two 3WHS halves (0.1 ms print resolution each); when a
             // SYN or SYN-ACK was retransmitted or captured twice tcptrace reports 0 for that half (Karn),
@@ -509,7 +687,10 @@ fn agrees_with_tcptrace() {
             let tt_no_hs = (t.rtt_3whs_ms[0] == 0.0 || t.rtt_3whs_ms[1] == 0.0) && u.syn_again;
             if let (Some(hs), false) = (u.hs_rtt_us, tt_no_hs) {
                 let sum = (t.rtt_3whs_ms[0] + t.rtt_3whs_ms[1]) * 1000.0;
-                assert!((hs as f64 - sum).abs() <= 200.0, "{ctx}: handshake RTT {hs} µs, tcptrace {sum} µs");
+                assert!(
+                    (hs as f64 - sum).abs() <= 200.0,
+                    "{ctx}: handshake RTT {hs} µs, tcptrace {sum} µs"
+                );
             }
             // data RTT: mimic discards a sample whose ACK also covers a retransmitted segment
             // (the retransmission may have triggered it); tcptrace keeps them and also counts
@@ -521,7 +702,10 @@ fn agrees_with_tcptrace() {
                 let server_col = down;
                 let tmin = t.rtt_min_ms[server_col] * 1000.0;
                 rtt_checked += 1;
-                assert!(m as f64 >= tmin - 100.0, "{ctx}: mimic data RTT min {m} µs below tcptrace's {tmin} µs");
+                assert!(
+                    m as f64 >= tmin - 100.0,
+                    "{ctx}: mimic data RTT min {m} µs below tcptrace's {tmin} µs"
+                );
                 if (m as f64 - tmin).abs() <= 100.0 {
                     rtt_exact += 1;
                 }
@@ -533,5 +717,8 @@ fn agrees_with_tcptrace() {
         eprintln!("  allowed difference {k}: {v}");
     }
     assert!(conns_checked > 3000, "{conns_checked}");
-    assert!(rtt_exact * 10 >= rtt_checked * 8, "RTT minimum agrees for only {rtt_exact} of {rtt_checked}");
+    assert!(
+        rtt_exact * 10 >= rtt_checked * 8,
+        "RTT minimum agrees for only {rtt_exact} of {rtt_checked}"
+    );
 }

@@ -25,7 +25,13 @@ struct Conn {
 
 /// A mimic database written the way analyze/replay write theirs: the real schema through
 /// AtomicDb, rows by plain INSERTs. `map`: (orig_conn_id, replay_conn_id, status, failure).
-fn write_db(path: &Path, role: &str, meta: &[(&str, &str)], conns: &[Conn], map: &[(i64, Option<i64>, &str, Option<&str>)]) {
+fn write_db(
+    path: &Path,
+    role: &str,
+    meta: &[(&str, &str)],
+    conns: &[Conn],
+    map: &[(i64, Option<i64>, &str, Option<&str>)],
+) {
     let db = AtomicDb::create(path).unwrap();
     let c = db.conn();
     set_meta(c, "role", role).unwrap();
@@ -115,12 +121,22 @@ fn fixture() -> Fixture {
             rt_us: if id % 50 == 0 { None } else { Some(rt as i64) },
             min_rtt_us: rtt,
             bw_bps: if id % 9 == 0 { None } else { Some(bw) },
-            loss: if g.u() < 0.15 { 0.01 + 0.04 * g.u() } else { 0.0 },
+            loss: if g.u() < 0.15 {
+                0.01 + 0.04 * g.u()
+            } else {
+                0.0
+            },
             bytes_down: bytes as i64,
         });
     }
     let base = dir.path().join("original.db");
-    write_db(&base, "original", &[("inputs", "prod-2026-05-01.pcapng")], &orig, &[]);
+    write_db(
+        &base,
+        "original",
+        &[("inputs", "prod-2026-05-01.pcapng")],
+        &orig,
+        &[],
+    );
 
     let replay_of = |name: &str, speed: f64, sd: f64, seed: u64, stack: &str| -> PathBuf {
         let mut g = Rng(seed);
@@ -129,7 +145,12 @@ fn fixture() -> Fixture {
         for o in &orig {
             let rid = o.id + 10_000;
             if o.id % 150 == 1 {
-                map.push((o.id, None, "failed", Some(if o.id == 1 { "refused" } else { "timeout" })));
+                map.push((
+                    o.id,
+                    None,
+                    "failed",
+                    Some(if o.id == 1 { "refused" } else { "timeout" }),
+                ));
                 continue;
             }
             let err = speed * (1.0 + sd * g.normal()) - 1.0;
@@ -178,7 +199,12 @@ fn fixture() -> Fixture {
 fn artifacts() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // <target>/<profile>/deps/cli-HASH
-    let target = exe.parent().and_then(Path::parent).and_then(Path::parent).unwrap().to_path_buf();
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf();
     let dir = target.join("test-artifacts").join("compare");
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -215,7 +241,12 @@ fn chromium(html: &Path, extra: &[&str], work: &Path, tag: &str) -> (String, Str
         .arg(format!("file://{}", s(html)))
         .output()
         .expect("run chromium");
-    assert!(out.status.success(), "chromium failed: {}\n{}", out.status, stderr(&out));
+    assert!(
+        out.status.success(),
+        "chromium failed: {}\n{}",
+        out.status,
+        stderr(&out)
+    );
     let log = std::fs::read_to_string(&netlog).unwrap_or_default();
     (stdout(&out), stderr(&out), log)
 }
@@ -228,7 +259,8 @@ fn page_requests(log: &str) -> Vec<String> {
     let v: serde_json::Value = match serde_json::from_str(log) {
         Ok(v) => v,
         // Chromium may end the file without the closing brackets when it exits fast.
-        Err(_) => serde_json::from_str(&format!("{}]}}", log.trim_end().trim_end_matches(','))).expect("NetLog is JSON"),
+        Err(_) => serde_json::from_str(&format!("{}]}}", log.trim_end().trim_end_matches(',')))
+            .expect("NetLog is JSON"),
     };
     let start_job = v["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
         .as_u64()
@@ -280,7 +312,11 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
         &format!("--json={}", s(&json)),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("replay-iw10 vs original:"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("replay-iw10 vs original:"),
+        "{}",
+        stdout(&o)
+    );
     let text = std::fs::read_to_string(&html).unwrap();
     std::fs::write(art.join("report.html"), &text).unwrap();
 
@@ -311,9 +347,21 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
 
     // 1 response-time CDF + 3 relative-error plots per replay of BASE (2) + 5 population plots.
     let figures = 1 + 3 * 2 + 5;
-    let (dom, _, log) = chromium(&html, &["--dump-dom", "--virtual-time-budget=3000"], work.path(), "dom");
-    assert_eq!(dom.matches("<svg").count(), figures, "plots in the rendered DOM");
-    assert!(dom.matches("<path d=\"M").count() >= figures, "every plot has curves");
+    let (dom, _, log) = chromium(
+        &html,
+        &["--dump-dom", "--virtual-time-budget=3000"],
+        work.path(),
+        "dom",
+    );
+    assert_eq!(
+        dom.matches("<svg").count(),
+        figures,
+        "plots in the rendered DOM"
+    );
+    assert!(
+        dom.matches("<path d=\"M").count() >= figures,
+        "every plot has curves"
+    );
     for needle in [
         "Verdict",
         "Response time per connection",
@@ -325,7 +373,10 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
     }
     assert!(!log.is_empty(), "Chromium wrote no NetLog");
     let requests = page_requests(&log);
-    assert!(requests.is_empty(), "the report made requests: {requests:?}");
+    assert!(
+        requests.is_empty(),
+        "the report made requests: {requests:?}"
+    );
     // The same check on a page that does fetch something (from a .invalid host, which never
     // resolves) must see it: the check can fail.
     let probe = work.path().join("probe.html");
@@ -334,7 +385,12 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
         "<!DOCTYPE html><html><body><p>probe</p><img src=\"http://mimic-probe.invalid/p.png\"></body></html>",
     )
     .unwrap();
-    let (_, _, probe_log) = chromium(&probe, &["--dump-dom", "--virtual-time-budget=3000"], work.path(), "probe");
+    let (_, _, probe_log) = chromium(
+        &probe,
+        &["--dump-dom", "--virtual-time-budget=3000"],
+        work.path(),
+        "probe",
+    );
     assert_eq!(
         page_requests(&probe_log),
         vec!["http://mimic-probe.invalid/p.png".to_string()],
@@ -367,7 +423,8 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
         "full",
     );
     for (shot, size) in [(&top, (1200, 1600)), (&full, (1600, 9000))] {
-        let bytes = std::fs::read(shot).unwrap_or_else(|_| panic!("no screenshot at {}", shot.display()));
+        let bytes =
+            std::fs::read(shot).unwrap_or_else(|_| panic!("no screenshot at {}", shot.display()));
         assert_eq!(png_size(&bytes), size);
         // A blank page compresses to a few kB; a rendered report with plots is far larger.
         assert!(
@@ -412,7 +469,11 @@ fn compare_json_on_stdout_and_in_a_file() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
-    assert!(stderr(&o).contains("verdict: replay-iw10 vs original"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("verdict: replay-iw10 vs original"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(j["format"], "mimic-compare/1");
     assert_eq!(j["options"]["bootstrap_replicates"], 500);
     let inputs = j["inputs"].as_array().unwrap();
@@ -426,12 +487,24 @@ fn compare_json_on_stdout_and_in_a_file() {
     // replay-iw10 is ~30% faster: significant at p50 and p90, and the verdict says so
     let c = &j["comparisons"][1];
     assert_eq!(c["other"], "replay-iw10");
-    let p50 = c["rows"].as_array().unwrap().iter().find(|r| r["stat"] == "p50").unwrap();
+    let p50 = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["stat"] == "p50")
+        .unwrap();
     let rel = p50["rel"].as_f64().unwrap();
     assert!((-0.40..-0.20).contains(&rel), "p50 rel {rel}");
     assert_eq!(p50["direction"], "faster");
     assert!(p50["rel_ci"][0].as_f64().unwrap() < rel && rel < p50["rel_ci"][1].as_f64().unwrap());
-    assert!(c["verdict"].as_str().unwrap().contains("replay-iw10 is faster"), "{}", c["verdict"]);
+    assert!(
+        c["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("replay-iw10 is faster"),
+        "{}",
+        c["verdict"]
+    );
     assert!(c["ks"]["p_value"].as_f64().unwrap() < 0.001 && c["ks"]["method"] == "exact");
     // the faithful replay: paired, failures reported, mostly within ±20%
     let p = &j["comparisons"][0]["paired"];
@@ -441,10 +514,22 @@ fn compare_json_on_stdout_and_in_a_file() {
         .unwrap()
         .iter()
         .filter(|u| u["status"] == "failed")
-        .map(|u| (u["reason"].as_str().unwrap().to_string(), u["count"].as_u64().unwrap()))
+        .map(|u| {
+            (
+                u["reason"].as_str().unwrap().to_string(),
+                u["count"].as_u64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(failed, vec![("refused".to_string(), 1), ("timeout".to_string(), 3)]);
-    assert!(p["overall"]["within_20"].as_f64().unwrap() > 0.9, "{}", p["overall"]);
+    assert_eq!(
+        failed,
+        vec![("refused".to_string(), 1), ("timeout".to_string(), 3)]
+    );
+    assert!(
+        p["overall"]["within_20"].as_f64().unwrap() > 0.9,
+        "{}",
+        p["overall"]
+    );
     assert_eq!(p["breakdowns"].as_array().unwrap().len(), 3);
     assert_eq!(j["verdict"].as_array().unwrap().len(), 2);
 
@@ -461,7 +546,8 @@ fn compare_json_on_stdout_and_in_a_file() {
         &format!("--json={}", s(&file)),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let k: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let k: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(j, k, "same seed, same report");
     assert!(stdout(&o).contains("verdict:"));
 }
@@ -471,14 +557,30 @@ fn compare_fail_if_exit_codes() {
     let f = fixture();
     let base = s(&f.base);
     // replay-iw10 is ~30% faster than BASE
-    let o = run(&["compare", base, s(&f.replay_iw10), "--bootstrap", "200", "--fail-if", "p50 < -10%"]);
+    let o = run(&[
+        "compare",
+        base,
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "200",
+        "--fail-if",
+        "p50 < -10%",
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("--fail-if \"p50 < -10%\" holds for replay-iw10: p50 \u{2212}"),
         "{}",
         stderr(&o)
     );
-    let o = run(&["compare", base, s(&f.replay_iw10), "--bootstrap", "200", "--fail-if", "p90 > +5%"]);
+    let o = run(&[
+        "compare",
+        base,
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "200",
+        "--fail-if",
+        "p90 > +5%",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not hold"), "{}", stderr(&o));
     // absolute thresholds, and any of several conditions / any OTHER
@@ -496,11 +598,18 @@ fn compare_fail_if_exit_codes() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     // an invalid condition is an error (2) that explains the grammar, before any input is read
-    let o = run(&["compare", "/nonexistent/a.db", "/nonexistent/b.db", "--fail-if", "p90 >> 5%"]);
+    let o = run(&[
+        "compare",
+        "/nonexistent/a.db",
+        "/nonexistent/b.db",
+        "--fail-if",
+        "p90 >> 5%",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
-        e.contains("invalid --fail-if condition \"p90 >> 5%\"") && e.contains("Expected STAT OP VALUE"),
+        e.contains("invalid --fail-if condition \"p90 >> 5%\"")
+            && e.contains("Expected STAT OP VALUE"),
         "{e}"
     );
     let o = run(&["compare", base, s(&f.replay), "--fail-if", "p90 > 5"]);
@@ -573,12 +682,28 @@ fn compare_bad_inputs_name_the_file_and_the_problem() {
     let o = run(&["compare", base]);
     assert_eq!(o.status.code(), Some(2));
     // a replay_map that does not match BASE is reported, not paired
-    let o = run(&["compare", s(&f.capture2), s(&f.replay), "--bootstrap", "200"]);
+    let o = run(&[
+        "compare",
+        s(&f.capture2),
+        s(&f.replay),
+        "--bootstrap",
+        "200",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!stdout(&o).contains("per connection ("), "{}", stdout(&o));
-    assert!(stdout(&o).contains("does not look like a replay of capture-2"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("does not look like a replay of capture-2"),
+        "{}",
+        stdout(&o)
+    );
     let o = mimic()
-        .args(["compare", s(&f.replay), s(&f.replay_iw10), "--bootstrap", "200"])
+        .args([
+            "compare",
+            s(&f.replay),
+            s(&f.replay_iw10),
+            "--bootstrap",
+            "200",
+        ])
         .output()
         .unwrap();
     assert!(stdout(&o).contains("itself a replay"), "{}", stdout(&o));

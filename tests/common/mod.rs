@@ -30,7 +30,11 @@ pub fn stderr(o: &Output) -> String {
 /// `../shared/traces/public` beside the checkout.
 pub fn traces() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/public");
-    assert!(p.is_dir(), "{} is missing: check out shared/ beside this repository", p.display());
+    assert!(
+        p.is_dir(),
+        "{} is missing: check out shared/ beside this repository",
+        p.display()
+    );
     p.canonicalize().unwrap()
 }
 
@@ -42,7 +46,13 @@ pub fn trace(rel: &str) -> PathBuf {
 
 /// Every capture file in a folder of the public traces.
 pub fn traces_in(dir: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = walk(&traces().join(dir)).into_iter().filter(|p| p.file_name().map_or(false, |n| n != "SOURCES.md" && n != "README.md")).collect();
+    let mut v: Vec<PathBuf> = walk(&traces().join(dir))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .map_or(false, |n| n != "SOURCES.md" && n != "README.md")
+        })
+        .collect();
     v.sort();
     v
 }
@@ -61,19 +71,32 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("mimic-test-").tempdir().expect("temp dir")
+    tempfile::Builder::new()
+        .prefix("mimic-test-")
+        .tempdir()
+        .expect("temp dir")
 }
 
 /// Fails (does not skip) when the test is not running as root.
 pub fn require_root(what: &str) {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    assert_eq!(uid, 0, "{what} needs root (network namespaces); run the test suite as root");
+    assert_eq!(
+        uid, 0,
+        "{what} needs root (network namespaces); run the test suite as root"
+    );
 }
 
 /// Fails with a clear message when an external tool a test compares against is missing.
 pub fn require_tool(tool: &str) -> PathBuf {
-    let out = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().unwrap();
-    assert!(out.status.success(), "{tool} is not installed: scripts/deps.sh test installs it");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{tool} is not installed: scripts/deps.sh test installs it"
+    );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }

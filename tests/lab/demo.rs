@@ -11,28 +11,65 @@ fn demo_runs_end_to_end() {
     let tmp = tempdir();
     let out = tmp.path().join("demo");
     let lab = format!("dm{}", std::process::id() % 100_000);
-    let o = mimic().args(["demo", "--out", out.to_str().unwrap(), "--connections", "40", "--lab", &lab]).output().unwrap();
-    assert!(o.status.success(), "demo failed: {}{}", stdout(&o), stderr(&o));
+    let o = mimic()
+        .args([
+            "demo",
+            "--out",
+            out.to_str().unwrap(),
+            "--connections",
+            "40",
+            "--lab",
+            &lab,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "demo failed: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let text = stdout(&o);
-    assert!(text.contains("report: ") && text.contains("report.html"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("verdict: replay-change vs replay-current")), "{text}");
+    assert!(
+        text.contains("report: ") && text.contains("report.html"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("verdict: replay-change vs replay-current")),
+        "{text}"
+    );
     // every stage reported its progress
     for n in 1..=6 {
-        assert!(stderr(&o).contains(&format!("[{n}/6]")), "stage {n} missing: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("[{n}/6]")),
+            "stage {n} missing: {}",
+            stderr(&o)
+        );
     }
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let inputs = report["inputs"].as_array().unwrap();
-    let labels: Vec<&str> = inputs.iter().map(|i| i["label"].as_str().unwrap()).collect();
+    let labels: Vec<&str> = inputs
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
     assert_eq!(labels, ["production", "replay-current", "replay-change"]);
     assert_eq!(inputs[1]["role"].as_str(), Some("replay"));
     assert_eq!(inputs[2]["role"].as_str(), Some("replay"));
     // the changed stack is recorded, as read back from the server namespace
-    let stack = |k: usize| -> serde_json::Value { serde_json::from_str(inputs[k]["meta"]["stack"].as_str().unwrap()).unwrap() };
+    let stack = |k: usize| -> serde_json::Value {
+        serde_json::from_str(inputs[k]["meta"]["stack"].as_str().unwrap()).unwrap()
+    };
     assert_eq!(stack(1)["initcwnd"].as_u64(), Some(3));
     assert_eq!(stack(2)["initcwnd"].as_u64(), Some(10));
     // both replays pair with production; the change is judged connection by connection
     for c in report["comparisons"].as_array().unwrap() {
-        assert!(c["paired"]["pairs"].as_u64().unwrap() >= 30, "{}", c["paired"]);
+        assert!(
+            c["paired"]["pairs"].as_u64().unwrap() >= 30,
+            "{}",
+            c["paired"]
+        );
         assert!(!c["verdict"].as_str().unwrap().is_empty());
     }
     let ab = &report["ab"][0];

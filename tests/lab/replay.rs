@@ -17,7 +17,11 @@ use crate::common::*;
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn lab_name() -> String {
-    format!("rp{}x{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "rp{}x{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Tears a lab down when the test ends, however it ends.
@@ -31,7 +35,13 @@ impl Drop for LabDown {
 
 fn ok(args: &[&str]) -> Output {
     let o = mimic().args(args).output().unwrap();
-    assert!(o.status.success(), "mimic {args:?} failed ({:?}): {}{}", o.status, stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "mimic {args:?} failed ({:?}): {}{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
     o
 }
 
@@ -52,8 +62,15 @@ fn assert_no_debris(name: &str) {
         assert!(!netns::exists(ns), "namespace {ns} left behind");
     }
     let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
-    assert!(!stdout(&links).contains(&format!("{name}-")), "interfaces of {name} left behind");
-    assert!(!info.runtime_dir.exists(), "{} left behind", info.runtime_dir.display());
+    assert!(
+        !stdout(&links).contains(&format!("{name}-")),
+        "interfaces of {name} left behind"
+    );
+    assert!(
+        !info.runtime_dir.exists(),
+        "{} left behind",
+        info.runtime_dir.display()
+    );
 }
 
 /// synth (all client classes) → replay in a lab the replay builds and removes → analysis of
@@ -65,43 +82,110 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     let tmp = tempdir();
     let d = tmp.path();
     let p = |f: &str| d.join(f).display().to_string();
-    let s = json(&ok(&["synth", "--connections", "320", "--rate", "20", "--seed", "7", "-o", &p("synth.db"), "--json"]));
-    for (class, n) in s["by_class"].as_array().unwrap().iter().map(|v| (v[0].as_str().unwrap(), v[1].as_u64().unwrap())) {
+    let s = json(&ok(&[
+        "synth",
+        "--connections",
+        "320",
+        "--rate",
+        "20",
+        "--seed",
+        "7",
+        "-o",
+        &p("synth.db"),
+        "--json",
+    ]));
+    for (class, n) in s["by_class"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v[0].as_str().unwrap(), v[1].as_u64().unwrap()))
+    {
         assert!(n > 0, "no {class} connection in the workload");
     }
     let name = lab_name();
     let _down = LabDown(name.clone());
-    let r = json(&ok(&["replay", &p("synth.db"), "-o", &p("replay.db"), "--lab", &name, "--keep-capture", &p("cap"), "--json"]));
+    let r = json(&ok(&[
+        "replay",
+        &p("synth.db"),
+        "-o",
+        &p("replay.db"),
+        "--lab",
+        &name,
+        "--keep-capture",
+        &p("cap"),
+        "--json",
+    ]));
     assert_eq!(r["connections"].as_u64(), Some(320));
     assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
     assert_eq!(r["missing"].as_u64(), Some(0));
     // the server kept its delays to well within 1 ms
-    assert!(r["server"]["response_delay_error"]["p99_us"].as_u64().unwrap() < 1000, "{}", r["server"]);
-    assert!(r["server"]["query_delay_error"]["p99_us"].as_u64().unwrap() < 1000, "{}", r["server"]);
+    assert!(
+        r["server"]["response_delay_error"]["p99_us"]
+            .as_u64()
+            .unwrap()
+            < 1000,
+        "{}",
+        r["server"]
+    );
+    assert!(
+        r["server"]["query_delay_error"]["p99_us"].as_u64().unwrap() < 1000,
+        "{}",
+        r["server"]
+    );
     // the replay built the lab and removed it, with nothing left behind
     assert_no_debris(&name);
 
-    let check = Command::new(mimic_bin()).args(["synth", "check", &p("synth.db"), &p("replay.db")]).output().unwrap();
+    let check = Command::new(mimic_bin())
+        .args(["synth", "check", &p("synth.db"), &p("replay.db")])
+        .output()
+        .unwrap();
     eprintln!("{}", stdout(&check));
-    assert!(check.status.success(), "accuracy criteria missed:\n{}", stdout(&check));
+    assert!(
+        check.status.success(),
+        "accuracy criteria missed:\n{}",
+        stdout(&check)
+    );
 
     // fidelity: the lab capture is the "original"; its replay should match it connection by
     // connection
-    let caps: Vec<String> = std::fs::read_dir(d.join("cap")).unwrap().map(|e| e.unwrap().path().display().to_string()).collect();
+    let caps: Vec<String> = std::fs::read_dir(d.join("cap"))
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
     assert!(!caps.is_empty());
-    let mut args = vec!["analyze".to_string(), "-q".into(), "-o".into(), p("flows.db"), "--server-port".into(), "80".into()];
+    let mut args = vec![
+        "analyze".to_string(),
+        "-q".into(),
+        "-o".into(),
+        p("flows.db"),
+        "--server-port".into(),
+        "80".into(),
+    ];
     args.extend(caps);
     let o = mimic().args(&args).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let name2 = lab_name();
     let _down2 = LabDown(name2.clone());
-    ok(&["replay", &p("flows.db"), "-o", &p("again.db"), "--lab", &name2]);
+    ok(&[
+        "replay",
+        &p("flows.db"),
+        "-o",
+        &p("again.db"),
+        "--lab",
+        &name2,
+    ]);
     let cmp = json(&ok(&["compare", &p("flows.db"), &p("again.db"), "--json"]));
     let text = ok(&["compare", &p("flows.db"), &p("again.db")]);
     eprintln!("{}", stdout(&text));
     let paired = &cmp["comparisons"][0]["paired"]["overall"];
-    let within20 = paired["within_20"].as_f64().unwrap_or_else(|| panic!("no paired share in {}", cmp["comparisons"][0]));
-    assert!(within20 >= 0.90, "only {:.1}% of connections within ±20%", within20 * 100.0);
+    let within20 = paired["within_20"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no paired share in {}", cmp["comparisons"][0]));
+    assert!(
+        within20 >= 0.90,
+        "only {:.1}% of connections within ±20%",
+        within20 * 100.0
+    );
 }
 
 /// The three roles as separate processes started by hand, driven over their control channels
@@ -112,7 +196,19 @@ fn remote_roles_over_authenticated_control_channels() {
     let tmp = tempdir();
     let d = tmp.path();
     let p = |f: &str| d.join(f).display().to_string();
-    ok(&["synth", "--connections", "30", "--rate", "30", "--seed", "3", "--max-response", "20000", "-o", &p("synth.db")]);
+    ok(&[
+        "synth",
+        "--connections",
+        "30",
+        "--rate",
+        "30",
+        "--seed",
+        "3",
+        "--max-response",
+        "20000",
+        "-o",
+        &p("synth.db"),
+    ]);
     let name = lab_name();
     let _down = LabDown(name.clone());
     ok(&["lab", "up", &name]);
@@ -121,16 +217,34 @@ fn remote_roles_over_authenticated_control_channels() {
     let serve_ctl = format!("unix:{}", d.join("serve.sock").display());
     let server = format!("{}:8080", info.server_addr);
     let spawn = |ns: &str, args: &[&str]| {
-        netns::command(ns, mimic_bin(), args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        netns::command(ns, mimic_bin(), args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     };
     let mut emu = spawn(&info.ns_emu, &["-q", "netemu", "run", "--lab", &name]);
-    let mut srv = spawn(&info.ns_srv, &["-q", "serve", "--listen", &server, "--control", &serve_ctl, "--token-file", &token]);
+    let mut srv = spawn(
+        &info.ns_srv,
+        &[
+            "-q",
+            "serve",
+            "--listen",
+            &server,
+            "--control",
+            &serve_ctl,
+            "--token-file",
+            &token,
+        ],
+    );
     let until = Instant::now() + Duration::from_secs(10);
     while !(d.join("serve.sock").exists() && info.runtime_dir.join("netemu.sock").exists()) {
         assert!(Instant::now() < until, "roles did not come up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let addrs: Vec<String> = (0..4).map(|i| info.pool_addr(i).unwrap().to_string()).collect();
+    let addrs: Vec<String> = (0..4)
+        .map(|i| info.pool_addr(i).unwrap().to_string())
+        .collect();
     let remote = |out: &str, token_file: &str, port: &str| -> Output {
         let mut args = vec![
             "replay".to_string(),
@@ -155,14 +269,20 @@ fn remote_roles_over_authenticated_control_channels() {
             args.push("--client-addr".into());
             args.push(a.clone());
         }
-        netns::command(&info.ns_cli, mimic_bin(), &args).output().unwrap()
+        netns::command(&info.ns_cli, mimic_bin(), &args)
+            .output()
+            .unwrap()
     };
     // a wrong token is refused, clearly
     let bad = d.join("bad.token");
     std::fs::write(&bad, "not-the-token\n").unwrap();
     let o = remote("x.db", bad.to_str().unwrap(), "8080");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("refused") && stderr(&o).contains("token"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("refused") && stderr(&o).contains("token"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!d.join("x.db").exists());
     // the real token: every connection replayed
     let o = remote("r.db", &token, "8080");
@@ -177,7 +297,13 @@ fn remote_roles_over_authenticated_control_channels() {
     assert_eq!(r["failed"].as_u64(), Some(30), "{r}");
     assert_eq!(r["failures"]["refused"].as_u64(), Some(30), "{r}");
     let db = rusqlite::Connection::open(d.join("f.db")).unwrap();
-    let failed: i64 = db.query_row("SELECT count(*) FROM replay_map WHERE status = 'failed' AND failure = 'refused'", [], |r| r.get(0)).unwrap();
+    let failed: i64 = db
+        .query_row(
+            "SELECT count(*) FROM replay_map WHERE status = 'failed' AND failure = 'refused'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(failed, 30);
     for c in [&mut emu, &mut srv] {
         let _ = c.kill();
@@ -193,10 +319,23 @@ fn interrupt_leaves_no_debris() {
     let tmp = tempdir();
     let d = tmp.path();
     let p = |f: &str| d.join(f).display().to_string();
-    ok(&["synth", "--connections", "400", "--rate", "10", "-o", &p("synth.db")]);
+    ok(&[
+        "synth",
+        "--connections",
+        "400",
+        "--rate",
+        "10",
+        "-o",
+        &p("synth.db"),
+    ]);
     let name = lab_name();
     let _down = LabDown(name.clone());
-    let mut child = mimic().args(["replay", &p("synth.db"), "-o", &p("r.db"), "--lab", &name]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = mimic()
+        .args(["replay", &p("synth.db"), "-o", &p("r.db"), "--lab", &name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // wait until the replay is under way (the lab exists and its roles run)
     let info = LabInfo::for_name(&name).unwrap();
     let until = Instant::now() + Duration::from_secs(30);
@@ -214,7 +353,10 @@ fn interrupt_leaves_no_debris() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "replay did not stop after SIGINT");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "replay did not stop after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(130));
@@ -222,5 +364,10 @@ fn interrupt_leaves_no_debris() {
     assert_no_debris(&name);
     // nothing of ours is still running
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-    assert!(!stdout(&ps).lines().any(|l| l.contains(&format!("--lab {name}")) || l.contains(&name)), "processes left behind");
+    assert!(
+        !stdout(&ps)
+            .lines()
+            .any(|l| l.contains(&format!("--lab {name}")) || l.contains(&name)),
+        "processes left behind"
+    );
 }

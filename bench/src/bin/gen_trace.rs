@@ -30,7 +30,8 @@ fn main() {
         eprintln!("usage: gen-trace --out FILE --loops N(1..65535) TRACE...");
         std::process::exit(2);
     }
-    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(&out).expect("create output"));
+    let mut w =
+        BufWriter::with_capacity(1 << 20, std::fs::File::create(&out).expect("create output"));
     let mut hdr = PcapHeader::new();
     hdr.network = Linktype::ETHERNET;
     hdr.snaplen = 262_144;

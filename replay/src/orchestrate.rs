@@ -812,31 +812,21 @@ fn run_clients(
             })
             .map_err(|e| ReplayError::Io(e.to_string()))?
     };
+    let publish = || {
+        let c = |k: usize| counters[k].load(Ordering::Relaxed);
+        progress.done.store(c(0), Ordering::Relaxed);
+        progress.failed.store(c(1), Ordering::Relaxed);
+        progress.in_flight.store(c(2), Ordering::Relaxed);
+        progress.max_in_flight.store(c(3), Ordering::Relaxed);
+    };
     while !handle.is_finished() {
-        progress
-            .done
-            .store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
-        progress
-            .failed
-            .store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
-        progress
-            .in_flight
-            .store(counters[2].load(Ordering::Relaxed), Ordering::Relaxed);
+        publish();
         if stop.load(Ordering::Relaxed) {
             stop_flag.store(true, Ordering::Relaxed);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    progress
-        .done
-        .store(counters[0].load(Ordering::Relaxed), Ordering::Relaxed);
-    progress
-        .failed
-        .store(counters[1].load(Ordering::Relaxed), Ordering::Relaxed);
-    progress.in_flight.store(0, Ordering::Relaxed);
-    progress
-        .max_in_flight
-        .store(counters[3].load(Ordering::Relaxed), Ordering::Relaxed);
+    publish();
     handle
         .join()
         .map_err(|_| ReplayError::Io("client thread panicked".into()))?

@@ -12,11 +12,12 @@ if [ ! -d ../shared/traces/public ]; then
 fi
 
 export CARGO_TERM_COLOR=never
-features=(--features dpdk)
+# DPDK is built and tested too (the capture crate's `dpdk` feature)
+features=(--features mimic-capture/dpdk)
 cargo build --release --workspace --all-targets "${features[@]}"
-# unit tests of every crate
-cargo test --release --workspace "${features[@]}" --lib --bins
-# command-line integration tests (no root needed)
-cargo test --release "${features[@]}" --test cli
+# every library crate: unit tests, integration tests (e.g. netemu's golden renders), doc tests
+cargo test --release --workspace --exclude mimic "${features[@]}"
+# the mimic binary and its command-line integration tests (no root needed)
+cargo test --release -p mimic "${features[@]}" --bins --test cli
 # lab tests: network namespaces, real TCP stacks, timing; one process, one test at a time
-cargo test --release "${features[@]}" --test lab -- --test-threads=1
+cargo test --release -p mimic "${features[@]}" --test lab -- --test-threads=1

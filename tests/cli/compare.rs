@@ -531,7 +531,9 @@ fn compare_json_on_stdout_and_in_a_file() {
         p["overall"]
     );
     assert_eq!(p["breakdowns"].as_array().unwrap().len(), 3);
-    assert_eq!(j["verdict"].as_array().unwrap().len(), 2);
+    // one line per OTHER, and one for the paired A/B of the two replays of BASE
+    assert_eq!(j["ab"].as_array().unwrap().len(), 1);
+    assert_eq!(j["verdict"].as_array().unwrap().len(), 3);
 
     // --json=FILE writes the same document; the text summary goes to stdout.
     let dir = tempdir();

@@ -49,6 +49,8 @@ CREATE TABLE connections (
     spurious_retx_down INTEGER NOT NULL DEFAULT 0,
     spurious_by        TEXT,               -- dsack or dupack (how spurious ones were detected)
     loss_rate_down     REAL,               -- (retx - spurious) / data segments sent
+    loss_random_down   REAL,               -- the part the bottleneck queue does not explain: losses whose original was
+                                           -- sent with no more in flight than bw x min RTT + the class queue (replayed as i.i.d.)
     -- upstream (client -> server)
     data_pkts_up       INTEGER NOT NULL DEFAULT 0,
     data_bytes_up      INTEGER NOT NULL DEFAULT 0,

@@ -29,6 +29,8 @@ struct Seg {
     burst: u32,
     /// IP-layer bytes (payload plus IP and TCP headers).
     wire: u32,
+    /// Bytes in flight (unacknowledged, this segment included) when it was sent.
+    flight: u32,
 }
 
 /// A packet pair that qualified as a bandwidth sample.
@@ -50,6 +52,8 @@ struct Retx {
     spurious: bool,
     /// No further evidence will be looked for.
     decided: bool,
+    /// Bytes in flight when the lost original was sent (0: not known).
+    orig_flight: u32,
 }
 
 /// The previous ACK that advanced over this side's data (for packet pairs).
@@ -164,6 +168,9 @@ struct Adu {
     prefix: [u8; 16],
     prefix_len: u8,
 }
+
+/// Retransmissions remembered per direction (for spurious and congestion tests).
+const MAX_RETX: usize = 4096;
 
 /// A data unit's first transmission: time, sequence range, and when the other side's ACK
 /// covered it.
@@ -409,15 +416,17 @@ impl Conn {
             if side.first_retx_t.is_none() {
                 side.first_retx_t = Some(t);
             }
+            let mut orig_flight = 0;
             for s in side.segs.iter_mut().rev() {
                 if s.end <= start {
                     break;
                 }
                 if s.start < end {
                     s.retx = true;
+                    orig_flight = orig_flight.max(s.flight);
                 }
             }
-            if side.retx.len() >= 256 {
+            if side.retx.len() >= MAX_RETX {
                 side.retx.pop_front();
             }
             // data the receiver had already acknowledged when it was resent
@@ -431,6 +440,7 @@ impl Conn {
                 t,
                 spurious: already,
                 decided: already,
+                orig_flight,
             });
         }
         if ins.new_bytes > 0 {
@@ -453,6 +463,8 @@ impl Conn {
                 retx: is_retx,
                 burst: side.burst,
                 wire: seg.payload_len + seg.hdr_len as u32,
+                flight: (end - if side.ack_seen { side.acked } else { 0 }).clamp(0, u32::MAX as i64)
+                    as u32,
             });
             if side.first_retx_t.is_none() {
                 side.ss_segs += 1;
@@ -951,6 +963,28 @@ impl Conn {
             mss_eff,
             if handshake { self.hs_ack } else { None },
         );
+        // Losses the bottleneck queue explains: the original was sent with more data in flight
+        // than the path holds plus its (class-based) queue; a replay's emulated queue drops
+        // those by itself, so only the rest is replayed as random loss.
+        let loss_random = loss.map(|all| match (bw, min_rtt_ns) {
+            (Some(bw), Some(rtt)) if sv.data_pkts > 0 => {
+                let (_, q) = mimic_core::model::queue_packets(Some(bw));
+                let mss = mss_eff.max(536) as f64;
+                let capacity = bw / 8.0 * rtt as f64 / 1e9 + q as f64 * mss;
+                let tracked = sv.retx.iter().filter(|r| !r.spurious).count() as u64;
+                let congestive = sv
+                    .retx
+                    .iter()
+                    .filter(|r| !r.spurious && r.orig_flight as f64 > capacity)
+                    .count() as u64;
+                let untracked = sv
+                    .retx_pkts
+                    .saturating_sub(spurious)
+                    .saturating_sub(tracked);
+                (tracked - congestive + untracked) as f64 / sv.data_pkts as f64
+            }
+            _ => all,
+        });
         let first_req = exchanges.iter().find_map(|e| e.t_req_first);
         let last_resp = exchanges.iter().rev().find_map(|e| e.t_resp_last);
         let response_time = match (first_req, last_resp) {
@@ -1062,6 +1096,7 @@ impl Conn {
             spurious_retx_down: spurious,
             spurious_by,
             loss_rate_down: loss,
+            loss_random_down: loss_random,
             data_pkts_up: c.data_pkts,
             data_bytes_up: data_bytes(c),
             retx_up: c.retx_pkts,

@@ -198,6 +198,9 @@ pub struct ConnectionRecord {
     pub spurious_retx_down: u64,
     pub spurious_by: Option<&'static str>,
     pub loss_rate_down: Option<f64>,
+    /// The part of the loss the bottleneck queue does not explain (what a replay adds as
+    /// random loss on top of its emulated queue).
+    pub loss_random_down: Option<f64>,
     pub data_pkts_up: u64,
     pub data_bytes_up: u64,
     pub retx_up: u64,

@@ -26,11 +26,11 @@ pub struct RecordStore {
 const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vlan, ip_version, t_syn, t_first, t_end,
     complete, prune_reason, server_by, min_rtt_us, hs_rtt_us, rtt_samples, mss_client, mss_server, wscale_client,
     wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, synack_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
-    data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, data_pkts_up, data_bytes_up, retx_up,
+    data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, loss_random_down, data_pkts_up, data_bytes_up, retx_up,
     fin_retx, zwnd_probes, dup_frames,
     bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
     response_time_us, holes_down, holes_up, frames";
-const CONN_N: usize = 52;
+const CONN_N: usize = 53;
 const EXCH_COLS: &str =
     "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
     response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
@@ -209,6 +209,7 @@ impl RecordStore {
                     .v(r.spurious_retx_down as i64);
                 b.v(r.spurious_by)
                     .v(r.loss_rate_down)
+                    .v(r.loss_random_down)
                     .v(r.data_pkts_up as i64)
                     .v(r.data_bytes_up as i64)
                     .v(r.retx_up as i64);

@@ -10,6 +10,7 @@
 
 pub mod db;
 pub mod flow;
+pub mod model;
 pub mod packet;
 pub mod seq;
 pub mod time;

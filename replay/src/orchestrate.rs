@@ -253,20 +253,10 @@ fn log_tail(p: &Path) -> String {
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
 }
 
-/// Queue lengths by rate class (Monkey §3.3.1, after dummynet's suggestion): 5 packets each
-/// way below 56 kbit/s, 10 up and 30 down to 6 Mbit/s, 40 above.
-pub fn queue_for(bw_bps: Option<f64>) -> (u32, u32) {
-    match bw_bps {
-        Some(b) if b < 56_000.0 => (5, 5),
-        Some(b) if b <= 6_000_000.0 => (10, 30),
-        _ => (40, 40),
-    }
-}
-
 /// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
-    let (q_up, q_down) = queue_for(c.bw_bps);
+    let (q_up, q_down) = mimic_core::model::queue_packets(c.bw_bps);
     let up = PipeConfig {
         delay: owd_ns,
         queue: QueueLimit::Packets(q_up),

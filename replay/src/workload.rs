@@ -76,6 +76,8 @@ pub struct ConnSpec {
     pub min_rtt_us: Option<i64>,
     /// Bottleneck rate at the IP layer, bits/s.
     pub bw_bps: Option<f64>,
+    /// Random (i.i.d.) loss to emulate on the downstream pipe: the database's
+    /// `loss_random_down` (loss the bottleneck queue does not explain), else `loss_rate_down`.
     pub loss_rate_down: f64,
     /// Delayed-ACK policy of the client: ACK every `every` segments, or after `timeout_us`.
     pub delack_every: Option<u32>,
@@ -124,7 +126,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     };
     let mut st = c
         .prepare(&format!(
-            "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_rate_down, 0), delack_policy,
+            "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
              delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))

@@ -1,0 +1,26 @@
+//! Modelling choices shared by the analyzer and the replay, so both sides of a replay agree.
+
+/// Packet queue lengths (upstream, downstream) of an emulated bottleneck, by its rate — Monkey
+/// §3.3.1 after dummynet's advice: 5 each way below 56 kbit/s, 10 up and 30 down to
+/// 6 Mbit/s, 40 above (and when the rate is unknown).
+pub fn queue_packets(bw_bps: Option<f64>) -> (u32, u32) {
+    match bw_bps {
+        Some(b) if b < 56_000.0 => (5, 5),
+        Some(b) if b <= 6_000_000.0 => (10, 30),
+        _ => (40, 40),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        assert_eq!(queue_packets(Some(28e3)), (5, 5));
+        assert_eq!(queue_packets(Some(1e6)), (10, 30));
+        assert_eq!(queue_packets(Some(6e6)), (10, 30));
+        assert_eq!(queue_packets(Some(100e6)), (40, 40));
+        assert_eq!(queue_packets(None), (40, 40));
+    }
+}

@@ -66,13 +66,16 @@ impl Check {
 }
 
 /// Aggregate loss: losses the analyzer inferred (retransmissions less spurious ones) against
-/// the drops the emulator made on the same connections.
+/// the drops the emulator made on the same connections (a drop of a pure ACK or SYN-ACK costs
+/// no data retransmission, so the two differ by a little even when every loss is found).
 #[derive(Clone, Debug, Serialize)]
 pub struct LossCheck {
     pub data_packets: u64,
     pub inferred_losses: u64,
+    /// Drops the emulator made on the downstream pipes (loss model and queue).
+    pub emulated_drops: u64,
     pub inferred_rate: f64,
-    /// Drops (loss model and queue) per packet offered to the downstream pipes.
+    /// Emulated drops per data segment.
     pub emulated_rate: f64,
     /// The configured loss rates, weighted by packets.
     pub configured_rate: f64,
@@ -130,11 +133,13 @@ impl AccuracyReport {
         }
         let l = &self.loss;
         s += &format!(
-            "{:<16} {:<40} {:>7} inferred {:.3}% vs emulated {:.3}% (configured {:.3}%), 95% interval [{:.3}%, {:.3}%]  {}\n",
+            "{:<16} {:<40} {:>7} inferred {} ({:.3}%) vs emulated {} drops ({:.3}%; configured random loss {:.3}%), 95% interval [{:.3}%, {:.3}%]  {}\n",
             "loss (aggregate)",
             "within the binomial interval",
             l.data_packets,
+            l.inferred_losses,
             l.inferred_rate * 100.0,
+            l.emulated_drops,
             l.emulated_rate * 100.0,
             l.configured_rate * 100.0,
             l.interval.0 * 100.0,
@@ -378,14 +383,17 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
             cfg_weighted += p * (*pk + *dr) as f64;
         }
     }
-    let emulated_rate = if offered > 0.0 { drops / offered } else { 0.0 };
+    // Every drop the emulator made on a data segment costs the server one retransmission, so
+    // the inferred losses should match the drops in count; the interval is the binomial one
+    // of that count over the data segments sent.
     let n = data_pkts as f64;
-    let mean = n * emulated_rate;
-    let sd = (n * emulated_rate * (1.0 - emulated_rate)).sqrt();
-    let (lo, hi) = ((mean - 1.96 * sd - 0.5).max(0.0), mean + 1.96 * sd + 0.5);
+    let emulated_rate = if n > 0.0 { drops / n } else { 0.0 };
+    let sd = (drops * (1.0 - emulated_rate.min(1.0))).sqrt();
+    let (lo, hi) = ((drops - 1.96 * sd - 0.5).max(0.0), drops + 1.96 * sd + 0.5);
     let loss = LossCheck {
         data_packets: data_pkts,
         inferred_losses: losses,
+        emulated_drops: drops as u64,
         inferred_rate: if n > 0.0 { losses as f64 / n } else { 0.0 },
         emulated_rate,
         configured_rate: if offered > 0.0 {

@@ -68,6 +68,8 @@ impl Failure {
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub index: usize,
+    /// The source address and port the connection used.
+    pub local: SocketAddrV4,
     pub result: Result<(), Failure>,
     /// How late the SYN left compared with the plan.
     pub start_lateness: Duration,
@@ -128,6 +130,7 @@ pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
     let woke = timer.sleep_until(p.start).await;
     let mut out = Outcome {
         index: p.index,
+        local: p.local,
         result: Ok(()),
         start_lateness: woke.saturating_duration_since(p.start),
         exchanges_done: 0,

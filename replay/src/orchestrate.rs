@@ -877,7 +877,7 @@ fn finish_db(
             .map_err(sq)?;
         for o in outcomes {
             let spec = &wl.conns[o.index];
-            let local = local_addr_of(outcomes.len(), o, opts, wl)?;
+            let local = o.local;
             let found: Option<i64> = find
                 .query_row(
                     rusqlite::params![local.ip().to_string(), local.port(), server.port()],
@@ -978,23 +978,4 @@ fn finish_db(
     }
     tx.commit().map_err(sq)?;
     Ok(Finished { missing })
-}
-
-/// The source address a planned connection used (the plan is a pure function of the index).
-fn local_addr_of(
-    _n: usize,
-    o: &Outcome,
-    opts: &ReplayOptions,
-    _wl: &Workload,
-) -> Result<SocketAddrV4, ReplayError> {
-    let addrs: Vec<Ipv4Addr> = match &opts.target {
-        Target::Lab { name, .. } => {
-            let info = LabInfo::for_name(name)?;
-            (0..info.pool_len())
-                .filter_map(|i| info.pool_addr(i))
-                .collect()
-        }
-        Target::Remote { client_addrs, .. } => client_addrs.clone(),
-    };
-    local_addr(&addrs, o.index)
 }

@@ -32,6 +32,9 @@ pub struct AnalyzerStats {
     pub port_reuse: u64,
     /// Most connections tracked at once.
     pub peak_connections: u64,
+    /// What per-connection bounds dropped (segments tracked, samples, data units, sequence
+    /// ranges merged): each a limit of `Config`.
+    pub limit_drops: BTreeMap<&'static str, u64>,
     /// Frames whose time was earlier than a frame before them, and the largest step back.
     pub time_backwards: u64,
     pub max_backwards_ns: i64,
@@ -50,6 +53,9 @@ impl AnalyzerStats {
         self.idle_closed += o.idle_closed;
         self.port_reuse += o.port_reuse;
         self.peak_connections += o.peak_connections;
+        for (k, v) in &o.limit_drops {
+            *self.limit_drops.entry(k).or_default() += v;
+        }
         self.time_backwards += o.time_backwards;
         self.max_backwards_ns = self.max_backwards_ns.max(o.max_backwards_ns);
     }
@@ -200,6 +206,14 @@ impl Analyzer {
 
     fn emit(&mut self, c: Box<Conn>) {
         self.stats.duplicate_frames += c.dup_frames();
+        for (name, n) in ["segments", "samples", "exchanges", "sequence_ranges"]
+            .into_iter()
+            .zip(c.dropped())
+        {
+            if n > 0 {
+                *self.stats.limit_drops.entry(name).or_default() += n;
+            }
+        }
         self.out.push_back(c.into_record(&self.cfg));
     }
 

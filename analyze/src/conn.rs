@@ -707,7 +707,10 @@ impl Conn {
                 data.segs.pop_front();
             }
             if let Some(sample) = sample {
-                self.note_rtt_data(o, sample);
+                // data→ACK samples tighten the thresholds only when the handshake gave none
+                if self.hs_ack.is_none() {
+                    self.note_rtt(sample);
+                }
             }
             // ACK times of response segments, for the query-delay test
             for adu in self
@@ -738,13 +741,6 @@ impl Conn {
                     rx.decided = true;
                 }
             }
-        }
-    }
-
-    fn note_rtt_data(&mut self, _data_side: usize, sample: i64) {
-        // data→ACK samples tighten the thresholds only when the handshake gave none
-        if self.hs_ack.is_none() {
-            self.note_rtt(sample);
         }
     }
 
@@ -1029,19 +1025,19 @@ impl Conn {
         };
 
         // completeness
-        let holes = |s: &Side, other: &Side| {
+        let holes = |s: &Side| {
             let mut h = s.covered.gaps();
             if s.syn.seen && s.covered.first().is_some_and(|f| f > 0) {
                 h += 1;
             }
             // the receiver acknowledged data the capture never saw
-            if other_acks_beyond(s, other) {
+            if s.ack_seen && s.acked > s.hi {
                 h += 1;
             }
             h
         };
-        let holes_down = holes(sv, c);
-        let holes_up = holes(c, sv);
+        let holes_down = holes(sv);
+        let holes_up = holes(c);
         let mut prune = Vec::new();
         if !handshake {
             prune.push(PruneReason::NoHandshake);
@@ -1119,6 +1115,19 @@ impl Conn {
         }
     }
 
+    /// What the per-connection bounds dropped: segments no longer tracked for RTT and pairs,
+    /// samples beyond the limit, data units beyond the exchange limit, sequence ranges merged
+    /// across a gap.
+    pub fn dropped(&self) -> [u64; 4] {
+        let (a, b) = (&self.s[0], &self.s[1]);
+        [
+            a.segs_dropped + b.segs_dropped,
+            a.samples_dropped + b.samples_dropped,
+            self.adus_dropped,
+            (a.covered.forced_merges + b.covered.forced_merges) as u64,
+        ]
+    }
+
     pub fn dup_frames(&self) -> u64 {
         self.s[0].dup_frames + self.s[1].dup_frames
     }
@@ -1134,10 +1143,6 @@ fn data_bytes(s: &Side) -> u64 {
         t -= 1;
     }
     t.max(0) as u64
-}
-
-fn other_acks_beyond(data: &Side, _acker: &Side) -> bool {
-    data.ack_seen && data.acked > data.hi
 }
 
 /// Pairs request and response data units into exchanges and runs the query-delay test.

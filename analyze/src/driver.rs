@@ -70,6 +70,8 @@ pub struct Summary {
     pub port_reuse: u64,
     pub evicted: u64,
     pub peak_connections: u64,
+    /// What per-connection bounds dropped, by table (see `Config`).
+    pub limit_drops: BTreeMap<String, u64>,
     /// Frames stamped earlier than a frame before them, and the largest step back in seconds.
     pub time_backwards: u64,
     pub max_time_backwards_s: f64,
@@ -357,6 +359,11 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         port_reuse: stats.port_reuse,
         evicted: stats.evicted,
         peak_connections: stats.peak_connections,
+        limit_drops: stats
+            .limit_drops
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
         time_backwards: stats.time_backwards,
         max_time_backwards_s: stats.max_backwards_ns as f64 / 1e9,
         input_issues: source.issues.clone(),
@@ -429,7 +436,6 @@ impl Sink {
 
 fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(), DbError> {
     let cfg = &opts.config;
-    let json = |v: &dyn erased::Ser| v.json();
     let mut rows: Vec<(String, String)> = vec![
         ("role".into(), "original".into()),
         ("inputs".into(), json(&s.inputs)),
@@ -474,6 +480,9 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
     for (k, v) in &s.pruned {
         rows.push((format!("pruned.{k}"), v.to_string()));
     }
+    for (k, v) in &s.limit_drops {
+        rows.push((format!("limit_drops.{k}"), v.to_string()));
+    }
     rows.extend(opts.meta.iter().cloned());
     for (k, v) in rows {
         store.set_meta(&k, &v)?;
@@ -481,15 +490,8 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
     Ok(())
 }
 
-mod erased {
-    pub trait Ser {
-        fn json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn json(&self) -> String {
-            serde_json::to_string(self).unwrap_or_else(|_| "null".into())
-        }
-    }
+fn json<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
 /// A decoded segment moved between threads: the header fields and the first payload bytes

@@ -202,6 +202,9 @@ fn print_summary(s: &Summary) {
     if s.evicted > 0 {
         extra.push(format!("evicted (table full) {}", group(s.evicted)));
     }
+    for (k, v) in &s.limit_drops {
+        extra.push(format!("{k} beyond per-connection limits {}", group(*v)));
+    }
     if !extra.is_empty() {
         println!("noted: {}", extra.join(", "));
     }

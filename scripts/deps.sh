@@ -5,12 +5,14 @@ set -euo pipefail
 
 group=${1:-demo}
 
+# Building mimic: a C toolchain (SQLite and mimalloc are compiled from source) and libpcap.
+build_pkgs=(build-essential pkg-config libpcap-dev)
 # What the product itself runs: namespaces, veth offload switches, sysctls, ping in the lab,
 # and a font for the text of `mimic compare --png` plots.
-demo_pkgs=(iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core)
-# Building and testing: the C toolchain for the DPDK shim, libpcap and DPDK headers, and the
-# peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
-test_pkgs=("${demo_pkgs[@]}" build-essential pkg-config libpcap-dev dpdk-dev libdpdk-dev
+demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core)
+# Testing: DPDK headers for the capture's DPDK source, and the peers the tests compare
+# against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
+test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3)
 bench_pkgs=("${test_pkgs[@]}" hyperfine)
 

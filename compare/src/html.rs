@@ -38,7 +38,7 @@ tr.slower:nth-child(even) td.sig { background: #fbe5e3; }
 .grid .figure { margin: 6px 0; }
 .note { color: #555; font-size: 12.5px; }
 .warn { color: #8a5300; background: #fff7e6; border: 1px solid #f0d9a8; padding: 6px 10px; }
-.kv { font-size: 12px; color: #444; }
+.kv { font-size: 12px; color: #444; overflow-wrap: anywhere; max-width: 560px; }
 code { background: #f0f2f4; padding: 0 3px; border-radius: 3px; }
 details summary { cursor: pointer; color: #333; }
 footer { color: #777; font-size: 12px; margin-top: 30px; }

@@ -80,6 +80,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.output.clone(),
         config,
         a.threads as usize,
+        Vec::new(),
     )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -108,6 +109,7 @@ pub fn analyze_with_progress(
     output: PathBuf,
     config: Config,
     threads: usize,
+    extra_meta: Vec<(String, String)>,
 ) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
@@ -129,7 +131,9 @@ pub fn analyze_with_progress(
         config,
         threads,
         progress: Some(counter),
-        meta: vec![("command".into(), cmdline.join(" "))],
+        meta: std::iter::once(("command".into(), cmdline.join(" ")))
+            .chain(extra_meta)
+            .collect(),
     };
     let result = driver::run(&opts);
     done.store(true, Ordering::Relaxed);

@@ -203,6 +203,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "production",
     )?;
 
+    let production_stack =
+        mimic_netemu::stack::read_back(&a.lab).unwrap_or_else(|_| a.current.clone());
     stage(4, "analyzing the production capture (mimic analyze)");
     let mut caps: Vec<PathBuf> = std::fs::read_dir(&capdir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -217,6 +219,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
         1,
+        // production's server stack, as the lab had it while capturing
+        vec![
+            ("stack".into(), serde_json::to_string(&production_stack)?),
+            ("stack_spec".into(), production_stack.to_string()),
+        ],
     )?;
     eprintln!(
         "      {} connections ({} complete), {} exchanges",

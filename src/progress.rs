@@ -65,3 +65,45 @@ fn target() -> ProgressDrawTarget {
         ProgressDrawTarget::hidden()
     }
 }
+
+/// Runs `update` every `period` on its own thread until [`Ticker::stop`] (or drop), which
+/// returns at once rather than after the thread's next wake-up.
+pub struct Ticker {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    pub fn spawn(period: std::time::Duration, mut update: impl FnMut() + Send + 'static) -> Ticker {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || loop {
+            update();
+            match stopped.recv_timeout(period) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                _ => break,
+            }
+        });
+        Ticker {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the updates; the last one has run when this returns.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}

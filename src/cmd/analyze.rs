@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -113,15 +113,11 @@ pub fn analyze_with_progress(
 ) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
     let pb = crate::progress::bytes(total, "analyze");
     let ticker = {
-        let (counter, done, pb) = (counter.clone(), done.clone(), pb.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                pb.set_position(counter.load(Ordering::Relaxed));
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
+        let (counter, pb) = (counter.clone(), pb.clone());
+        crate::progress::Ticker::spawn(std::time::Duration::from_millis(100), move || {
+            pb.set_position(counter.load(Ordering::Relaxed))
         })
     };
     let cmdline: Vec<String> = std::env::args().collect();
@@ -136,8 +132,7 @@ pub fn analyze_with_progress(
             .collect(),
     };
     let result = driver::run(&opts);
-    done.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
+    ticker.stop();
     pb.finish_and_clear();
     result.with_context(|| format!("analysis into {} failed", output.display()))
 }

@@ -145,30 +145,25 @@ pub fn replay_with_progress(opts: &ReplayOptions) -> Result<ReplaySummary, Repla
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
     let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
     let progress = Arc::new(Progress::default());
-    let done = Arc::new(AtomicBool::new(false));
     let pb = crate::progress::count(0, "replay");
     let ticker = {
-        let (progress, done, pb) = (progress.clone(), done.clone(), pb.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                let stage = progress.stage.lock().map(|s| s.clone()).unwrap_or_default();
-                pb.set_length(progress.total.load(Ordering::Relaxed));
-                pb.set_position(
-                    progress.done.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed),
-                );
-                pb.set_message(format!(
-                    "{stage}: {} done, {} failed, {} in flight",
-                    progress.done.load(Ordering::Relaxed),
-                    progress.failed.load(Ordering::Relaxed),
-                    progress.in_flight.load(Ordering::Relaxed)
-                ));
-                std::thread::sleep(std::time::Duration::from_millis(200));
-            }
+        let (progress, pb) = (progress.clone(), pb.clone());
+        crate::progress::Ticker::spawn(std::time::Duration::from_millis(200), move || {
+            let stage = progress.stage.lock().map(|s| s.clone()).unwrap_or_default();
+            pb.set_length(progress.total.load(Ordering::Relaxed));
+            pb.set_position(
+                progress.done.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed),
+            );
+            pb.set_message(format!(
+                "{stage}: {} done, {} failed, {} in flight",
+                progress.done.load(Ordering::Relaxed),
+                progress.failed.load(Ordering::Relaxed),
+                progress.in_flight.load(Ordering::Relaxed)
+            ));
         })
     };
     let r = orchestrate::run(opts, &progress, &stop);
-    done.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
+    ticker.stop();
     pb.finish_and_clear();
     r
 }

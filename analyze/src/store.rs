@@ -125,8 +125,11 @@ impl Binder<'_, '_> {
 impl RecordStore {
     pub fn create(dest: &Path) -> Result<RecordStore, DbError> {
         let db = AtomicDb::create_with(dest, false)?;
+        // A small page cache: appending rows only touches the right edge of each b-tree, and
+        // pages spilled during the load are on their way to disk before the final fsync
+        // (a 64 MiB cache held them all back for the commit: measured 4% slower overall).
         db.conn()
-            .execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; BEGIN;")
+            .execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA cache_size = -4096; PRAGMA temp_store = MEMORY; BEGIN;")
             .map_err(|source| DbError::Sqlite { path: dest.to_path_buf(), source })?;
         Ok(RecordStore {
             db,
@@ -171,6 +174,9 @@ impl RecordStore {
             return Ok(());
         }
         let recs = std::mem::take(&mut self.pending);
+        // what earlier flushes wrote goes to disk in the background, not all in the fsync
+        // at the end
+        self.db.start_writeback();
         let c = self.db.conn();
         let res = (|| -> rusqlite::Result<()> {
             load(c, "connections", CONN_COLS, CONN_N, &recs, |b, r| {

@@ -108,19 +108,10 @@ impl FromStr for PipeConfig {
             msg,
         };
         let mut c = PipeConfig::default();
-        let mut seen: Vec<&str> = Vec::new();
         let mut ack_every: Option<u32> = None;
         let mut ack_timeout: Option<Nanos> = None;
         let mut loss_set = false;
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
-            let (k, v) = (k.trim(), v.trim());
-            if seen.contains(&k) {
-                return Err(err(format!("`{k}` is given twice")));
-            }
-            seen.push(k);
+        for (k, v) in units::key_values(spec).map_err(err)? {
             let kv = |m: String| err(format!("{k}: {m}"));
             match k {
                 "delay" => c.delay = units::parse_duration(v).map_err(kv)?,

@@ -100,16 +100,7 @@ impl FromStr for StackProfile {
             msg,
         };
         let mut p = StackProfile::default();
-        let mut seen = Vec::new();
-        for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| err(format!("`{part}` is not KEY=VALUE")))?;
-            let (k, v) = (k.trim(), v.trim());
-            if seen.contains(&k) {
-                return Err(err(format!("`{k}` is given twice")));
-            }
-            seen.push(k);
+        for (k, v) in units::key_values(spec).map_err(err)? {
             let kv = |m: String| err(format!("{k}: {m}"));
             match k {
                 "initcwnd" | "initrwnd" => {

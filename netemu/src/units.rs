@@ -20,6 +20,23 @@ fn split_num(s: &str) -> Option<(f64, &str)> {
     Some((v, s[end..].trim()))
 }
 
+/// Splits a `KEY=VALUE,KEY=VALUE` specification into trimmed pairs, in order; empty parts are
+/// ignored, a part without `=` and a key given twice are refused.
+pub fn key_values(spec: &str) -> Result<Vec<(&str, &str)>, String> {
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}` is not KEY=VALUE"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if pairs.iter().any(|(seen, _)| *seen == k) {
+            return Err(format!("`{k}` is given twice"));
+        }
+        pairs.push((k, v));
+    }
+    Ok(pairs)
+}
+
 /// `20ms`, `1.5ms`, `250us`, `250µs`, `100ns`, `2s`. A bare number is refused: the unit is
 /// never guessed.
 pub fn parse_duration(s: &str) -> Result<Nanos, String> {

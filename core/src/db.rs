@@ -294,8 +294,11 @@ mod tests {
 
     #[test]
     fn atomic_create_commit_and_reopen() {
-        let dir = std::env::temp_dir().join(format!("mimic-db-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-db-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let dest = dir.join("flows.db");
         {
             let db = AtomicDb::create(&dest).unwrap();
@@ -333,6 +336,5 @@ mod tests {
             open_existing(&other),
             Err(DbError::NotMimic { .. })
         ));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

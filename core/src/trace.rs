@@ -643,10 +643,16 @@ mod tests {
         v
     }
 
-    fn write_tmp(name: &str, bytes: &[u8]) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("mimic-core-{}-{name}", std::process::id()));
-        std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
-        p
+    /// A temporary file ending in `name`, removed when the returned path is dropped (also when
+    /// an assertion fails).
+    fn write_tmp(name: &str, bytes: &[u8]) -> tempfile::TempPath {
+        let mut f = tempfile::Builder::new()
+            .prefix("mimic-core-")
+            .suffix(name)
+            .tempfile()
+            .unwrap();
+        f.write_all(bytes).unwrap();
+        f.into_temp_path()
     }
 
     #[test]
@@ -671,7 +677,6 @@ mod tests {
                     big_endian: be
                 })
             );
-            std::fs::remove_file(p).ok();
         }
     }
 
@@ -686,7 +691,6 @@ mod tests {
         assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
         assert_eq!(r.next_frame().unwrap().unwrap().data, b"ghijkl");
         assert!(r.next_frame().unwrap().is_none());
-        std::fs::remove_file(p).ok();
 
         let p = write_tmp("t.pcap", &bytes[..bytes.len() - 3]);
         let mut r = TraceReader::open(&p).unwrap();
@@ -694,7 +698,6 @@ mod tests {
         let e = r.next_frame().unwrap_err();
         assert_eq!(e.reason(), "file_truncated");
         assert!(e.to_string().contains("cut short"));
-        std::fs::remove_file(p).ok();
     }
 
     #[test]
@@ -702,12 +705,10 @@ mod tests {
         let p = write_tmp("x.txt", b"hello world, not a capture");
         let e = TraceReader::open(&p).err().unwrap();
         assert!(matches!(e, TraceError::NotATrace { .. }), "{e}");
-        std::fs::remove_file(p).ok();
         let p = write_tmp("e.pcap", b"");
         assert!(matches!(
             TraceReader::open(&p).err().unwrap(),
             TraceError::Empty { .. }
         ));
-        std::fs::remove_file(p).ok();
     }
 }

@@ -579,7 +579,11 @@ mod tests {
     #[test]
     fn token_is_required_and_requests_reach_the_engine() {
         use crate::engine::{Engine, Limits, PipeTable};
-        let dir = std::env::temp_dir().join(format!("mimic-ctl-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-ctl-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let addr = ControlAddr::Unix(dir.join("c.sock"));
         let listener = Listener::bind(&addr).unwrap();
         let (jtx, jrx) = mpsc::channel::<Job>();
@@ -634,6 +638,5 @@ mod tests {
         assert!(dp.join().unwrap(), "shutdown reached the datapath");
         stop.store(true, Ordering::Relaxed);
         srv.join().unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -491,7 +491,8 @@ fn public_traces_of_every_link_type_capture_cleanly() {
     }
 }
 
-#[cfg(feature = "dpdk")]
+/// Needs a mimic built with DPDK (`--features dpdk`, as scripts/test.sh does); without it the
+/// binary refuses the source with a message saying so, and this test fails on it.
 #[test]
 fn dpdk_net_pcap_matches_the_file_source_byte_for_byte() {
     let dir = tempdir();

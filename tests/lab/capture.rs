@@ -374,9 +374,7 @@ fn live_capture_keeps_whole_connections_and_matches_the_file_source() {
     live_args.extend(common.clone());
     let live_dir = dir.path().join("live");
     let mut live = start_capture(&lab, &lab.srv, &live_dir, &live_args);
-    #[cfg(feature = "dpdk")]
     let dpdk_dir = dir.path().join("dpdk");
-    #[cfg(feature = "dpdk")]
     let mut dpdk = {
         let mut a = vec![
             "--source".to_string(),
@@ -395,7 +393,6 @@ fn live_capture_keeps_whole_connections_and_matches_the_file_source() {
         "live capture: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    #[cfg(feature = "dpdk")]
     {
         dpdk.signal(libc::SIGTERM);
         let out = dpdk.wait(Duration::from_secs(20));
@@ -429,9 +426,7 @@ fn live_capture_keeps_whole_connections_and_matches_the_file_source() {
         "reference saw only {http_conns} connections"
     );
 
-    #[allow(unused_mut)]
     let mut sources = vec![("libpcap, 2 workers", live_dir.clone())];
-    #[cfg(feature = "dpdk")]
     sources.push(("DPDK af_packet", dpdk_dir.clone()));
     for (what, d) in sources {
         let files = pcapng_files(&d);

@@ -78,6 +78,8 @@ pub struct ReplayOptions {
     pub output: PathBuf,
     pub target: Target,
     pub stack: Option<StackProfile>,
+    /// Queue lengths that replace Monkey's rate classes (either direction or both).
+    pub queue: QueueOverride,
     pub select: Select,
     pub limit: Option<usize>,
     /// Multiplies the gaps between connection starts (2 = half the arrival rate).
@@ -254,9 +256,61 @@ fn log_tail(p: &Path) -> String {
 }
 
 /// The two pipes of one replayed connection.
-pub fn pipes_for(c: &ConnSpec, seed: u64) -> (PipeConfig, PipeConfig) {
+/// Queue lengths (packets) given on the command line instead of Monkey's rate classes
+/// (`mimic_core::model::queue_packets`); a direction left `None` keeps its class's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueOverride {
+    pub up: Option<u32>,
+    pub down: Option<u32>,
+}
+
+impl std::str::FromStr for QueueOverride {
+    type Err = String;
+
+    /// `N` (both directions) or `up=N`, `down=N`, `up=N,down=M`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let packets = |v: &str| -> Result<u32, String> {
+            match v.parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "queue length `{v}` is not a whole number of packets >= 1"
+                )),
+            }
+        };
+        let s = s.trim();
+        if !s.contains('=') {
+            let n = packets(s)?;
+            return Ok(QueueOverride {
+                up: Some(n),
+                down: Some(n),
+            });
+        }
+        let mut q = QueueOverride::default();
+        for (k, v) in mimic_netemu::units::key_values(s)? {
+            match k {
+                "up" => q.up = Some(packets(v)?),
+                "down" => q.down = Some(packets(v)?),
+                _ => return Err(format!("unknown queue direction `{k}` (up, down)")),
+            }
+        }
+        Ok(q)
+    }
+}
+
+impl std::fmt::Display for QueueOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = |n: Option<u32>| n.map_or("by rate class".to_string(), |n| n.to_string());
+        write!(f, "up={},down={}", side(self.up), side(self.down))
+    }
+}
+
+pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
-    let (q_up, q_down) = mimic_core::model::queue_packets(c.bw_bps);
+    let (class_up, class_down) = mimic_core::model::queue_packets(c.bw_bps);
+    let (q_up, q_down) = (
+        queue.up.unwrap_or(class_up),
+        queue.down.unwrap_or(class_down),
+    );
     let up = PipeConfig {
         delay: owd_ns,
         queue: QueueLimit::Packets(q_up),
@@ -541,6 +595,7 @@ pub fn run(
         let (up, down) = pipes_for(
             c,
             opts.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,
+            opts.queue,
         );
         rules.push(FlowRule {
             client: SocketAddr::V4(local),
@@ -952,6 +1007,7 @@ fn finish_db(
         ("select", format!("{:?}", opts.select).to_lowercase()),
         ("time_scale", opts.time_scale.to_string()),
         ("seed", opts.seed.to_string()),
+        ("queue", opts.queue.to_string()),
         ("lab", lab.unwrap_or("").to_string()),
         (
             "stack",
@@ -978,4 +1034,79 @@ fn finish_db(
     }
     tx.commit().map_err(sq)?;
     Ok(Finished { missing })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Close;
+
+    fn conn(bw_bps: Option<f64>, loss: f64, delack: Option<u32>) -> ConnSpec {
+        ConnSpec {
+            orig_id: 7,
+            t_start_us: 0,
+            min_rtt_us: Some(40_000),
+            bw_bps,
+            loss_rate_down: loss,
+            delack_every: delack,
+            delack_timeout_us: None,
+            rwin_bytes: None,
+            mss_client: None,
+            server_port: 80,
+            close: Close::ClientFin,
+            exchanges: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn pipes_follow_the_connection_and_monkeys_queue_classes() {
+        let (up, down) = pipes_for(&conn(Some(1e6), 0.02, Some(2)), 9, QueueOverride::default());
+        assert_eq!(up.delay, 20_000_000);
+        assert_eq!(down.delay, 20_000_000);
+        assert_eq!(up.rate_bps, 0, "upstream is not rate-limited");
+        assert_eq!(down.rate_bps, 1_000_000);
+        assert_eq!(up.queue, QueueLimit::Packets(10));
+        assert_eq!(down.queue, QueueLimit::Packets(30));
+        assert!(matches!(up.loss, LossModel::None), "no upstream loss");
+        assert!(matches!(down.loss, LossModel::Iid(p) if p == 0.02));
+        let ack = up.ack.expect("delayed-ACK shaping");
+        assert_eq!(ack.every, 2);
+        assert_eq!(ack.timeout, DEFAULT_DELACK_TIMEOUT_US as u64 * 1000);
+
+        let (up, down) = pipes_for(&conn(Some(28e3), 0.0, None), 9, QueueOverride::default());
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(5), QueueLimit::Packets(5))
+        );
+        assert!(up.ack.is_none() && matches!(down.loss, LossModel::None));
+        let (up, down) = pipes_for(&conn(None, 0.0, None), 9, QueueOverride::default());
+        assert_eq!(down.rate_bps, 0, "unknown bandwidth: no rate limit");
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(40), QueueLimit::Packets(40))
+        );
+    }
+
+    #[test]
+    fn queue_override_replaces_the_class_per_direction() {
+        let c = conn(Some(1e6), 0.0, None);
+        let q: QueueOverride = "100".parse().unwrap();
+        let (up, down) = pipes_for(&c, 1, q);
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(100), QueueLimit::Packets(100))
+        );
+        let q: QueueOverride = "down=64".parse().unwrap();
+        let (up, down) = pipes_for(&c, 1, q);
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(10), QueueLimit::Packets(64))
+        );
+        assert_eq!(q.to_string(), "up=by rate class,down=64");
+        let q: QueueOverride = " up=3 , down=4 ".parse().unwrap();
+        assert_eq!((q.up, q.down), (Some(3), Some(4)));
+        for bad in ["0", "-1", "x", "up=0", "side=3", "up=3,up=4", "up"] {
+            assert!(bad.parse::<QueueOverride>().is_err(), "{bad} accepted");
+        }
+    }
 }

@@ -179,6 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             keep: true,
         },
         stack,
+        queue: Default::default(),
         select: Select::Complete,
         limit: None,
         time_scale: 1.0,

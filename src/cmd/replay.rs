@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mimic_netemu::control::ControlAddr;
 use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
-    self, Progress, ReplayError, ReplayOptions, ReplaySummary, Target,
+    self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target,
 };
 use mimic_replay::workload::Select;
 
@@ -28,8 +28,13 @@ pub struct Args {
     #[arg(long, requires = "lab")]
     pub keep_lab: bool,
     /// Server stack profile for the replay, e.g. initcwnd=10,cc=cubic (see mimic lab stack).
-    #[arg(long, value_name = "PROFILE", value_parser = parse_stack)]
+    /// Lab only: with --server, set the stack on the server host itself (mimic lab stack, sysctl).
+    #[arg(long, value_name = "PROFILE", value_parser = parse_stack, conflicts_with = "server")]
     pub stack: Option<StackProfile>,
+    /// Queue lengths in packets instead of Monkey's rate classes (5 below 56 kbit/s, 10 up /
+    /// 30 down to 6 Mbit/s, 40 above): N for both directions, or up=N,down=M.
+    #[arg(long, value_name = "N|up=N,down=M", value_parser = parse_queue)]
+    pub queue: Option<QueueOverride>,
     /// Which connections: complete (handshake, termination, no holes) or all.
     #[arg(long, default_value = "complete", value_parser = parse_select)]
     pub select: Select,
@@ -75,6 +80,9 @@ fn parse_stack(s: &str) -> Result<StackProfile, String> {
     s.parse()
         .map_err(|e: mimic_netemu::stack::ProfileError| e.to_string())
 }
+fn parse_queue(s: &str) -> Result<QueueOverride, String> {
+    s.parse()
+}
 fn parse_select(s: &str) -> Result<Select, String> {
     s.parse()
 }
@@ -112,6 +120,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         output: a.output.clone(),
         target,
         stack: a.stack.clone(),
+        queue: a.queue.unwrap_or_default(),
         select: a.select,
         limit: a.limit,
         time_scale: a.time_scale,

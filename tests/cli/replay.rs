@@ -1,1 +1,92 @@
 //! `mimic replay` command-line tests.
+//! Everything here fails before a lab is touched, so it needs no root; the replay itself is
+//! tested in tests/lab/replay.rs.
+
+use crate::common::{run, stderr, tempdir};
+
+#[test]
+fn bad_inputs_are_named_and_nothing_is_written() {
+    let dir = tempdir();
+    let out = dir.path().join("replay.db");
+    let out_s = out.to_str().unwrap();
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, "not a database").unwrap();
+    let lab = format!("rcli{}", std::process::id());
+
+    let o = run(&["replay", junk.to_str().unwrap(), "-o", out_s, "--lab", &lab]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("junk.db") && e.contains("not an SQLite database"),
+        "{e}"
+    );
+
+    let missing = dir.path().join("missing.db");
+    let o = run(&[
+        "replay",
+        missing.to_str().unwrap(),
+        "-o",
+        out_s,
+        "--lab",
+        &lab,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("missing.db") && e.contains("no such file"),
+        "{e}"
+    );
+
+    assert!(!out.exists());
+    assert!(
+        !std::path::Path::new(&format!("/run/netns/{lab}-cli")).exists(),
+        "a bad input built a lab"
+    );
+}
+
+#[test]
+fn queue_lengths_are_checked() {
+    for (bad, why) in [
+        ("0", "`0` is not a whole number of packets >= 1"),
+        ("up=0", "`0` is not a whole number of packets >= 1"),
+        ("side=3", "unknown queue direction `side`"),
+        ("up=3,up=4", "`up` is given twice"),
+    ] {
+        let o = run(&[
+            "replay", "in.db", "-o", "out.db", "--lab", "x", "--queue", bad,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(stderr(&o).contains(why), "{bad}: {}", stderr(&o));
+    }
+}
+
+/// The stack of a remote server is set on that host; replay refuses to pretend it applied one.
+#[test]
+fn stack_is_refused_with_a_remote_server() {
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        "out.db",
+        "--server",
+        "127.0.0.1:80",
+        "--server-control",
+        "unix:/nonexistent/s.sock",
+        "--netemu",
+        "unix:/nonexistent/n.sock",
+        "--token-file",
+        "/nonexistent/token",
+        "--capture-iface",
+        "lo",
+        "--client-addr",
+        "127.0.0.2",
+        "--stack",
+        "initcwnd=10",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--stack") && e.contains("cannot be used with"),
+        "{e}"
+    );
+}

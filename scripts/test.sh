@@ -22,4 +22,4 @@ cargo test --release --workspace --exclude mimic "${lib_features[@]}"
 # the mimic binary and its command-line integration tests (no root needed)
 cargo test --release -p mimic "${bin_features[@]}" --bins --test cli
 # lab tests: network namespaces, real TCP stacks, timing; one process, one test at a time
-cargo test --release -p mimic "${bin_features[@]}" --test lab -- --test-threads=1
+cargo test --release -p mimic "${bin_features[@]}" --test lab -- --test-threads=1 --show-output

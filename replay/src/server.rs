@@ -33,8 +33,11 @@ pub struct ServerStats {
     pub bytes_out: u64,
     /// Connections closed because a request did not start with a valid preamble.
     pub bad_preamble: u64,
-    /// Connections that ended with an I/O error (reset by the peer, …).
+    /// Connections that ended with an I/O error (reset in the middle of an exchange, …).
     pub io_errors: u64,
+    /// Connections the client reset between exchanges: how a recorded RST close ends.
+    #[serde(default)]
+    pub client_resets: u64,
     /// Connections the client closed in the middle of an exchange.
     pub early_close: u64,
     pub response_delay_error: DelayError,
@@ -138,6 +141,7 @@ pub async fn serve(
                                 Outcome::Done => {}
                                 Outcome::BadPreamble => i.stats.bad_preamble += 1,
                                 Outcome::EarlyClose => i.stats.early_close += 1,
+                                Outcome::ClientReset => i.stats.client_resets += 1,
                                 Outcome::Io => i.stats.io_errors += 1,
                             }
                         });
@@ -162,6 +166,7 @@ enum Outcome {
     Done,
     BadPreamble,
     EarlyClose,
+    ClientReset,
     Io,
 }
 
@@ -216,6 +221,9 @@ async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outc
         match sock.read_exact(&mut pre).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Outcome::Done,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Outcome::ClientReset
+            }
             Err(_) => return Outcome::Io,
         }
         let p = match Preamble::decode(&pre) {

@@ -71,8 +71,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else if !crate::progress::quiet() {
         eprintln!(
-            "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} I/O errors",
-            stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.io_errors
+            "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} client resets between exchanges, {} I/O errors",
+            stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.client_resets, stats.io_errors
         );
     }
     Ok(ExitCode::SUCCESS)

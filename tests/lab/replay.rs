@@ -132,6 +132,29 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         "{}",
         r["server"]
     );
+    // the clients' recorded RST closes reach the server as resets between exchanges, not as
+    // I/O errors
+    let resets: i64 = rusqlite::Connection::open(d.join("synth.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM connections WHERE termination = 'rst_after_response'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(resets > 0, "the workload has no RST closes");
+    assert_eq!(
+        r["server"]["client_resets"].as_i64(),
+        Some(resets),
+        "{}",
+        r["server"]
+    );
+    assert_eq!(
+        r["server"]["io_errors"].as_u64(),
+        Some(0),
+        "{}",
+        r["server"]
+    );
     // the replay built the lab and removed it, with nothing left behind
     assert_no_debris(&name);
 
@@ -245,7 +268,7 @@ fn remote_roles_over_authenticated_control_channels() {
     let addrs: Vec<String> = (0..4)
         .map(|i| info.pool_addr(i).unwrap().to_string())
         .collect();
-    let remote = |out: &str, token_file: &str, port: &str| -> Output {
+    let remote = |out: &str, token_file: &str, port: &str, extra: &[&str]| -> Output {
         let mut args = vec![
             "replay".to_string(),
             p("synth.db"),
@@ -265,6 +288,7 @@ fn remote_roles_over_authenticated_control_channels() {
             info.cli_if.clone(),
             "--json".into(),
         ];
+        args.extend(extra.iter().map(|a| a.to_string()));
         for a in &addrs {
             args.push("--client-addr".into());
             args.push(a.clone());
@@ -276,7 +300,7 @@ fn remote_roles_over_authenticated_control_channels() {
     // a wrong token is refused, clearly
     let bad = d.join("bad.token");
     std::fs::write(&bad, "not-the-token\n").unwrap();
-    let o = remote("x.db", bad.to_str().unwrap(), "8080");
+    let o = remote("x.db", bad.to_str().unwrap(), "8080", &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("refused") && stderr(&o).contains("token"),
@@ -285,13 +309,13 @@ fn remote_roles_over_authenticated_control_channels() {
     );
     assert!(!d.join("x.db").exists());
     // the real token: every connection replayed
-    let o = remote("r.db", &token, "8080");
+    let o = remote("r.db", &token, "8080", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r = json(&o);
     assert_eq!(r["ok"].as_u64(), Some(30), "{r}");
     assert_eq!(r["analysis"]["connections"].as_u64(), Some(30));
     // a port nothing listens on: every connection fails as refused, and the run finishes
-    let o = remote("f.db", &token, "8081");
+    let o = remote("f.db", &token, "8081", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r = json(&o);
     assert_eq!(r["failed"].as_u64(), Some(30), "{r}");
@@ -305,6 +329,50 @@ fn remote_roles_over_authenticated_control_channels() {
         )
         .unwrap();
     assert_eq!(failed, 30);
+    // the workload and pipe options reach the replay and its database
+    let o = remote(
+        "q.db",
+        &token,
+        "8080",
+        &[
+            "--queue",
+            "down=7",
+            "--limit",
+            "10",
+            "--select",
+            "all",
+            "--seed",
+            "5",
+            "--time-scale",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = json(&o);
+    assert_eq!(r["connections"].as_u64(), Some(10), "{r}");
+    assert_eq!(r["ok"].as_u64(), Some(10), "{r}");
+    let db = rusqlite::Connection::open(d.join("q.db")).unwrap();
+    let queues: Vec<(i64, Option<f64>, i64)> = db
+        .prepare("SELECT queue_up, down_rate_bps, queue_down FROM replay_pipes")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(queues.len(), 10);
+    for (up, rate, down) in queues {
+        assert_eq!(down, 7, "downstream queue not overridden");
+        let class_up = mimic_core::model::queue_packets(rate).0 as i64;
+        assert_eq!(up, class_up, "upstream queue should keep its rate class");
+    }
+    let meta = |k: &str| -> String {
+        db.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(meta("queue"), "up=by rate class,down=7");
+    assert_eq!(meta("seed"), "5");
+    assert_eq!(meta("time_scale"), "2");
+    assert_eq!(meta("select"), "all");
     for c in [&mut emu, &mut srv] {
         let _ = c.kill();
         let _ = c.wait();

@@ -195,12 +195,20 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     let lab = Lab::up();
     let name = lab.info.name.clone();
     // Up again: fine, nothing changes.
-    ok(&["lab", "up", &name, "--stack", "initcwnd=4,initrwnd=20,cc=reno,sack=0,dsack=0,timestamps=1,ecn=0,rto_min=150ms,slow_start_after_idle=0,rmem=4096/65536/1048576"]);
+    ok(&["lab", "up", &name, "--stack", "initcwnd=4,initrwnd=20,cc=reno,sack=0,dsack=0,timestamps=1,ecn=0,rto_min=150ms,slow_start_after_idle=0,rmem=4096/65536/1048576,wmem=8192/32768/2097152"]);
     let st: serde_json::Value =
         serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
     assert_eq!(st["up"], true);
     assert_eq!(st["server_addr"], "198.18.0.1");
     assert_eq!(st["client_pool"], "198.19.0.0/19");
+    assert_eq!(
+        st["namespaces"],
+        serde_json::json!([
+            [format!("{name}-cli"), true],
+            [format!("{name}-emu"), true],
+            [format!("{name}-srv"), true]
+        ])
+    );
     let ifs = st["interfaces"].as_array().unwrap();
     assert_eq!(ifs.len(), 4);
     for i in ifs {
@@ -211,6 +219,71 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
             "offloads still on: {i}"
         );
     }
+    // Where each interface is and the addresses it carries: the end hosts one each in
+    // 198.18.0.0/15, the emulator none (it bridges in userspace).
+    let by_name = |n: &str| {
+        ifs.iter()
+            .find(|i| i["name"] == n)
+            .unwrap_or_else(|| panic!("interface {n} missing from status: {st}"))
+    };
+    for (dev, ns, want) in [
+        (&lab.info.cli_if, &lab.info.ns_cli, vec!["198.18.0.2/24"]),
+        (&lab.info.emu_cli_if, &lab.info.ns_emu, vec![]),
+        (&lab.info.emu_srv_if, &lab.info.ns_emu, vec![]),
+        (&lab.info.srv_if, &lab.info.ns_srv, vec!["198.18.0.1/24"]),
+    ] {
+        let i = by_name(dev);
+        assert_eq!(&i["namespace"], ns.as_str(), "{i}");
+        assert_eq!(i["addresses"], serde_json::json!(want), "{i}");
+        for a in i["addresses"].as_array().unwrap() {
+            let ip: Ipv4Addr = a
+                .as_str()
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                u32::from(ip) >> 17,
+                u32::from(Ipv4Addr::new(198, 18, 0, 0)) >> 17,
+                "{a} is outside 198.18.0.0/15"
+            );
+        }
+    }
+    // The addresses are really there (not only in the report).
+    let srv_addrs = stdout(
+        &Command::new("ip")
+            .args([
+                "-n",
+                &lab.info.ns_srv,
+                "-o",
+                "-4",
+                "addr",
+                "show",
+                "dev",
+                &lab.info.srv_if,
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(srv_addrs.contains("198.18.0.1/24"), "{srv_addrs}");
+    // The client pool is local to the client namespace (it binds any of it).
+    let pool_route = stdout(
+        &Command::new("ip")
+            .args([
+                "-n",
+                &lab.info.ns_cli,
+                "route",
+                "show",
+                "table",
+                "local",
+                "198.19.0.0/19",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(pool_route.contains("198.19.0.0/19"), "{pool_route}");
     // The profile actually in force, read back from sysctl and the route.
     let stack = &st["stack"];
     assert_eq!(stack["initcwnd"], 4);
@@ -221,6 +294,9 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     assert_eq!(stack["rto_min_ms"], 150);
     assert_eq!(stack["slow_start_after_idle"], false);
     assert_eq!(stack["rmem"], serde_json::json!([4096, 65536, 1048576]));
+    assert_eq!(stack["wmem"], serde_json::json!([8192, 32768, 2097152]));
+    assert_eq!(stack["timestamps"], true);
+    assert_eq!(stack["ecn"], 0);
     // Changing it later keeps the other keys.
     let after = ok(&["lab", "stack", &name, "initcwnd=10,sack=1"]);
     assert!(
@@ -816,5 +892,813 @@ fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     assert!(
         shaped_ratio >= 1.5 * plain_ratio,
         "shaped {shaped_ratio:.2} vs plain {plain_ratio:.2}"
+    );
+}
+
+/// Processes a test started itself; killed (SIGKILL) and reaped on drop, also when it fails.
+struct Strays(Vec<Child>);
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Strays {
+    /// Waits (up to five seconds) until every process has exited and reaps it.
+    fn reap(&mut self, why: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in &mut self.0 {
+            while c.try_wait().unwrap().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{why}: pid {} still runs",
+                    c.id()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Tears a lab down by name on drop (for labs a test builds by hand).
+struct DownOnDrop(String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = mimic().args(["lab", "down", &self.0]).output();
+    }
+}
+
+fn cmd_out(program: &str, args: &[&str]) -> String {
+    stdout(&Command::new(program).args(args).output().unwrap())
+}
+
+fn host_netns() -> Vec<String> {
+    cmd_out("ip", &["netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect()
+}
+
+/// Inode numbers of the lab's namespaces that exist now (what /proc/PID/ns/net links to).
+fn lab_netns_inodes(info: &LabInfo) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    info.namespaces()
+        .iter()
+        .filter_map(|ns| std::fs::metadata(format!("/run/netns/{ns}")).ok())
+        .map(|m| m.ino())
+        .filter(|&i| i != 0)
+        .collect()
+}
+
+/// Asserts that nothing of lab `name` is left: no namespace, no interface named after it in
+/// the host or in any remaining namespace, no process in one of its former namespaces
+/// (`inodes`) or naming it on its command line, and no runtime directory.
+fn assert_nothing_left(info: &LabInfo, inodes: &[u64]) {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!("{}-", info.name);
+    let nss = host_netns();
+    assert!(
+        !nss.iter().any(|n| n.starts_with(&prefix)),
+        "namespaces left: {nss:?}"
+    );
+    for ns in info.namespaces() {
+        assert!(
+            !std::path::Path::new("/run/netns").join(ns).exists(),
+            "/run/netns/{ns} left"
+        );
+    }
+    let has_ours = |links: &str| {
+        links
+            .lines()
+            .filter_map(|l| l.split(':').nth(1))
+            .map(|n| n.trim().split('@').next().unwrap_or(""))
+            .any(|n| n.starts_with(&prefix))
+    };
+    let host_links = cmd_out("ip", &["-o", "link"]);
+    assert!(
+        !has_ours(&host_links),
+        "interfaces left in the host: {host_links}"
+    );
+    for ns in &nss {
+        // Other namespaces may come and go while we look: an error is no finding.
+        let o = Command::new("ip")
+            .args(["-n", ns, "-o", "link"])
+            .output()
+            .unwrap();
+        if o.status.success() {
+            let links = stdout(&o);
+            assert!(
+                !has_ours(&links),
+                "interfaces of lab {} left in namespace {ns}: {links}",
+                info.name
+            );
+        }
+    }
+    // A namespace number may be reused at once by someone else's new named namespace; a
+    // process there is not ours.
+    let others: Vec<u64> = nss
+        .iter()
+        .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
+        .map(|m| m.ino())
+        .collect();
+    let me = std::process::id().to_string();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let cmdline = std::fs::read(e.path().join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        let in_lab = std::fs::read_link(e.path().join("ns/net"))
+            .ok()
+            .and_then(|l| {
+                let l = l.to_string_lossy().into_owned();
+                l.strip_prefix("net:[")?
+                    .strip_suffix(']')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .is_some_and(|ino| inodes.contains(&ino) && !others.contains(&ino));
+        let names_lab = cmdline
+            .split_whitespace()
+            .any(|w| w == info.name || w.contains(&prefix));
+        if in_lab || names_lab {
+            left.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "processes of lab {} left: {left:?}",
+        info.name
+    );
+    assert!(
+        !info.runtime_dir.exists(),
+        "{} left",
+        info.runtime_dir.display()
+    );
+}
+
+/// Processes in the lab's namespaces the way a crashed run leaves them: a sleeper in the
+/// server namespace that ignores SIGTERM, and a shell in the client namespace naming the lab
+/// with a child of its own.
+fn spawn_strays(info: &LabInfo, strays: &mut Strays) {
+    strays.0.push(
+        netns::command(&info.ns_srv, "sh", ["-c", "trap '' TERM; exec sleep 600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let marker = format!("{}-stray", info.name);
+    strays.0.push(
+        netns::command(&info.ns_cli, "sh", ["-c", "sleep 600; :", marker.as_str()])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Wait until the shell's child runs (it is the one only the namespace ties to the lab).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while netns::pids(&info.ns_cli).len() < 2 || netns::pids(&info.ns_srv).is_empty() {
+        assert!(Instant::now() < deadline, "stray processes did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status_json(name: &str) -> (Option<i32>, serde_json::Value) {
+    let o = mimic()
+        .args(["lab", "status", name, "--json"])
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o))),
+    )
+}
+
+#[test]
+fn lab_down_after_a_crashed_emulator_leaves_no_namespace_interface_or_process() {
+    require_tool("ping");
+    let mut lab = Lab::up();
+    let mut strays = Strays(Vec::new());
+    let name = lab.info.name.clone();
+    let pid_file = lab.info.runtime_dir.join("netemu.pid");
+    let sock = lab.info.runtime_dir.join("netemu.sock");
+
+    // The emulator crashes (SIGKILL: no cleanup), leaving its pid file and socket behind.
+    let _c = lab.run_emulator(&["--default", "delay=1ms"]);
+    let mut emu = lab.emu.take().unwrap();
+    let crashed = emu.id() as i32;
+    emu.kill().unwrap();
+    emu.wait().unwrap();
+    assert!(pid_file.exists() && sock.exists(), "no stale files to test");
+    let (_, st) = status_json(&name);
+    assert_eq!(st["up"], true, "{st}");
+    assert!(
+        st["netemu_pid"].is_null(),
+        "status reports the dead emulator {crashed} as running: {st}"
+    );
+
+    // `lab up` after the crash works (the lab is complete: it stays as it is), and a new
+    // emulator starts over the stale socket and forwards.
+    let out = ok(&["lab", "up", &name]);
+    assert!(out.contains("is up"), "{out}");
+    let mut c = lab.run_emulator(&["--default", "delay=1ms"]);
+    let ping = lab
+        .ns_cmd(
+            &lab.info.ns_cli,
+            "ping",
+            &["-c", "3", "-i", "0.05", "-q", "198.18.0.1"],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        ping.status.success(),
+        "ping after the restart: {}",
+        stdout(&ping)
+    );
+    assert!(c
+        .counters()
+        .unwrap()
+        .iter()
+        .any(|r| r.counters.packets >= 3));
+    let (_, st) = status_json(&name);
+    assert_eq!(
+        st["netemu_pid"].as_i64(),
+        Some(lab.emu.as_ref().unwrap().id() as i64),
+        "{st}"
+    );
+
+    // Crash again, with strays in the lab, one of them deaf to SIGTERM.
+    spawn_strays(&lab.info, &mut strays);
+    let mut emu = lab.emu.take().unwrap();
+    emu.kill().unwrap();
+    emu.wait().unwrap();
+    let inodes = lab_netns_inodes(&lab.info);
+    assert_eq!(inodes.len(), 3);
+    let out = ok(&["lab", "down", &name]);
+    assert!(out.contains("removed (3 namespaces"), "{out}");
+    strays.reap("lab down left a stray running");
+    assert_nothing_left(&lab.info, &inodes);
+
+    // And the lab comes up again from nothing.
+    ok(&["lab", "up", &name]);
+    let (code, st) = status_json(&name);
+    assert_eq!(code, Some(0), "{st}");
+    assert_eq!(st["up"], true, "{st}");
+    let inodes = lab_netns_inodes(&lab.info);
+    ok(&["lab", "down", &name]);
+    assert_nothing_left(&lab.info, &inodes);
+}
+
+/// Builds the first part of a lab by hand, the way an interrupted `lab up` leaves it: the
+/// client and emulator namespaces with the veth between them, no server namespace, the other
+/// veth pair still in the host namespace (interrupted before it was moved), a runtime
+/// directory without the completion marker, and strays in the namespaces that exist.
+fn half_build(info: &LabInfo, strays: &mut Strays) {
+    let ip = |args: &[&str]| {
+        let o = Command::new("ip").args(args).output().unwrap();
+        assert!(o.status.success(), "ip {args:?}: {}", stderr(&o));
+    };
+    ip(&["netns", "add", &info.ns_cli]);
+    ip(&["netns", "add", &info.ns_emu]);
+    ip(&[
+        "link",
+        "add",
+        &info.cli_if,
+        "netns",
+        &info.ns_cli,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &info.emu_cli_if,
+        "netns",
+        &info.ns_emu,
+    ]);
+    ip(&[
+        "link",
+        "add",
+        &info.emu_srv_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &info.srv_if,
+    ]);
+    std::fs::create_dir_all(&info.runtime_dir).unwrap();
+    std::fs::write(info.runtime_dir.join("netemu.pid"), "999999\n").unwrap();
+    strays.0.push(
+        netns::command(&info.ns_emu, "sh", ["-c", "trap '' TERM; exec sleep 600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while netns::pids(&info.ns_emu).is_empty() {
+        assert!(Instant::now() < deadline, "stray did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn lab_down_and_up_after_a_half_built_lab_leave_nothing_behind() {
+    require_root("netemu lab tests");
+    for t in ["ip", "ethtool", "sysctl"] {
+        require_tool(t);
+    }
+    let name = lab_name();
+    let _down = DownOnDrop(name.clone());
+    let info = LabInfo::for_name(&name).unwrap();
+
+    // Half-built, then down.
+    let mut strays = Strays(Vec::new());
+    half_build(&info, &mut strays);
+    let (code, st) = status_json(&name);
+    assert_eq!(code, Some(1), "a half-built lab is not up: {st}");
+    assert_eq!(st["up"], false, "{st}");
+    let inodes = lab_netns_inodes(&info);
+    assert_eq!(inodes.len(), 2);
+    let out = ok(&["lab", "down", &name]);
+    assert!(out.contains("removed (2 namespaces"), "{out}");
+    strays.reap("lab down left a stray of a half-built lab running");
+    assert_nothing_left(&info, &inodes);
+
+    // Half-built, then up: it is rebuilt completely.
+    let mut strays = Strays(Vec::new());
+    half_build(&info, &mut strays);
+    let old = lab_netns_inodes(&info);
+    ok(&["lab", "up", &name]);
+    strays.reap("lab up over a half-built lab left a stray running");
+    let (code, st) = status_json(&name);
+    assert_eq!(code, Some(0), "{st}");
+    assert_eq!(st["up"], true, "{st}");
+    for i in st["interfaces"].as_array().unwrap() {
+        assert_eq!(i["present"], true, "{i}");
+        assert_eq!(i["up"], true, "{i}");
+    }
+    assert!(st["netemu_pid"].is_null(), "{st}");
+    let host_links = cmd_out("ip", &["-o", "link"]);
+    assert!(
+        !host_links.contains(&format!("{name}-")),
+        "the host keeps interfaces of the half-built lab: {host_links}"
+    );
+    let mut inodes = lab_netns_inodes(&info);
+    inodes.extend(old);
+    ok(&["lab", "down", &name]);
+    assert_nothing_left(&info, &inodes);
+}
+
+#[test]
+fn lab_down_after_lab_up_is_killed_midway_leaves_nothing_behind() {
+    require_root("netemu lab tests");
+    for t in ["ip", "ethtool", "sysctl"] {
+        require_tool(t);
+    }
+    use std::os::unix::process::CommandExt;
+    let name = lab_name();
+    let _down = DownOnDrop(name.clone());
+    let info = LabInfo::for_name(&name).unwrap();
+    // How long a whole build takes here, to kill the next ones at fractions of it.
+    let t = Instant::now();
+    ok(&["lab", "up", &name]);
+    let full = t.elapsed();
+    ok(&["lab", "down", &name]);
+    for frac in [0.05, 0.2, 0.4, 0.6, 0.8] {
+        let mut up = mimic()
+            .args(["lab", "up", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = up.id() as i32;
+        std::thread::sleep(full.mul_f64(frac));
+        // SAFETY: SIGKILL to the process group of the `mimic lab up` we spawned (it and the
+        // `ip`, `ethtool` and `sysctl` it runs).
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = up.wait();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // SAFETY: signal 0 only checks whether a member of the group is left.
+        while unsafe { libc::kill(-pgid, 0) } == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the killed lab up's children live on"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let inodes = lab_netns_inodes(&info);
+        let o = mimic().args(["lab", "down", &name]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "lab down after lab up was killed at {frac} of its run: {}",
+            stderr(&o)
+        );
+        assert_nothing_left(&info, &inodes);
+    }
+    // A killed `lab up` followed by `lab up` (no down in between) gives a whole lab.
+    let mut up = mimic()
+        .args(["lab", "up", &name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = up.id() as i32;
+    std::thread::sleep(full.mul_f64(0.5));
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let _ = up.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // SAFETY: as above.
+    while unsafe { libc::kill(-pgid, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the killed lab up's children live on"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ok(&["lab", "up", &name]);
+    let (code, st) = status_json(&name);
+    assert_eq!(code, Some(0), "{st}");
+    let inodes = lab_netns_inodes(&info);
+    ok(&["lab", "down", &name]);
+    assert_nothing_left(&info, &inodes);
+}
+
+/// `N packets transmitted, M received` from ping's summary.
+fn ping_counts(text: &str) -> (u64, u64) {
+    let line = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary: {text}"));
+    let nums: Vec<u64> = line
+        .split(',')
+        .take(2)
+        .map(|f| f.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// The row of `mimic netemu counters` / the exit table for `owner` (first column) and
+/// direction: packets, bytes, queue drops, loss drops, max queue.
+fn table_row(table: &str, owner: &str, dir: &str) -> [u64; 5] {
+    let line = table
+        .lines()
+        .find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 7 && f[0] == owner && f[1] == dir
+        })
+        .unwrap_or_else(|| panic!("no {owner} {dir} row in:\n{table}"));
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(2)
+        .take(5)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    f.try_into().unwrap()
+}
+
+fn json_row<'a>(
+    v: &'a serde_json::Value,
+    kind: &str,
+    index: Option<u64>,
+    dir: &str,
+) -> &'a serde_json::Value {
+    v["pipes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["owner"]["kind"] == kind
+                && r["direction"] == dir
+                && index.is_none_or(|i| r["owner"]["index"] == i)
+        })
+        .unwrap_or_else(|| panic!("no {kind} {index:?} {dir} row in {v}"))
+}
+
+/// Waits up to ten seconds for the emulator to exit after a stop request; its exit status
+/// and standard output.
+fn stopped_emulator(lab: &mut Lab) -> (std::process::ExitStatus, String) {
+    let mut emu = lab.emu.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = loop {
+        if let Some(st) = emu.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = emu.kill();
+            let _ = emu.wait();
+            panic!("netemu did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = std::fs::read_to_string(lab.dir.path().join("netemu.out")).unwrap();
+    (st, out)
+}
+
+#[test]
+fn per_pipe_counters_are_readable_at_run_time_and_at_exit() {
+    require_tool("ping");
+    let mut lab = Lab::up();
+    let name = lab.info.name.clone();
+    // 100-byte pings are 128 IP bytes.
+    let ping = |lab: &Lab, n: u32, extra: &[&str]| {
+        let n = n.to_string();
+        let mut args = vec!["-c", &n, "-i", "0.01", "-s", "100", "-W", "1", "-q"];
+        args.extend_from_slice(extra);
+        args.push("198.18.0.1");
+        let o = lab
+            .ns_cmd(&lab.info.ns_cli, "ping", &args)
+            .output()
+            .unwrap();
+        ping_counts(&stdout(&o))
+    };
+
+    // Run 1: the default pipe, counters as tables, stopped by SIGTERM.
+    let _c = lab.run_emulator(&["--default", "delay=1ms"]);
+    assert_eq!(ping(&lab, 20, &[]), (20, 20));
+    let t = ok(&["netemu", "counters", "--lab", &name]);
+    let [p, b, qd, ld, mq] = table_row(&t, "default", "up");
+    // No rate, no serialization queue: the largest queue an arrival saw is 0.
+    assert_eq!((p, b, qd, ld, mq), (20, 20 * 128, 0, 0, 0), "{t}");
+    let [p, b, ..] = table_row(&t, "default", "down");
+    assert_eq!((p, b), (20, 20 * 128), "{t}");
+    assert!(t.contains("datapath: rx "), "{t}");
+    let j: serde_json::Value =
+        serde_json::from_str(&ok(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
+    let up = json_row(&j, "default", None, "up");
+    assert_eq!(up["packets"], 20, "{up}");
+    assert_eq!(up["bytes"], 20 * 128, "{up}");
+    assert_eq!(up["in_flight"], 0, "{up}");
+    assert!(
+        j["stats"]["datapath"]["rx_frames"][0].as_u64().unwrap() >= 20,
+        "{j}"
+    );
+    assert_eq!(j["stats"]["engine"]["pipes"], 2, "{j}");
+    assert_eq!(ping(&lab, 10, &[]), (10, 10));
+    // SAFETY: signalling the emulator we spawned.
+    unsafe { libc::kill(lab.emu.as_ref().unwrap().id() as i32, libc::SIGTERM) };
+    let (st, out) = stopped_emulator(&mut lab);
+    assert!(st.success(), "netemu exited with {st}: {out}");
+    let [p, b, qd, ld, mq] = table_row(&out, "default", "up");
+    assert_eq!(
+        (p, b, qd, ld, mq),
+        (30, 30 * 128, 0, 0, 0),
+        "exit table:\n{out}"
+    );
+    let [p, b, ..] = table_row(&out, "default", "down");
+    assert_eq!((p, b), (30, 30 * 128), "exit table:\n{out}");
+    assert!(
+        out.contains("departure lateness:") && out.contains("pipes 2"),
+        "{out}"
+    );
+
+    // Run 2: a lossy pipe and a small queue, counters as JSON, stopped over the control socket.
+    let file = pipes_file(
+        &lab,
+        r#"
+[[prefix]]
+client = "198.19.0.50"
+server = "198.18.0.1"
+up = "loss=50%,seed=7"
+down = "delay=0ms"
+[[prefix]]
+client = "198.19.0.51"
+server = "198.18.0.1"
+up = "rate=1mbit,queue=5"
+down = "delay=0ms"
+"#,
+    );
+    let _c = lab.run_emulator(&["--pipes", &file, "--default", "delay=1ms", "--json"]);
+    let (sent, received) = ping(&lab, 40, &["-I", "198.19.0.50"]);
+    assert_eq!(sent, 40);
+    assert!(
+        received > 0 && received < 40,
+        "50% loss let {received} of 40 through"
+    );
+    let rx = udp_receiver(
+        &lab,
+        9002,
+        Duration::from_millis(500),
+        Duration::from_secs(10),
+    );
+    udp_send(
+        &lab,
+        Ipv4Addr::new(198, 19, 0, 51),
+        9002,
+        20,
+        1000,
+        1000,
+        Duration::ZERO,
+    );
+    assert_eq!(
+        rx.join().unwrap().len(),
+        5,
+        "a queue of 5 passes 5 of a burst of 20"
+    );
+    let live: serde_json::Value =
+        serde_json::from_str(&ok(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
+    let lossy = json_row(&live, "prefix", Some(0), "up");
+    assert_eq!(lossy["packets"], received, "{lossy}");
+    assert_eq!(lossy["loss_drops"], 40 - received, "{lossy}");
+    assert_eq!(lossy["queue_drops"], 0, "{lossy}");
+    assert_eq!(lossy["bytes"], received * 128, "{lossy}");
+    assert_eq!(
+        json_row(&live, "prefix", Some(0), "down")["packets"],
+        received
+    );
+    let queued = json_row(&live, "prefix", Some(1), "up");
+    assert_eq!(queued["packets"], 5, "{queued}");
+    assert_eq!(queued["bytes"], 5 * 1028, "{queued}");
+    assert_eq!(queued["queue_drops"], 15, "{queued}");
+    assert_eq!(queued["loss_drops"], 0, "{queued}");
+    assert_eq!(queued["max_queue_packets"], 5, "{queued}");
+    assert_eq!(
+        json_row(&live, "default", None, "up")["packets"],
+        0,
+        "{live}"
+    );
+    ok(&["netemu", "shutdown", "--lab", &name]);
+    let (st, out) = stopped_emulator(&mut lab);
+    assert!(st.success(), "netemu exited with {st}: {out}");
+    let fin: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("exit JSON: {e}: {out}"));
+    // Nothing passed since: the exit counters are the run-time ones.
+    assert_eq!(
+        fin["pipes"], live["pipes"],
+        "exit counters differ from run-time ones"
+    );
+    assert_eq!(fin["stats"]["engine"]["pipes"], 6, "{fin}");
+    assert!(
+        !lab.info.runtime_dir.join("netemu.pid").exists(),
+        "pid file left after a clean exit"
+    );
+}
+
+#[test]
+fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
+    let mut lab = Lab::up();
+    let name = lab.info.name.clone();
+    let host = |k: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}")).unwrap();
+    let host_before: Vec<String> = [
+        "tcp_congestion_control",
+        "tcp_timestamps",
+        "tcp_ecn",
+        "tcp_wmem",
+        "tcp_rmem",
+    ]
+    .iter()
+    .map(|k| host(k))
+    .collect();
+    let read_back = |name: &str| -> serde_json::Value {
+        let (_, st) = status_json(name);
+        st["stack"].clone()
+    };
+    // Every boolean and ecn value the other way round from the first test, and wmem.
+    ok(&["lab", "stack", &name, "timestamps=0,ecn=2,sack=1,dsack=1,slow_start_after_idle=1,wmem=4096/16384/4194304,rmem=8192/131072/6291456"]);
+    let s = read_back(&name);
+    assert_eq!(s["timestamps"], false, "{s}");
+    assert_eq!(s["ecn"], 2, "{s}");
+    assert_eq!(s["sack"], true, "{s}");
+    assert_eq!(s["dsack"], true, "{s}");
+    assert_eq!(s["slow_start_after_idle"], true, "{s}");
+    assert_eq!(s["wmem"], serde_json::json!([4096, 16384, 4194304]), "{s}");
+    assert_eq!(s["rmem"], serde_json::json!([8192, 131072, 6291456]), "{s}");
+    let out = ok(&["lab", "stack", &name, "timestamps=1,ecn=1"]);
+    assert!(
+        out.contains("timestamps=1")
+            && out.contains("ecn=1")
+            && out.contains("wmem=4096/16384/4194304"),
+        "{out}"
+    );
+    let s = read_back(&name);
+    assert_eq!(s["timestamps"], true, "{s}");
+    assert_eq!(s["ecn"], 1, "{s}");
+
+    // Congestion controls other than reno: the host must allow them for a namespace; the
+    // command extends the host's allowed list when it has to and says so.
+    let available = host("tcp_available_congestion_control");
+    assert!(
+        available.split_whitespace().any(|c| c == "cubic"),
+        "no cubic: {available}"
+    );
+    let mut ccs = vec!["cubic"];
+    if available.split_whitespace().any(|c| c == "bbr") {
+        ccs.push("bbr");
+    }
+    ccs.push("reno");
+    for cc in ccs {
+        let allowed_before = host("tcp_allowed_congestion_control");
+        let o = mimic()
+            .args(["lab", "stack", &name, &format!("cc={cc}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "cc={cc}: {}", stderr(&o));
+        assert!(stdout(&o).contains(&format!("cc={cc}")), "{}", stdout(&o));
+        let allowed = host("tcp_allowed_congestion_control");
+        assert!(
+            allowed.split_whitespace().any(|c| c == cc),
+            "host does not allow {cc}: {allowed}"
+        );
+        if !allowed_before.split_whitespace().any(|c| c == cc) {
+            assert!(
+                stderr(&o).contains("extended"),
+                "the host list was extended silently: {}",
+                stderr(&o)
+            );
+        } else {
+            assert!(!stderr(&o).contains("extended"), "{}", stderr(&o));
+        }
+        assert_eq!(read_back(&name)["cc"], cc);
+        let ns_cc = stdout(
+            &lab.ns_cmd(
+                &lab.info.ns_srv,
+                "sysctl",
+                &["-n", "net.ipv4.tcp_congestion_control"],
+            )
+            .output()
+            .unwrap(),
+        );
+        assert_eq!(ns_cc.trim(), cc);
+    }
+    // An algorithm the kernel lacks is refused with the reason.
+    let o = mimic()
+        .args(["lab", "stack", &name, "cc=nosuchcc"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not available in this kernel"),
+        "{}",
+        stderr(&o)
+    );
+
+    // The profile is what a connection to the server really gets: cubic, no timestamps.
+    ok(&["lab", "stack", &name, "cc=cubic,timestamps=0"]);
+    let _c = lab.run_emulator(&["--default", "delay=1ms"]);
+    let server = SocketAddr::new(lab.info.server_addr.into(), 7200);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let srv = in_ns(&lab.info.ns_srv, move || {
+        let l = TcpListener::bind(server).unwrap();
+        ready_tx.send(()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let _ = rx.recv();
+        drop(s);
+    });
+    ready_rx.recv().unwrap();
+    let cli = in_ns(&lab.info.ns_cli, move || {
+        TcpStream::connect(server).unwrap()
+    })
+    .join()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let info = loop {
+        let ss = stdout(
+            &lab.ns_cmd(
+                &lab.info.ns_srv,
+                "ss",
+                &["-tni", "state", "established", "sport", "= :7200"],
+            )
+            .output()
+            .unwrap(),
+        );
+        if ss.split_whitespace().any(|w| w == "cubic") || Instant::now() > deadline {
+            break ss;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    tx.send(()).unwrap();
+    srv.join().unwrap();
+    drop(cli);
+    assert!(
+        info.split_whitespace().any(|w| w == "cubic"),
+        "server connection is not cubic: {info}"
+    );
+    assert!(
+        !info.split_whitespace().any(|w| w == "ts"),
+        "timestamps negotiated although off: {info}"
+    );
+
+    // None of it leaked into the host's own stack.
+    let host_after: Vec<String> = [
+        "tcp_congestion_control",
+        "tcp_timestamps",
+        "tcp_ecn",
+        "tcp_wmem",
+        "tcp_rmem",
+    ]
+    .iter()
+    .map(|k| host(k))
+    .collect();
+    assert_eq!(
+        host_after, host_before,
+        "the profile changed the host's stack"
     );
 }

@@ -7,16 +7,22 @@
 #   tcpdump -w        (-s 128, -B 64 MiB ring)
 #   mimic libpcap     (iface:, headers only, anonymized, 64 MiB ring)
 #   mimic DPDK        (net_af_packet vdev on the veth; needs a --features dpdk build)
-# For each run it prints packets/s kept and the drop share, where the truth is the veth's own
-# packet counters (rx + tx) over the same window. Then it measures DPDK net_pcap throughput
-# from a file against the plain file source.
+# For each run it prints packets/s kept and two loss figures: "missing" = the veth's own packet
+# counters (rx + tx, the truth) over the run minus what the tool captured, and "reported" =
+# what the tool itself says it dropped (tcpdump's "dropped by kernel"; mimic's kernel +
+# interface + capture drops). The share is missing / counters.
+# Fairness: tcpdump runs with --immediate-mode (otherwise its TPACKET_V3 ring hands packets over
+# only when a block fills or its 1 s timeout passes, and packets still in the ring when it is
+# stopped look "lost"), and every tool is stopped only STOP_WAIT (1.5 s) after iperf3 ends.
+# Then it measures DPDK net_pcap throughput from a file against the plain file source.
 #
 # Usage: bench/capture.sh [path/to/mimic]   (root; iperf3, tcpdump, ethtool, mergecap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIMIC=${1:-target/release/mimic}
 SECS=${SECS:-5}
-RATES=${RATES:-"50M 200M 0"}
+RATES=${RATES:-"100M 300M 0"}   # the README rows: 100 Mbit/s, 300 Mbit/s, unlimited
+STOP_WAIT=${STOP_WAIT:-1.5}
 [ "$(id -u)" -eq 0 ] || { echo "bench/capture.sh needs root (namespaces)" >&2; exit 1; }
 for t in iperf3 tcpdump ethtool mergecap; do command -v $t >/dev/null || { echo "missing $t (scripts/deps.sh bench)" >&2; exit 1; }; done
 [ -x "$MIMIC" ] || { echo "build mimic first: cargo build --release --features dpdk" >&2; exit 1; }
@@ -47,13 +53,13 @@ sleep 0.5
 ifpkts() { ip netns exec "$S" sh -c "echo \$(( \$(cat /sys/class/net/$SI/statistics/rx_packets) + \$(cat /sys/class/net/$SI/statistics/tx_packets) ))"; }
 wait_ready() { for _ in $(seq 200); do [ -e "$1/capture.ready" ] && return 0; sleep 0.05; done; echo "capture never ready" >&2; return 1; }
 
-printf "%-16s %8s %12s %12s %12s %10s\n" tool rate if_pkts/s captured/s dropped drop_share
+printf "%-16s %8s %12s %12s %10s %10s %10s\n" tool rate if_pkts/s captured/s missing reported share
 run() { # tool rate
   local tool=$1 rate=$2 out="$WORK/$1-$2" pid before after got dropped
   mkdir -p "$out"
   case $tool in
     tcpdump)
-      ip netns exec "$S" tcpdump -i "$SI" -n -s 128 -B 65536 -w "$out/t.pcap" 2>"$out/err" & pid=$!
+      ip netns exec "$S" tcpdump -i "$SI" -n -s 128 -B 65536 --immediate-mode -w "$out/t.pcap" 2>"$out/err" & pid=$!
       for _ in $(seq 100); do [ -e "$out/t.pcap" ] && break; sleep 0.05; done; sleep 0.3 ;;
     mimic-libpcap)
       ip netns exec "$S" "$MIMIC" -q capture --source "iface:$SI" -o "$out" --buffer 64MiB 2>"$out/err" & pid=$!
@@ -64,7 +70,8 @@ run() { # tool rate
   esac
   before=$(ifpkts)
   ip netns exec "$C" iperf3 -c 198.18.90.2 -p 5201 -t "$SECS" -M 536 -b "$rate" >/dev/null
-  sleep 0.3
+  # let every tool hand over what its ring still holds before reading the counters and stopping
+  sleep "$STOP_WAIT"
   after=$(ifpkts)
   kill -TERM $pid; wait $pid || true
   if [ $tool = tcpdump ]; then
@@ -76,13 +83,13 @@ run() { # tool rate
     dropped=$(python3 -c "import json;s=json.load(open('$out/capture-summary.json'));print(s['kernel_dropped']+s['interface_dropped']+s['capture_dropped'])")
   fi
   local total=$((after - before))
-  # the veth counters are the truth: whatever the capture did not write is lost
+  # the veth counters are the truth: whatever the capture did not get is missing
   local lost=$(( total > got ? total - got : 0 ))
-  python3 - "$tool" "$rate" "$total" "$got" "$dropped" "$lost" "$SECS" <<'PY'
+  python3 - "$tool" "$rate" "$total" "$got" "${dropped:-0}" "$lost" "$SECS" <<'PY'
 import sys
 tool, rate, total, got, dropped, lost, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
 share = lost / total if total else 0.0
-print(f"{tool:<16} {rate if rate != '0' else 'max':>8} {total/secs:12.0f} {got/secs:12.0f} {max(lost, dropped):12d} {share*100:9.2f}%")
+print(f"{tool:<16} {rate if rate != '0' else 'max':>8} {total/secs:12.0f} {got/secs:12.0f} {lost:10d} {dropped:10d} {share*100:9.3f}%")
 PY
   rm -rf "$out"
 }

@@ -539,3 +539,130 @@ fn dpdk_net_pcap_matches_the_file_source_byte_for_byte() {
         std::fs::remove_dir_all(&out).unwrap();
     }
 }
+
+/// `--stats-json FILE` and `--stats-json -` write JSON lines whose last one agrees with the
+/// summary; without `-q` the same statistics go to stderr as a text line, then the final line.
+#[test]
+fn stats_json_and_stderr_lines_agree_with_the_summary() {
+    let dir = tempdir();
+    let input = trace("web/zeek_echo-connections.pcap");
+    let key = keygen(dir.path());
+    let stats = dir.path().join("stats.jsonl");
+    let out = dir.path().join("o");
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", input.display()))
+        .arg("-o")
+        .arg(&out)
+        .args(["--key", key.to_str().unwrap(), "--sample", "1/2"])
+        .arg("--stats-json")
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = summary(&out);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(" pkt/s ")).collect();
+    assert!(!lines.is_empty(), "no statistics line on stderr: {err}");
+    let last_line = lines.last().unwrap();
+    assert!(
+        last_line.starts_with("mimic capture:")
+            && last_line.contains(&format!("| kept {} (", s["kept"]))
+            && last_line.contains(&format!("sampled-out {} ", s["sampled_out"]))
+            && last_line.contains(&format!("| written {}", s["written"]))
+            && last_line.contains("| dropped 0 (+0, 0.000%) lost 0"),
+        "last stats line {last_line} vs summary {s}"
+    );
+    assert!(
+        err.contains("stopped (end of input)"),
+        "no final line: {err}"
+    );
+
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let recs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(recs.len(), lines.len(), "JSON lines vs text lines: {text}");
+    let last = recs.last().unwrap();
+    for k in [
+        "received",
+        "kept",
+        "sampled_out",
+        "non_tcp_dropped",
+        "malformed",
+        "unanonymizable",
+        "capture_dropped",
+        "written",
+    ] {
+        assert_eq!(last[k], s[k], "{k}: stats {last}, summary {s}");
+    }
+    assert_eq!(last["dropped"], 0);
+    assert_eq!(last["drop_share"], 0.0);
+    let kept = s["kept"].as_u64().unwrap();
+    let received = s["received"].as_u64().unwrap();
+    assert!(kept > 0 && kept < received, "{s}");
+    assert!(last["pkts_per_s"].as_f64().unwrap() > 0.0, "{last}");
+    assert!(last["bytes_per_s"].as_f64().unwrap() > 0.0, "{last}");
+
+    // `-`: the JSON lines go to stdout, and -q silences the text lines but not the JSON
+    let out2 = dir.path().join("o2");
+    let o = mimic()
+        .args(["-q", "capture", "--source"])
+        .arg(format!("pcap:{}", input.display()))
+        .arg("-o")
+        .arg(&out2)
+        .args(["--key", key.to_str().unwrap(), "--sample", "1/2"])
+        .args(["--stats-json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains(" pkt/s "),
+        "-q still printed stats: {}",
+        stderr(&o)
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let recs: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout {l}: {e}")))
+        .collect();
+    let last2 = recs.last().expect("no JSON line on stdout");
+    for k in ["received", "kept", "sampled_out", "written"] {
+        assert_eq!(last2[k], last[k], "{k}: same key, same input");
+    }
+}
+
+/// `--duration` longer than a file lasts: the file ends first; bad durations are refused.
+#[test]
+fn duration_is_parsed_and_end_of_input_comes_first() {
+    let dir = tempdir();
+    let input = trace("web/zeek_http_bro.org.pcap");
+    let out = dir.path().join("o");
+    let files = capture_file(&input, &out, &["--duration", "10m"]);
+    assert!(!files.is_empty());
+    let s = summary(&out);
+    assert_eq!(s["stop_reason"], "end_of_input", "{s}");
+    assert!(s["elapsed_secs"].as_f64().unwrap() < 60.0);
+    for (d, want) in [
+        ("0s", "must be positive"),
+        ("-1s", "duration"),
+        ("10 parsecs", "unknown unit"),
+        ("soon", "expected a number"),
+    ] {
+        let o = mimic()
+            .args(["capture", "--source"])
+            .arg(format!("pcap:{}", input.display()))
+            .arg("-o")
+            .arg(dir.path().join("bad"))
+            .arg(format!("--duration={d}"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "--duration {d}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "--duration {d}: {}", stderr(&o));
+        assert!(
+            !dir.path().join("bad").join("capture-summary.json").exists(),
+            "--duration {d} started a capture"
+        );
+    }
+}

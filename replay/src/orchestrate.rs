@@ -225,11 +225,15 @@ impl Drop for WorkDir {
 fn wait_for<T>(
     what: &'static str,
     limit: Duration,
+    stop: &AtomicBool,
     mut alive: impl FnMut() -> bool,
     mut f: impl FnMut() -> Result<Option<T>, ReplayError>,
 ) -> Result<T, ReplayError> {
     let until = Instant::now() + limit;
     loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(ReplayError::Interrupted);
+        }
         if let Some(v) = f()? {
             return Ok(v);
         }
@@ -554,6 +558,7 @@ pub fn run(
     let mut netemu = wait_for(
         "network emulator",
         Duration::from_secs(15),
+        stop,
         || roles.alive("network emulator") || remote,
         || match NetemuClient::connect(&netemu_addr, &token) {
             Ok(c) => Ok(Some(c)),
@@ -565,6 +570,7 @@ pub fn run(
     let mut serve = wait_for(
         "server emulator",
         Duration::from_secs(15),
+        stop,
         || roles.alive("server emulator") || remote,
         || match ServeClient::connect(&serve_addr, &token) {
             Ok(c) => Ok(Some(c)),
@@ -577,6 +583,7 @@ pub fn run(
     wait_for(
         "capture",
         Duration::from_secs(15),
+        stop,
         || roles.alive("capture"),
         || Ok(ready.exists().then_some(())),
     )
@@ -677,6 +684,9 @@ pub fn run(
             .unwrap_or(serde_json::Value::Null);
     roles.stop("server emulator", Duration::from_secs(5));
     roles.stop("network emulator", Duration::from_secs(5));
+    if stop.load(Ordering::Relaxed) {
+        return Err(ReplayError::Interrupted);
+    }
 
     // ---- analysis into the replay database ----
     progress.stage("analysis");
@@ -708,6 +718,10 @@ pub fn run(
         meta: Vec::new(),
     })
     .map_err(|e| ReplayError::Analysis(e.to_string()))?;
+    // the analysis is not cut short; a Ctrl-C during it still leaves no output
+    if stop.load(Ordering::Relaxed) {
+        return Err(ReplayError::Interrupted);
+    }
 
     let summary = finish_db(
         &staged,
@@ -841,6 +855,8 @@ fn run_clients(
                         tokio::select! {
                             r = set.join_next() => match r {
                                 Some(Ok(o)) => outcomes.push(o),
+                                // tasks aborted by Ctrl-C are expected, not worth a warning
+                                Some(Err(e)) if e.is_cancelled() => {}
                                 Some(Err(e)) => tracing::warn!("client task: {e}"),
                                 None => break,
                             },

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -46,10 +48,36 @@ fn parse_stack(s: &str) -> Result<StackProfile, String> {
 
 const STAGES: usize = 6;
 
-fn stage(n: usize, what: &str) {
+/// Set by Ctrl-C (SIGINT) or SIGTERM once the demo has started: the demo stops at the next
+/// stage boundary (a replay stops at once) and its lab guard removes the lab.
+static STOP: std::sync::LazyLock<Arc<AtomicBool>> =
+    std::sync::LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// The demo was stopped by a signal: exit 130 like `mimic replay`, after the lab guard ran.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted; the lab is removed")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+fn interrupted() -> anyhow::Result<()> {
+    if STOP.load(Ordering::Relaxed) {
+        return Err(Interrupted.into());
+    }
+    Ok(())
+}
+
+fn stage(n: usize, what: &str) -> anyhow::Result<()> {
+    interrupted()?;
     if !crate::progress::quiet() {
         eprintln!("[{n}/{STAGES}] {what}");
     }
+    Ok(())
 }
 
 /// What the demo needs before it touches the system.
@@ -110,13 +138,27 @@ fn replay(
             }
             Ok(s)
         }
-        Err(ReplayError::Interrupted) => bail!("interrupted; the lab is removed"),
+        Err(ReplayError::Interrupted) => Err(Interrupted.into()),
         Err(e) => Err(e).with_context(|| format!("{what} failed")),
     }
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    match demo(a) {
+        Err(e) if e.is::<Interrupted>() => {
+            eprintln!("mimic: demo interrupted; the lab is removed");
+            Ok(ExitCode::from(130))
+        }
+        r => r,
+    }
+}
+
+fn demo(a: Args) -> anyhow::Result<ExitCode> {
     preflight(&a.lab)?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&STOP))
+            .context("installing the Ctrl-C handler")?;
+    }
     if !(a.rate > 0.0) {
         bail!("--rate must be positive");
     }
@@ -129,7 +171,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     stage(
         1,
         &format!("building lab {} (server stack {})", a.lab, a.current),
-    );
+    )?;
     let _down = LabDown(a.lab.clone());
     let (_, notes) = lab::up(
         &a.lab,
@@ -147,7 +189,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "synthesizing a production workload of {} connections",
             a.connections
         ),
-    );
+    )?;
     let s = synth::generate(
         &SynthOptions {
             connections: a.connections as usize,
@@ -193,7 +235,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     stage(
         3,
         "running production: the workload under the current stack, captured at the server",
-    );
+    )?;
     replay(
         base(
             p("workload.db"),
@@ -206,7 +248,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
     let production_stack =
         mimic_netemu::stack::read_back(&a.lab).unwrap_or_else(|_| a.current.clone());
-    stage(4, "analyzing the production capture (mimic analyze)");
+    stage(4, "analyzing the production capture (mimic analyze)")?;
     let mut caps: Vec<PathBuf> = std::fs::read_dir(&capdir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
@@ -237,7 +279,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "replaying production under the current stack ({}) and the change ({})",
             a.current, a.change
         ),
-    );
+    )?;
     let current_db = p("replay-current.db");
     let change_db = p("replay-change.db");
     replay(
@@ -259,7 +301,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "changed stack",
     )?;
 
-    stage(6, "comparing (mimic compare)");
+    stage(6, "comparing (mimic compare)")?;
     let report = mimic_compare::Report::build(
         &flows,
         &[current_db.clone(), change_db.clone()],
@@ -269,6 +311,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     report.write_json(&p("report.json"))?;
     report.write_pngs(&p("plots"))?;
     let verdict = report.verdict();
+    interrupted()?;
 
     println!("report: {}", p("report.html").display());
     println!(

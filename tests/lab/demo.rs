@@ -2,8 +2,39 @@
 //! verdicts and the changed stack.
 
 use std::process::Command;
+use std::time::Duration;
+
+use mimic_netemu::lab::LabInfo;
+use mimic_netemu::netns;
 
 use crate::common::*;
+
+/// Nothing of lab `name` is left: namespaces, interfaces, runtime directory, processes.
+fn assert_lab_gone(name: &str) {
+    let info = LabInfo::for_name(name).unwrap();
+    for ns in info.namespaces() {
+        assert!(!netns::exists(ns), "namespace {ns} left behind");
+    }
+    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+    assert!(
+        !stdout(&links).contains(&format!("{name}-")),
+        "interfaces of {name} left behind"
+    );
+    assert!(
+        !info.runtime_dir.exists(),
+        "{} left behind",
+        info.runtime_dir.display()
+    );
+    let procs = Command::new("pgrep")
+        .args(["-a", "-f", &format!("--lab {name}")])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&procs).trim().is_empty(),
+        "processes of {name} left behind: {}",
+        stdout(&procs)
+    );
+}
 
 #[test]
 fn demo_runs_end_to_end() {
@@ -78,8 +109,53 @@ fn demo_runs_end_to_end() {
     assert!(ab["wilcoxon_p"].as_f64().unwrap() <= 1.0);
     assert_eq!(report["verdict"].as_array().unwrap().len(), 3);
     assert!(out.join("report.html").exists() && out.join("plots").is_dir());
-    // the lab is gone
-    assert!(!std::path::Path::new(&format!("/run/netns/{lab}-cli")).exists());
+    assert_lab_gone(&lab);
+}
+
+/// Ctrl-C at any stage (building the lab, synthesizing, replaying) stops the demo with exit
+/// 130 and removes the lab.
+#[test]
+fn demo_interrupted_at_any_stage_exits_130_and_removes_the_lab() {
+    require_root("the demo test");
+    for (i, after) in [20u64, 80, 2500].into_iter().enumerate() {
+        let tmp = tempdir();
+        let lab = format!("di{}{i}", std::process::id() % 100_000);
+        let mut child = mimic()
+            .args([
+                "demo",
+                "--out",
+                tmp.path().join("demo").to_str().unwrap(),
+                "--connections",
+                "20",
+                "--lab",
+                &lab,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(after));
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child's.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(130),
+            "interrupted after {after} ms: {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("interrupted; the lab is removed"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(
+            !stderr(&o).contains("WARN"),
+            "warnings on a clean interrupt: {}",
+            stderr(&o)
+        );
+        assert_lab_gone(&lab);
+    }
 }
 
 #[test]

@@ -8,6 +8,13 @@ The samples are not random draws from numpy: they come from splitmix64, an integ
 that is re-implemented bit for bit in compare/src/stats.rs's tests, so the Rust side rebuilds
 exactly the same samples from the spec (kind, n, seed) and compares its results with these.
 Every sample value is an integer (microseconds, like connections.response_time_us).
+
+The Wilcoxon signed-rank cases ("wilcoxon") match compare/src/ab.rs's `wilcoxon`: zeros
+dropped (zero_method="wilcox"), average ranks over ties with the tie-corrected variance, the
+normal approximation always (method="approx", never scipy's exact or permutation p for small n)
+with the continuity correction (correction=True), two-sided. Each case gives its differences as
+`d` = ln(b/a) per pair ("log_ratio", what `compare` feeds it) or b - a ("diff", integers, so ties
+and zeros are exact), from two regenerated samples or from explicit values.
 """
 import json
 import math
@@ -65,6 +72,79 @@ def check(s, xs):
     return {"first": xs[:5], "sum": int(sum(xs))}
 
 
+def wilcoxon_case(name, a, b, transform):
+    """`a`, `b`: a spec (the sample is regenerated) or a list of explicit values."""
+    case = {"name": name, "transform": transform}
+    xs = []
+    for key, v in (("a", a), ("b", b)):
+        if isinstance(v, dict):
+            x = sample(**v)
+            case[key] = v
+            case[key + "_check"] = check(v, x)
+        else:
+            x = list(v)
+            case[key] = x
+        xs.append(x)
+    xa, xb = xs
+    assert len(xa) == len(xb), name
+    if transform == "log_ratio":
+        d = [math.log(y / x) for x, y in zip(xa, xb)]
+    elif transform == "diff":
+        d = [y - x for x, y in zip(xa, xb)]
+    else:
+        raise ValueError(transform)
+    nz = [v for v in d if v != 0]
+    case["n_nonzero"] = len(nz)
+    if not nz:
+        # scipy gives nan; mimic's wilcoxon gives None
+        case["w_plus"] = None
+        case["z"] = None
+        case["p"] = None
+        return case
+    opts = dict(zero_method="wilcox", correction=True, method="approx")
+    two = stats.wilcoxon(d, alternative="two-sided", **opts)
+    # alternative="greater" reports the statistic as W+ (the sum of the ranks of positive d)
+    greater = stats.wilcoxon(d, alternative="greater", **opts)
+    case["w_plus"] = float(greater.statistic)
+    # scipy reports the two-sided z as -|z|; mimic signs it by W+ - n(n+1)/4
+    case["z"] = float(two.zstatistic)
+    case["p"] = float(two.pvalue)
+    return case
+
+
+def wilcoxon_cases():
+    return [
+        # the hand-made cases ab.rs tested before this reference existed
+        wilcoxon_case("twelve pairs, log ratio",
+                      [1.0, 2.5, 3.1, 4.7, 5.2, 6.9, 7.4, 8.8, 9.3, 10.6, 11.2, 12.9],
+                      [1.3, 2.1, 3.9, 4.1, 6.0, 6.2, 8.9, 8.1, 9.9, 11.9, 10.7, 14.1], "log_ratio"),
+        wilcoxon_case("ties and a zero",
+                      [0] * 13,
+                      [10, -10, 20, 20, -30, 40, 40, 40, 50, -5, 60, 70, 0], "diff"),
+        # a single non-zero difference: |z| after the correction is 0, p = 1
+        wilcoxon_case("one difference", [100, 7], [100, 12], "diff"),
+        # W+ exactly at its mean n(n+1)/4: no continuity correction, z = 0, p = 1
+        wilcoxon_case("W+ at the mean, n = 3", [0, 0, 0], [1, 2, -3], "diff"),
+        wilcoxon_case("W+ at the mean, a tie", [0, 0], [1, -1], "diff"),
+        wilcoxon_case("all zeros", [5, 6, 7], [5, 6, 7], "diff"),
+        # regenerated samples, paired by position
+        wilcoxon_case("skew 60, b 5% slower", spec("skew", 60, 40, shift=1),
+                      spec("skew", 60, 41, shift=1, scale_pct=105), "log_ratio"),
+        wilcoxon_case("tri 30, unrelated", spec("tri", 30, 42), spec("tri", 30, 43), "diff"),
+        wilcoxon_case("ties 50: zeros and ties", spec("ties", 50, 44), spec("ties", 50, 45), "diff"),
+        wilcoxon_case("ties 400, b shifted by 1", spec("ties", 400, 46), spec("ties", 400, 47, shift=1),
+                      "diff"),
+        wilcoxon_case("skew 2000, b 3% slower", spec("skew", 2000, 48, shift=1),
+                      spec("skew", 2000, 49, shift=1, scale_pct=103), "log_ratio"),
+        wilcoxon_case("same sample, b 90%: faster", spec("tri", 80, 50, shift=1000),
+                      spec("tri", 80, 50, shift=1000, scale_pct=90), "log_ratio"),
+        wilcoxon_case("tri 300, b shifted by 20000: tiny p", spec("tri", 300, 51),
+                      spec("tri", 300, 52, shift=20000), "diff"),
+        wilcoxon_case("uniform 1000, b 8% faster", spec("uniform", 1000, 53, shift=1),
+                      spec("uniform", 1000, 54, shift=1, scale_pct=92), "log_ratio"),
+    ]
+
+
 def main():
     out = {
         "generator": "compare/tests/reference/gen.py",
@@ -74,6 +154,7 @@ def main():
         "ks_asymp": [],
         "percentiles": [],
         "kolmogorov": [],
+        "wilcoxon": [],
     }
 
     exact_cases = [
@@ -127,6 +208,8 @@ def main():
 
     for lam in [0.05, 0.2, 0.5, 0.8, 1.0, 1.2, 1.36, 1.63, 2.0, 3.0, 5.0]:
         out["kolmogorov"].append({"lambda": lam, "sf": float(special.kolmogorov(lam))})
+
+    out["wilcoxon"] = wilcoxon_cases()
 
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")

@@ -568,6 +568,13 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A tmpfs too small for the capture: exit 2 with a clear message, every closed file valid,
+/// and nothing lost silently. The files hold exactly the first `written` packets of the
+/// input, and every packet the source delivered is accounted for in the summary
+/// (`capture-summary.json`, and the last `--stats-json` line, kept outside the full disk):
+/// input = received + kernel/NIC dropped, received = kept + sampled out + policy drops,
+/// kept = written + capture_dropped, so the packets missing from the files are exactly the
+/// ones counted as dropped.
 #[test]
 fn full_disk_stops_with_a_clear_message_and_valid_files() {
     require_root("the full-disk test (mounts a tmpfs)");
@@ -582,12 +589,15 @@ fn full_disk_stops_with_a_clear_message_and_valid_files() {
     let key = keygen(dir.path());
     let input = trace("web/zeek_echo-connections.pcap");
     let out = mnt.join("out");
+    let stats = dir.path().join("stats.jsonl");
     let o = Command::new(mimic_bin())
         .arg("capture")
         .arg("--source")
         .arg(format!("pcap:{}", input.display()))
         .arg("-o")
         .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
         .args([
             "--key",
             key.to_str().unwrap(),
@@ -623,6 +633,78 @@ fn full_disk_stops_with_a_clear_message_and_valid_files() {
     for (g, o) in got.iter().zip(&orig) {
         assert_eq!(g, o);
     }
+
+    // nothing lost but the packets counted as dropped
+    let s = summary(&out);
+    let n = |k: &str| {
+        s[k].as_u64()
+            .unwrap_or_else(|| panic!("summary has no counter {k}: {s}"))
+    };
+    assert_eq!(s["stop_reason"], "disk_full", "{s}");
+    assert!(
+        s["output_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("disk full")),
+        "{s}"
+    );
+    let listed: Vec<PathBuf> = s["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| PathBuf::from(f.as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, files, "the summary lists the closed files");
+    // a file source drops nothing before mimic sees it; the capture stops reading at the
+    // full disk, so the source delivered a prefix of the input (the rest was never read)
+    assert_eq!(n("kernel_dropped") + n("interface_dropped"), 0, "{s}");
+    let received = n("received");
+    assert!(
+        received > got.len() as u64 && received <= orig.len() as u64,
+        "received {received} of {} input packets, {} written: {s}",
+        orig.len(),
+        got.len()
+    );
+    assert_eq!(
+        n("kept") + n("sampled_out") + n("non_tcp_dropped") + n("malformed") + n("unanonymizable"),
+        received,
+        "every received packet is kept or dropped by a counted policy: {s}"
+    );
+    // (this input is all TCP and no sampling was asked for: everything received was kept)
+    assert_eq!(n("kept"), received, "{s}");
+    assert_eq!(n("written"), got.len() as u64, "{s}");
+    assert!(n("capture_dropped") > 0, "the full disk lost packets: {s}");
+    assert_eq!(
+        n("written") + n("capture_dropped"),
+        n("kept"),
+        "kept packets neither written nor counted as dropped were lost silently: {s}"
+    );
+    // of the packets the source delivered, those missing from the files are exactly as many
+    // as counted as dropped
+    assert_eq!(
+        received - got.len() as u64,
+        n("capture_dropped") + n("kernel_dropped") + n("interface_dropped"),
+        "{s}"
+    );
+    // the message's "N buffered packets were lost" is part of that count
+    let buffered: u64 = err
+        .split(" buffered packets were lost")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no buffered-lost count in: {err}"));
+    assert!(buffered <= n("capture_dropped"), "{buffered} > {s}");
+    // the final stats line, written outside the full disk, says the same
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let last: serde_json::Value = serde_json::from_str(
+        text.lines()
+            .last()
+            .unwrap_or_else(|| panic!("no --stats-json line in {}", stats.display())),
+    )
+    .unwrap();
+    for k in ["received", "kept", "capture_dropped", "written"] {
+        assert_eq!(last[k], s[k], "--stats-json {k}: {last} vs summary {s}");
+    }
+    assert_eq!(last["dropped"], 0, "{last}");
 }
 
 /// Starts `mimic capture` (not quiet, so the per-second lines reach stderr) inside `ns` and

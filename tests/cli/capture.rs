@@ -666,3 +666,208 @@ fn duration_is_parsed_and_end_of_input_comes_first() {
         );
     }
 }
+
+/// A TCP segment's identity that anonymization leaves alone: timestamp, wire length, ports,
+/// sequence and acknowledgment numbers, flags.
+type SegId = (i64, u32, u16, u16, u32, u32, u16);
+
+/// (identity, source address, destination address) of every TCP segment of `files`, decoded
+/// with each frame's own link type (raw-IP inputs stay raw IP).
+fn tcp_addresses(files: &[PathBuf]) -> Vec<(SegId, std::net::IpAddr, std::net::IpAddr)> {
+    let mut out = Vec::new();
+    for f in files {
+        let mut r = TraceReader::open(f).unwrap_or_else(|e| panic!("{e}"));
+        while let Some(fr) = r.next_frame().unwrap_or_else(|e| panic!("{e}")) {
+            if let Ok(s) = decode(fr.link, fr.data) {
+                let id = (
+                    fr.ts.as_nanos(),
+                    fr.wire_len,
+                    s.sport,
+                    s.dport,
+                    s.seq.0,
+                    s.ack.0,
+                    s.flags.0,
+                );
+                out.push((id, s.src, s.dst));
+            }
+        }
+    }
+    out
+}
+
+/// Real address → pseudonym, from an input and its anonymized capture, segment by segment.
+/// Fails if an address got two pseudonyms or two addresses one pseudonym.
+fn pseudonyms(input: &Path, files: &[PathBuf]) -> BTreeMap<std::net::IpAddr, std::net::IpAddr> {
+    let orig: BTreeMap<SegId, (std::net::IpAddr, std::net::IpAddr)> =
+        tcp_addresses(&[input.to_path_buf()])
+            .into_iter()
+            .map(|(id, s, d)| (id, (s, d)))
+            .collect();
+    let anon = tcp_addresses(files);
+    assert!(!anon.is_empty(), "{}: nothing kept", input.display());
+    let mut m: BTreeMap<std::net::IpAddr, std::net::IpAddr> = BTreeMap::new();
+    for (id, s, d) in &anon {
+        let (os, od) = orig
+            .get(id)
+            .unwrap_or_else(|| panic!("{}: kept segment {id:?} not in the input", input.display()));
+        for (real, pseudo) in [(os, s), (od, d)] {
+            let prev = m.insert(*real, *pseudo);
+            assert!(
+                prev.is_none() || prev == Some(*pseudo),
+                "{}: {real} became both {} and {pseudo}",
+                input.display(),
+                prev.unwrap()
+            );
+        }
+    }
+    let images: BTreeSet<_> = m.values().collect();
+    assert_eq!(
+        images.len(),
+        m.len(),
+        "two addresses share a pseudonym: {m:?}"
+    );
+    m
+}
+
+fn addr_bits(a: &std::net::IpAddr) -> (u32, u128) {
+    match a {
+        std::net::IpAddr::V4(v) => (32, u32::from(*v) as u128),
+        std::net::IpAddr::V6(v) => (128, u128::from(*v)),
+    }
+}
+
+/// Length of the common prefix of two addresses of one family, in bits.
+fn common_prefix(a: &std::net::IpAddr, b: &std::net::IpAddr) -> u32 {
+    let ((wa, x), (wb, y)) = (addr_bits(a), addr_bits(b));
+    assert_eq!(wa, wb);
+    ((x ^ y) << (128 - wa)).leading_zeros().min(wa)
+}
+
+/// Crypto-PAn across files: different public captures that share real addresses (IPv4:
+/// 192.150.187.43 in three Zeek traces, 141.142.228.5 in two; IPv6: two addresses in two raw-IP
+/// pcapplusplus traces) anonymized in separate runs with the same key file give every shared
+/// address the same pseudonym; another key gives other pseudonyms (just as consistent across
+/// its own runs); and any two addresses, from the same file or not, share exactly as long a
+/// prefix after anonymization as before (10.0.0.1 / 10.0.0.138: 24 bits, 10.0.2.15 from
+/// another file: 22; 2001:618:1:8000::5 / 2001:618:400::5199:cc70: 37, / 2001:638:…: 26).
+#[test]
+fn anonymization_is_consistent_across_files_with_the_same_key_file() {
+    use std::net::IpAddr;
+    let dir = tempdir();
+    let (k1, k2) = (dir.path().join("k1"), dir.path().join("k2"));
+    std::fs::create_dir(&k1).unwrap();
+    std::fs::create_dir(&k2).unwrap();
+    let keys = [keygen(&k1), keygen(&k2)];
+    let inputs = [
+        "edge/zeek_http_get-without-fins.pcap",
+        "edge/zeek_tcp_handshake-reorder.pcap",
+        "web/zeek_http_bro.org.pcap",
+        "encap/pcapplusplus_four_ipv6_http_streams_rawip.pcap",
+        "encap/pcapplusplus_raw_ip.pcap",
+    ];
+    // per key, per input: real → pseudonym
+    let mut maps: Vec<Vec<BTreeMap<IpAddr, IpAddr>>> = Vec::new();
+    for (ki, key) in keys.iter().enumerate() {
+        let mut per_input = Vec::new();
+        for (i, rel) in inputs.iter().enumerate() {
+            let input = trace(rel);
+            let out = dir.path().join(format!("k{ki}-{i}"));
+            let files = capture_file(&input, &out, &["--key", key.to_str().unwrap()]);
+            per_input.push(pseudonyms(&input, &files));
+        }
+        maps.push(per_input);
+    }
+    // the shared addresses are really there, in TCP segments of each file named above
+    let shared: [(&str, &[usize]); 4] = [
+        ("192.150.187.43", &[0, 1, 2]),
+        ("141.142.228.5", &[0, 1]),
+        ("2001:618:1:8000::5", &[3, 4]),
+        ("2001:618:400::5199:cc70", &[3, 4]),
+    ];
+    for (a, files) in shared {
+        let a: IpAddr = a.parse().unwrap();
+        for &f in files {
+            assert!(
+                maps[0][f].contains_key(&a),
+                "{a} is not in {}'s TCP segments",
+                inputs[f]
+            );
+        }
+    }
+    for (ki, per_input) in maps.iter().enumerate() {
+        // one key: one pseudonym per real address across all files
+        let mut all: BTreeMap<IpAddr, IpAddr> = BTreeMap::new();
+        let mut seen_in: BTreeMap<IpAddr, usize> = BTreeMap::new();
+        for (i, m) in per_input.iter().enumerate() {
+            for (real, pseudo) in m {
+                if let Some(prev) = all.insert(*real, *pseudo) {
+                    assert_eq!(
+                        prev, *pseudo,
+                        "key {ki}: {real} got another pseudonym in {} than in an earlier file",
+                        inputs[i]
+                    );
+                }
+                *seen_in.entry(*real).or_default() += 1;
+                assert_ne!(
+                    real, pseudo,
+                    "key {ki}: {real} not anonymized in {}",
+                    inputs[i]
+                );
+            }
+        }
+        let v4_shared = seen_in
+            .iter()
+            .filter(|(a, n)| a.is_ipv4() && **n >= 2)
+            .count();
+        let v6_shared = seen_in
+            .iter()
+            .filter(|(a, n)| a.is_ipv6() && **n >= 2)
+            .count();
+        assert!(v4_shared >= 2 && v6_shared >= 2, "{seen_in:?}");
+        // a bijection over every address of every file
+        let images: BTreeSet<_> = all.values().collect();
+        assert_eq!(images.len(), all.len(), "key {ki}: pseudonyms collide");
+        // prefix preservation over all pairs of one family, across files
+        let addrs: Vec<&IpAddr> = all.keys().collect();
+        let mut long_prefixes = 0;
+        for (i, a) in addrs.iter().enumerate() {
+            for b in &addrs[i + 1..] {
+                if a.is_ipv4() != b.is_ipv4() {
+                    continue;
+                }
+                let (pa, pb) = (all[*a], all[*b]);
+                assert_eq!(pa.is_ipv4(), a.is_ipv4(), "{a} changed family");
+                let k = common_prefix(a, b);
+                assert_eq!(
+                    common_prefix(&pa, &pb),
+                    k,
+                    "key {ki}: {a} and {b} share {k} bits, their pseudonyms {pa} and {pb} share {}",
+                    common_prefix(&pa, &pb)
+                );
+                if k >= 16 {
+                    long_prefixes += 1;
+                }
+            }
+        }
+        assert!(
+            long_prefixes >= 3,
+            "too few related addresses to test prefixes"
+        );
+    }
+    // another key: other pseudonyms for the same real addresses
+    for (i, (m1, m2)) in maps[0].iter().zip(&maps[1]).enumerate() {
+        assert_eq!(
+            m1.keys().collect::<Vec<_>>(),
+            m2.keys().collect::<Vec<_>>(),
+            "{}",
+            inputs[i]
+        );
+        for (real, p1) in m1 {
+            assert_ne!(
+                *p1, m2[real],
+                "{}: {real} has the same pseudonym under two keys",
+                inputs[i]
+            );
+        }
+    }
+}

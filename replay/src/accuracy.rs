@@ -85,6 +85,24 @@ pub struct LossCheck {
     pub pass: bool,
 }
 
+/// The random (i.i.d.) part of the loss against the workload's truth: the analyzer's
+/// `loss_random_down` (losses the bottleneck queue does not explain, what a replay re-emulates)
+/// summed over the replayed data segments, against the truth's loss rate on the same segments.
+/// Reported beside the aggregate check, not required: the queue-overflow test behind
+/// `loss_random_down` misses some slow-start overflows (see README).
+#[derive(Clone, Debug, Serialize)]
+pub struct RandomLossCheck {
+    /// Losses expected from the truth: Σ truth rate × data segments of the replayed connection.
+    pub expected: f64,
+    /// 95% binomial interval around `expected` (in losses).
+    pub interval: (f64, f64),
+    /// Σ inferred `loss_random_down` × data segments.
+    pub inferred: f64,
+    /// Drops the emulator's loss model made (queue drops excluded).
+    pub emulated: u64,
+    pub within: bool,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct AccuracyReport {
     pub truth: String,
@@ -93,6 +111,7 @@ pub struct AccuracyReport {
     pub failed: u64,
     pub checks: Vec<Check>,
     pub loss: LossCheck,
+    pub random_loss: RandomLossCheck,
     /// Share of paired connections with a bandwidth estimate.
     pub bw_coverage: f64,
 }
@@ -146,6 +165,19 @@ impl AccuracyReport {
             l.interval.1 * 100.0,
             if l.pass { "ok" } else { "MISS" }
         );
+        let r = &self.random_loss;
+        s += &format!(
+            "{:<16} {:<40} {:>7} inferred {:.0} vs truth {:.1} (loss model dropped {}), 95% interval [{:.1}, {:.1}]  {}\n",
+            "loss (random)",
+            "within the binomial interval of the truth",
+            l.data_packets,
+            r.inferred,
+            r.expected,
+            r.emulated,
+            r.interval.0,
+            r.interval.1,
+            if r.within { "report: ok" } else { "report: outside" }
+        );
         s += &format!(
             "bandwidth estimates for {:.1}% of the paired connections\n",
             self.bw_coverage * 100.0
@@ -156,6 +188,7 @@ impl AccuracyReport {
 
 struct Truth {
     rtt: Option<i64>,
+    loss_random: f64,
     bw: Option<f64>,
     delack: String,
     rwin: Option<i64>,
@@ -169,6 +202,7 @@ struct Inferred {
     rwin: Option<i64>,
     data_pkts: i64,
     losses: i64,
+    loss_random: f64,
     ex: Vec<(Option<i64>, Option<i64>)>,
 }
 
@@ -190,7 +224,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let mut truths: HashMap<i64, Truth> = HashMap::new();
     {
         let mut st = t
-            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes FROM connections")
+            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, coalesce(loss_random_down, loss_rate_down, 0) FROM connections")
             .map_err(sqt)?;
         let rows = st
             .query_map([], |row| {
@@ -201,6 +235,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
                         bw: row.get(2)?,
                         delack: row.get(3)?,
                         rwin: row.get(4)?,
+                        loss_random: row.get(5)?,
                         ex: Vec::new(),
                     },
                 ))
@@ -258,7 +293,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let mut inferred: HashMap<i64, Inferred> = HashMap::new();
     {
         let mut st = r
-            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, data_pkts_down, retx_down - spurious_retx_down FROM connections")
+            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, data_pkts_down, retx_down - spurious_retx_down, coalesce(loss_random_down, 0) FROM connections")
             .map_err(sqr)?;
         let rows = st
             .query_map([], |row| {
@@ -271,6 +306,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
                         rwin: row.get(4)?,
                         data_pkts: row.get(5)?,
                         losses: row.get(6)?,
+                        loss_random: row.get(7)?,
                         ex: Vec::new(),
                     },
                 ))
@@ -299,7 +335,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     }
 
     // emulator counters, when the replay recorded them
-    let mut emulated: HashMap<i64, (f64, i64, i64)> = HashMap::new();
+    let mut emulated: HashMap<i64, (f64, i64, i64, i64)> = HashMap::new();
     let has_pipes: bool = r
         .query_row(
             "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'replay_pipes'",
@@ -309,7 +345,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         .map_err(sqr)?;
     if has_pipes {
         let mut st = r
-            .prepare("SELECT orig_conn_id, down_loss, coalesce(down_packets, 0), coalesce(down_loss_drops, 0) + coalesce(down_queue_drops, 0) FROM replay_pipes")
+            .prepare("SELECT orig_conn_id, down_loss, coalesce(down_packets, 0), coalesce(down_loss_drops, 0) + coalesce(down_queue_drops, 0), coalesce(down_loss_drops, 0) FROM replay_pipes")
             .map_err(sqr)?;
         let rows = st
             .query_map([], |row| {
@@ -319,6 +355,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
                         row.get::<_, f64>(1)?,
                         row.get::<_, i64>(2)?,
                         row.get::<_, i64>(3)?,
+                        row.get::<_, i64>(4)?,
                     ),
                 ))
             })
@@ -340,6 +377,8 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let (mut with_bw, mut paired) = (0u64, 0u64);
     let (mut data_pkts, mut losses) = (0u64, 0u64);
     let (mut offered, mut drops, mut cfg_weighted) = (0f64, 0f64, 0f64);
+    let (mut rand_expected, mut rand_var, mut rand_inferred, mut rand_emulated) =
+        (0f64, 0f64, 0f64, 0u64);
     for (o, rid) in &pairs {
         let (Some(tr), Some(inf)) = (truths.get(o), inferred.get(rid)) else {
             continue;
@@ -377,11 +416,17 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         }
         data_pkts += inf.data_pkts.max(0) as u64;
         losses += inf.losses.max(0) as u64;
-        if let Some((p, pk, dr)) = emulated.get(o) {
+        if let Some((p, pk, dr, rdr)) = emulated.get(o) {
             offered += (*pk + *dr) as f64;
             drops += *dr as f64;
             cfg_weighted += p * (*pk + *dr) as f64;
+            rand_emulated += (*rdr).max(0) as u64;
         }
+        let segs = inf.data_pkts.max(0) as f64;
+        let p = tr.loss_random.clamp(0.0, 1.0);
+        rand_expected += p * segs;
+        rand_var += p * (1.0 - p) * segs;
+        rand_inferred += inf.loss_random.max(0.0) * segs;
     }
     // Every drop the emulator made on a data segment costs the server one retransmission, so
     // the inferred losses should match the drops in count; the interval is the binomial one
@@ -407,6 +452,18 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
             (0.0, 0.0)
         },
         pass: (losses as f64) >= lo && (losses as f64) <= hi,
+    };
+    let rsd = rand_var.sqrt();
+    let rand_interval = (
+        (rand_expected - 1.96 * rsd - 0.5).max(0.0),
+        rand_expected + 1.96 * rsd + 0.5,
+    );
+    let random_loss = RandomLossCheck {
+        expected: rand_expected,
+        interval: rand_interval,
+        inferred: rand_inferred,
+        emulated: rand_emulated,
+        within: rand_inferred >= rand_interval.0 && rand_inferred <= rand_interval.1,
     };
     let checks = vec![
         Check::new("min RTT", "within 10% or 1 ms", "ms", 0.95, &rtt),
@@ -441,6 +498,7 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         failed,
         checks,
         loss,
+        random_loss,
         bw_coverage: if paired > 0 {
             with_bw as f64 / paired as f64
         } else {

@@ -117,9 +117,10 @@ pub(crate) fn wilcoxon(d: &[f64]) -> Option<(f64, f64)> {
     if var <= 0.0 {
         return Some((0.0, 1.0));
     }
-    // continuity correction towards the mean
+    // continuity correction towards the mean; none at the mean itself (0.0.signum() is 1)
     let dev = w_plus - mean;
-    let z = (dev - 0.5 * dev.signum()) / var.sqrt();
+    let correction = if dev == 0.0 { 0.0 } else { 0.5 * dev.signum() };
+    let z = (dev - correction) / var.sqrt();
     Some((z, two_sided_normal_p(z)))
 }
 
@@ -372,11 +373,9 @@ mod tests {
     }
 
     /// W+ at its mean: scipy's two-sided z is 0 and p is 1 (the continuity correction moves
-    /// towards the mean, and there it is already). ab.rs's `wilcoxon` corrects by
-    /// `0.5 * dev.signum()`, and `0.0_f64.signum()` is 1, so it reports z = −0.5/σ and p < 1
-    /// (e.g. 0.64 for d = [1, −1]). Ignored until `wilcoxon` is fixed; run with --ignored.
+    /// towards the mean, and there it is already). `0.0_f64.signum()` is 1, so a correction by
+    /// `0.5 * dev.signum()` alone would report z = −0.5/σ and p < 1 (0.64 for d = [1, −1]).
     #[test]
-    #[ignore = "ab.rs wilcoxon: 0.0.signum() == 1 applies a continuity correction at W+ == mean (p < 1 where scipy gives 1)"]
     fn wilcoxon_at_the_mean_matches_scipy() {
         let at: Vec<Value> = cases().into_iter().filter(at_the_mean).collect();
         assert!(at.len() >= 2);

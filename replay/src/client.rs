@@ -127,7 +127,9 @@ fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
 
 /// Replays one connection.
 pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
-    let woke = timer.sleep_until(p.start).await;
+    timer.sleep_until(p.start).await;
+    // lateness when this task runs again, just before the connect (not when the timer fired)
+    let woke = Instant::now();
     let mut out = Outcome {
         index: p.index,
         local: p.local,

@@ -241,16 +241,20 @@ async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outc
         let req_done = Instant::now();
         let r = async {
             let target = req_done + Duration::from_micros(p.response_delay_us as u64);
-            let woke = timer.sleep_until(target).await;
-            stats.with(|i| i.resp_err.saturating_record(lateness_us(woke, target)));
+            timer.sleep_until(target).await;
+            // lateness when this task runs again (timer thread plus tokio scheduling), just
+            // before the write, not when the timer thread fired
+            let resumed = Instant::now();
+            stats.with(|i| i.resp_err.saturating_record(lateness_us(resumed, target)));
             let first_write = Instant::now();
             write_n(&mut sock, p.header_bytes).await?;
             let rest = p.resp_bytes - p.header_bytes;
             if rest > 0 {
                 if p.query_delay_us > 0 {
                     let target = first_write + Duration::from_micros(p.query_delay_us as u64);
-                    let woke = timer.sleep_until(target).await;
-                    stats.with(|i| i.query_err.saturating_record(lateness_us(woke, target)));
+                    timer.sleep_until(target).await;
+                    let resumed = Instant::now();
+                    stats.with(|i| i.query_err.saturating_record(lateness_us(resumed, target)));
                 }
                 write_n(&mut sock, rest).await?;
             }

@@ -9,11 +9,19 @@
 //!   server interface received (rx_packets) per second. Kernel forwarding runs in softirq and
 //!   needs no thread of its own; mimic's datapath needs one, and on this 2-core machine it
 //!   competes with the generator — that is part of the comparison.
-//! * delay error: the generator paces packets (10 kpps) and stamps CLOCK_REALTIME into each just
-//!   before sending; a receiver in NAME-srv takes the kernel receive timestamp (SO_TIMESTAMPNS).
+//! * delay error: the generator paces packets and stamps CLOCK_REALTIME into each just before
+//!   sending; a receiver in NAME-srv takes the kernel receive timestamp (SO_TIMESTAMPNS).
 //!   error = |(rx - tx) - configured delay|, configured delay 5 ms for mimic, 0 for the kernel.
+//!   Two phases: "paced" (10 kpps, one probe per flow round robin) and "load" (every frame
+//!   timestamped, `--load-pps` round robin over all flows — with 65,536 flows and 5 ms of delay
+//!   at 50 kpps about 250 pipes hold a packet at any instant and each pipe sees a packet every
+//!   1.3 s). The blast phase has no timestamps: its rate is the forwarding figure.
+//! * kernel tbf: one tbf qdisc on the server-side veth, shared by all flows (per-flow tbf would
+//!   need an htb class, a tbf leaf and a hashed u32 filter per flow; not built here).
+//! * mimic's datapath is restarted (same engine) for each phase, so the lateness and ring-drop
+//!   counters in the notes belong to that phase.
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536]
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::net::SocketAddr;
@@ -23,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use mimic_netemu::datapath::{Datapath, DatapathConfig, DatapathStats, Job, Waker};
+use mimic_netemu::datapath::{Datapath, DatapathConfig, DatapathStats, Finished, Job, Waker};
 use mimic_netemu::engine::{Engine, FlowRule, Limits, PipeTable};
 use mimic_netemu::lab::{self, LabInfo, LabOptions};
 use mimic_netemu::netns;
@@ -183,8 +191,10 @@ fn rx_packets(info: &LabInfo) -> u64 {
     v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
 }
 
-/// Paced probes with timestamps; returns one-way latencies in ns.
-fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
+/// Paced, timestamped frames round robin over `n` flows at `pps` for `secs` (one `send` per
+/// frame, the CLOCK_REALTIME stamp taken just before it; behind schedule, frames go back to
+/// back until caught up). Returns (frames sent, one-way latencies in ns of those received).
+fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> (u64, Vec<u64>) {
     let (rns, rdev) = (info.ns_srv.clone(), info.srv_if.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -213,7 +223,7 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
                 &tv as *const _ as *const libc::c_void,
                 std::mem::size_of::<libc::timeval>() as u32,
             );
-            let big: i32 = 16 << 20;
+            let big: i32 = 64 << 20;
             libc::setsockopt(
                 fd,
                 libc::SOL_SOCKET,
@@ -270,23 +280,26 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
     });
     ready_rx.recv().unwrap();
     let (cns, cdev) = (info.ns_cli.clone(), info.cli_if.clone());
-    std::thread::spawn(move || {
+    let sent = std::thread::spawn(move || {
         netns::enter(&cns).unwrap();
         // SAFETY: timer slack for precise pacing sleeps.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         let fd = packet_socket(&cdev);
         let mut frames: Vec<Vec<u8>> = (0..n).map(frame).collect();
-        let gap = Duration::from_nanos(1_000_000_000 / pps);
-        let end = Instant::now() + Duration::from_secs_f64(secs);
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(secs);
         let mut next = 0usize;
-        let mut due = Instant::now();
+        let mut sent = 0u64;
         while Instant::now() < end {
             let f = &mut frames[next];
             next = (next + 1) % n as usize;
             f[54..62].copy_from_slice(&realtime().to_be_bytes());
             // SAFETY: sending a live buffer on our bound socket.
-            unsafe { libc::send(fd, f.as_ptr() as *const libc::c_void, FRAME_LEN, 0) };
-            due += gap;
+            let r = unsafe { libc::send(fd, f.as_ptr() as *const libc::c_void, FRAME_LEN, 0) };
+            if r > 0 {
+                sent += 1;
+            }
+            let due = start + Duration::from_nanos(sent.max(1) * 1_000_000_000 / pps);
             let now = Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
@@ -294,12 +307,37 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> Vec<u64> {
         }
         // SAFETY: closing our socket.
         unsafe { libc::close(fd) };
+        sent
     })
     .join()
     .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
-    rx.join().unwrap()
+    (sent, rx.join().unwrap())
+}
+
+/// Added-delay error of one timestamped phase.
+#[derive(Default)]
+struct Errors {
+    pps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    sent: u64,
+    received: usize,
+}
+
+impl Errors {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({"pps": self.pps, "err_p50_us": self.p50_us, "err_p99_us": self.p99_us,
+            "err_max_us": self.max_us, "sent": self.sent, "received": self.received})
+    }
+    fn cell(&self) -> String {
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            self.p50_us, self.p99_us, self.max_us
+        )
+    }
 }
 
 struct Row {
@@ -307,53 +345,127 @@ struct Row {
     pipes: u32,
     sent_pps: f64,
     rx_pps: f64,
-    p50_us: f64,
-    p99_us: f64,
-    max_us: f64,
-    probes: usize,
-    lost_probes: i64,
+    paced: Errors,
+    loaded: Errors,
     note: String,
 }
 
-fn errors(lat: &[u64], configured: u64) -> (f64, f64, f64) {
+fn errors(sent: u64, lat: &[u64], configured: u64, secs: f64) -> Errors {
     let mut e: Vec<u64> = lat.iter().map(|&l| l.abs_diff(configured)).collect();
     e.sort_unstable();
-    if e.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
+    let mut r = Errors {
+        pps: sent as f64 / secs,
+        sent,
+        received: lat.len(),
+        p50_us: f64::NAN,
+        p99_us: f64::NAN,
+        max_us: f64::NAN,
+    };
+    if !e.is_empty() {
+        let q = |p: f64| e[((e.len() as f64 * p) as usize).min(e.len() - 1)] as f64 / 1e3;
+        (r.p50_us, r.p99_us, r.max_us) = (q(0.5), q(0.99), *e.last().unwrap() as f64 / 1e3);
     }
-    let q = |p: f64| e[((e.len() as f64 * p) as usize).min(e.len() - 1)] as f64 / 1e3;
-    (q(0.5), q(0.99), *e.last().unwrap() as f64 / 1e3)
+    r
 }
 
+/// What is being measured: `start` before and `stop` after each phase (mimic's datapath is
+/// restarted per phase so that its lateness and ring-drop counters are per phase).
+trait Forwarder {
+    fn start(&mut self) {}
+    fn stop(&mut self) -> Option<DatapathStats> {
+        None
+    }
+}
+
+struct Kernel;
+impl Forwarder for Kernel {}
+
+struct Phases {
+    paced: Option<DatapathStats>,
+    loaded: Option<DatapathStats>,
+    blast: Option<DatapathStats>,
+}
+
+/// Three phases over `pipes` flows: paced probes at 10 kpps, timestamped load at `load_pps`,
+/// then the blast for the forwarding rate.
 fn measure(
     info: &LabInfo,
+    fwd: &mut dyn Forwarder,
     name: &str,
     pipes: u32,
     configured: u64,
     secs: f64,
-    note: String,
-) -> Row {
-    let pps = 10_000;
-    let lat = latency(info, pipes, pps, secs);
-    let (p50, p99, max) = errors(&lat, configured);
+    load_pps: u64,
+) -> (Row, Phases) {
+    fwd.start();
+    let (sent, lat) = latency(info, pipes, 10_000, secs);
+    let paced_stats = fwd.stop();
+    let paced = errors(sent, &lat, configured, secs);
+    fwd.start();
+    let (sent, lat) = latency(info, pipes, load_pps, secs);
+    let loaded_stats = fwd.stop();
+    let loaded = errors(sent, &lat, configured, secs);
+    fwd.start();
     let before = rx_packets(info);
     let t = Instant::now();
     let sent = blast(info, pipes, secs);
     std::thread::sleep(Duration::from_millis(50));
     let got = rx_packets(info) - before;
     let el = t.elapsed().as_secs_f64() - 0.05;
-    let expected = (pps as f64 * secs) as i64;
-    Row {
-        name: name.into(),
-        pipes,
-        sent_pps: sent as f64 / el,
-        rx_pps: got as f64 / el,
-        p50_us: p50,
-        p99_us: p99,
-        max_us: max,
-        probes: lat.len(),
-        lost_probes: expected - lat.len() as i64,
-        note,
+    let blast_stats = fwd.stop();
+    (
+        Row {
+            name: name.into(),
+            pipes,
+            sent_pps: sent as f64 / el,
+            rx_pps: got as f64 / el,
+            paced,
+            loaded,
+            note: String::new(),
+        },
+        Phases {
+            paced: paced_stats,
+            loaded: loaded_stats,
+            blast: blast_stats,
+        },
+    )
+}
+
+/// mimic's datapath, in-process on its own thread in NAME-emu.
+struct Mimic {
+    info: LabInfo,
+    engine: Option<Engine<u32>>,
+    running: Option<(mpsc::Sender<Job>, Waker, std::thread::JoinHandle<Finished>)>,
+}
+
+impl Forwarder for Mimic {
+    fn start(&mut self) {
+        let engine = self.engine.take().expect("engine");
+        let (jtx, jrx) = mpsc::channel::<Job>();
+        let waker = Waker::new().unwrap();
+        let ns = self.info.ns_emu.clone();
+        let (ci, si) = (self.info.emu_cli_if.clone(), self.info.emu_srv_if.clone());
+        let dp = std::thread::spawn(move || {
+            netns::enter(&ns).unwrap();
+            let d = Datapath::open(DatapathConfig {
+                client_if: ci,
+                server_if: si,
+                rt_priority: Some(10),
+                ..Default::default()
+            })
+            .unwrap();
+            d.run(engine, jrx, waker, None)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        self.running = Some((jtx, waker, dp));
+    }
+    fn stop(&mut self) -> Option<DatapathStats> {
+        let (jtx, waker, dp) = self.running.take()?;
+        jtx.send(Box::new(|ctx| *ctx.stop = true)).unwrap();
+        waker.wake();
+        let fin = dp.join().unwrap();
+        self.engine = Some(fin.engine);
+        Some(fin.stats)
     }
 }
 
@@ -400,6 +512,9 @@ fn main() {
         .split(',')
         .map(|s| s.parse().unwrap())
         .collect();
+    let load_pps: u64 = get("--load-pps")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(50_000);
     let name = format!("nb{}", std::process::id() % 100_000);
     let (info, _) = lab::up(&name, &LabOptions::default()).expect("lab up (needs root)");
     struct Down(String);
@@ -409,21 +524,26 @@ fn main() {
         }
     }
     let _down = Down(name.clone());
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
 
     // Plain kernel forwarding: tc mirred redirect between the emu veths.
     kernel_redirect(&info, true);
-    for &n in &[1u32, *pipe_counts.iter().max().unwrap()] {
-        rows.push(measure(
+    for &n in &pipe_counts {
+        let (mut row, _) = measure(
             &info,
+            &mut Kernel,
             "kernel forwarding (tc mirred)",
             n,
             0,
             secs,
-            "flows, no pipes".into(),
-        ));
+            load_pps,
+        );
+        row.note = "flows, no pipes".into();
+        rows.push(row);
     }
-    // Kernel tbf on the server-side veth (rate far above what is offered: its cost, not a limit).
+    // Kernel tbf on the server-side veth (rate far above what is offered: its cost, not a
+    // limit). One tbf qdisc shared by all flows: per-flow tbf would need an htb class, a tbf
+    // leaf and a hashed u32 filter per flow (65,536 of each), which this bench does not build.
     tc(
         &info.ns_emu,
         &format!(
@@ -431,21 +551,25 @@ fn main() {
             info.emu_srv_if
         ),
     );
-    rows.push(measure(
-        &info,
-        "kernel tbf 10gbit + mirred",
-        1,
-        0,
-        secs,
-        "one tbf, no delay".into(),
-    ));
+    for &n in &pipe_counts {
+        let (mut row, _) = measure(
+            &info,
+            &mut Kernel,
+            "kernel tbf 10gbit + mirred",
+            n,
+            0,
+            secs,
+            load_pps,
+        );
+        row.note = "flows through one shared tbf, no delay".into();
+        rows.push(row);
+    }
     tc(
         &info.ns_emu,
         &format!("qdisc del dev {} root", info.emu_srv_if),
     );
     kernel_redirect(&info, false);
 
-    // mimic's datapath, in-process on its own thread in NAME-emu.
     for &n in &pipe_counts {
         let server: SocketAddr = SocketAddr::new(SERVER.into(), 80);
         let table = PipeTable {
@@ -465,69 +589,69 @@ fn main() {
         let t = Instant::now();
         let engine: Engine<u32> = Engine::new(&table, Limits::default(), 1).unwrap();
         let setup_ms = t.elapsed().as_secs_f64() * 1e3;
-        let (jtx, jrx) = mpsc::channel::<Job>();
-        let waker = Waker::new().unwrap();
-        let ns = info.ns_emu.clone();
-        let (ci, si) = (info.emu_cli_if.clone(), info.emu_srv_if.clone());
-        let dp = std::thread::spawn(move || {
-            netns::enter(&ns).unwrap();
-            let d = Datapath::open(DatapathConfig {
-                client_if: ci,
-                server_if: si,
-                rt_priority: Some(10),
-                ..Default::default()
-            })
-            .unwrap();
-            d.run(engine, jrx, waker, None)
-        });
-        std::thread::sleep(Duration::from_millis(200));
-        let mut row = measure(
+        let mut m = Mimic {
+            info: info.clone(),
+            engine: Some(engine),
+            running: None,
+        };
+        let (mut row, ph) = measure(
             &info,
+            &mut m,
             "mimic netemu (delay=5ms per pipe)",
             n,
             DELAY_NS,
             secs,
-            String::new(),
+            load_pps,
         );
-        jtx.send(Box::new(|ctx| *ctx.stop = true)).unwrap();
-        waker.wake();
-        let fin = dp.join().unwrap();
-        let s: &DatapathStats = &fin.stats;
+        let late = |s: &Option<DatapathStats>| {
+            let s = s.as_ref().unwrap();
+            format!(
+                "lateness p99/max {:.0}/{:.0} µs, ring drops {}, no-buffer {}",
+                s.late_p99_ns as f64 / 1e3,
+                s.late_max_ns as f64 / 1e3,
+                s.ring_drops,
+                s.no_buffer
+            )
+        };
         row.note = format!(
-            "{} pipes; built in {setup_ms:.0} ms; departure lateness p50/p99/max {:.0}/{:.0}/{:.0} µs; ring drops {}, no-buffer {}",
+            "{} pipes, built in {setup_ms:.0} ms; paced: {}; load: {}; blast: {}",
             2 * n,
-            s.late_p50_ns as f64 / 1e3,
-            s.late_p99_ns as f64 / 1e3,
-            s.late_max_ns as f64 / 1e3,
-            s.ring_drops,
-            s.no_buffer
+            late(&ph.paced),
+            late(&ph.loaded),
+            late(&ph.blast)
         );
         rows.push(row);
     }
 
-    let kernel_pps = rows[0].rx_pps;
-    println!("| datapath | active pipes | offered pps | forwarded pps | vs kernel fwd | delay error p50 / p99 / max (µs) | probes (lost) | notes |");
-    println!("|---|---:|---:|---:|---:|---|---:|---|");
+    let kernel_pps = |n: u32| {
+        rows.iter()
+            .find(|r| r.name.starts_with("kernel forwarding") && r.pipes == n)
+            .unwrap_or(&rows[0])
+            .rx_pps
+    };
+    println!("Delay error = |actual - configured| one-way, µs, p50 / p99 / max. paced: 10 kpps, one probe per flow round robin; load: all frames timestamped at {load_pps} pps round robin over all flows; blast: forwarding rate, no timestamps. vs kernel fwd: forwarded pps / kernel forwarding's with the same number of flows.\n");
+    println!("| datapath | active pipes | blast offered pps | forwarded pps | vs kernel fwd | error, paced 10 kpps | error under load (achieved pps) | received / sent under load | notes |");
+    println!("|---|---:|---:|---:|---:|---|---|---:|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0}% | {:.1} / {:.1} / {:.1} | {} ({}) | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {} |",
             r.name,
             r.pipes,
             r.sent_pps,
             r.rx_pps,
-            100.0 * r.rx_pps / kernel_pps,
-            r.p50_us,
-            r.p99_us,
-            r.max_us,
-            r.probes,
-            r.lost_probes,
+            100.0 * r.rx_pps / kernel_pps(r.pipes),
+            r.paced.cell(),
+            r.loaded.cell(),
+            r.loaded.pps,
+            r.loaded.received,
+            r.loaded.sent,
             r.note
         );
     }
     if let Some(o) = out {
         let v: Vec<serde_json::Value> = rows
             .iter()
-            .map(|r| serde_json::json!({"datapath": r.name, "pipes": r.pipes, "offered_pps": r.sent_pps, "forwarded_pps": r.rx_pps, "err_p50_us": r.p50_us, "err_p99_us": r.p99_us, "err_max_us": r.max_us, "probes": r.probes, "lost_probes": r.lost_probes, "note": r.note}))
+            .map(|r| serde_json::json!({"datapath": r.name, "pipes": r.pipes, "offered_pps": r.sent_pps, "forwarded_pps": r.rx_pps, "vs_kernel_forwarding": r.rx_pps / kernel_pps(r.pipes), "paced": r.paced.json(), "loaded": r.loaded.json(), "note": r.note}))
             .collect();
         std::fs::write(&o, serde_json::to_string_pretty(&v).unwrap()).unwrap();
     }

@@ -10,7 +10,7 @@ use mimic_netemu::netns;
 use crate::common::*;
 
 /// Nothing of lab `name` is left: namespaces, interfaces, runtime directory, processes.
-fn assert_lab_gone(name: &str) {
+pub fn assert_lab_gone(name: &str) {
     let info = LabInfo::for_name(name).unwrap();
     for ns in info.namespaces() {
         assert!(!netns::exists(ns), "namespace {ns} left behind");
@@ -120,7 +120,7 @@ fn demo_interrupted_at_any_stage_exits_130_and_removes_the_lab() {
     for (i, after) in [20u64, 80, 2500].into_iter().enumerate() {
         let tmp = tempdir();
         let lab = format!("di{}{i}", std::process::id() % 100_000);
-        let mut child = mimic()
+        let child = mimic()
             .args([
                 "demo",
                 "--out",

@@ -56,23 +56,6 @@ fn preflight() {
     }
 }
 
-fn assert_no_debris(name: &str) {
-    let info = LabInfo::for_name(name).unwrap();
-    for ns in info.namespaces() {
-        assert!(!netns::exists(ns), "namespace {ns} left behind");
-    }
-    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
-    assert!(
-        !stdout(&links).contains(&format!("{name}-")),
-        "interfaces of {name} left behind"
-    );
-    assert!(
-        !info.runtime_dir.exists(),
-        "{} left behind",
-        info.runtime_dir.display()
-    );
-}
-
 /// synth (all client classes) → replay in a lab the replay builds and removes → analysis of
 /// the server-side capture; the inferred parameters must match the truth. Then the capture,
 /// analyzed as an "original", is replayed again and compared (Monkey §5.1 fidelity).
@@ -156,7 +139,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         r["server"]
     );
     // the replay built the lab and removed it, with nothing left behind
-    assert_no_debris(&name);
+    crate::demo::assert_lab_gone(&name);
 
     let check = Command::new(mimic_bin())
         .args(["synth", "check", &p("synth.db"), &p("replay.db")])
@@ -429,7 +412,7 @@ fn interrupt_leaves_no_debris() {
     };
     assert_eq!(status.code(), Some(130));
     assert!(!Path::new(&p("r.db")).exists());
-    assert_no_debris(&name);
+    crate::demo::assert_lab_gone(&name);
     // nothing of ours is still running
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     assert!(

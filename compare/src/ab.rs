@@ -237,18 +237,6 @@ mod tests {
     /// `scipy.stats.wilcoxon(d, zero_method='wilcox', correction=True, method='approx')`).
     const EXPECTED: &str = include_str!("../tests/reference/expected.json");
 
-    /// splitmix64, bit for bit as in tests/reference/gen.py.
-    struct SplitMix(u64);
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            z ^ (z >> 31)
-        }
-    }
-
     /// One side of a case, in gen.py's order (pairs are matched by position): a sample
     /// regenerated from its spec and checked against gen.py's, or explicit values.
     fn values(case: &Value, key: &str) -> Vec<f64> {
@@ -256,38 +244,7 @@ mod tests {
         if let Some(list) = v.as_array() {
             return list.iter().map(|x| x.as_f64().unwrap()).collect();
         }
-        let n = v["n"].as_u64().unwrap() as usize;
-        let mut g = SplitMix(v["seed"].as_u64().unwrap());
-        let (shift, scale) = (
-            v["shift"].as_u64().unwrap(),
-            v["scale_pct"].as_u64().unwrap(),
-        );
-        let out: Vec<u64> = (0..n)
-            .map(|_| {
-                let x = match v["kind"].as_str().unwrap() {
-                    "uniform" => (g.next() >> 11) % 100000,
-                    "tri" => (g.next() >> 11) % 50000 + (g.next() >> 11) % 50000,
-                    "skew" => {
-                        let a = (g.next() >> 11) % 100000;
-                        let b = (g.next() >> 11) % 100000;
-                        a * b / 100000
-                    }
-                    "ties" => (g.next() >> 11) % 20,
-                    k => panic!("unknown kind {k}"),
-                };
-                x * scale / 100 + shift
-            })
-            .collect();
-        let check = &case[format!("{key}_check")];
-        let first: Vec<u64> = check["first"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
-        assert_eq!(&out[..first.len()], &first[..], "{v} differs from gen.py's");
-        assert_eq!(out.iter().sum::<u64>(), check["sum"].as_u64().unwrap());
-        out.into_iter().map(|x| x as f64).collect()
+        crate::stats::tests::sample_in_order(v, &case[format!("{key}_check")])
     }
 
     /// The case's differences, as `compare` forms them (ln(B/A)) or as plain B − A.

@@ -303,7 +303,7 @@ pub fn percentile_interval(values: &[f64], confidence: f64) -> (f64, f64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::Value;
 
@@ -321,8 +321,16 @@ mod tests {
         }
     }
 
-    /// Rebuilds a sample from its spec and checks it is the one gen.py used.
+    /// Rebuilds a sample from its spec and checks it is the one gen.py used; sorted.
     fn sample(spec: &Value, check: &Value) -> Vec<f64> {
+        let mut f = sample_in_order(spec, check);
+        f.sort_by(f64::total_cmp);
+        f
+    }
+
+    /// Rebuilds a sample from its spec, in gen.py's order, and checks it is the one gen.py
+    /// used (also for ab.rs's paired cases).
+    pub(crate) fn sample_in_order(spec: &Value, check: &Value) -> Vec<f64> {
         let kind = spec["kind"].as_str().unwrap();
         let n = spec["n"].as_u64().unwrap() as usize;
         let mut g = SplitMix(spec["seed"].as_u64().unwrap());
@@ -359,9 +367,7 @@ mod tests {
             check["sum"].as_u64().unwrap(),
             "sample {spec} sum"
         );
-        let mut f: Vec<f64> = out.into_iter().map(|v| v as f64).collect();
-        f.sort_by(f64::total_cmp);
-        f
+        out.into_iter().map(|v| v as f64).collect()
     }
 
     fn expected() -> Value {

@@ -197,11 +197,30 @@ pub fn run_clients(lab: &VethLab, port: u16, n: usize, par: usize) {
     );
 }
 
-/// Starts `mimic capture` inside `ns` and waits for its ready marker.
+/// Starts `mimic capture -q` inside `ns` and waits for its ready marker.
 pub fn start_capture(lab: &VethLab, ns: &str, dir: &Path, args: &[String]) -> Proc {
-    let c = lab
-        .exec(ns, mimic_bin())
-        .arg("-q")
+    launch_capture(lab, ns, dir, args, true).0
+}
+
+/// Starts `mimic capture` (not quiet, so the per-second lines reach stderr) inside `ns` and
+/// waits for its ready marker; also returns when it was started.
+fn start_capture_verbose(lab: &VethLab, ns: &str, dir: &Path, args: &[String]) -> (Proc, Instant) {
+    launch_capture(lab, ns, dir, args, false)
+}
+
+/// The process is killed on drop if the test fails.
+fn launch_capture(
+    lab: &VethLab,
+    ns: &str,
+    dir: &Path,
+    args: &[String],
+    quiet: bool,
+) -> (Proc, Instant) {
+    let mut cmd = lab.exec(ns, mimic_bin());
+    if quiet {
+        cmd.arg("-q");
+    }
+    let c = cmd
         .arg("capture")
         .arg("-o")
         .arg(dir)
@@ -210,8 +229,9 @@ pub fn start_capture(lab: &VethLab, ns: &str, dir: &Path, args: &[String]) -> Pr
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let started = Instant::now();
     let mut p = Proc(Some(c));
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = started + Duration::from_secs(20);
     while !dir.join("capture.ready").exists() {
         if let Some(c) = &mut p.0 {
             if let Some(st) = c.try_wait().unwrap() {
@@ -229,7 +249,7 @@ pub fn start_capture(lab: &VethLab, ns: &str, dir: &Path, args: &[String]) -> Pr
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    p
+    (p, started)
 }
 
 pub fn start_tcpdump(lab: &VethLab, file: &Path) -> Proc {
@@ -720,42 +740,6 @@ fn full_disk_stops_with_a_clear_message_and_valid_files() {
         assert_eq!(last[k], s[k], "--stats-json {k}: {last} vs summary {s}");
     }
     assert_eq!(last["dropped"], 0, "{last}");
-}
-
-/// Starts `mimic capture` (not quiet, so the per-second lines reach stderr) inside `ns` and
-/// waits for its ready marker; the process is killed on drop if the test fails.
-fn start_capture_verbose(lab: &VethLab, ns: &str, dir: &Path, args: &[String]) -> (Proc, Instant) {
-    let c = lab
-        .exec(ns, mimic_bin())
-        .arg("capture")
-        .arg("-o")
-        .arg(dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let mut p = Proc(Some(c));
-    let deadline = started + Duration::from_secs(20);
-    while !dir.join("capture.ready").exists() {
-        if let Some(c) = &mut p.0 {
-            if let Some(st) = c.try_wait().unwrap() {
-                let out = p.wait(Duration::from_secs(1));
-                panic!(
-                    "capture exited early ({st}): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "capture in {} never became ready",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (p, started)
 }
 
 /// A live `iface:` capture with a BPF `--filter` keeps only the matching connection's packets

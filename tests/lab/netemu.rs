@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,13 @@ impl Lab {
 
     fn ns_cmd(&self, ns: &str, program: &str, args: &[&str]) -> Command {
         netns::command(ns, program, args)
+    }
+
+    /// `ping ARGS` from the client namespace; its output (check the status yourself).
+    fn ping(&self, args: &[&str]) -> Output {
+        self.ns_cmd(&self.info.ns_cli, "ping", args)
+            .output()
+            .unwrap()
     }
 }
 
@@ -387,27 +394,13 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
     let _c = lab.run_emulator(&["--default", "delay=20ms"]);
     // Warm-up (caches, first wake-ups), then enough samples that one scheduling hiccup of
     // the shared machine cannot move the average by the tolerance.
-    let warm = lab
-        .ns_cmd(
-            &lab.info.ns_cli,
-            "ping",
-            &["-c", "10", "-i", "0.01", "-q", "198.18.0.1"],
-        )
-        .output()
-        .unwrap();
+    let warm = lab.ping(&["-c", "10", "-i", "0.01", "-q", "198.18.0.1"]);
     assert!(
         warm.status.success(),
         "warm-up ping failed: {}",
         stdout(&warm)
     );
-    let o = lab
-        .ns_cmd(
-            &lab.info.ns_cli,
-            "ping",
-            &["-c", "500", "-i", "0.01", "-q", "198.18.0.1"],
-        )
-        .output()
-        .unwrap();
+    let o = lab.ping(&["-c", "500", "-i", "0.01", "-q", "198.18.0.1"]);
     let text = stdout(&o);
     assert!(o.status.success(), "ping failed: {text}");
     assert!(text.contains(" 0% packet loss"), "{text}");
@@ -1109,14 +1102,7 @@ fn lab_down_after_a_crashed_emulator_leaves_no_namespace_interface_or_process() 
     let out = ok(&["lab", "up", &name]);
     assert!(out.contains("is up"), "{out}");
     let mut c = lab.run_emulator(&["--default", "delay=1ms"]);
-    let ping = lab
-        .ns_cmd(
-            &lab.info.ns_cli,
-            "ping",
-            &["-c", "3", "-i", "0.05", "-q", "198.18.0.1"],
-        )
-        .output()
-        .unwrap();
+    let ping = lab.ping(&["-c", "3", "-i", "0.05", "-q", "198.18.0.1"]);
     assert!(
         ping.status.success(),
         "ping after the restart: {}",
@@ -1413,10 +1399,7 @@ fn per_pipe_counters_are_readable_at_run_time_and_at_exit() {
         let mut args = vec!["-c", &n, "-i", "0.01", "-s", "100", "-W", "1", "-q"];
         args.extend_from_slice(extra);
         args.push("198.18.0.1");
-        let o = lab
-            .ns_cmd(&lab.info.ns_cli, "ping", &args)
-            .output()
-            .unwrap();
+        let o = lab.ping(&args);
         ping_counts(&stdout(&o))
     };
 

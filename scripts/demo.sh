@@ -9,5 +9,6 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 scripts/deps.sh demo
+. scripts/cargo-env.sh
 cargo build --release --quiet
 exec ./target/release/mimic demo "$@"

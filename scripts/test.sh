@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/deps.sh test
+. scripts/cargo-env.sh
 if [ ! -d ../shared/traces/public ]; then
   echo "mimic tests: ../shared/traces/public is missing (check out shared/ beside this repository)" >&2
   exit 1

@@ -222,6 +222,14 @@ impl Drop for WorkDir {
 }
 
 /// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait.
+/// `Err(Interrupted)` once Ctrl-C (or SIGTERM) has set `stop`.
+fn interrupted(stop: &AtomicBool) -> Result<(), ReplayError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(ReplayError::Interrupted);
+    }
+    Ok(())
+}
+
 fn wait_for<T>(
     what: &'static str,
     limit: Duration,
@@ -231,9 +239,7 @@ fn wait_for<T>(
 ) -> Result<T, ReplayError> {
     let until = Instant::now() + limit;
     loop {
-        if stop.load(Ordering::Relaxed) {
-            return Err(ReplayError::Interrupted);
-        }
+        interrupted(stop)?;
         if let Some(v) = f()? {
             return Ok(v);
         }
@@ -621,9 +627,7 @@ pub fn run(
     let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
     for batch in rules.chunks(2000) {
         rule_ids.extend(netemu.add_flows(batch)?);
-        if stop.load(Ordering::Relaxed) {
-            return Err(ReplayError::Interrupted);
-        }
+        interrupted(stop)?;
     }
 
     // ---- replay ----
@@ -648,9 +652,7 @@ pub fn run(
         })
         .collect();
     let outcomes = run_clients(plans, client_ns, progress, stop)?;
-    if stop.load(Ordering::Relaxed) {
-        return Err(ReplayError::Interrupted);
-    }
+    interrupted(stop)?;
 
     // ---- wind down: trailing packets, role statistics, capture closed ----
     progress.stage("collect");
@@ -684,9 +686,7 @@ pub fn run(
             .unwrap_or(serde_json::Value::Null);
     roles.stop("server emulator", Duration::from_secs(5));
     roles.stop("network emulator", Duration::from_secs(5));
-    if stop.load(Ordering::Relaxed) {
-        return Err(ReplayError::Interrupted);
-    }
+    interrupted(stop)?;
 
     // ---- analysis into the replay database ----
     progress.stage("analysis");
@@ -719,9 +719,7 @@ pub fn run(
     })
     .map_err(|e| ReplayError::Analysis(e.to_string()))?;
     // the analysis is not cut short; a Ctrl-C during it still leaves no output
-    if stop.load(Ordering::Relaxed) {
-        return Err(ReplayError::Interrupted);
-    }
+    interrupted(stop)?;
 
     let summary = finish_db(
         &staged,

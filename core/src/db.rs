@@ -74,6 +74,20 @@ pub fn init_schema_tables(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Every row of `table` as one line of text (`Debug` of each value, `|`-separated), ordered by
+/// its first two columns: for checking that two databases hold the same content.
+pub fn table_rows(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY 1, 2"))?;
+    let n = st.column_count();
+    let rows = st.query_map([], |r| {
+        (0..n)
+            .map(|i| r.get_ref(i).map(|v| format!("{v:?}")))
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map(|v| v.join("|"))
+    })?;
+    rows.collect()
+}
+
 pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",

@@ -323,17 +323,7 @@ mod tests {
         generate(&opts, &b).unwrap();
         let dump = |p: &Path| {
             let c = rusqlite::Connection::open(p).unwrap();
-            let mut st = c.prepare("SELECT * FROM connections ORDER BY id").unwrap();
-            let n = st.column_count();
-            st.query_map([], |r| {
-                Ok((0..n)
-                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-                    .collect::<Vec<_>>()
-                    .join("|"))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect::<Vec<_>>()
+            mimic_core::db::table_rows(&c, "connections").unwrap()
         };
         assert_eq!(dump(&a), dump(&b));
         assert_eq!(sa.connections, 200);

@@ -212,26 +212,14 @@ fn latency_captures_separate_network_client_and_server_delay() {
     );
 }
 
-fn table_dump(c: &Connection, table: &str) -> Vec<String> {
-    let mut st = c
-        .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
-        .unwrap();
-    let n = st.column_count();
-    st.query_map([], |r| {
-        Ok((0..n)
-            .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-            .collect::<Vec<_>>()
-            .join("|"))
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
-}
-
 fn same_content(a: &Path, b: &Path) {
     let (ca, cb) = (db(a), db(b));
     for t in ["connections", "exchanges", "rtt_samples", "bw_samples"] {
-        assert_eq!(table_dump(&ca, t), table_dump(&cb, t), "table {t} differs");
+        assert_eq!(
+            mimic_core::db::table_rows(&ca, t).unwrap(),
+            mimic_core::db::table_rows(&cb, t).unwrap(),
+            "table {t} differs"
+        );
     }
 }
 

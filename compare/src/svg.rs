@@ -483,22 +483,22 @@ mod tests {
 
     #[test]
     fn log_axis_ticks_are_decades_with_units() {
-        let c = chart(Scale::Log, Units::Duration, (800.0, 2_000_000.0));
-        let labels: Vec<String> = c
-            .x_ticks()
-            .into_iter()
-            .filter(|t| !t.1.is_empty())
-            .map(|t| t.1)
-            .collect();
-        assert_eq!(labels, ["1 ms", "10 ms", "100 ms", "1 s"]);
-        let c = chart(Scale::Log, Units::Duration, (3000.0, 60000.0));
-        let labels: Vec<String> = c
-            .x_ticks()
-            .into_iter()
-            .filter(|t| !t.1.is_empty())
-            .map(|t| t.1)
-            .collect();
-        assert_eq!(labels, ["5 ms", "10 ms", "20 ms", "50 ms"]);
+        let labels = |range: (f64, f64)| -> Vec<String> {
+            chart(Scale::Log, Units::Duration, range)
+                .x_ticks()
+                .into_iter()
+                .filter(|t| !t.1.is_empty())
+                .map(|t| t.1)
+                .collect()
+        };
+        assert_eq!(
+            labels((800.0, 2_000_000.0)),
+            ["1 ms", "10 ms", "100 ms", "1 s"]
+        );
+        assert_eq!(
+            labels((3000.0, 60000.0)),
+            ["5 ms", "10 ms", "20 ms", "50 ms"]
+        );
     }
 
     #[test]

@@ -559,30 +559,25 @@ fn compare_fail_if_exit_codes() {
     let f = fixture();
     let base = s(&f.base);
     // replay-iw10 is ~30% faster than BASE
-    let o = run(&[
-        "compare",
-        base,
-        s(&f.replay_iw10),
-        "--bootstrap",
-        "200",
-        "--fail-if",
-        "p50 < -10%",
-    ]);
+    let iw10_fail_if = |cond: &str| {
+        run(&[
+            "compare",
+            base,
+            s(&f.replay_iw10),
+            "--bootstrap",
+            "200",
+            "--fail-if",
+            cond,
+        ])
+    };
+    let o = iw10_fail_if("p50 < -10%");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("--fail-if \"p50 < -10%\" holds for replay-iw10: p50 \u{2212}"),
         "{}",
         stderr(&o)
     );
-    let o = run(&[
-        "compare",
-        base,
-        s(&f.replay_iw10),
-        "--bootstrap",
-        "200",
-        "--fail-if",
-        "p90 > +5%",
-    ]);
+    let o = iw10_fail_if("p90 > +5%");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not hold"), "{}", stderr(&o));
     // absolute thresholds, and any of several conditions / any OTHER

@@ -210,6 +210,9 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Err(e).with_context(|| format!("removing stale {}", stale.display())),
         }
     }
+    // Space for the summary, held from the start: a capture that fills its disk still has
+    // room to say what it wrote and lost. Released just before the summary is written.
+    let reserve = SummaryReserve::create(&dir)?;
     let (key, key_origin) = match key_given {
         Some(k) => (
             k,
@@ -278,6 +281,7 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let summary = mimic_capture::run_capture(cfg)?;
     let text = serde_json::to_string_pretty(&summary)? + "\n";
+    drop(reserve);
     if let Err(e) = mimic_core::db::write_atomic(&summary_path, text.as_bytes()) {
         eprintln!(
             "mimic capture: warning: could not write {}: {e}",
@@ -325,4 +329,30 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
+/// a full disk cannot leave the capture without its summary. Removed when dropped.
+struct SummaryReserve(PathBuf);
+
+impl SummaryReserve {
+    /// Larger than the summary of a capture with a few hundred rotated files.
+    const BYTES: usize = 64 * 1024;
+
+    fn create(dir: &Path) -> anyhow::Result<Self> {
+        use std::io::Write;
+        let p = dir.join(".capture-summary.reserve");
+        let r = SummaryReserve(p.clone());
+        // written, not fallocated: every filesystem counts written blocks
+        std::fs::File::create(&p)
+            .and_then(|mut f| f.write_all(&[0u8; Self::BYTES]).and_then(|()| f.sync_all()))
+            .with_context(|| format!("reserving space for the summary in {}", p.display()))?;
+        Ok(r)
+    }
+}
+
+impl Drop for SummaryReserve {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -30,8 +30,8 @@ pub fn pcapng_files(dir: &Path) -> Vec<PathBuf> {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
-            !name.ends_with(".part"),
-            "left-over partial file {}",
+            !name.ends_with(".part") && !name.ends_with(".reserve"),
+            "left-over partial or reserve file {}",
             p.display()
         );
         if name.ends_with(".pcapng") {

@@ -31,7 +31,21 @@ struct Seg {
     wire: u32,
     /// Bytes in flight (unacknowledged, this segment included) when it was sent.
     flight: u32,
+    /// Index in `Side::sends` of this segment's latest transmission (`NO_LOG`: not logged).
+    log: u32,
 }
+
+/// A packet a side sent (data, new or resent, and pure ACKs, SYN, FIN: all take a place in the
+/// bottleneck queue), in send order, for replaying that queue once the bandwidth is known.
+#[derive(Clone, Copy, Debug)]
+struct Send {
+    t: Timestamp,
+    wire: u32,
+}
+
+/// Transmissions logged per direction; later ones fall back to the flight-size test.
+const MAX_SENDS: usize = 1 << 16;
+const NO_LOG: u32 = u32::MAX;
 
 /// A packet pair that qualified as a bandwidth sample.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +68,8 @@ struct Retx {
     decided: bool,
     /// Bytes in flight when the lost original was sent (0: not known).
     orig_flight: u32,
+    /// Index in `Side::sends` of the transmission this one replaces (`NO_LOG`: not logged).
+    orig_log: u32,
 }
 
 /// The previous ACK that advanced over this side's data (for packet pairs).
@@ -98,6 +114,9 @@ pub(crate) struct Side {
     max_seg: u32,
     segs: VecDeque<Seg>,
     segs_dropped: u64,
+    /// Every packet this side sent, in order (up to `MAX_SENDS`), and the current one's index.
+    sends: Vec<Send>,
+    cur_log: u32,
     burst: u32,
     last_data_t: Option<Timestamp>,
     /// TCP header fields, IPv4 id and time of recent packets, to spot duplicated frames.
@@ -308,6 +327,19 @@ impl Conn {
             side.recent_any = Some((sig, t));
         }
         self.last_side = Some(d as u8);
+        {
+            // every packet of this side takes its place in the bottleneck queue
+            let side = &mut self.s[d];
+            side.cur_log = if side.sends.len() < MAX_SENDS {
+                side.sends.push(Send {
+                    t,
+                    wire: seg.payload_len + seg.hdr_len as u32,
+                });
+                (side.sends.len() - 1) as u32
+            } else {
+                NO_LOG
+            };
+        }
 
         if flags.syn() {
             self.on_syn(d, t, seg);
@@ -406,6 +438,8 @@ impl Conn {
         let side = &mut self.s[d];
         side.data_pkts += 1;
         side.max_seg = side.max_seg.max(seg.payload_len);
+        let wire = seg.payload_len + seg.hdr_len as u32;
+        let log = side.cur_log;
         // bytes seen before only as a window probe do not make this a retransmission
         let probed = side
             .probe
@@ -417,6 +451,7 @@ impl Conn {
                 side.first_retx_t = Some(t);
             }
             let mut orig_flight = 0;
+            let mut orig_log = NO_LOG;
             for s in side.segs.iter_mut().rev() {
                 if s.end <= start {
                     break;
@@ -424,6 +459,10 @@ impl Conn {
                 if s.start < end {
                     s.retx = true;
                     orig_flight = orig_flight.max(s.flight);
+                    // the latest transmission (of the earliest segment) this one repeats:
+                    // a lost retransmission is what its own resend replaces
+                    orig_log = s.log;
+                    s.log = log;
                 }
             }
             if side.retx.len() >= MAX_RETX {
@@ -441,6 +480,7 @@ impl Conn {
                 spurious: already,
                 decided: already,
                 orig_flight,
+                orig_log,
             });
         }
         if ins.new_bytes > 0 {
@@ -462,7 +502,8 @@ impl Conn {
                 t,
                 retx: is_retx,
                 burst: side.burst,
-                wire: seg.payload_len + seg.hdr_len as u32,
+                wire,
+                log,
                 flight: (end - if side.ack_seen { side.acked } else { 0 }).clamp(0, u32::MAX as i64)
                     as u32,
             });
@@ -959,19 +1000,29 @@ impl Conn {
             mss_eff,
             if handshake { self.hs_ack } else { None },
         );
-        // Losses the bottleneck queue explains: the original was sent with more data in flight
-        // than the path holds plus its (class-based) queue; a replay's emulated queue drops
-        // those by itself, so only the rest is replayed as random loss.
+        // Losses the bottleneck queue explains: a replay's emulated queue drops those by
+        // itself, so only the rest is replayed as random loss. The server's transmissions, as
+        // seen at the tap, are fed through a drop-tail queue of the inferred rate and the
+        // (class-based) queue length: a lost original that met a full queue is congestive.
+        // Originals beyond the send log fall back to a flight-size test (more in flight than
+        // the path holds plus its queue).
         let loss_random = loss.map(|all| match (bw, min_rtt_ns) {
             (Some(bw), Some(rtt)) if sv.data_pkts > 0 => {
                 let (_, q) = mimic_core::model::queue_packets(Some(bw));
                 let mss = mss_eff.max(536) as f64;
                 let capacity = bw / 8.0 * rtt as f64 / 1e9 + q as f64 * mss;
+                let full_at = queue_full_at(&sv.sends, &sv.retx, bw, q);
                 let tracked = sv.retx.iter().filter(|r| !r.spurious).count() as u64;
                 let congestive = sv
                     .retx
                     .iter()
-                    .filter(|r| !r.spurious && r.orig_flight as f64 > capacity)
+                    .filter(|r| {
+                        !r.spurious
+                            && match full_at.get(r.orig_log as usize) {
+                                Some(&full) => full,
+                                None => r.orig_flight as f64 > capacity,
+                            }
+                    })
                     .count() as u64;
                 let untracked = sv
                     .retx_pkts
@@ -1233,4 +1284,41 @@ fn query_delay(r: &Adu, segs: &[AduSeg], mss: u32) -> (Option<i64>, Option<u64>)
         }
     }
     (Some(0), Some(r.bytes))
+}
+
+/// Replays a direction's transmissions through a drop-tail queue of `q` packets in front of a
+/// `bw_bps` serializer (netemu's pipe model, rate on IP bytes) and says, per logged
+/// transmission, whether the queue was full when it arrived. Originals that were lost (repeated
+/// by a retransmission that was not spurious) do not enter the queue; a transmission that got
+/// through although the model's queue was full does not either (the model caps the queue).
+fn queue_full_at(sends: &[Send], retx: &VecDeque<Retx>, bw_bps: f64, q: u32) -> Vec<bool> {
+    let mut lost = vec![false; sends.len()];
+    for r in retx.iter().filter(|r| !r.spurious) {
+        if let Some(l) = lost.get_mut(r.orig_log as usize) {
+            *l = true;
+        }
+    }
+    let ns_per_byte = 8e9 / bw_bps;
+    let mut backlog: VecDeque<f64> = VecDeque::new();
+    let mut busy_until = f64::MIN;
+    let Some(t0) = sends.first().map(|s| s.t) else {
+        return Vec::new();
+    };
+    sends
+        .iter()
+        .zip(lost)
+        .map(|(s, lost)| {
+            let now = s.t.nanos_since(t0) as f64;
+            while backlog.front().is_some_and(|&end| end <= now) {
+                backlog.pop_front();
+            }
+            let full = backlog.len() >= q as usize;
+            if !lost && !full {
+                let end = busy_until.max(now) + s.wire as f64 * ns_per_byte;
+                busy_until = end;
+                backlog.push_back(end);
+            }
+            full
+        })
+        .collect()
 }

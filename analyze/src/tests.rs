@@ -577,3 +577,56 @@ fn fuzz_smoke_over_mutated_public_captures() {
         }
     }
 }
+
+/// Slow start overflows the bottleneck queue long before the flight exceeds the path's
+/// capacity: 61 segments leave back to back into a 10 Mbit/s, 100 ms path whose queue holds 40
+/// packets (its rate class). One segment is lost at random early in the burst (the queue held 9
+/// packets then); the last 20 meet a full queue. Only the first is random loss: a replay's
+/// emulated queue drops the others by itself. (A flight-size test would call all 21 random:
+/// 61 kB in flight is far below the 165 kB the path and its queue hold.)
+#[test]
+fn slow_start_queue_overflow_is_not_random_loss() {
+    let mut w = Wire::new();
+    let rtt = 100 * MS;
+    let tx = 832 * US; // 1040 IP bytes at 10 Mbit/s
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let seq = |k: u32| 5001 + (k - 1) * 1000; // start of segment k (1-based)
+    let t0 = t + 2 * MS;
+    let mut ev: Vec<(i64, P)> = Vec::new();
+    for k in 1..=61u32 {
+        ev.push((t0 + (k as i64 - 1) * 10 * US, p(false, seq(k), 1101, A, 1000)));
+    }
+    // delivered: 1..9 and 11..41, one per serialization time; the client ACKs each
+    let delivered: Vec<u32> = (1..=9).chain(11..=41).collect();
+    for (i, &k) in delivered.iter().enumerate() {
+        let ack = if k <= 9 { seq(k + 1) } else { seq(10) };
+        ev.push((t0 + rtt + (i as i64 + 1) * tx, p(true, 1101, ack, A, 0)));
+    }
+    // fast retransmit of segment 10 after the third duplicate ACK; its ACK covers up to 41
+    let t10 = t0 + rtt + 12 * tx + 50 * US;
+    ev.push((t10, p(false, seq(10), 1101, A, 1000)));
+    let ta = t10 + tx + rtt;
+    ev.push((ta, p(true, 1101, seq(42), A, 0)));
+    // the partial ACK triggers the resend of 42..61, each ACKed as it arrives
+    let tr = ta + 50 * US;
+    for j in 0..20u32 {
+        ev.push((tr + j as i64 * 10 * US, p(false, seq(42 + j), 1101, A, 1000)));
+        ev.push((tr + rtt + (j as i64 + 1) * tx, p(true, 1101, seq(43 + j), A, 0)));
+    }
+    let tf = tr + rtt + 21 * tx;
+    ev.push((tf, p(true, 1101, seq(62), F | A, 0)));
+    ev.push((tf + 100 * US, p(false, seq(62), 1102, F | A, 0)));
+    ev.sort_by_key(|e| e.0);
+    for (t, pk) in ev {
+        w.send(t, pk);
+    }
+    let r = &w.finish()[0];
+    let bw = r.bw_bps.unwrap();
+    assert!((bw - 10e6).abs() < 1e4, "{bw}");
+    assert_eq!(r.data_pkts_down, 82);
+    assert_eq!(r.retx_down, 21);
+    assert_eq!(r.spurious_retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(21.0 / 82.0));
+    assert_eq!(r.loss_random_down, Some(1.0 / 82.0));
+}

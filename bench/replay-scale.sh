@@ -13,7 +13,10 @@ out=bench/out/scale
 rm -rf "$out"; mkdir -p "$out"
 $m synth --connections "$n" --rate "$rate" --seed 5 -o "$out/workload.db"
 /usr/bin/time -v $m replay "$out/workload.db" -o "$out/replay.db" --lab scale$$ --json > "$out/summary.json" 2> "$out/time.txt"
-python3 - "$out/summary.json" "$out/time.txt" <<'PY'
+# the delays as the capture of the replay shows them (analysis of the server-side capture
+# against the workload's truth): what the server emulator's own lateness figures leave out
+$m synth check "$out/workload.db" "$out/replay.db" --json > "$out/accuracy.json" || true
+python3 - "$out/summary.json" "$out/time.txt" "$out/accuracy.json" <<'PY'
 import json, re, sys
 s = json.load(open(sys.argv[1]))
 t = open(sys.argv[2]).read()
@@ -24,5 +27,9 @@ print(f"connection starts late by p50 {s['start_lateness_us'][0]} µs, p99 {s['s
 e = s['server']['response_delay_error']; q = s['server']['query_delay_error']
 print(f"server delays late by p50 {e['p50_us']} µs / p99 {e['p99_us']} µs (response), p99 {q['p99_us']} µs (query)")
 print(f"analysis: {s['analysis']['connections']} connections, {s['analysis']['complete']} complete")
+acc = json.load(open(sys.argv[3]))
+for c in acc['checks']:
+    if c['parameter'] in ('response delay', 'query delay'):
+        print(f"{c['parameter']} in the capture vs truth: {c['n']} exchanges, {c['share']*100:.1f}% within 2 ms, |error| median {c['median_abs_error']:.3f} ms, p99 {c['p99_abs_error']:.3f} ms")
 if rss: print(f"peak RSS of the orchestrator and client emulator: {int(rss.group(1))/1024:.0f} MiB")
 PY

@@ -34,6 +34,8 @@ pub struct Check {
     pub pass: bool,
     /// Median absolute error, in the parameter's unit.
     pub median_abs_error: f64,
+    /// 99th percentile of the absolute error (nearest rank), in the parameter's unit.
+    pub p99_abs_error: f64,
     pub unit: &'static str,
 }
 
@@ -51,6 +53,10 @@ impl Check {
         let mut errs: Vec<f64> = results.iter().map(|r| r.1.abs()).collect();
         errs.sort_by(|a, b| a.total_cmp(b));
         let median_abs_error = errs.get(errs.len() / 2).copied().unwrap_or(0.0);
+        let p99_abs_error = match errs.len() {
+            0 => 0.0,
+            k => errs[((k as f64 * 0.99).ceil() as usize).clamp(1, k) - 1],
+        };
         Check {
             parameter,
             criterion,
@@ -60,6 +66,7 @@ impl Check {
             required,
             pass: n > 0 && share >= required,
             median_abs_error,
+            p99_abs_error,
             unit,
         }
     }
@@ -124,12 +131,12 @@ impl AccuracyReport {
     /// The accuracy table as text.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "inference accuracy: {} replayed connections paired with their truth ({} failed to replay)\n{:<16} {:<40} {:>7} {:>8} {:>9} {:>12}  result\n",
-            self.paired, self.failed, "parameter", "criterion", "n", "share", "required", "median |err|"
+            "inference accuracy: {} replayed connections paired with their truth ({} failed to replay)\n{:<16} {:<40} {:>7} {:>8} {:>9} {:>12} {:>12}  result\n",
+            self.paired, self.failed, "parameter", "criterion", "n", "share", "required", "median |err|", "p99 |err|"
         );
         for c in &self.checks {
             s += &format!(
-                "{:<16} {:<40} {:>7} {:>7.1}% {:>8} {:>9.3} {:<3} {}\n",
+                "{:<16} {:<40} {:>7} {:>7.1}% {:>8} {:>9.3} {:<3}{:>9.3} {:<3} {}\n",
                 c.parameter,
                 c.criterion,
                 c.n,
@@ -140,6 +147,8 @@ impl AccuracyReport {
                     "report".into()
                 },
                 c.median_abs_error,
+                c.unit,
+                c.p99_abs_error,
                 c.unit,
                 if c.required == 0.0 {
                     "-"

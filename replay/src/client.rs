@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
-use crate::hrtimer::HrTimer;
+use crate::hrtimer::{self, HrTimer};
 use crate::preamble::{self, After, Preamble};
-use crate::workload::{Close, ConnSpec};
+use crate::workload::{Close, ConnSpec, RequestTiming};
 
 /// One connection to replay.
 #[derive(Clone, Debug)]
@@ -26,6 +26,7 @@ pub struct Planned {
     pub start: Instant,
     /// Give up (and record a timeout) this long after `start`.
     pub limit: Duration,
+    pub request_timing: RequestTiming,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -82,7 +83,7 @@ pub struct Outcome {
 /// runs over Ethernet-sized MTUs).
 const MSS_RANGE: (u16, u16) = (536, 8960);
 
-fn socket(p: &Planned) -> Result<TcpSocket, Failure> {
+fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
     let s = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::STREAM,
@@ -106,7 +107,7 @@ fn socket(p: &Planned) -> Result<TcpSocket, Failure> {
         .map_err(|e| Failure::from_io(&e))?;
     s.set_nonblocking(true)
         .map_err(|e| Failure::Other(e.to_string()))?;
-    Ok(TcpSocket::from_std_stream(std::net::TcpStream::from(s)))
+    Ok(s)
 }
 
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
@@ -125,16 +126,14 @@ fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
     }
 }
 
-/// Replays one connection.
+/// Replays one connection. Call it a little before `p.start`: the socket is made and bound
+/// at once, and the timer thread sends the SYN at `p.start`.
 pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
-    timer.sleep_until(p.start).await;
-    // lateness when this task runs again, just before the connect (not when the timer fired)
-    let woke = Instant::now();
     let mut out = Outcome {
         index: p.index,
         local: p.local,
         result: Ok(()),
-        start_lateness: woke.saturating_duration_since(p.start),
+        start_lateness: Duration::ZERO,
         exchanges_done: 0,
         response_time: None,
     };
@@ -147,12 +146,64 @@ pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
     out
 }
 
+/// Connects `sock` at `at`: the timer thread starts the non-blocking connect (the SYN leaves
+/// then), and the task waits for its outcome. Returns the stream and the instant the connect
+/// was issued.
+async fn connect_at(
+    sock: socket2::Socket,
+    server: SocketAddr,
+    at: Instant,
+    timer: &HrTimer,
+) -> Result<(TcpStream, Instant), Failure> {
+    let ((sock, r), issued) = timer
+        .run_at(at, move || {
+            let r = sock.connect(&server.into());
+            (sock, r)
+        })
+        .await;
+    match r {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(Failure::from_io(&e)),
+    }
+    let s = TcpStream::from_std(std::net::TcpStream::from(sock))
+        .map_err(|e| Failure::Other(format!("registering the socket: {e}")))?;
+    // as tokio's own connect: writable once the handshake ends, then the socket's error
+    s.writable().await.map_err(|e| Failure::from_io(&e))?;
+    if let Some(e) = s.take_error().map_err(|e| Failure::from_io(&e))? {
+        return Err(Failure::from_io(&e));
+    }
+    Ok((s, issued))
+}
+
+/// Writes `req` at `at`: the timer thread sends what the socket takes without blocking then,
+/// the task the rest. Returns the stream and the instant the first byte was handed over.
+async fn send_at(
+    s: TcpStream,
+    req: Vec<u8>,
+    at: Instant,
+    timer: &HrTimer,
+) -> Result<(TcpStream, Instant), Failure> {
+    use std::os::fd::AsRawFd;
+    let ((mut s, req, r), sent_at) = timer
+        .run_at(at, move || {
+            let r = hrtimer::send_now(s.as_raw_fd(), &req);
+            (s, req, r)
+        })
+        .await;
+    let n = r.map_err(|e| Failure::from_io(&e))?;
+    if n < req.len() {
+        s.write_all(&req[n..])
+            .await
+            .map_err(|e| Failure::from_io(&e))?;
+    }
+    Ok((s, sent_at))
+}
+
 async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Failure> {
     let sock = socket(p)?;
-    let mut s: TcpStream = sock
-        .connect(p.server)
-        .await
-        .map_err(|e| Failure::from_io(&e))?;
+    let (mut s, issued) = connect_at(sock, p.server, p.start, timer).await?;
+    out.start_lateness = issued.saturating_duration_since(p.start);
     let connected = Instant::now();
     let spec = &p.spec;
     let n = spec.exchanges.len();
@@ -160,10 +211,12 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
     let mut prev_done = connected;
     let mut first_req: Option<Instant> = None;
     for (k, e) in spec.exchanges.iter().enumerate() {
-        // the client's pause: after the handshake, then after each response
-        timer
-            .sleep_until(prev_done + Duration::from_micros(e.think_time_us))
-            .await;
+        // the client's pause: after the handshake, then after each response; open loop, the
+        // request's recorded time if that is later (the SYN left at `p.start` as recorded)
+        let mut at = prev_done + Duration::from_micros(e.think_time_us);
+        if let (RequestTiming::Recorded, Some(off)) = (p.request_timing, e.offset_us) {
+            at = at.max(p.start + Duration::from_micros(off));
+        }
         let last = k + 1 == n;
         let after = match (last, spec.close) {
             (true, Close::ServerFin) => After::Fin,
@@ -185,8 +238,9 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
         let mut req = Vec::with_capacity(req_total);
         req.extend_from_slice(&bytes);
         req.resize(req_total, 0);
-        first_req.get_or_insert_with(Instant::now);
-        s.write_all(&req).await.map_err(|e| Failure::from_io(&e))?;
+        let (s2, sent_at) = send_at(s, req, at, timer).await?;
+        s = s2;
+        first_req.get_or_insert(sent_at);
         let mut left = e.resp_bytes;
         while left > 0 {
             let k = left.min(buf.len() as u64) as usize;

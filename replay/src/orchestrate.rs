@@ -29,7 +29,9 @@ use crate::client::{self, Outcome, Planned};
 use crate::control::{ControlError as ServeError, ServeClient};
 use crate::hrtimer::HrTimer;
 use crate::server::ServerStats;
-use crate::workload::{self, ConnSpec, Select, Workload, WorkloadError, DEFAULT_DELACK_TIMEOUT_US};
+use crate::workload::{
+    self, ConnSpec, RequestTiming, Select, Workload, WorkloadError, DEFAULT_DELACK_TIMEOUT_US,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -80,6 +82,7 @@ pub struct ReplayOptions {
     pub stack: Option<StackProfile>,
     /// Queue lengths that replace Monkey's rate classes (either direction or both).
     pub queue: QueueOverride,
+    pub request_timing: RequestTiming,
     pub select: Select,
     pub limit: Option<usize>,
     /// Multiplies the gaps between connection starts (2 = half the arrival rate).
@@ -649,6 +652,7 @@ pub fn run(
                 t0 - Duration::from_micros((-rel_us) as u64)
             },
             limit,
+            request_timing: opts.request_timing,
         })
         .collect();
     let outcomes = run_clients(plans, client_ns, progress, stop)?;
@@ -1022,6 +1026,7 @@ fn finish_db(
         ("time_scale", opts.time_scale.to_string()),
         ("seed", opts.seed.to_string()),
         ("queue", opts.queue.to_string()),
+        ("request_timing", opts.request_timing.to_string()),
         ("lab", lab.unwrap_or("").to_string()),
         (
             "stack",

@@ -170,7 +170,7 @@ enum Outcome {
     Io,
 }
 
-const FILL: [u8; 65536] = [0u8; 65536];
+static FILL: [u8; 65536] = [0u8; 65536];
 
 async fn write_n(sock: &mut TcpStream, mut n: u64) -> std::io::Result<()> {
     while n > 0 {
@@ -181,16 +181,109 @@ async fn write_n(sock: &mut TcpStream, mut n: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn discard_n(sock: &mut TcpStream, mut n: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+/// Reads exactly `buf.len()` bytes, or fewer if the peer closes (the count is returned), and
+/// notes in `last` when the kernel received the newest of them.
+async fn read_ts(sock: &TcpStream, buf: &mut [u8], last: &mut Option<Instant>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    let mut got = 0;
+    while got < buf.len() {
+        let rest = &mut buf[got..];
+        let (n, ts) = sock
+            .async_io(tokio::io::Interest::READABLE, || recv_ts(fd, rest))
+            .await?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if let Some(ts) = ts {
+            *last = Some(ts);
+        }
+    }
+    Ok(got)
+}
+
+/// Reads and throws away `n` bytes; false if the peer closed first.
+async fn discard_n(
+    sock: &TcpStream,
+    mut n: u64,
+    buf: &mut [u8],
+    last: &mut Option<Instant>,
+) -> std::io::Result<bool> {
     while n > 0 {
         let k = n.min(buf.len() as u64) as usize;
-        let got = sock.read(&mut buf[..k]).await?;
-        if got == 0 {
+        let got = read_ts(sock, &mut buf[..k], last).await?;
+        if got < k {
             return Ok(false);
         }
         n -= got as u64;
     }
     Ok(true)
+}
+
+/// Asks the kernel to timestamp received data (SO_TIMESTAMPNS; for TCP, `recvmsg` reports the
+/// receive time of the newest segment it read from).
+fn enable_rx_timestamps(sock: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a pointer to a c_int of the size passed, on a live socket.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// One non-blocking `recvmsg`: the bytes read and, when the kernel gave one, the receive time
+/// of the data as an `Instant`.
+fn recv_ts(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<Instant>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // room for one SCM_TIMESTAMPNS (a cmsghdr and a timespec), u64-aligned
+    let mut ctrl = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+    // SAFETY: recvmsg writes at most iov_len bytes into buf and msg_controllen into ctrl,
+    // both live for the call.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut ts = None;
+    // SAFETY: the CMSG macros walk the control buffer recvmsg filled, within msg_controllen;
+    // an SCM_TIMESTAMPNS payload is one timespec (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const _);
+                ts = Some(realtime_to_instant(t));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((r as usize, ts))
+}
+
+/// A CLOCK_REALTIME kernel timestamp as an `Instant` (µs-accurate: both clocks are read now).
+fn realtime_to_instant(t: libc::timespec) -> Instant {
+    let now = Instant::now();
+    let at = std::time::UNIX_EPOCH + Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+    let age = std::time::SystemTime::now()
+        .duration_since(at)
+        .unwrap_or(Duration::ZERO)
+        .min(Duration::from_secs(60));
+    now.checked_sub(age).unwrap_or(now)
 }
 
 /// Waits (up to a minute) until every byte written has been acknowledged by the peer.
@@ -213,14 +306,41 @@ fn lateness_us(woke: Instant, target: Instant) -> u64 {
     woke.saturating_duration_since(target).as_micros() as u64 + 1
 }
 
+/// Writes `n` filler bytes starting at `at`: the timer thread sends what the socket takes
+/// without blocking then, the task the rest. Returns the stream and the instant the first
+/// bytes were handed to the kernel.
+async fn write_at(
+    sock: TcpStream,
+    n: u64,
+    at: Instant,
+    timer: &HrTimer,
+) -> std::io::Result<(TcpStream, Instant)> {
+    use std::os::fd::AsRawFd;
+    let now = n.min(FILL.len() as u64) as usize;
+    let ((mut sock, r), sent_at) = timer
+        .run_at(at, move || {
+            let r = crate::hrtimer::send_now(sock.as_raw_fd(), &FILL[..now]);
+            (sock, r)
+        })
+        .await;
+    let sent = r? as u64;
+    write_n(&mut sock, n - sent).await?;
+    Ok((sock, sent_at))
+}
+
 async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outcome {
     let _ = sock.set_nodelay(true);
+    enable_rx_timestamps(&sock);
     let mut buf = vec![0u8; 16384];
     loop {
         let mut pre = [0u8; preamble::LEN];
-        match sock.read_exact(&mut pre).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Outcome::Done,
+        // when the kernel received the request's last bytes: the response delay counts from
+        // there, so a late read by this task shows as lateness
+        let mut arrived = None;
+        match read_ts(&sock, &mut pre, &mut arrived).await {
+            Ok(preamble::LEN) => {}
+            Ok(0) => return Outcome::Done,
+            Ok(_) => return Outcome::EarlyClose,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
                 return Outcome::ClientReset
             }
@@ -233,36 +353,34 @@ async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outc
                 return Outcome::BadPreamble;
             }
         };
-        match discard_n(&mut sock, p.req_bytes - preamble::LEN as u64, &mut buf).await {
+        match discard_n(&sock, p.req_bytes - preamble::LEN as u64, &mut buf, &mut arrived).await {
             Ok(true) => {}
             Ok(false) => return Outcome::EarlyClose,
             Err(_) => return Outcome::Io,
         }
-        let req_done = Instant::now();
-        let r = async {
-            let target = req_done + Duration::from_micros(p.response_delay_us as u64);
-            timer.sleep_until(target).await;
-            // lateness when this task runs again (timer thread plus tokio scheduling), just
-            // before the write, not when the timer thread fired
-            let resumed = Instant::now();
-            stats.with(|i| i.resp_err.saturating_record(lateness_us(resumed, target)));
-            let first_write = Instant::now();
-            write_n(&mut sock, p.header_bytes).await?;
-            let rest = p.resp_bytes - p.header_bytes;
-            if rest > 0 {
-                if p.query_delay_us > 0 {
-                    let target = first_write + Duration::from_micros(p.query_delay_us as u64);
-                    timer.sleep_until(target).await;
-                    let resumed = Instant::now();
-                    stats.with(|i| i.query_err.saturating_record(lateness_us(resumed, target)));
-                }
-                write_n(&mut sock, rest).await?;
+        let req_done = arrived.unwrap_or_else(Instant::now);
+        // lateness: when the bytes were handed to the kernel against when they were due
+        let target = req_done + Duration::from_micros(p.response_delay_us as u64);
+        let first_write = match write_at(sock, p.header_bytes, target, timer).await {
+            Ok((s, at)) => {
+                sock = s;
+                stats.with(|i| i.resp_err.saturating_record(lateness_us(at, target)));
+                at
             }
-            std::io::Result::Ok(())
-        }
-        .await;
-        if r.is_err() {
-            return Outcome::Io;
+            Err(_) => return Outcome::Io,
+        };
+        let rest = p.resp_bytes - p.header_bytes;
+        if rest > 0 {
+            let target = first_write + Duration::from_micros(p.query_delay_us as u64);
+            match write_at(sock, rest, target, timer).await {
+                Ok((s, at)) => {
+                    sock = s;
+                    if p.query_delay_us > 0 {
+                        stats.with(|i| i.query_err.saturating_record(lateness_us(at, target)));
+                    }
+                }
+                Err(_) => return Outcome::Io,
+            }
         }
         stats.with(|i| {
             i.stats.exchanges += 1;

@@ -41,6 +41,39 @@ impl std::str::FromStr for Select {
     }
 }
 
+/// When the client emulator sends each request of a connection.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestTiming {
+    /// Open loop: at its recorded time relative to the connection's start, but never before
+    /// the previous response has arrived and the recorded think time has passed (a client
+    /// does not ask for the next object before it has the last one).
+    #[default]
+    Recorded,
+    /// Closed loop: the recorded think time after the previous response arrived.
+    Think,
+}
+
+impl std::str::FromStr for RequestTiming {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "recorded" => Ok(RequestTiming::Recorded),
+            "think" => Ok(RequestTiming::Think),
+            _ => Err(format!("'{s}': --request-timing takes recorded or think")),
+        }
+    }
+}
+
+impl std::fmt::Display for RequestTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RequestTiming::Recorded => "recorded",
+            RequestTiming::Think => "think",
+        })
+    }
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Close {
@@ -66,6 +99,9 @@ pub struct ExchangeSpec {
     /// The client's pause before this request: after the previous response, or for the first
     /// request after the connection is established.
     pub think_time_us: u64,
+    /// The request's first packet relative to the connection's start (`t_start_us`), as the
+    /// capture point saw both; None when not recorded.
+    pub offset_us: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -182,10 +218,11 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
 fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()> {
     let mut st = c.prepare(
         "SELECT seq, req_bytes, resp_bytes, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0),
-         coalesce(header_bytes, resp_bytes), coalesce(think_time_us, 0)
+         coalesce(header_bytes, resp_bytes), coalesce(think_time_us, 0), t_req_first
          FROM exchanges WHERE conn_id = ?1 ORDER BY seq",
     )?;
     for conn in conns.iter_mut() {
+        let t0 = conn.t_start_us;
         let rows = st.query_map([conn.orig_id], |r| {
             let nn = |v: i64| v.max(0) as u64;
             Ok(ExchangeSpec {
@@ -196,6 +233,9 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()
                 query_delay_us: nn(r.get(4)?),
                 header_bytes: nn(r.get(5)?),
                 think_time_us: nn(r.get(6)?),
+                offset_us: r
+                    .get::<_, Option<i64>>(7)?
+                    .and_then(|t| u64::try_from(t - t0).ok()),
             })
         })?;
         conn.exchanges = rows.collect::<Result<_, _>>()?;

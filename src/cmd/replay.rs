@@ -12,7 +12,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target,
 };
-use mimic_replay::workload::Select;
+use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,6 +35,11 @@ pub struct Args {
     /// 30 down to 6 Mbit/s, 40 above): N for both directions, or up=N,down=M.
     #[arg(long, value_name = "N|up=N,down=M", value_parser = parse_queue)]
     pub queue: Option<QueueOverride>,
+    /// When requests leave: recorded (open loop: at the recorded time within the connection,
+    /// never before the previous response plus its think time) or think (the recorded think
+    /// time after the previous response).
+    #[arg(long, value_name = "recorded|think", default_value = "recorded")]
+    pub request_timing: RequestTiming,
     /// Which connections: complete (handshake, termination, no holes) or all.
     #[arg(long, default_value = "complete", value_parser = parse_select)]
     pub select: Select,
@@ -121,6 +126,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         target,
         stack: a.stack.clone(),
         queue: a.queue.unwrap_or_default(),
+        request_timing: a.request_timing,
         select: a.select,
         limit: a.limit,
         time_scale: a.time_scale,

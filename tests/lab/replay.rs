@@ -422,3 +422,97 @@ fn interrupt_leaves_no_debris() {
         "processes left behind"
     );
 }
+
+/// Requests leave at their recorded times within the connection (open loop), never before the
+/// previous response plus its think time; `--request-timing think` sends them the think time
+/// after the previous response instead. The workload records each later request 700 ms after
+/// the one before, with a 1 ms think time, on fast paths where every response takes far less.
+#[test]
+fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
+    preflight();
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    ok(&[
+        "synth",
+        "--connections",
+        "16",
+        "--rate",
+        "40",
+        "--max-response",
+        "20000",
+        "--seed",
+        "3",
+        "-o",
+        &p("synth.db"),
+    ]);
+    let gap_us = 700_000i64;
+    {
+        let c = rusqlite::Connection::open(d.join("synth.db")).unwrap();
+        c.execute_batch(&format!(
+            "UPDATE connections SET bw_bps = 20e6, min_rtt_us = 10000, hs_rtt_us = 10000,
+                 loss_rate_down = 0, loss_random_down = 0;
+             UPDATE exchanges SET think_time_us = 1000,
+                 t_req_first = (SELECT t_syn FROM connections WHERE id = conn_id) + 20000 + {gap_us} * seq,
+                 t_req_last = (SELECT t_syn FROM connections WHERE id = conn_id) + 20000 + {gap_us} * seq;"
+        ))
+        .unwrap();
+        let multi: i64 = c
+            .query_row("SELECT count(*) FROM exchanges WHERE seq > 0", [], |r| r.get(0))
+            .unwrap();
+        assert!(multi >= 3, "the workload has {multi} later requests");
+    }
+    // offsets of the later requests from their connection's SYN, as the replay's capture saw them
+    let offsets = |db: &str| -> Vec<(i64, i64)> {
+        let c = rusqlite::Connection::open(d.join(db)).unwrap();
+        let mut st = c
+            .prepare(
+                "SELECT e.seq, e.t_req_first - c.t_syn FROM replay_map m
+                 JOIN connections c ON c.id = m.replay_conn_id
+                 JOIN exchanges e ON e.conn_id = c.id WHERE e.seq > 0 ORDER BY m.orig_conn_id, e.seq",
+            )
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    for timing in ["recorded", "think"] {
+        let name = lab_name();
+        let _down = LabDown(name.clone());
+        let out = format!("{timing}.db");
+        let r = json(&ok(&[
+            "replay",
+            &p("synth.db"),
+            "-o",
+            &p(&out),
+            "--lab",
+            &name,
+            "--request-timing",
+            timing,
+            "--json",
+        ]));
+        assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+        let meta: String = rusqlite::Connection::open(d.join(&out))
+            .unwrap()
+            .query_row("SELECT value FROM meta WHERE key = 'request_timing'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(meta, timing);
+        let offs = offsets(&out);
+        assert!(offs.len() >= 3, "{offs:?}");
+        for (seq, off) in offs {
+            let recorded = 20_000 + gap_us * seq;
+            if timing == "recorded" {
+                assert!(
+                    (off - recorded).abs() <= 5_000,
+                    "request {seq} at +{off} µs, recorded at +{recorded} µs"
+                );
+            } else {
+                assert!(
+                    off < recorded - 300_000,
+                    "request {seq} at +{off} µs: not sent right after the previous response"
+                );
+            }
+        }
+    }
+}

@@ -595,7 +595,10 @@ fn slow_start_queue_overflow_is_not_random_loss() {
     let t0 = t + 2 * MS;
     let mut ev: Vec<(i64, P)> = Vec::new();
     for k in 1..=61u32 {
-        ev.push((t0 + (k as i64 - 1) * 10 * US, p(false, seq(k), 1101, A, 1000)));
+        ev.push((
+            t0 + (k as i64 - 1) * 10 * US,
+            p(false, seq(k), 1101, A, 1000),
+        ));
     }
     // delivered: 1..9 and 11..41, one per serialization time; the client ACKs each
     let delivered: Vec<u32> = (1..=9).chain(11..=41).collect();
@@ -611,8 +614,14 @@ fn slow_start_queue_overflow_is_not_random_loss() {
     // the partial ACK triggers the resend of 42..61, each ACKed as it arrives
     let tr = ta + 50 * US;
     for j in 0..20u32 {
-        ev.push((tr + j as i64 * 10 * US, p(false, seq(42 + j), 1101, A, 1000)));
-        ev.push((tr + rtt + (j as i64 + 1) * tx, p(true, 1101, seq(43 + j), A, 0)));
+        ev.push((
+            tr + j as i64 * 10 * US,
+            p(false, seq(42 + j), 1101, A, 1000),
+        ));
+        ev.push((
+            tr + rtt + (j as i64 + 1) * tx,
+            p(true, 1101, seq(43 + j), A, 0),
+        ));
     }
     let tf = tr + rtt + 21 * tx;
     ev.push((tf, p(true, 1101, seq(62), F | A, 0)));

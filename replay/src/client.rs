@@ -113,17 +113,8 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
 fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
     use std::os::fd::AsRawFd;
-    let v = bytes as libc::c_int;
-    // SAFETY: setsockopt with a pointer to a c_int of the size passed, on a socket we own.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_WINDOW_CLAMP,
-            &v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    let v = bytes.min(i32::MAX as u32) as libc::c_int;
+    let _ = crate::sys::setsockopt_int(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v);
 }
 
 /// Replays one connection. Call it a little before `p.start`: the socket is made and bound

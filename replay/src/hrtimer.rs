@@ -146,7 +146,11 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
             },
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now());
-                let spin = if spun < SPIN_BUDGET { SPIN } else { Duration::ZERO };
+                let spin = if spun < SPIN_BUDGET {
+                    SPIN
+                } else {
+                    Duration::ZERO
+                };
                 if left > spin {
                     match rx.recv_timeout(left - spin) {
                         Ok(v) => add(&mut heap, v),
@@ -237,13 +241,17 @@ mod tests {
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let r = ran.clone();
         let at = Instant::now() + Duration::from_millis(2);
-        let fut = t.run_at(at, move || r.store(true, std::sync::atomic::Ordering::SeqCst));
+        let fut = t.run_at(at, move || {
+            r.store(true, std::sync::atomic::Ordering::SeqCst)
+        });
         // poll it once, so the job is queued, then drop it
         let _ = tokio::time::timeout(Duration::from_micros(10), fut).await;
         t.sleep_until(at + Duration::from_millis(3)).await;
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         // a deadline in the past runs the job at once, on the caller's thread
-        let (v, _) = t.run_at(Instant::now() - Duration::from_millis(1), || 7).await;
+        let (v, _) = t
+            .run_at(Instant::now() - Duration::from_millis(1), || 7)
+            .await;
         assert_eq!(v, 7);
     }
 

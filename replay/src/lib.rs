@@ -16,4 +16,5 @@ pub mod orchestrate;
 pub mod preamble;
 pub mod server;
 pub mod synth;
+mod sys;
 pub mod workload;

@@ -183,7 +183,11 @@ async fn write_n(sock: &mut TcpStream, mut n: u64) -> std::io::Result<()> {
 
 /// Reads exactly `buf.len()` bytes, or fewer if the peer closes (the count is returned), and
 /// notes in `last` when the kernel received the newest of them.
-async fn read_ts(sock: &TcpStream, buf: &mut [u8], last: &mut Option<Instant>) -> std::io::Result<usize> {
+async fn read_ts(
+    sock: &TcpStream,
+    buf: &mut [u8],
+    last: &mut Option<Instant>,
+) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let mut got = 0;
@@ -225,17 +229,8 @@ async fn discard_n(
 /// receive time of the newest segment it read from).
 fn enable_rx_timestamps(sock: &TcpStream) {
     use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt with a pointer to a c_int of the size passed, on a live socket.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    // without it the delays count from when the task read the request, as before
+    let _ = crate::sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
 }
 
 /// One non-blocking `recvmsg`: the bytes read and, when the kernel gave one, the receive time
@@ -353,7 +348,14 @@ async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outc
                 return Outcome::BadPreamble;
             }
         };
-        match discard_n(&sock, p.req_bytes - preamble::LEN as u64, &mut buf, &mut arrived).await {
+        match discard_n(
+            &sock,
+            p.req_bytes - preamble::LEN as u64,
+            &mut buf,
+            &mut arrived,
+        )
+        .await
+        {
             Ok(true) => {}
             Ok(false) => return Outcome::EarlyClose,
             Err(_) => return Outcome::Io,

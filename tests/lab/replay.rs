@@ -458,7 +458,9 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
         ))
         .unwrap();
         let multi: i64 = c
-            .query_row("SELECT count(*) FROM exchanges WHERE seq > 0", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM exchanges WHERE seq > 0", [], |r| {
+                r.get(0)
+            })
             .unwrap();
         assert!(multi >= 3, "the workload has {multi} later requests");
     }
@@ -495,7 +497,11 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
         assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
         let meta: String = rusqlite::Connection::open(d.join(&out))
             .unwrap()
-            .query_row("SELECT value FROM meta WHERE key = 'request_timing'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'request_timing'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(meta, timing);
         let offs = offsets(&out);

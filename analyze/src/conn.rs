@@ -114,9 +114,8 @@ pub(crate) struct Side {
     max_seg: u32,
     segs: VecDeque<Seg>,
     segs_dropped: u64,
-    /// Every packet this side sent, in order (up to `MAX_SENDS`), and the current one's index.
+    /// Every packet this side sent, in order (up to `MAX_SENDS`).
     sends: Vec<Send>,
-    cur_log: u32,
     burst: u32,
     last_data_t: Option<Timestamp>,
     /// TCP header fields, IPv4 id and time of recent packets, to spot duplicated frames.
@@ -327,19 +326,19 @@ impl Conn {
             side.recent_any = Some((sig, t));
         }
         self.last_side = Some(d as u8);
-        {
-            // every packet of this side takes its place in the bottleneck queue
-            let side = &mut self.s[d];
-            side.cur_log = if side.sends.len() < MAX_SENDS {
-                side.sends.push(Send {
+        // every packet of this side takes its place in the bottleneck queue
+        let log = {
+            let sends = &mut self.s[d].sends;
+            if sends.len() < MAX_SENDS {
+                sends.push(Send {
                     t,
                     wire: seg.payload_len + seg.hdr_len as u32,
                 });
-                (side.sends.len() - 1) as u32
+                (sends.len() - 1) as u32
             } else {
                 NO_LOG
-            };
-        }
+            }
+        };
 
         if flags.syn() {
             self.on_syn(d, t, seg);
@@ -357,7 +356,7 @@ impl Conn {
         // this side's data (and FIN)
         let start = self.s[d].rel(seg.seq) + flags.syn() as i64;
         if seg.payload_len > 0 {
-            self.on_data(cfg, d, t, seg, start);
+            self.on_data(cfg, d, t, seg, start, log);
         }
         if flags.fin() {
             let fin_at = start + seg.payload_len as i64;
@@ -417,7 +416,16 @@ impl Conn {
         side.covered.insert(0, 1);
     }
 
-    fn on_data(&mut self, cfg: &Config, d: usize, t: Timestamp, seg: &TcpSegment, start: i64) {
+    /// `log`: this packet's index in the side's `sends`.
+    fn on_data(
+        &mut self,
+        cfg: &Config,
+        d: usize,
+        t: Timestamp,
+        seg: &TcpSegment,
+        start: i64,
+        log: u32,
+    ) {
         let len = seg.payload_len as i64;
         let end = start + len;
         // a window probe: one byte sent while the receiver's window is closed (not a
@@ -439,7 +447,6 @@ impl Conn {
         side.data_pkts += 1;
         side.max_seg = side.max_seg.max(seg.payload_len);
         let wire = seg.payload_len + seg.hdr_len as u32;
-        let log = side.cur_log;
         // bytes seen before only as a window probe do not make this a retransmission
         let probed = side
             .probe

@@ -95,8 +95,9 @@ pub struct LossCheck {
 /// The random (i.i.d.) part of the loss against the workload's truth: the analyzer's
 /// `loss_random_down` (losses the bottleneck queue does not explain, what a replay re-emulates)
 /// summed over the replayed data segments, against the truth's loss rate on the same segments.
-/// Reported beside the aggregate check, not required: the queue-overflow test behind
-/// `loss_random_down` misses some slow-start overflows (see README).
+/// Reported beside the aggregate check, not required: `loss_random_down` tells queue overflows
+/// from random drops by replaying the server's packets through the class queue, and a random
+/// drop that also met a full queue, or a wrong bandwidth estimate, moves a loss between the two.
 #[derive(Clone, Debug, Serialize)]
 pub struct RandomLossCheck {
     /// Losses expected from the truth: Σ truth rate × data segments of the replayed connection.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::hrtimer::{self, HrTimer};
+use crate::hrtimer::HrTimer;
 use crate::preamble::{self, After, Preamble};
 use crate::workload::{Close, ConnSpec, RequestTiming};
 
@@ -167,30 +167,6 @@ async fn connect_at(
     Ok((s, issued))
 }
 
-/// Writes `req` at `at`: the timer thread sends what the socket takes without blocking then,
-/// the task the rest. Returns the stream and the instant the first byte was handed over.
-async fn send_at(
-    s: TcpStream,
-    req: Vec<u8>,
-    at: Instant,
-    timer: &HrTimer,
-) -> Result<(TcpStream, Instant), Failure> {
-    use std::os::fd::AsRawFd;
-    let ((mut s, req, r), sent_at) = timer
-        .run_at(at, move || {
-            let r = hrtimer::send_now(s.as_raw_fd(), &req);
-            (s, req, r)
-        })
-        .await;
-    let n = r.map_err(|e| Failure::from_io(&e))?;
-    if n < req.len() {
-        s.write_all(&req[n..])
-            .await
-            .map_err(|e| Failure::from_io(&e))?;
-    }
-    Ok((s, sent_at))
-}
-
 async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Failure> {
     let sock = socket(p)?;
     let (mut s, issued) = connect_at(sock, p.server, p.start, timer).await?;
@@ -229,8 +205,13 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
         let mut req = Vec::with_capacity(req_total);
         req.extend_from_slice(&bytes);
         req.resize(req_total, 0);
-        let (s2, sent_at) = send_at(s, req, at, timer).await?;
+        // the timer thread sends what the socket takes when the request is due, this task the rest
+        let (s2, req, r, sent_at) = timer.send_at(s, req, at).await;
         s = s2;
+        let n = r.map_err(|e| Failure::from_io(&e))?;
+        s.write_all(&req[n..])
+            .await
+            .map_err(|e| Failure::from_io(&e))?;
         first_req.get_or_insert(sent_at);
         let mut left = e.resp_bytes;
         while left > 0 {

@@ -107,6 +107,28 @@ impl HrTimer {
         }
     }
 
+    /// Sends `bytes` on `sock` at `deadline`: the timer thread hands the kernel as much as the
+    /// socket takes without blocking. Returns the stream and the bytes back, how many were
+    /// sent (the caller writes the rest), and the instant the send was made.
+    pub async fn send_at<B>(
+        &self,
+        sock: tokio::net::TcpStream,
+        bytes: B,
+        deadline: Instant,
+    ) -> (tokio::net::TcpStream, B, std::io::Result<usize>, Instant)
+    where
+        B: AsRef<[u8]> + Send + 'static,
+    {
+        use std::os::fd::AsRawFd;
+        let ((sock, bytes, r), sent_at) = self
+            .run_at(deadline, move || {
+                let r = send_now(sock.as_raw_fd(), bytes.as_ref());
+                (sock, bytes, r)
+            })
+            .await;
+        (sock, bytes, r, sent_at)
+    }
+
     /// Resolves at `deadline` (or at once if it has passed) with the time the timer fired.
     pub async fn sleep_until(&self, deadline: Instant) -> Instant {
         if deadline <= Instant::now() {
@@ -180,7 +202,7 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
 
 /// Sends as much of `bytes` as the socket takes without blocking; for timer jobs. Returns the
 /// count sent (0 when the send buffer is full) or the error.
-pub fn send_now(fd: std::os::fd::RawFd, bytes: &[u8]) -> std::io::Result<usize> {
+fn send_now(fd: std::os::fd::RawFd, bytes: &[u8]) -> std::io::Result<usize> {
     // SAFETY: send(2) reads `bytes.len()` bytes from a live slice; the caller keeps `fd` open.
     let r = unsafe {
         libc::send(

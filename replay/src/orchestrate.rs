@@ -224,7 +224,6 @@ impl Drop for WorkDir {
     }
 }
 
-/// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait.
 /// `Err(Interrupted)` once Ctrl-C (or SIGTERM) has set `stop`.
 fn interrupted(stop: &AtomicBool) -> Result<(), ReplayError> {
     if stop.load(Ordering::Relaxed) {
@@ -233,6 +232,8 @@ fn interrupted(stop: &AtomicBool) -> Result<(), ReplayError> {
     Ok(())
 }
 
+/// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait (and so
+/// does Ctrl-C).
 fn wait_for<T>(
     what: &'static str,
     limit: Duration,
@@ -268,7 +269,6 @@ fn log_tail(p: &Path) -> String {
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
 }
 
-/// The two pipes of one replayed connection.
 /// Queue lengths (packets) given on the command line instead of Monkey's rate classes
 /// (`mimic_core::model::queue_packets`); a direction left `None` keeps its class's length.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -317,6 +317,7 @@ impl std::fmt::Display for QueueOverride {
     }
 }
 
+/// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
     let (class_up, class_down) = mimic_core::model::queue_packets(c.bw_bps);

@@ -310,14 +310,8 @@ async fn write_at(
     at: Instant,
     timer: &HrTimer,
 ) -> std::io::Result<(TcpStream, Instant)> {
-    use std::os::fd::AsRawFd;
     let now = n.min(FILL.len() as u64) as usize;
-    let ((mut sock, r), sent_at) = timer
-        .run_at(at, move || {
-            let r = crate::hrtimer::send_now(sock.as_raw_fd(), &FILL[..now]);
-            (sock, r)
-        })
-        .await;
+    let (mut sock, _, r, sent_at) = timer.send_at(sock, &FILL[..now], at).await;
     let sent = r? as u64;
     write_n(&mut sock, n - sent).await?;
     Ok((sock, sent_at))

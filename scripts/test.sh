@@ -17,10 +17,13 @@ export CARGO_TERM_COLOR=never
 # crate's). The DPDK tests are not compiled out without it: they fail, saying DPDK is missing.
 lib_features=(--features mimic-capture/dpdk)
 bin_features=(--features dpdk)
-cargo build --release --workspace --all-targets --features mimic/dpdk
+# one optimised build without LTO (Cargo.toml's test-build profile): the release profile's
+# whole-program optimisation would be repeated for every test binary
+profile=(--profile test-build)
+cargo build "${profile[@]}" --workspace --all-targets --features mimic/dpdk
 # every library crate: unit tests, integration tests (e.g. netemu's golden renders), doc tests
-cargo test --release --workspace --exclude mimic "${lib_features[@]}"
+cargo test "${profile[@]}" --workspace --exclude mimic "${lib_features[@]}"
 # the mimic binary and its command-line integration tests (no root needed)
-cargo test --release -p mimic "${bin_features[@]}" --bins --test cli
+cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --bins --test cli
 # lab tests: network namespaces, real TCP stacks, timing; one process, one test at a time
-cargo test --release -p mimic "${bin_features[@]}" --test lab -- --test-threads=1 --show-output
+cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --test lab -- --test-threads=1 --show-output

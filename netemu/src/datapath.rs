@@ -78,6 +78,8 @@ pub struct DatapathStats {
     pub late_p50_ns: u64,
     pub late_p99_ns: u64,
     pub late_max_ns: u64,
+    /// 10 ms windows in which busy-waiting was cut back because the machine was busy.
+    pub spin_reduced_windows: u64,
     #[serde(skip)]
     pub late_hist: Vec<u64>,
 }
@@ -147,6 +149,131 @@ fn clock(id: libc::clockid_t) -> Nanos {
 
 const FRAME_SIZE: u32 = 2048;
 const SPIN_WINDOW_NS: u64 = 10_000_000;
+
+/// How much of each 10 ms window the datapath may busy-wait before departures. Spinning makes
+/// departures exact (packet spacing, hence the bandwidth the receiver sees) while the machine
+/// has CPU to spare. On a loaded machine a spinning SCHED_FIFO datapath takes the CPU the
+/// emulated clients and servers (and the kernel's per-CPU work) need to keep their own timing:
+/// at 1,000 concurrent connections on 2 cores, server delays were p99 1.8-12 ms late with
+/// spinning always allowed, 0.9-1.3 ms with none, 1.5-2.2 ms with this budget. So the budget
+/// follows what the machine uses apart from the spinning (`MachineLoad`): half the window
+/// while that leaves a whole core idle beside the datapath's, nothing when it leaves 0.6 of a
+/// core or less, linear between. (At 320 connections the bandwidth estimates of a replay stay
+/// as good as with spinning always allowed: 98.2% within 20%, against 94.3% with none.)
+#[derive(Debug)]
+struct SpinBudget {
+    window: u64,
+    /// Busy-waited so far in this window, and in all.
+    spun: u64,
+    spun_total: u64,
+    budget: u64,
+    /// Cores the rest of the machine left idle beside the datapath's (last sample).
+    headroom: f64,
+    /// Windows whose budget was cut for lack of headroom.
+    reduced: u64,
+}
+
+impl SpinBudget {
+    const MAX: u64 = SPIN_WINDOW_NS / 2;
+    const ROOM_FULL: f64 = 1.0;
+    const ROOM_NONE: f64 = 0.6;
+
+    fn new() -> SpinBudget {
+        SpinBudget {
+            window: 0,
+            spun: 0,
+            spun_total: 0,
+            budget: Self::MAX,
+            headroom: 1.0,
+            reduced: 0,
+        }
+    }
+
+    /// Starts a new window if `now` is past the current one.
+    fn roll(&mut self, now: Nanos) {
+        let w = now / SPIN_WINDOW_NS;
+        if w == self.window {
+            return;
+        }
+        self.budget = Self::budget_for(self.headroom);
+        if self.budget < Self::MAX {
+            self.reduced += 1;
+        }
+        self.window = w;
+        self.spun = 0;
+    }
+
+    fn budget_for(headroom: f64) -> u64 {
+        let f =
+            ((headroom - Self::ROOM_NONE) / (Self::ROOM_FULL - Self::ROOM_NONE)).clamp(0.0, 1.0);
+        (Self::MAX as f64 * f).round() as u64
+    }
+
+    fn may_spin(&self) -> bool {
+        self.spun < self.budget
+    }
+}
+
+/// Samples, every `INTERVAL`, how many cores the machine used apart from the datapath's
+/// busy-waiting: all CPUs' busy time (`/proc/stat`) less the time spent spinning. The
+/// datapath's real work counts as load: its syscalls carry the veth peers' TCP processing.
+struct MachineLoad {
+    cpus: f64,
+    tick_ns: f64,
+    last: Option<(Nanos, u64, u64)>,
+}
+
+impl MachineLoad {
+    const INTERVAL: Nanos = 200_000_000;
+
+    fn new() -> MachineLoad {
+        // SAFETY: sysconf has no memory effects.
+        let (cpus, hz) = unsafe {
+            (
+                libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
+                libc::sysconf(libc::_SC_CLK_TCK),
+            )
+        };
+        MachineLoad {
+            cpus: cpus.max(1) as f64,
+            tick_ns: 1e9 / hz.max(1) as f64,
+            last: None,
+        }
+    }
+
+    /// Cores left idle beside the datapath's own, when a new sample is due and readable.
+    /// `spun`: the datapath's busy-waiting so far, in all.
+    fn headroom(&mut self, now: Nanos, spun: u64) -> Option<f64> {
+        if self.last.is_some_and(|(t, _, _)| now < t + Self::INTERVAL) {
+            return None;
+        }
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let busy = (busy_ticks(&stat)? as f64 * self.tick_ns) as u64;
+        let prev = self.last.replace((now, busy, spun));
+        let (t0, b0, o0) = prev?;
+        let dt = now.saturating_sub(t0).max(1) as f64;
+        let others = busy
+            .saturating_sub(b0)
+            .saturating_sub(spun.saturating_sub(o0)) as f64
+            / dt;
+        Some(self.cpus - 1.0 - others)
+    }
+}
+
+/// Busy ticks of all CPUs from `/proc/stat`'s first line (everything but idle and iowait).
+fn busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?;
+    let mut f = line.split_ascii_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = f.take(8).filter_map(|x| x.parse().ok()).collect();
+    if v.len() < 8 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal (guest time is inside user)
+    Some(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+}
 const BLOCK_SIZE: u32 = 1 << 16;
 
 struct Ring {
@@ -531,7 +658,9 @@ impl Datapath {
         let mut offset = clock(libc::CLOCK_REALTIME) as i128 - mono_now() as i128;
         let mut iter: u64 = 0;
         let mut cursor = [0u32; 2];
-        let (mut spin_window, mut spin_used, mut spinning_since) = (0u64, 0u64, None::<Nanos>);
+        let mut budget = SpinBudget::new();
+        let mut load = MachineLoad::new();
+        let mut spinning_since = None::<Nanos>;
         while !stop {
             iter += 1;
             if iter.is_multiple_of(1024) {
@@ -637,20 +766,22 @@ impl Datapath {
             }
             // Sleep until the next departure (less the spin margin), a frame, a job or a signal.
             let now = mono_now();
-            // Spin budget: busy-waiting may take at most half of each 10 ms window, so a
+            // Spin budget (see `SpinBudget`): at most half of each 10 ms window, so a
             // SCHED_FIFO datapath under dense traffic never runs into the kernel's RT
-            // throttling (which would stall it for 50 ms a second); past the budget it sleeps
-            // to the exact deadline instead.
-            if now / SPIN_WINDOW_NS != spin_window {
-                spin_window = now / SPIN_WINDOW_NS;
-                spin_used = 0;
-            }
+            // throttling (which would stall it for 50 ms a second), and less when the
+            // machine is busy; past the budget it sleeps to the exact deadline instead.
             if let Some(since) = spinning_since.take() {
-                spin_used += now.saturating_sub(since);
+                budget.spun += now.saturating_sub(since);
+                budget.spun_total += now.saturating_sub(since);
             }
+            if let Some(h) = load.headroom(now, budget.spun_total) {
+                budget.headroom = h;
+            }
+            budget.roll(now);
+            stats.spin_reduced_windows = budget.reduced;
             let timeout = match engine.next_deadline() {
                 Some(d) if d <= now => continue,
-                Some(d) if d <= now + spin && spin_used < SPIN_WINDOW_NS / 2 => {
+                Some(d) if d <= now + spin && budget.may_spin() => {
                     spinning_since = Some(now);
                     continue;
                 }
@@ -736,5 +867,46 @@ fn handle_frame(
             pool.slot(token)[..frame.len()].copy_from_slice(frame);
             pool.len[token as usize] = frame.len() as u16;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: u64 = SPIN_WINDOW_NS;
+
+    #[test]
+    fn spin_budget_follows_the_machines_headroom() {
+        for (room, want) in [
+            (1.5, W / 2),
+            (1.0, W / 2),
+            (0.8, W / 4),
+            (0.6, 0),
+            (-0.5, 0),
+        ] {
+            let mut b = SpinBudget::new();
+            b.roll(10 * W);
+            b.headroom = room;
+            // the new budget applies from the next window on
+            assert_eq!(b.budget, W / 2);
+            b.roll(11 * W);
+            assert_eq!(b.budget, want, "headroom {room}");
+            assert_eq!(b.may_spin(), want > 0);
+            b.spun = want;
+            assert!(!b.may_spin());
+        }
+    }
+
+    #[test]
+    fn busy_ticks_of_proc_stat() {
+        let stat = "cpu  100 5 50 1000 7 3 2 1 0 0\ncpu0 50 2 25 500 3 1 1 0 0 0\n";
+        assert_eq!(busy_ticks(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
+        assert_eq!(busy_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None);
+        assert_eq!(busy_ticks("cpu 1 2 3\n"), None);
+        assert_eq!(busy_ticks(""), None);
+        // and the real one parses
+        let real = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+        assert!(busy_ticks(&real).is_some());
     }
 }

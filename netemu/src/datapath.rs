@@ -154,8 +154,9 @@ const SPIN_WINDOW_NS: u64 = 10_000_000;
 /// departures exact (packet spacing, hence the bandwidth the receiver sees) while the machine
 /// has CPU to spare. On a loaded machine a spinning SCHED_FIFO datapath takes the CPU the
 /// emulated clients and servers (and the kernel's per-CPU work) need to keep their own timing:
-/// at 1,000 concurrent connections on 2 cores, server delays were p99 1.8-12 ms late with
-/// spinning always allowed, 0.9-1.3 ms with none, 1.5-2.2 ms with this budget. So the budget
+/// at 1,000 concurrent connections on 2 cores, server delays were p99 1.7-9.8 ms late with
+/// spinning always allowed (ten runs), 0.9-1.3 ms with none, 1.5-2.2 ms with this budget (two
+/// runs each). So the budget
 /// follows what the machine uses apart from the spinning (`MachineLoad`): half the window
 /// while that leaves a whole core idle beside the datapath's, nothing when it leaves 0.6 of a
 /// core or less, linear between. (At 320 connections the bandwidth estimates of a replay stay

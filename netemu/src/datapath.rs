@@ -155,12 +155,12 @@ const SPIN_WINDOW_NS: u64 = 10_000_000;
 /// has CPU to spare. On a loaded machine a spinning SCHED_FIFO datapath takes the CPU the
 /// emulated clients and servers (and the kernel's per-CPU work) need to keep their own timing:
 /// at 1,000 concurrent connections on 2 cores, server delays were p99 1.7-9.8 ms late with
-/// spinning always allowed (ten runs), 0.9-1.3 ms with none, 1.5-2.2 ms with this budget (two
-/// runs each). So the budget
-/// follows what the machine uses apart from the spinning (`MachineLoad`): half the window
-/// while that leaves a whole core idle beside the datapath's, nothing when it leaves 0.6 of a
-/// core or less, linear between. (At 320 connections the bandwidth estimates of a replay stay
-/// as good as with spinning always allowed: 98.2% within 20%, against 94.3% with none.)
+/// spinning always allowed (ten runs), 0.9-1.3 ms with none (two runs), 1.5-3.9 ms with this
+/// budget (three runs). So the budget follows what the machine uses apart from the spinning
+/// (`MachineLoad`): half the window while that leaves a whole core idle beside the
+/// datapath's, nothing when it leaves 0.6 of a core or less, linear between. (At 320
+/// connections the bandwidth estimates of a replay stay as good as with spinning always
+/// allowed: 98.2% within 20%, against 94.3% with none.)
 #[derive(Debug)]
 struct SpinBudget {
     window: u64,
@@ -170,8 +170,6 @@ struct SpinBudget {
     budget: u64,
     /// Cores the rest of the machine left idle beside the datapath's (last sample).
     headroom: f64,
-    /// Windows whose budget was cut for lack of headroom.
-    reduced: u64,
 }
 
 impl SpinBudget {
@@ -186,22 +184,25 @@ impl SpinBudget {
             spun_total: 0,
             budget: Self::MAX,
             headroom: 1.0,
-            reduced: 0,
         }
     }
 
-    /// Starts a new window if `now` is past the current one.
-    fn roll(&mut self, now: Nanos) {
+    fn add_spin(&mut self, ns: u64) {
+        self.spun += ns;
+        self.spun_total += ns;
+    }
+
+    /// Starts a new window if `now` is past the current one; true if that window's budget
+    /// is cut for lack of headroom.
+    fn roll(&mut self, now: Nanos) -> bool {
         let w = now / SPIN_WINDOW_NS;
         if w == self.window {
-            return;
+            return false;
         }
         self.budget = Self::budget_for(self.headroom);
-        if self.budget < Self::MAX {
-            self.reduced += 1;
-        }
         self.window = w;
         self.spun = 0;
+        self.budget < Self::MAX
     }
 
     fn budget_for(headroom: f64) -> u64 {
@@ -772,14 +773,14 @@ impl Datapath {
             // throttling (which would stall it for 50 ms a second), and less when the
             // machine is busy; past the budget it sleeps to the exact deadline instead.
             if let Some(since) = spinning_since.take() {
-                budget.spun += now.saturating_sub(since);
-                budget.spun_total += now.saturating_sub(since);
+                budget.add_spin(now.saturating_sub(since));
             }
             if let Some(h) = load.headroom(now, budget.spun_total) {
                 budget.headroom = h;
             }
-            budget.roll(now);
-            stats.spin_reduced_windows = budget.reduced;
+            if budget.roll(now) {
+                stats.spin_reduced_windows += 1;
+            }
             let timeout = match engine.next_deadline() {
                 Some(d) if d <= now => continue,
                 Some(d) if d <= now + spin && budget.may_spin() => {
@@ -891,7 +892,7 @@ mod tests {
             b.headroom = room;
             // the new budget applies from the next window on
             assert_eq!(b.budget, W / 2);
-            b.roll(11 * W);
+            assert_eq!(b.roll(11 * W), want < W / 2);
             assert_eq!(b.budget, want, "headroom {room}");
             assert_eq!(b.may_spin(), want > 0);
             b.spun = want;

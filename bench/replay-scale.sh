@@ -23,9 +23,11 @@ t = open(sys.argv[2]).read()
 rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
 print(f"connections {s['connections']}: ok {s['ok']}, failed {s['failed']} {s['failures']}, missing {s['missing']}")
 print(f"at most {s['max_concurrent']} open at once; run took {s['duration_s']:.0f} s")
-print(f"connection starts late by p50 {s['start_lateness_us'][0]} µs, p99 {s['start_lateness_us'][1]} µs, max {s['start_lateness_us'][2]} µs")
+print(f"connection starts late by p50 {s['start_lateness_us'][0]} µs, p99 {s['start_lateness_us'][1]} µs, p99.9 {s['start_lateness_p999_us']} µs, max {s['start_lateness_us'][2]} µs; {s['starts_over_1ms']} of {s['connections']} more than 1 ms late")
 e = s['server']['response_delay_error']; q = s['server']['query_delay_error']
-print(f"server delays late by p50 {e['p50_us']} µs / p99 {e['p99_us']} µs (response), p99 {q['p99_us']} µs (query)")
+print(f"server delays late by p50 {e['p50_us']} µs / p99 {e['p99_us']} µs / p99.9 {e['p999_us']} µs / max {e['max_us']} µs (response), p99 {q['p99_us']} µs / p99.9 {q['p999_us']} µs / max {q['max_us']} µs (query)")
+print(f"server delays more than 1 ms late: {e['over_1ms']} of {e['count']} responses, {q['over_1ms']} of {q['count']} query delays")
+if s.get('cpu_split'): print(f"CPU split: datapath on CPU {s['cpu_split']['datapath']}, timer threads on {s['cpu_split']['timers']}")
 print(f"analysis: {s['analysis']['connections']} connections, {s['analysis']['complete']} complete")
 acc = json.load(open(sys.argv[3]))
 for c in acc['checks']:

@@ -6,8 +6,10 @@
 //! * [`packet`] — decoding a captured frame of any supported link type down to a TCP segment,
 //!   with malformed input reported as a small `Copy` reason that callers count.
 //! * [`trace`] — reading pcap / pcapng (optionally gzip-compressed) files as timestamped frames.
+//! * [`cpu`] — CPU affinity (the lab keeps its real-time datapath and its timer threads apart).
 //! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
 
+pub mod cpu;
 pub mod db;
 pub mod flow;
 pub mod model;

@@ -17,6 +17,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::mpsc::Receiver;
 
+use mimic_core::cpu::{MachineLoad, SpinBudget};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Action, Engine, Side, Verdict};
@@ -46,6 +47,8 @@ pub struct DatapathConfig {
     pub spin_ns: Nanos,
     /// SCHED_FIFO priority for the datapath thread (None: normal scheduling).
     pub rt_priority: Option<i32>,
+    /// Pin the datapath thread to this CPU (None: wherever the scheduler puts it).
+    pub cpu: Option<usize>,
 }
 
 impl Default for DatapathConfig {
@@ -57,6 +60,7 @@ impl Default for DatapathConfig {
             buffers: 65_536,
             spin_ns: 100_000,
             rt_priority: None,
+            cpu: None,
         }
     }
 }
@@ -156,126 +160,14 @@ const SPIN_WINDOW_NS: u64 = 10_000_000;
 /// emulated clients and servers (and the kernel's per-CPU work) need to keep their own timing:
 /// at 1,000 concurrent connections on 2 cores, server delays were p99 1.7-9.8 ms late with
 /// spinning always allowed (ten runs), 0.9-1.3 ms with none (two runs), 1.5-3.9 ms with this
-/// budget (three runs). So the budget follows what the machine uses apart from the spinning
-/// (`MachineLoad`): half the window while that leaves a whole core idle beside the
-/// datapath's, nothing when it leaves 0.6 of a core or less, linear between. (At 320
-/// connections the bandwidth estimates of a replay stay as good as with spinning always
-/// allowed: 98.2% within 20%, against 94.3% with none.)
-#[derive(Debug)]
-struct SpinBudget {
-    window: u64,
-    /// Busy-waited so far in this window, and in all.
-    spun: u64,
-    spun_total: u64,
-    budget: u64,
-    /// Cores the rest of the machine left idle beside the datapath's (last sample).
-    headroom: f64,
+/// budget (three runs). So the budget (at most half the window) follows what the machine uses
+/// apart from the spinning ([`MachineLoad`]); see [`SpinBudget`] for the thresholds. (At
+/// 320 connections an earlier build had 98.2% of the bandwidth estimates within 20% with the
+/// budget and 94.3% with no spinning, single runs; later runs of that load scatter 91-96%.)
+fn datapath_spin_budget() -> SpinBudget {
+    SpinBudget::new(SPIN_WINDOW_NS, SPIN_WINDOW_NS / 2)
 }
 
-impl SpinBudget {
-    const MAX: u64 = SPIN_WINDOW_NS / 2;
-    const ROOM_FULL: f64 = 1.0;
-    const ROOM_NONE: f64 = 0.6;
-
-    fn new() -> SpinBudget {
-        SpinBudget {
-            window: 0,
-            spun: 0,
-            spun_total: 0,
-            budget: Self::MAX,
-            headroom: 1.0,
-        }
-    }
-
-    fn add_spin(&mut self, ns: u64) {
-        self.spun += ns;
-        self.spun_total += ns;
-    }
-
-    /// Starts a new window if `now` is past the current one; true if that window's budget
-    /// is cut for lack of headroom.
-    fn roll(&mut self, now: Nanos) -> bool {
-        let w = now / SPIN_WINDOW_NS;
-        if w == self.window {
-            return false;
-        }
-        self.budget = Self::budget_for(self.headroom);
-        self.window = w;
-        self.spun = 0;
-        self.budget < Self::MAX
-    }
-
-    fn budget_for(headroom: f64) -> u64 {
-        let f =
-            ((headroom - Self::ROOM_NONE) / (Self::ROOM_FULL - Self::ROOM_NONE)).clamp(0.0, 1.0);
-        (Self::MAX as f64 * f).round() as u64
-    }
-
-    fn may_spin(&self) -> bool {
-        self.spun < self.budget
-    }
-}
-
-/// Samples, every `INTERVAL`, how many cores the machine used apart from the datapath's
-/// busy-waiting: all CPUs' busy time (`/proc/stat`) less the time spent spinning. The
-/// datapath's real work counts as load: its syscalls carry the veth peers' TCP processing.
-struct MachineLoad {
-    cpus: f64,
-    tick_ns: f64,
-    last: Option<(Nanos, u64, u64)>,
-}
-
-impl MachineLoad {
-    const INTERVAL: Nanos = 200_000_000;
-
-    fn new() -> MachineLoad {
-        // SAFETY: sysconf has no memory effects.
-        let (cpus, hz) = unsafe {
-            (
-                libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
-                libc::sysconf(libc::_SC_CLK_TCK),
-            )
-        };
-        MachineLoad {
-            cpus: cpus.max(1) as f64,
-            tick_ns: 1e9 / hz.max(1) as f64,
-            last: None,
-        }
-    }
-
-    /// Cores left idle beside the datapath's own, when a new sample is due and readable.
-    /// `spun`: the datapath's busy-waiting so far, in all.
-    fn headroom(&mut self, now: Nanos, spun: u64) -> Option<f64> {
-        if self.last.is_some_and(|(t, _, _)| now < t + Self::INTERVAL) {
-            return None;
-        }
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let busy = (busy_ticks(&stat)? as f64 * self.tick_ns) as u64;
-        let prev = self.last.replace((now, busy, spun));
-        let (t0, b0, o0) = prev?;
-        let dt = now.saturating_sub(t0).max(1) as f64;
-        let others = busy
-            .saturating_sub(b0)
-            .saturating_sub(spun.saturating_sub(o0)) as f64
-            / dt;
-        Some(self.cpus - 1.0 - others)
-    }
-}
-
-/// Busy ticks of all CPUs from `/proc/stat`'s first line (everything but idle and iowait).
-fn busy_ticks(stat: &str) -> Option<u64> {
-    let line = stat.lines().next()?;
-    let mut f = line.split_ascii_whitespace();
-    if f.next()? != "cpu" {
-        return None;
-    }
-    let v: Vec<u64> = f.take(8).filter_map(|x| x.parse().ok()).collect();
-    if v.len() < 8 {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal (guest time is inside user)
-    Some(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
-}
 const BLOCK_SIZE: u32 = 1 << 16;
 
 struct Ring {
@@ -600,10 +492,16 @@ impl Waker {
     }
 }
 
-/// Configures the calling thread for timing: 1 ns timer slack, optional SCHED_FIFO.
-fn tune_thread(rt: Option<i32>) -> Option<String> {
+/// Configures the calling thread for timing: 1 ns timer slack, optional CPU, optional
+/// SCHED_FIFO. Returns what could not be done, for a warning.
+fn tune_thread(rt: Option<i32>, cpu: Option<usize>) -> Option<String> {
     // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if let Some(c) = cpu {
+        if let Err(e) = mimic_core::cpu::pin_current_thread(&[c]) {
+            return Some(format!("pinning the datapath to CPU {c}: {e}"));
+        }
+    }
     if let Some(p) = rt {
         let param = libc::sched_param { sched_priority: p };
         // SAFETY: setting this thread's scheduling policy with a valid param.
@@ -646,7 +544,7 @@ impl Datapath {
         waker: Waker,
         signal_fd: Option<RawFd>,
     ) -> Finished {
-        if let Some(w) = tune_thread(self.cfg.rt_priority) {
+        if let Some(w) = tune_thread(self.cfg.rt_priority, self.cfg.cpu) {
             tracing::warn!("{w}");
         }
         let rings = self.rings;
@@ -660,7 +558,7 @@ impl Datapath {
         let mut offset = clock(libc::CLOCK_REALTIME) as i128 - mono_now() as i128;
         let mut iter: u64 = 0;
         let mut cursor = [0u32; 2];
-        let mut budget = SpinBudget::new();
+        let mut budget = datapath_spin_budget();
         let mut load = MachineLoad::new();
         let mut spinning_since = None::<Nanos>;
         while !stop {
@@ -775,8 +673,8 @@ impl Datapath {
             if let Some(since) = spinning_since.take() {
                 budget.add_spin(now.saturating_sub(since));
             }
-            if let Some(h) = load.headroom(now, budget.spun_total) {
-                budget.headroom = h;
+            if let Some(h) = load.headroom(now, budget.spun_total()) {
+                budget.set_headroom(h);
             }
             if budget.roll(now) {
                 stats.spin_reduced_windows += 1;
@@ -869,46 +767,5 @@ fn handle_frame(
             pool.slot(token)[..frame.len()].copy_from_slice(frame);
             pool.len[token as usize] = frame.len() as u16;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const W: u64 = SPIN_WINDOW_NS;
-
-    #[test]
-    fn spin_budget_follows_the_machines_headroom() {
-        for (room, want) in [
-            (1.5, W / 2),
-            (1.0, W / 2),
-            (0.8, W / 4),
-            (0.6, 0),
-            (-0.5, 0),
-        ] {
-            let mut b = SpinBudget::new();
-            b.roll(10 * W);
-            b.headroom = room;
-            // the new budget applies from the next window on
-            assert_eq!(b.budget, W / 2);
-            assert_eq!(b.roll(11 * W), want < W / 2);
-            assert_eq!(b.budget, want, "headroom {room}");
-            assert_eq!(b.may_spin(), want > 0);
-            b.spun = want;
-            assert!(!b.may_spin());
-        }
-    }
-
-    #[test]
-    fn busy_ticks_of_proc_stat() {
-        let stat = "cpu  100 5 50 1000 7 3 2 1 0 0\ncpu0 50 2 25 500 3 1 1 0 0 0\n";
-        assert_eq!(busy_ticks(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
-        assert_eq!(busy_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None);
-        assert_eq!(busy_ticks("cpu 1 2 3\n"), None);
-        assert_eq!(busy_ticks(""), None);
-        // and the real one parses
-        let real = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-        assert!(busy_ticks(&real).is_some());
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mimic_analyze::driver::{self as analysis, RunOptions, Summary as AnalysisSummary};
+use mimic_core::cpu;
 use mimic_core::db::{set_meta, DbError};
 use mimic_netemu::config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
 use mimic_netemu::control::{
@@ -92,6 +93,8 @@ pub struct ReplayOptions {
     pub server_port: u16,
     /// Keep the capture files in this directory.
     pub keep_capture: Option<PathBuf>,
+    /// In the lab: the datapath on a CPU of its own, the timer threads on the others.
+    pub cpu_split: bool,
     /// The mimic executable that runs the roles.
     pub exe: PathBuf,
 }
@@ -128,14 +131,27 @@ pub struct ReplaySummary {
     pub skipped_by_select: u64,
     /// How late connections started compared with the plan (p50, p99, max; µs).
     pub start_lateness_us: [u64; 3],
+    /// The 99.9th percentile of that lateness (µs), and the connections that started more
+    /// than 1 ms late.
+    pub start_lateness_p999_us: u64,
+    pub starts_over_1ms: u64,
     /// Most replayed connections open at once.
     pub max_concurrent: u64,
     pub server: ServerStats,
     pub netemu: Option<RunStats>,
     pub capture: serde_json::Value,
     pub stack: Option<StackProfile>,
+    /// In the lab: the CPU the network emulator's datapath had to itself, and the CPUs the
+    /// client and server emulators' timer threads were kept on (None: no split, one CPU).
+    pub cpu_split: Option<CpuSplit>,
     pub analysis: AnalysisSummary,
     pub duration_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuSplit {
+    pub datapath: usize,
+    pub timers: String,
 }
 
 /// Child processes that are stopped (TERM, then KILL) when dropped.
@@ -415,6 +431,7 @@ pub fn run(
 
     // ---- roles ----
     progress.stage("lab");
+    let mut cpu_split: Option<CpuSplit> = None;
     let (server, netemu_addr, serve_addr, token, client_addrs, client_ns, lab_name, stack_in_force) =
         match &opts.target {
             Target::Lab { name, keep } => {
@@ -447,41 +464,53 @@ pub fn run(
                 let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
                 progress.stage("roles");
                 let tf = info.token_file.display().to_string();
+                // the real-time datapath gets a CPU of its own, the timer threads the others
+                cpu_split = opts
+                    .cpu_split
+                    .then(cpu::allowed_cpus)
+                    .and_then(Result::ok)
+                    .and_then(|a| cpu::lab_split(&a))
+                    .map(|(d, t)| CpuSplit {
+                        datapath: d,
+                        timers: cpu::format_list(&t),
+                    });
+                let mut emu_args: Vec<String> = [
+                    "-q",
+                    "netemu",
+                    "run",
+                    "--lab",
+                    name,
+                    "--control",
+                    &netemu_ctl.to_string(),
+                    "--token-file",
+                    &tf,
+                ]
+                .map(String::from)
+                .into();
+                let mut serve_args: Vec<String> = [
+                    "-q",
+                    "serve",
+                    "--listen",
+                    &server.to_string(),
+                    "--control",
+                    &serve_ctl.to_string(),
+                    "--token-file",
+                    &tf,
+                ]
+                .map(String::from)
+                .into();
+                if let Some(c) = &cpu_split {
+                    emu_args.extend(["--cpu".into(), c.datapath.to_string()]);
+                    serve_args.extend(["--timer-cpus".into(), c.timers.clone()]);
+                }
                 roles.spawn(
                     "network emulator",
-                    netns::command(
-                        &info.ns_emu,
-                        exe,
-                        [
-                            "-q",
-                            "netemu",
-                            "run",
-                            "--lab",
-                            name,
-                            "--control",
-                            &netemu_ctl.to_string(),
-                            "--token-file",
-                            &tf,
-                        ],
-                    ),
+                    netns::command(&info.ns_emu, exe, emu_args),
                     &work.0.join("netemu.log"),
                 )?;
                 roles.spawn(
                     "server emulator",
-                    netns::command(
-                        &info.ns_srv,
-                        exe,
-                        [
-                            "-q",
-                            "serve",
-                            "--listen",
-                            &server.to_string(),
-                            "--control",
-                            &serve_ctl.to_string(),
-                            "--token-file",
-                            &tf,
-                        ],
-                    ),
+                    netns::command(&info.ns_srv, exe, serve_args),
                     &work.0.join("serve.log"),
                 )?;
                 let cd = capdir.display().to_string();
@@ -656,7 +685,10 @@ pub fn run(
             request_timing: opts.request_timing,
         })
         .collect();
-    let outcomes = run_clients(plans, client_ns, progress, stop)?;
+    let timer_cpus = cpu_split
+        .as_ref()
+        .and_then(|c| cpu::parse_list(&c.timers).ok());
+    let outcomes = run_clients(plans, client_ns, timer_cpus, progress, stop)?;
     interrupted(stop)?;
 
     // ---- wind down: trailing packets, role statistics, capture closed ----
@@ -778,11 +810,14 @@ pub fn run(
         missing: summary.missing,
         skipped_by_select: wl.skipped,
         start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
+        start_lateness_p999_us: q(0.999),
+        starts_over_1ms: late.iter().filter(|&&l| l > 1000).count() as u64,
         max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,
         capture: capture_summary,
         stack: stack_in_force,
+        cpu_split,
         analysis,
         duration_s: started.elapsed().as_secs_f64(),
     })
@@ -809,6 +844,7 @@ fn annotate(e: ReplayError, log: &Path) -> ReplayError {
 fn run_clients(
     plans: Vec<Planned>,
     ns: Option<String>,
+    timer_cpus: Option<Vec<usize>>,
     progress: &Progress,
     stop: &AtomicBool,
 ) -> Result<Vec<Outcome>, ReplayError> {
@@ -838,6 +874,11 @@ fn run_clients(
                     .map_err(|e| ReplayError::Io(format!("client runtime: {e}")))?;
                 rt.block_on(async move {
                     let timer = HrTimer::global();
+                    if let Some(c) = &timer_cpus {
+                        if let Err(e) = timer.pin(c) {
+                            tracing::warn!("keeping the client timer thread on CPUs {c:?}: {e}");
+                        }
+                    }
                     let mut set = tokio::task::JoinSet::new();
                     for p in plans {
                         let counters = counters.clone();

@@ -22,7 +22,12 @@ pub struct DelayError {
     pub count: u64,
     pub p50_us: u64,
     pub p99_us: u64,
+    #[serde(default)]
+    pub p999_us: u64,
     pub max_us: u64,
+    /// Delays kept more than 1 ms late.
+    #[serde(default)]
+    pub over_1ms: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -84,7 +89,18 @@ impl Stats {
                 } else {
                     h.value_at_quantile(0.99)
                 },
+                p999_us: if h.is_empty() {
+                    0
+                } else {
+                    h.value_at_quantile(0.999)
+                },
                 max_us: if h.is_empty() { 0 } else { h.max() },
+                // values are lateness + 1 µs (see `lateness_us`)
+                over_1ms: if h.is_empty() || h.max() <= 1001 {
+                    0
+                } else {
+                    h.count_between(1002, h.max())
+                },
             };
             let mut s = i.stats.clone();
             s.response_delay_error = d(&i.resp_err);

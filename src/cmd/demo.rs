@@ -229,6 +229,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         server_port: 80,
         keep_capture: keep,
+        cpu_split: true,
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

@@ -109,6 +109,10 @@ enum Cmd {
         /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
         #[arg(long, default_value_t = 10)]
         rt_priority: i32,
+        /// Pin the datapath thread to this CPU (keep the emulated hosts' timer threads off
+        /// it: `mimic serve --timer-cpus`); `mimic replay --lab` does this by itself.
+        #[arg(long, value_name = "N")]
+        cpu: Option<usize>,
         /// Frame buffers for packets inside pipes (2 KiB each).
         #[arg(long, default_value_t = 65_536)]
         buffers: u32,
@@ -162,6 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tables,
             spin_us,
             rt_priority,
+            cpu,
             buffers,
             max_flows,
             seed,
@@ -175,6 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 table,
                 spin_us,
                 rt_priority,
+                cpu,
                 buffers,
                 max_flows,
                 seed,
@@ -233,6 +239,7 @@ fn run_emulator(
     table: PipeTable,
     spin_us: u64,
     rt_priority: i32,
+    cpu: Option<usize>,
     buffers: u32,
     max_flows: usize,
     seed: u64,
@@ -276,6 +283,7 @@ fn run_emulator(
         buffers,
         spin_ns: spin_us * 1_000,
         rt_priority: (rt_priority > 0).then_some(rt_priority),
+        cpu,
         ..Default::default()
     })
     .with_context(|| format!("opening {cif} and {sif}"))?;

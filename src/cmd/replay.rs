@@ -58,6 +58,10 @@ pub struct Args {
     /// Keep the replay's capture files in DIR.
     #[arg(long, value_name = "DIR")]
     pub keep_capture: Option<PathBuf>,
+    /// In the lab, leave CPU placement to the scheduler (by default the network emulator's
+    /// real-time datapath gets the last CPU to itself and the timer threads the others).
+    #[arg(long)]
+    pub no_cpu_split: bool,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
     #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "token_file", "capture_iface", "client_addr"])]
     pub server: Option<SocketAddr>,
@@ -133,6 +137,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         server_port: a.server_port,
         keep_capture: a.keep_capture.clone(),
+        cpu_split: !a.no_cpu_split,
         exe: std::env::current_exe()?,
     };
     let summary = match replay_with_progress(&opts) {
@@ -212,9 +217,20 @@ fn print_summary(s: &ReplaySummary) {
         println!("server stack: {st}");
     }
     println!(
-        "timing: connections started p50 {} µs / p99 {} µs late; server delays kept to p50 {} µs / p99 {} µs late",
-        s.start_lateness_us[0], s.start_lateness_us[1], s.server.response_delay_error.p50_us, s.server.response_delay_error.p99_us
+        "timing: connections started p50 {} µs / p99 {} µs late ({} more than 1 ms); server delays kept to p50 {} µs / p99 {} µs late ({} more than 1 ms)",
+        s.start_lateness_us[0],
+        s.start_lateness_us[1],
+        s.starts_over_1ms,
+        s.server.response_delay_error.p50_us,
+        s.server.response_delay_error.p99_us,
+        s.server.response_delay_error.over_1ms + s.server.query_delay_error.over_1ms
     );
+    if let Some(c) = &s.cpu_split {
+        println!(
+            "cpus: network emulator datapath on CPU {}, timer threads on {}",
+            c.datapath, c.timers
+        );
+    }
     if s.missing > 0 {
         println!(
             "warning: {} replayed connections are missing from the capture",

@@ -21,6 +21,10 @@ pub struct Args {
     /// File whose first line is the control channel's shared token.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Keep the timer thread (which keeps the response and query delays) on these CPUs,
+    /// e.g. `0` or `0,2-3`: off the CPU of a real-time network emulator on the same machine.
+    #[arg(long, value_name = "LIST")]
+    pub timer_cpus: Option<String>,
     /// Print the statistics at exit as JSON.
     #[arg(long)]
     pub json: bool,
@@ -35,6 +39,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(f) => Some(mimic_netemu::lab::read_token(f)?),
         None => None,
     };
+    if let Some(list) = &a.timer_cpus {
+        let cpus =
+            mimic_core::cpu::parse_list(list).map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))?;
+        mimic_replay::hrtimer::HrTimer::global()
+            .pin(&cpus)
+            .with_context(|| format!("keeping the timer thread on CPUs {list}"))?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

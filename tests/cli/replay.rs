@@ -90,3 +90,18 @@ fn stack_is_refused_with_a_remote_server() {
         "{e}"
     );
 }
+
+#[test]
+fn serve_names_a_bad_timer_cpu_list() {
+    for (list, why) in [("x", "not a CPU number"), ("3-1", "runs backwards")] {
+        let o = run(&["serve", "--listen", "127.0.0.1:0", "--timer-cpus", list]);
+        assert_ne!(o.status.code(), Some(0));
+        let e = stderr(&o);
+        assert!(e.contains("--timer-cpus") && e.contains(why), "{e}");
+    }
+    // a CPU this process may not use is refused by the kernel, and said so
+    let o = run(&["serve", "--listen", "127.0.0.1:0", "--timer-cpus", "1000"]);
+    assert_ne!(o.status.code(), Some(0));
+    let e = stderr(&o);
+    assert!(e.contains("keeping the timer thread on CPUs 1000"), "{e}");
+}

@@ -13,11 +13,11 @@
 //! connections on 2 cores, with the lab's CPU split: server delays p99 0.54-0.56 ms late with
 //! a fixed quarter, two runs; 0.17-0.56 ms with the budget following the load, four runs,
 //! where the median is 12 µs late because nothing spins; 1 µs in a light replay.)
-//! [`HrTimer::pin`] keeps it off the CPU of the network emulator's real-time datapath. It keeps normal scheduling: with SCHED_FIFO
-//! (tried, 1,000 connections at once on 2 cores) its syscalls, which carry the veth peers'
-//! receive processing, starved the tasks that feed it and the 99th percentile got worse
-//! (11–67 ms instead of 3–9 ms). Measured error: see the server's delay statistics, the
-//! client's start lateness and bench/replay-scale.sh.
+//! [`HrTimer::pin`] keeps it off the CPU of the network emulator's real-time datapath. It
+//! keeps normal scheduling: with SCHED_FIFO (tried, 1,000 connections at once on 2 cores) its
+//! syscalls, which carry the veth peers' receive processing, starved the tasks that feed it
+//! and the 99th percentile got worse (11–67 ms instead of 3–9 ms). Measured error: see the
+//! server's delay statistics, the client's start lateness and bench/replay-scale.sh.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

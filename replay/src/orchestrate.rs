@@ -142,7 +142,8 @@ pub struct ReplaySummary {
     pub capture: serde_json::Value,
     pub stack: Option<StackProfile>,
     /// In the lab: the CPU the network emulator's datapath had to itself, and the CPUs the
-    /// client and server emulators' timer threads were kept on (None: no split, one CPU).
+    /// client and server emulators' timer threads were kept on (None: `--no-cpu-split`, a
+    /// remote replay, or a single CPU).
     pub cpu_split: Option<CpuSplit>,
     pub analysis: AnalysisSummary,
     pub duration_s: f64,
@@ -151,7 +152,13 @@ pub struct ReplaySummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuSplit {
     pub datapath: usize,
-    pub timers: String,
+    /// Written as a CPU list (`0,2-3`), the form `mimic serve --timer-cpus` takes.
+    #[serde(serialize_with = "cpu_list")]
+    pub timers: Vec<usize>,
+}
+
+fn cpu_list<S: serde::Serializer>(cpus: &[usize], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&cpu::format_list(cpus))
 }
 
 /// Child processes that are stopped (TERM, then KILL) when dropped.
@@ -470,10 +477,7 @@ pub fn run(
                     .then(cpu::allowed_cpus)
                     .and_then(Result::ok)
                     .and_then(|a| cpu::lab_split(&a))
-                    .map(|(d, t)| CpuSplit {
-                        datapath: d,
-                        timers: cpu::format_list(&t),
-                    });
+                    .map(|(datapath, timers)| CpuSplit { datapath, timers });
                 let mut emu_args: Vec<String> = [
                     "-q",
                     "netemu",
@@ -501,7 +505,7 @@ pub fn run(
                 .into();
                 if let Some(c) = &cpu_split {
                     emu_args.extend(["--cpu".into(), c.datapath.to_string()]);
-                    serve_args.extend(["--timer-cpus".into(), c.timers.clone()]);
+                    serve_args.extend(["--timer-cpus".into(), cpu::format_list(&c.timers)]);
                 }
                 roles.spawn(
                     "network emulator",
@@ -685,9 +689,7 @@ pub fn run(
             request_timing: opts.request_timing,
         })
         .collect();
-    let timer_cpus = cpu_split
-        .as_ref()
-        .and_then(|c| cpu::parse_list(&c.timers).ok());
+    let timer_cpus = cpu_split.as_ref().map(|c| c.timers.clone());
     let outcomes = run_clients(plans, client_ns, timer_cpus, progress, stop)?;
     interrupted(stop)?;
 
@@ -876,7 +878,10 @@ fn run_clients(
                     let timer = HrTimer::global();
                     if let Some(c) = &timer_cpus {
                         if let Err(e) = timer.pin(c) {
-                            tracing::warn!("keeping the client timer thread on CPUs {c:?}: {e}");
+                            tracing::warn!(
+                                "keeping the client timer thread on CPUs {}: {e}",
+                                cpu::format_list(c)
+                            );
                         }
                     }
                     let mut set = tokio::task::JoinSet::new();

@@ -77,30 +77,27 @@ impl Stats {
 
     pub fn snapshot(&self) -> ServerStats {
         self.with(|i| {
-            let d = |h: &Histogram<u64>| DelayError {
-                count: h.len(),
-                p50_us: if h.is_empty() {
-                    0
-                } else {
-                    h.value_at_quantile(0.5)
-                },
-                p99_us: if h.is_empty() {
-                    0
-                } else {
-                    h.value_at_quantile(0.99)
-                },
-                p999_us: if h.is_empty() {
-                    0
-                } else {
-                    h.value_at_quantile(0.999)
-                },
-                max_us: if h.is_empty() { 0 } else { h.max() },
-                // values are lateness + 1 µs (see `lateness_us`)
-                over_1ms: if h.is_empty() || h.max() <= 1001 {
-                    0
-                } else {
-                    h.count_between(1002, h.max())
-                },
+            let d = |h: &Histogram<u64>| {
+                let q = |x: f64| {
+                    if h.is_empty() {
+                        0
+                    } else {
+                        h.value_at_quantile(x)
+                    }
+                };
+                DelayError {
+                    count: h.len(),
+                    p50_us: q(0.5),
+                    p99_us: q(0.99),
+                    p999_us: q(0.999),
+                    max_us: if h.is_empty() { 0 } else { h.max() },
+                    // values are lateness + 1 µs (see `lateness_us`)
+                    over_1ms: if h.is_empty() || h.max() <= 1001 {
+                        0
+                    } else {
+                        h.count_between(1002, h.max())
+                    },
+                }
             };
             let mut s = i.stats.clone();
             s.response_delay_error = d(&i.resp_err);

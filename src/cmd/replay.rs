@@ -228,7 +228,8 @@ fn print_summary(s: &ReplaySummary) {
     if let Some(c) = &s.cpu_split {
         println!(
             "cpus: network emulator datapath on CPU {}, timer threads on {}",
-            c.datapath, c.timers
+            c.datapath,
+            mimic_core::cpu::format_list(&c.timers)
         );
     }
     if s.missing > 0 {

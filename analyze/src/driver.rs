@@ -278,11 +278,24 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(
         move || -> Result<RecordStore, DbError> {
             let mut store = store;
-            for batch in rx {
+            loop {
+                let batch = match rx.try_recv() {
+                    Ok(b) => b,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                    Err(mpsc::TryRecvError::Empty) => {
+                        // idle: write what is queued rather than leave it for the end
+                        store.flush()?;
+                        match rx.recv() {
+                            Ok(b) => b,
+                            Err(_) => break,
+                        }
+                    }
+                };
                 for r in batch {
                     store.insert(r)?;
                 }
             }
+            store.flush()?;
             Ok(store)
         },
     );
@@ -314,6 +327,7 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     } else {
         run_sharded(&mut source, opts, &mut sink)
     };
+    tracing::debug!(elapsed_s = started.elapsed().as_secs_f64(), "analysis done");
     let totals = sink.finish();
     let store = match writer.join() {
         Ok(r) => r?,
@@ -325,6 +339,7 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         }
     };
 
+    tracing::debug!(elapsed_s = started.elapsed().as_secs_f64(), "writer done");
     let mut stats = stats;
     stats.merge(&source.unreadable);
     for (k, v) in source.reader_skips() {

@@ -47,7 +47,7 @@ const BUFFER_RECORDS: usize = 512;
 fn insert_sql(table: &str, cols: &str, n: usize, rows: usize) -> String {
     let one = format!("({})", vec!["?"; n].join(","));
     format!(
-        "INSERT INTO {table} ({cols}) VALUES {}",
+        "INSERT OR FAIL INTO {table} ({cols}) VALUES {}",
         vec![one.as_str(); rows].join(",")
     )
 }
@@ -169,7 +169,9 @@ impl RecordStore {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), DbError> {
+    /// Writes the queued records now (the writer calls this when it has nothing else to do,
+    /// so that little is left for [`RecordStore::commit`] once the analysis ends).
+    pub fn flush(&mut self) -> Result<(), DbError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -282,14 +284,26 @@ impl RecordStore {
     /// Writes what is buffered, builds the indexes, ends the transaction and moves the
     /// database to its final name.
     pub fn commit(mut self) -> Result<PathBuf, DbError> {
+        let t0 = std::time::Instant::now();
         self.flush()?;
+        let t1 = std::time::Instant::now();
         for ix in index_statements() {
             self.db.conn().execute_batch(ix).map_err(self.err())?;
         }
+        let t2 = std::time::Instant::now();
         self.db
             .conn()
             .execute_batch("COMMIT;")
             .map_err(self.err())?;
-        self.db.commit()
+        let t3 = std::time::Instant::now();
+        let r = self.db.commit();
+        tracing::debug!(
+            flush_s = (t1 - t0).as_secs_f64(),
+            index_s = (t2 - t1).as_secs_f64(),
+            commit_s = (t3 - t2).as_secs_f64(),
+            fsync_rename_s = t3.elapsed().as_secs_f64(),
+            "database committed"
+        );
+        r
     }
 }

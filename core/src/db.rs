@@ -212,7 +212,7 @@ impl AtomicDb {
     /// background, without waiting, once every [`SYNC_STEP`] bytes: a long bulk load that calls
     /// this now and then leaves little for the fsync in [`AtomicDb::commit`] to wait for
     /// (measured on the analysis benchmark: that fsync took 65-100 ms for the 71 MB database
-    /// when all of it was left to the end, 11-15 ms with this).
+    /// when all of it was left to the end, 11-21 ms with this).
     pub fn start_writeback(&mut self) {
         let len = self.file.metadata().map_or(0, |m| m.len());
         if len < self.synced_len + SYNC_STEP {
@@ -430,7 +430,11 @@ mod tests {
         {
             let mut db = AtomicDb::create(&dest).unwrap();
             load(&mut db);
-            assert!(db.syncer.is_some(), "no syncer after {} MiB", 3 * SYNC_STEP >> 20);
+            assert!(
+                db.syncer.is_some(),
+                "no syncer after {} MiB",
+                3 * SYNC_STEP >> 20
+            );
         }
         assert!(!dest.exists());
         assert!(!temp_sibling(&dest).exists());

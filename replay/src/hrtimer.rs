@@ -87,14 +87,23 @@ impl HrTimer {
     /// Keeps the timer thread on `cpus` from now on (in the lab: off the network emulator's
     /// datapath CPU). Not to be called from a timer job.
     pub fn pin(&self, cpus: &[usize]) -> std::io::Result<()> {
+        let cpus = cpus.to_vec();
+        self.on_thread(move || mimic_core::cpu::pin_current_thread(&cpus))?
+    }
+
+    /// Runs `f` on the timer thread now and waits for its result (blocking the caller: not
+    /// for async tasks or timer jobs).
+    fn on_thread<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::io::Result<R> {
         let gone = || std::io::Error::other("the timer thread has stopped");
         let (tx, rx) = mpsc::channel();
-        let cpus = cpus.to_vec();
         let job: Job = Box::new(move |_| {
-            let _ = tx.send(mimic_core::cpu::pin_current_thread(&cpus));
+            let _ = tx.send(f());
         });
         self.tx.send((Instant::now(), job)).map_err(|_| gone())?;
-        rx.recv().map_err(|_| gone())?
+        rx.recv().map_err(|_| gone())
     }
 
     /// Runs `job` on the timer thread at `deadline` (at once if it has passed) and resolves
@@ -304,12 +313,8 @@ mod tests {
         let allowed = mimic_core::cpu::allowed_cpus().unwrap();
         let one = *allowed.last().unwrap();
         let cpus_of_timer = || {
-            let (tx, rx) = mpsc::channel();
-            let job: Job = Box::new(move |_| {
-                let _ = tx.send(mimic_core::cpu::allowed_cpus().unwrap());
-            });
-            t.tx.send((Instant::now(), job)).unwrap();
-            rx.recv().unwrap()
+            t.on_thread(|| mimic_core::cpu::allowed_cpus().unwrap())
+                .unwrap()
         };
         t.pin(&[one]).unwrap();
         assert_eq!(cpus_of_timer(), vec![one]);

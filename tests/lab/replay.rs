@@ -122,9 +122,9 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         let dp = split["datapath"]
             .as_u64()
             .unwrap_or_else(|| panic!("no CPU split: {r}"));
-        let timers = split["timers"].as_str().unwrap();
+        let timers = mimic_core::cpu::parse_list(split["timers"].as_str().unwrap()).unwrap();
         assert!(
-            !timers.is_empty() && !timers.split(',').any(|t| t == dp.to_string()),
+            !timers.is_empty() && !timers.contains(&(dp as usize)),
             "{split}"
         );
     }

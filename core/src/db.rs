@@ -170,6 +170,7 @@ impl AtomicDb {
             path: dest.clone(),
             source,
         };
+        skip_memory_statistics();
         let conn = Connection::open(&tmp).map_err(sq)?;
         // The temporary file is private to this run: trade durability for speed until commit.
         // Large pages: fewer b-tree pages to balance during bulk loads.
@@ -259,6 +260,24 @@ impl Drop for AtomicDb {
 }
 
 /// `dir/.name.tmp-PID` beside `dest`.
+/// Turns off SQLite's memory statistics, which take a global mutex around every allocation it
+/// makes (a bulk load makes one or more per row). Works only before SQLite's first use in the
+/// process; later it is a no-op.
+fn skip_memory_statistics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: SQLITE_CONFIG_MEMSTATUS takes one int; sqlite3_config refuses (SQLITE_MISUSE)
+        // once SQLite is initialised, and no other thread can be initialising it through this
+        // function at the same time (Once).
+        unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            );
+        }
+    });
+}
+
 pub fn temp_sibling(dest: &Path) -> PathBuf {
     let name = dest
         .file_name()

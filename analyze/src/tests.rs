@@ -639,3 +639,78 @@ fn slow_start_queue_overflow_is_not_random_loss() {
     assert_eq!(r.loss_rate_down, Some(21.0 / 82.0));
     assert_eq!(r.loss_random_down, Some(1.0 / 82.0));
 }
+
+/// The writer's multi-row statements: 150 exchanges and as many RTT rows go through two full
+/// 64-row statements and 22 single-row ones each; every row must come back in order, whole.
+#[test]
+fn store_round_trip_across_statement_chunks() {
+    let mut cfg = Config::default();
+    cfg.rtt_rows = 1000;
+    let mut w = Wire::new();
+    w.an = Analyzer::new(cfg);
+    let rtt = 10 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    let (mut cs, mut ss) = (1001u32, 5001u32);
+    for k in 0..150i64 {
+        let tk = t + MS + k * 50 * MS;
+        let (req, resp) = (100 + k as u32, 500 + 3 * k as u32);
+        w.send(tk, p(true, cs, ss, PA, req));
+        cs += req;
+        w.send(tk + 2 * MS, p(false, ss, cs, PA, resp));
+        ss += resp;
+        w.send(tk + 2 * MS + rtt, p(true, cs, ss, A, 0));
+    }
+    let r = w.finish().remove(0);
+    assert_eq!(r.exchanges.len(), 150);
+    let rtts = r.rtt_samples.len();
+    assert!(rtts > 150, "{rtts} RTT rows");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows.db");
+    let mut store = crate::store::RecordStore::create(&path).unwrap();
+    let id = r.id as i64;
+    let want: Vec<(i64, i64, i64, Option<i64>)> = r
+        .exchanges
+        .iter()
+        .map(|e| {
+            (
+                e.seq as i64,
+                e.req_bytes as i64,
+                e.resp_bytes as i64,
+                e.t_req_first.map(|t| t.as_micros()),
+            )
+        })
+        .collect();
+    let want_rtt: Vec<(i64, i64)> = r
+        .rtt_samples
+        .iter()
+        .map(|s| (s.t.as_micros(), s.rtt_us))
+        .collect();
+    store.insert(r).unwrap();
+    store.commit().unwrap();
+    let db = rusqlite::Connection::open(&path).unwrap();
+    let got: Vec<(i64, i64, i64, Option<i64>)> = db
+        .prepare("SELECT seq, req_bytes, resp_bytes, t_req_first FROM exchanges WHERE conn_id = ? ORDER BY rowid")
+        .unwrap()
+        .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(want[149], (149, 249, 947, want[149].3));
+    let got_rtt: Vec<(i64, i64)> = db
+        .prepare("SELECT t_us, rtt_us FROM rtt_samples WHERE conn_id = ? ORDER BY rowid")
+        .unwrap()
+        .query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(got_rtt, want_rtt);
+    let n: i64 = db
+        .query_row(
+            "SELECT exchanges FROM connections WHERE id = ?",
+            [id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 150);
+}

@@ -259,7 +259,6 @@ impl Drop for AtomicDb {
     }
 }
 
-/// `dir/.name.tmp-PID` beside `dest`.
 /// Turns off SQLite's memory statistics, which take a global mutex around every allocation it
 /// makes (a bulk load makes one or more per row). Works only before SQLite's first use in the
 /// process; later it is a no-op.
@@ -278,6 +277,7 @@ fn skip_memory_statistics() {
     });
 }
 
+/// `dir/.name.tmp-PID` beside `dest`.
 pub fn temp_sibling(dest: &Path) -> PathBuf {
     let name = dest
         .file_name()

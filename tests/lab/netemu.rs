@@ -420,6 +420,7 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
         .map(|x| x.parse().unwrap())
         .collect();
     let (min, avg) = (nums[0], nums[1]);
+    eprintln!("ping through 20 ms each way: {stats}");
     assert!(
         (min - 40.0).abs() <= 0.3,
         "min RTT {min} ms not within 40 ± 0.3 ms ({stats})"
@@ -718,6 +719,7 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
         .unwrap();
     let rtt_fast = echo_rtts(&lab, fast, server, 20);
     let rtt_slow = echo_rtts(&lab, slow, server, 20);
+    eprintln!("median RTT: fast flow {rtt_fast:.3} ms, slow flow {rtt_slow:.3} ms");
     // 100-byte requests: 10 ms + tiny serialization, 50 ms + 2 x 1.2 ms at 1 Mbit/s.
     assert!(
         (10.0..11.0).contains(&rtt_fast),

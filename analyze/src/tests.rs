@@ -680,11 +680,21 @@ fn store_round_trip_across_statement_chunks() {
             )
         })
         .collect();
-    let want_rtt: Vec<(i64, i64)> = r
+    let want_rtt: Vec<(i64, i64, String)> = r
         .rtt_samples
         .iter()
-        .map(|s| (s.t.as_micros(), s.rtt_us))
+        .map(|s| (s.t.as_micros(), s.rtt_us, s.kind.as_str().to_string()))
         .collect();
+    // the kinds are stored as their names (bound as codes): the handshake's and data's here
+    for k in [
+        crate::record::RttKind::Handshake,
+        crate::record::RttKind::Data,
+    ] {
+        assert!(
+            want_rtt.iter().any(|w| w.2 == k.as_str()),
+            "no {k:?} sample"
+        );
+    }
     store.insert(r).unwrap();
     store.commit().unwrap();
     let db = rusqlite::Connection::open(&path).unwrap();
@@ -697,10 +707,10 @@ fn store_round_trip_across_statement_chunks() {
         .unwrap();
     assert_eq!(got, want);
     assert_eq!(want[149], (149, 249, 947, want[149].3));
-    let got_rtt: Vec<(i64, i64)> = db
-        .prepare("SELECT t_us, rtt_us FROM rtt_samples WHERE conn_id = ? ORDER BY rowid")
+    let got_rtt: Vec<(i64, i64, String)> = db
+        .prepare("SELECT t_us, rtt_us, kind FROM rtt_samples WHERE conn_id = ? ORDER BY rowid")
         .unwrap()
-        .query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

@@ -685,7 +685,7 @@ fn store_round_trip_across_statement_chunks() {
         .iter()
         .map(|s| (s.t.as_micros(), s.rtt_us, s.kind.as_str().to_string()))
         .collect();
-    // the kinds are stored as their names (bound as codes): the handshake's and data's here
+    // the kinds are stored as their names: the handshake's and data's here
     for k in [
         crate::record::RttKind::Handshake,
         crate::record::RttKind::Data,

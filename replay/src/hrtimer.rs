@@ -256,6 +256,13 @@ fn send_now(fd: std::os::fd::RawFd, bytes: &[u8]) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// Polls `f` once, with a waker that does nothing: what it does before its first await.
+    fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(Waker::noop()))
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn wakes_in_order_and_not_early() {
@@ -278,11 +285,11 @@ mod tests {
         // through the timer thread (a wall-clock bound would be a timed assertion that a
         // loaded machine breaks)
         let before = Instant::now();
-        let fut = std::pin::pin!(t.sleep_until(before - Duration::from_millis(1)));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::future::Future::poll(fut, &mut cx) {
-            std::task::Poll::Ready(woke) => assert!(woke >= before),
-            std::task::Poll::Pending => panic!("a past deadline waited"),
+        match poll_once(std::pin::pin!(
+            t.sleep_until(before - Duration::from_millis(1))
+        )) {
+            Poll::Ready(woke) => assert!(woke >= before),
+            Poll::Pending => panic!("a past deadline waited"),
         }
     }
 
@@ -299,14 +306,13 @@ mod tests {
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let r = ran.clone();
         let at = Instant::now() + Duration::from_millis(20);
+        // poll it once, so the job is queued, then drop it at once, at the block's end (a
+        // timeout to drop it can fire after the deadline on a loaded machine: the job then runs)
         {
             let fut = std::pin::pin!(t.run_at(at, move || {
                 r.store(true, std::sync::atomic::Ordering::SeqCst)
             }));
-            // poll it once, so the job is queued, then drop it at once (a timeout to drop it
-            // can fire after the deadline on a loaded machine, and the job then runs)
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(std::future::Future::poll(fut, &mut cx).is_pending());
+            assert!(poll_once(fut).is_pending());
         }
         t.sleep_until(at + Duration::from_millis(3)).await;
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));

@@ -106,11 +106,11 @@ pub fn keygen(dir: &Path) -> PathBuf {
 /// sampled: with a fresh random key, 1 in 3 of zeek_http_bro.org's 13 connections is none of
 /// them about once in 200 runs. This one keeps 5 at 1/3.
 fn fixed_key(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
+    use mimic_capture::key::{CaptureKey, KEY_BYTES};
     let k = dir.join("fixed.key");
-    let hex = "0123456789abcdef".repeat(8);
-    std::fs::write(&k, format!("mimic-capture-key-v1 {hex}\n")).unwrap();
-    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let bytes: [u8; KEY_BYTES] =
+        std::array::from_fn(|i| [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef][i % 8]);
+    CaptureKey::from_bytes(bytes).save_new(&k).unwrap();
     k
 }
 

@@ -121,6 +121,27 @@ fn in_ns<T: Send + 'static>(
     })
 }
 
+/// A TCP listener bound to `addr` in namespace `ns`, handed to `serve` on its own thread;
+/// returns once the listener is bound, so that a client may connect at once.
+fn serve_in_ns<T: Send + 'static>(
+    ns: &str,
+    addr: SocketAddr,
+    serve: impl FnOnce(TcpListener) -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let h = in_ns(ns, move || {
+        let l = TcpListener::bind(addr).unwrap();
+        ready_tx.send(()).unwrap();
+        serve(l)
+    });
+    // a bind that failed drops the sender: the join then shows the panic
+    if ready_rx.recv().is_err() {
+        h.join().unwrap();
+        unreachable!("the listener thread ended without binding");
+    }
+    h
+}
+
 /// A UDP receiver in the server namespace collecting (source address, sequence number) until
 /// `quiet` passes without a datagram (after the first one) or `limit` passes.
 fn udp_receiver(
@@ -677,10 +698,7 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
     // Anything that escapes the flow rules would take 100 ms each way.
     let mut c = lab.run_emulator(&["--default", "delay=100ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7000);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let echo = in_ns(&lab.info.ns_srv, move || {
-        let l = TcpListener::bind(server).unwrap();
-        ready_tx.send(()).unwrap();
+    let echo = serve_in_ns(&lab.info.ns_srv, server, |l| {
         let mut hs = Vec::new();
         for _ in 0..2 {
             let (mut s, _) = l.accept().unwrap();
@@ -698,7 +716,6 @@ fn two_flows_in_two_pipes_each_see_only_their_own_pipe() {
             let _ = h.join();
         }
     });
-    ready_rx.recv().unwrap();
     let fast: SocketAddr = "198.19.0.30:40001".parse().unwrap();
     let slow: SocketAddr = "198.19.0.31:40002".parse().unwrap();
     let ids = c
@@ -827,16 +844,12 @@ fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     let mut c = lab.run_emulator(&["--default", "delay=100ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7100);
     const BYTES: usize = 1_500_000;
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let sender = in_ns(&lab.info.ns_srv, move || {
-        let l = TcpListener::bind(server).unwrap();
-        ready_tx.send(()).unwrap();
+    let sender = serve_in_ns(&lab.info.ns_srv, server, |l| {
         for _ in 0..2 {
             let (mut s, _) = l.accept().unwrap();
             s.write_all(&vec![1u8; BYTES]).unwrap();
         }
     });
-    ready_rx.recv().unwrap();
     let shaped: SocketAddr = "198.19.0.40:41000".parse().unwrap();
     let plain: SocketAddr = "198.19.0.41:41001".parse().unwrap();
     let ids = c
@@ -1634,15 +1647,11 @@ fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
     let _c = lab.run_emulator(&["--default", "delay=1ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7200);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let srv = in_ns(&lab.info.ns_srv, move || {
-        let l = TcpListener::bind(server).unwrap();
-        ready_tx.send(()).unwrap();
+    let srv = serve_in_ns(&lab.info.ns_srv, server, move |l| {
         let (s, _) = l.accept().unwrap();
         let _ = rx.recv();
         drop(s);
     });
-    ready_rx.recv().unwrap();
     let cli = in_ns(&lab.info.ns_cli, move || {
         TcpStream::connect(server).unwrap()
     })

@@ -522,9 +522,10 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
         assert_eq!(meta, timing);
         let offs = offsets(&out);
         assert!(offs.len() >= 3, "{offs:?}");
+        let recorded_at = |seq: i64| 20_000 + gap_us * seq;
         let worst = offs
             .iter()
-            .map(|&(seq, off)| off - (20_000 + gap_us * seq))
+            .map(|&(seq, off)| off - recorded_at(seq))
             .max_by_key(|d| d.abs())
             .unwrap();
         eprintln!(
@@ -532,7 +533,7 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
             offs.len()
         );
         for (seq, off) in offs {
-            let recorded = 20_000 + gap_us * seq;
+            let recorded = recorded_at(seq);
             if timing == "recorded" {
                 assert!(
                     (off - recorded).abs() <= 5_000,

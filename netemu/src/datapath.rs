@@ -503,14 +503,8 @@ fn tune_thread(rt: Option<i32>, cpu: Option<usize>) -> Option<String> {
         }
     }
     if let Some(p) = rt {
-        let param = libc::sched_param { sched_priority: p };
-        // SAFETY: setting this thread's scheduling policy with a valid param.
-        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-        if r != 0 {
-            return Some(format!(
-                "SCHED_FIFO priority {p} not granted: {}",
-                io::Error::last_os_error()
-            ));
+        if let Err(e) = mimic_core::cpu::set_realtime(Some(p)) {
+            return Some(format!("SCHED_FIFO priority {p} not granted: {e}"));
         }
     }
     None

@@ -14,18 +14,24 @@
 //! a fixed quarter, two runs; 0.17-0.56 ms with the budget following the load, four runs,
 //! where the median is 12 µs late because nothing spins; 1 µs in a light replay.)
 //! [`HrTimer::pin`] keeps it off the CPU of the network emulator's real-time datapath. It
-//! keeps normal scheduling: with SCHED_FIFO (tried, 1,000 connections at once on 2 cores) its
-//! syscalls, which carry the veth peers' receive processing, starved the tasks that feed it
-//! and the 99th percentile got worse (11–67 ms instead of 3–9 ms). Measured error: see the
-//! server's delay statistics, the client's start lateness and bench/replay-scale.sh.
+//! runs SCHED_FIFO (lowest priority, below the datapath) while it is light, under 5% of a CPU,
+//! and normal scheduling while it is busy ([`RtBudget`]): a normal thread whose sleep ends is
+//! often let onto a busy CPU only at the next scheduler tick, up to 4 ms late, while busy
+//! real-time timer threads take the CPU the tasks that feed them need. (Light replay, 320
+//! connections: server delays at most 0.07-0.11 ms late in two runs, where 1-4 of them were
+//! more than 1 ms late in each of six runs before, up to 5.6 ms; at 1,000 connections, one
+//! run: p99 0.43 ms, against 0.42 ms for the build before in the same session.) Measured
+//! error: see the server's delay statistics, the client's start lateness and
+//! bench/replay-scale.sh.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mimic_core::cpu::{MachineLoad, SpinBudget};
+use mimic_core::cpu::{self, MachineLoad, RtBudget, SpinBudget};
 use tokio::sync::oneshot;
 
 /// Time before a deadline spent spinning instead of sleeping.
@@ -33,6 +39,17 @@ const SPIN: Duration = Duration::from_micros(200);
 /// Spinning may take at most this share of each window (less on a busy machine).
 const SPIN_WINDOW: Duration = Duration::from_millis(10);
 const SPIN_MAX: Duration = Duration::from_micros(2500);
+/// The timer thread is real-time while it uses less than RT_MAX of each RT_WINDOW of CPU
+/// (spinning included): 5%. Measured per 200 ms: the light replay's timer threads (320
+/// connections at 20/s) 1.2-1.4% at the median and 2.9% at most; at 1,000 connections on
+/// 2 cores 5-14% while the connections arrive.
+const RT_WINDOW: Duration = Duration::from_millis(200);
+const RT_MAX: Duration = Duration::from_millis(10);
+/// SCHED_FIFO priority within that budget: the lowest (the datapath runs at 10).
+const RT_PRIORITY: i32 = 1;
+
+/// Whether the timer thread was granted real-time priority: 0 not started, 1 yes, 2 no.
+static REALTIME: AtomicU8 = AtomicU8::new(0);
 
 /// A job for the timer thread: runs at its deadline with the instant it started.
 type Job = Box<dyn FnOnce(Instant) + Send>;
@@ -73,15 +90,22 @@ impl HrTimer {
             std::thread::Builder::new()
                 .name("mimic-hrtimer".into())
                 .spawn(move || {
-                    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-                    unsafe {
-                        libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
-                    }
+                    set_timer_slack();
                     run(rx)
                 })
                 .expect("spawn timer thread");
             HrTimer { tx }
         })
+    }
+
+    /// Whether the timer thread runs real-time within its budget (None before it has started;
+    /// false when the system refused, e.g. without root or CAP_SYS_NICE: then a deadline can
+    /// be kept up to a scheduler tick late).
+    pub fn realtime() -> Option<bool> {
+        match REALTIME.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v == 1),
+        }
     }
 
     /// Keeps the timer thread on `cpus` from now on (in the lab: off the network emulator's
@@ -170,6 +194,61 @@ impl HrTimer {
     }
 }
 
+/// The timer thread's scheduling: real-time within its [`RtBudget`] if the system grants it.
+struct Sched {
+    budget: RtBudget,
+    granted: bool,
+    rt: bool,
+}
+
+impl Sched {
+    fn start() -> Sched {
+        let granted = match cpu::set_realtime(Some(RT_PRIORITY)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "the timer thread runs without real-time priority ({e}): a deadline can be \
+                     kept up to a scheduler tick late on a busy CPU"
+                );
+                false
+            }
+        };
+        REALTIME.store(if granted { 1 } else { 2 }, Ordering::Relaxed);
+        Sched {
+            budget: RtBudget::new(RT_WINDOW.as_nanos() as u64, RT_MAX.as_nanos() as u64),
+            granted,
+            rt: granted,
+        }
+    }
+
+    /// Before sleeping from `now_ns` until `wake_ns` (or a new entry): the policy changes only
+    /// here, where the thread is about to block anyway (a thread that lowers its own priority
+    /// while it runs is rescheduled at once, and the jobs still due would wait behind others).
+    fn sleeping(&mut self, now_ns: u64, wake_ns: u64) {
+        if !self.granted {
+            return;
+        }
+        let rt = self.budget.may_wake(now_ns, wake_ns, cpu::thread_cpu_ns());
+        if rt != self.rt && cpu::set_realtime(rt.then_some(RT_PRIORITY)).is_ok() {
+            self.rt = rt;
+            if !rt {
+                // leaving SCHED_FIFO gives the thread the default 50 µs timer slack back
+                // (Linux 6.7 on): at 1,000 connections, with a budget that switched often,
+                // the median lateness was 82 µs with it and 55 µs with 1 ns set again
+                set_timer_slack();
+            }
+        }
+    }
+}
+
+/// 1 ns of timer slack for the calling thread: it wakes when asked, not up to 50 µs later.
+fn set_timer_slack() {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    }
+}
+
 fn run(rx: mpsc::Receiver<(Instant, Job)>) {
     let mut heap: BinaryHeap<Reverse<Entry>> = BinaryHeap::new();
     let mut seq = 0u64;
@@ -178,6 +257,8 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
         heap.push(Reverse(Entry { at, seq, job }));
     };
     let origin = Instant::now();
+    let ns = |t: Instant| t.saturating_duration_since(origin).as_nanos() as u64;
+    let mut sched = Sched::start();
     let mut budget = SpinBudget::new(SPIN_WINDOW.as_nanos() as u64, SPIN_MAX.as_nanos() as u64);
     let mut load = MachineLoad::new();
     loop {
@@ -186,16 +267,19 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
             let e = heap.pop().expect("peeked").0;
             (e.job)(Instant::now());
         }
-        let t = now.duration_since(origin).as_nanos() as u64;
+        let t = ns(now);
         if let Some(h) = load.headroom(t, budget.spun_total()) {
             budget.set_headroom(h);
         }
         budget.roll(t);
         match heap.peek().map(|e| e.0.at) {
-            None => match rx.recv() {
-                Ok(v) => add(&mut heap, v),
-                Err(_) => return,
-            },
+            None => {
+                sched.sleeping(t, u64::MAX);
+                match rx.recv() {
+                    Ok(v) => add(&mut heap, v),
+                    Err(_) => return,
+                }
+            }
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now());
                 let spin = if budget.may_spin() {
@@ -204,6 +288,7 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
                     Duration::ZERO
                 };
                 if left > spin {
+                    sched.sleeping(t, ns(at - spin));
                     match rx.recv_timeout(left - spin) {
                         Ok(v) => add(&mut heap, v),
                         Err(RecvTimeoutError::Timeout) => {}

@@ -135,6 +135,9 @@ pub struct ReplaySummary {
     /// than 1 ms late.
     pub start_lateness_p999_us: u64,
     pub starts_over_1ms: u64,
+    /// Whether the client emulator's timer thread ran real-time within its budget (None: it
+    /// never started).
+    pub client_timer_realtime: Option<bool>,
     /// Most replayed connections open at once.
     pub max_concurrent: u64,
     pub server: ServerStats,
@@ -814,6 +817,7 @@ pub fn run(
         start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
         start_lateness_p999_us: q(0.999),
         starts_over_1ms: late.iter().filter(|&&l| l > 1000).count() as u64,
+        client_timer_realtime: HrTimer::realtime(),
         max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,

@@ -47,6 +47,10 @@ pub struct ServerStats {
     pub early_close: u64,
     pub response_delay_error: DelayError,
     pub query_delay_error: DelayError,
+    /// Whether the timer thread that keeps the delays ran real-time within its budget
+    /// (`HrTimer::realtime`; None before it started).
+    #[serde(default)]
+    pub timer_realtime: Option<bool>,
 }
 
 struct Inner {
@@ -102,6 +106,7 @@ impl Stats {
             let mut s = i.stats.clone();
             s.response_delay_error = d(&i.resp_err);
             s.query_delay_error = d(&i.query_err);
+            s.timer_realtime = HrTimer::realtime();
             s
         })
     }

@@ -107,16 +107,21 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         "start lateness p50, p99, max (µs): {}",
         r["start_lateness_us"]
     );
-    // the server keeps its delays: typically to the microsecond, 98% within 1 ms, the 99th
-    // percentile within 2 ms (a bound of 1 ms on the 99th percentile held with 25% to spare in
-    // some quiet runs here: p99 0.06-0.78 ms over three, at 611 responses and 286 pauses)
+    // both emulators' timer threads ran real-time within their budgets (root, as in CI):
+    // without it a deadline waits up to a scheduler tick (4 ms) on a busy CPU
+    assert_eq!(r["server"]["timer_realtime"].as_bool(), Some(true), "{r}");
+    assert_eq!(r["client_timer_realtime"].as_bool(), Some(true), "{r}");
+    // the server keeps its delays: typically to the microsecond, 99% within 1 ms (p99 19-122
+    // µs in eleven runs with real-time timer threads, the variants tried, at 611 responses and
+    // 286 pauses; before them a woken timer thread could wait a scheduler tick: a CI run had
+    // p99 2.6 ms)
     for kind in ["response_delay_error", "query_delay_error"] {
         let e = &r["server"][kind];
         let get = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{kind}.{k}: {e}"));
         assert!(get("count") > 0, "{kind}: {e}");
         assert!(get("p50_us") < 100, "{kind}: {e}");
-        assert!(get("over_1ms") * 50 <= get("count"), "{kind}: {e}");
-        assert!(get("p99_us") < 2000, "{kind}: {e}");
+        assert!(get("over_1ms") * 100 <= get("count"), "{kind}: {e}");
+        assert!(get("p99_us") < 1000, "{kind}: {e}");
     }
     // with two CPUs or more the datapath runs on the last one alone, the timers elsewhere
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());

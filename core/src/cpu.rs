@@ -444,7 +444,10 @@ mod tests {
         // spinning adds CPU time (within 10 s of wall time even on a loaded machine)
         let (t1, give_up) = (thread_cpu_ns(), Instant::now() + Duration::from_secs(10));
         while thread_cpu_ns() < t1 + 5_000_000 {
-            assert!(Instant::now() < give_up, "5 ms of spinning never showed as CPU time");
+            assert!(
+                Instant::now() < give_up,
+                "5 ms of spinning never showed as CPU time"
+            );
             std::hint::spin_loop();
         }
     }

@@ -26,8 +26,8 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

@@ -109,8 +109,18 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     );
     // both emulators' timer threads ran real-time within their budgets (root, as in CI):
     // without it a deadline waits up to a scheduler tick (4 ms) on a busy CPU
-    assert_eq!(r["server"]["timer_realtime"].as_bool(), Some(true), "{r}");
-    assert_eq!(r["client_timer_realtime"].as_bool(), Some(true), "{r}");
+    let missing = "SCHED_FIFO for the timer threads was refused: needs root (or CAP_SYS_NICE) \
+                   and real-time runtime in the process's cpu cgroup";
+    assert_eq!(
+        r["server"]["timer_realtime"].as_bool(),
+        Some(true),
+        "{missing}: {r}"
+    );
+    assert_eq!(
+        r["client_timer_realtime"].as_bool(),
+        Some(true),
+        "{missing}: {r}"
+    );
     // the server keeps its delays: typically to the microsecond, 99% within 1 ms (p99 19-122
     // µs in eleven runs with real-time timer threads, the variants tried, at 611 responses and
     // 286 pauses; before them a woken timer thread could wait a scheduler tick: a CI run had

@@ -196,7 +196,8 @@ impl SpinBudget {
 /// either way); SCHED_FIFO ends them (at most 91 µs). But busy real-time timer threads take
 /// the CPU from the tasks that feed them: at 1,000 connections on 2 cores, with the two
 /// emulators' timer threads real-time for up to 3 ms of each 10 ms, starts were p99 15.6 ms
-/// late instead of 0.53 ms, and budgets by the machine's headroom still doubled the p99.
+/// late (0.49-2.15 ms with normal scheduling), and budgets by the machine's headroom were no
+/// better than the rule below (p99 0.48-1.2 ms for server delays, four runs).
 /// So a thread is real-time in a window only if it used less than `max` CPU time in the window
 /// before and has not used that much in this one: a light thread always, a busy one never.
 #[derive(Debug)]
@@ -222,12 +223,16 @@ impl RtBudget {
         }
     }
 
+    /// Whether the current window is still under `max`, with the thread at `cpu_ns` in all.
+    fn light_so_far(&self, cpu_ns: u64) -> bool {
+        cpu_ns.saturating_sub(self.cpu_at_window) < self.max
+    }
+
     fn roll(&mut self, now_ns: u64, cpu_ns: u64) {
         let w = now_ns / self.window_ns;
         if w != self.window {
             // a window with no call in between was idle
-            self.light_before =
-                w > self.window + 1 || cpu_ns.saturating_sub(self.cpu_at_window) < self.max;
+            self.light_before = w > self.window + 1 || self.light_so_far(cpu_ns);
             self.window = w;
             self.cpu_at_window = cpu_ns;
         }
@@ -237,7 +242,7 @@ impl RtBudget {
     /// `cpu_ns` of CPU time in all.
     pub fn may_run(&mut self, now_ns: u64, cpu_ns: u64) -> bool {
         self.roll(now_ns, cpu_ns);
-        self.light_before && cpu_ns.saturating_sub(self.cpu_at_window) < self.max
+        self.light_before && self.light_so_far(cpu_ns)
     }
 
     /// Whether a thread about to sleep from `now_ns` until `wake_ns` may wake real-time: in
@@ -247,7 +252,7 @@ impl RtBudget {
         if wake_ns / self.window_ns == self.window {
             now_rt
         } else {
-            cpu_ns.saturating_sub(self.cpu_at_window) < self.max
+            self.light_so_far(cpu_ns)
         }
     }
 }

@@ -18,11 +18,11 @@
 //! and normal scheduling while it is busy ([`RtBudget`]): a normal thread whose sleep ends is
 //! often let onto a busy CPU only at the next scheduler tick, up to 4 ms late, while busy
 //! real-time timer threads take the CPU the tasks that feed them need. (Light replay, 320
-//! connections: server delays at most 0.07-0.14 ms late in three runs but for one response
-//! its task read 1.1 ms late, where 1-4 of them were more than 1 ms late in each of six runs
-//! before, up to 5.6 ms; at 1,000 connections no difference through the noise, five runs
-//! each: p99 0.43-2.30 ms against 0.41-1.74 ms, see the README.) Measured error: see the
-//! server's delay statistics, the client's start lateness and bench/replay-scale.sh.
+//! connections: server delays p99 0.02-0.16 ms in six runs, at most one per run more than
+//! 1 ms late (up to 1.5 ms), where 1-4 were in each of six runs before, up to 5.6 ms; at
+//! 1,000 connections no difference through the noise, five runs each: p99 0.43-2.30 ms
+//! against 0.41-1.74 ms, see the README.) Measured error: see the server's delay statistics,
+//! the client's start lateness and bench/replay-scale.sh.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

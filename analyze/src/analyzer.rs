@@ -214,7 +214,7 @@ impl Analyzer {
                 *self.stats.limit_drops.entry(name).or_default() += n;
             }
         }
-        self.out.push_back(c.into_record(&self.cfg));
+        self.out.push_back(c.to_record(&self.cfg));
     }
 
     /// The next finished connection, if any.

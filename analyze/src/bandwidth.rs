@@ -88,7 +88,7 @@ fn histogram_mode(sorted: &[f64]) -> (f64, f64, f64) {
     let width = 2.0 * iqr / (upper.len() as f64).cbrt();
     let lo = upper[0];
     let hi = upper[upper.len() - 1];
-    if !(width > 0.0) || hi <= lo {
+    if width.is_nan() || width <= 0.0 || hi <= lo {
         return whole(upper);
     }
     let bins = (((hi - lo) / width).floor() as usize + 1).min(10_000);

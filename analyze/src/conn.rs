@@ -163,7 +163,7 @@ impl Side {
     #[inline]
     fn rel(&self, seq: SeqNum) -> i64 {
         match self.base {
-            Some(b) => self.hi + seq.diff(b.add(self.hi as u32)) as i64,
+            Some(b) => self.hi + seq.diff(b.wrapping_add(self.hi as u32)) as i64,
             None => 0,
         }
     }
@@ -558,6 +558,7 @@ impl Conn {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_new_data(
         &mut self,
         cfg: &Config,
@@ -765,7 +766,7 @@ impl Conn {
             // retransmissions: an ACK covering them too soon after they were sent was caused by
             // the original (the resend was spurious)
             for rx in data.retx.iter_mut().filter(|x| !x.decided && x.end <= a) {
-                let soon = rtt_hint.map_or(false, |r| t.nanos_since(rx.t) < r * 3 / 4);
+                let soon = rtt_hint.is_some_and(|r| t.nanos_since(rx.t) < r * 3 / 4);
                 if soon {
                     rx.spurious = true;
                     data.spurious_heur += 1;
@@ -804,7 +805,7 @@ impl Conn {
             // Monkey's heuristic: a duplicate ACK answering a retransmission of data the
             // receiver already holds means the retransmission was spurious
             for rx in data.retx.iter_mut().filter(|x| !x.decided) {
-                let answered = rtt_hint.map_or(true, |r| t.nanos_since(rx.t) >= r * 3 / 4);
+                let answered = rtt_hint.is_none_or(|r| t.nanos_since(rx.t) >= r * 3 / 4);
                 if answered {
                     if a >= rx.end {
                         rx.spurious = true;
@@ -863,7 +864,7 @@ impl Conn {
     }
 
     /// Builds the record. `cfg` decides roles for connections without a handshake.
-    pub fn into_record(&self, cfg: &Config) -> ConnectionRecord {
+    pub fn to_record(&self, cfg: &Config) -> ConnectionRecord {
         let (ci, server_by) = self.roles(cfg);
         let si = 1 - ci;
         let c = &self.s[ci];

@@ -20,10 +20,12 @@ pub fn decode_frame(data: &[u8]) {
 /// Interprets `data` as a sequence of frames — `[link index][time step: u16][length: u16][bytes]`
 /// — fed to one analyzer, then closes every connection and builds every record.
 pub fn analyze_frames(data: &[u8]) {
-    let mut cfg = Config::default();
-    cfg.max_connections = 64;
-    cfg.max_outstanding_segments = 64;
-    cfg.max_exchanges = 64;
+    let cfg = Config {
+        max_connections: 64,
+        max_outstanding_segments: 64,
+        max_exchanges: 64,
+        ..Config::default()
+    };
     let mut an = Analyzer::new(cfg);
     let mut rest = data;
     let mut t = 1_600_000_000_000_000_000i64;

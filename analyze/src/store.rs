@@ -270,7 +270,7 @@ impl RecordStore {
                 b.v(e.query_delay_us)
                     .v(e.header_bytes.map(|v| v as i64))
                     .v(e.think_time_us)
-                    .v(e.method.as_deref())
+                    .v(e.method)
                     .v(e.status);
             })?;
             let (rtt_n, rtt) = rows_of(&recs, |r| &r.rtt_samples);

@@ -140,10 +140,10 @@ fn handshake_rtt_exchange_and_fin() {
     // request: one segment right after the handshake ACK, window 1026 << 7
     let mut req = p(true, 1001, 5001, PA, 300);
     req.win = 1026;
-    w.send(t + 1 * MS, req);
+    w.send(t + MS, req);
     w.payload = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
     // server ACKs the request 0.2 ms later and answers 5 ms after the request
-    w.send(t + 1 * MS + 200 * US, p(false, 5001, 1301, A, 0));
+    w.send(t + MS + 200 * US, p(false, 5001, 1301, A, 0));
     w.send(t + 6 * MS, p(false, 5001, 1301, PA, 1000));
     // the client ACKs one RTT later, then closes
     w.send(t + 6 * MS + rtt, p(true, 1301, 6001, A, 0));
@@ -173,7 +173,7 @@ fn handshake_rtt_exchange_and_fin() {
     assert_eq!(e.req_bytes, 300);
     assert_eq!(e.resp_bytes, 1000);
     assert_eq!(e.response_delay_us, Some(5_000));
-    assert_eq!(e.method.as_deref(), Some("GET"));
+    assert_eq!(e.method, Some("GET"));
     assert_eq!(e.status, Some(200));
     // one response segment: no split, the whole response is "header"
     assert_eq!(e.query_delay_us, Some(0));
@@ -482,8 +482,10 @@ fn persistent_connection_think_time() {
 
 #[test]
 fn no_handshake_uses_server_port_hint() {
-    let mut cfg = Config::default();
-    cfg.server_ports = vec![40000];
+    let cfg = Config {
+        server_ports: vec![40000],
+        ..Config::default()
+    };
     let mut w = Wire::new();
     w.an = Analyzer::new(cfg);
     w.send(0, p(false, 100, 200, PA, 50));
@@ -501,8 +503,10 @@ fn no_handshake_uses_server_port_hint() {
 
 #[test]
 fn idle_connections_are_closed_in_capture_time() {
-    let mut cfg = Config::default();
-    cfg.idle_timeout_ns = 10 * 1_000 * MS;
+    let cfg = Config {
+        idle_timeout_ns: 10 * 1_000 * MS,
+        ..Config::default()
+    };
     let mut w = Wire::new();
     w.an = Analyzer::new(cfg);
     w.send(0, p(true, 1, 1, PA, 10));
@@ -644,8 +648,10 @@ fn slow_start_queue_overflow_is_not_random_loss() {
 /// 64-row statements and 22 single-row ones each; every row must come back in order, whole.
 #[test]
 fn store_round_trip_across_statement_chunks() {
-    let mut cfg = Config::default();
-    cfg.rtt_rows = 1000;
+    let cfg = Config {
+        rtt_rows: 1000,
+        ..Config::default()
+    };
     let mut w = Wire::new();
     w.an = Analyzer::new(cfg);
     let rtt = 10 * MS;

@@ -802,7 +802,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
     };
     let b = v * mult;
-    if !(b >= 1.0) || !b.is_finite() {
+    if !b.is_finite() || b < 1.0 {
         return Err(format!("size {s:?} must be at least one byte"));
     }
     Ok(b as u64)
@@ -830,7 +830,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ))
         }
     };
-    if !(secs > 0.0) || !secs.is_finite() {
+    if !secs.is_finite() || secs <= 0.0 {
         return Err(format!("duration {s:?} must be positive"));
     }
     Ok(Duration::from_secs_f64(secs))

@@ -65,7 +65,7 @@ impl<'a> BlockBuilder<'a> {
         while !s.is_char_boundary(end) {
             end -= 1;
         }
-        self.option(code, s[..end].as_bytes())
+        self.option(code, &s.as_bytes()[..end])
     }
     /// pcapng timestamps are two u32 (high, low) of a 64-bit count of `if_tsresol` units.
     fn ts_option(&mut self, code: u16, ts: Timestamp) -> &mut Self {

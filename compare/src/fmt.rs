@@ -45,7 +45,7 @@ pub fn ms(us: f64) -> String {
         0
     };
     let s = format!("{:.*}", digits, a);
-    if v < 0.0 && s.trim_start_matches(['0', '.']).len() > 0 {
+    if v < 0.0 && !s.trim_start_matches(['0', '.']).is_empty() {
         format!("{MINUS}{s}")
     } else {
         s

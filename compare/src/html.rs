@@ -371,9 +371,9 @@ fn paired_summary(h: &mut String, c: &Comparison, p: &Paired) {
         esc(&c.base)
     );
     let unpaired: u64 = p.unpaired.iter().map(|u| u.count).sum();
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<p>{}'s replay_map has {} rows: {} paired, {} not paired (below). {} connection(s) of {} with a response time were not replayed at all.</p>\n",
+        "<p>{}'s replay_map has {} rows: {} paired, {} not paired (below). {} connection(s) of {} with a response time were not replayed at all.</p>",
         esc(&c.other),
         p.replay_map_rows,
         p.pairs,
@@ -396,8 +396,11 @@ fn paired_summary(h: &mut String, c: &Comparison, p: &Paired) {
     }
 }
 
+/// A population table row: column, label, and how its values print.
+type MetricRow = (&'static str, &'static str, fn(f64) -> String);
+
 fn population_table(h: &mut String, r: &Report) {
-    let rows: [(&str, &str, fn(f64) -> String); 5] = [
+    let rows: [MetricRow; 5] = [
         ("min_rtt_us", "min RTT", fmt::duration),
         ("bw_bps", "bottleneck bandwidth", fmt::bitrate),
         ("loss_rate_down", "loss rate (down)", |v| fmt::pct(v, 2)),

@@ -107,8 +107,12 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
             continue;
         }
         let all = &p.overall.errors;
-        let lo = stats::percentile_sorted(all, 1.0).min(-0.5).max(-1.0);
-        let hi = stats::percentile_sorted(all, 99.0).max(0.5).min(3.0);
+        // not `clamp`: a NaN percentile falls to the bound here, where clamp would keep it
+        #[allow(clippy::manual_clamp)]
+        let (lo, hi) = (
+            stats::percentile_sorted(all, 1.0).min(-0.5).max(-1.0),
+            stats::percentile_sorted(all, 99.0).max(0.5).min(3.0),
+        );
         let beyond = all.iter().filter(|&&e| e < lo || e > hi).count();
         let note = (beyond > 0)
             .then(|| format!("{beyond} connection(s) beyond the axis range, drawn at its edges"));

@@ -31,7 +31,7 @@ impl Rasterizer {
                 db.set_sans_serif_family(f);
                 options.font_family = f.to_string();
             }
-            None if db.len() > 0 => {
+            None if !db.is_empty() => {
                 // Some font exists: let fontdb fall back to it.
                 let first = db.faces().next().and_then(|f| f.families.first()).map(|(n, _)| n.clone());
                 if let Some(first) = first {

@@ -501,7 +501,7 @@ pub(crate) mod tests {
                 }
                 *counts.entry(best).or_default() += 1;
             }
-            for (&dnum, _) in &counts {
+            for &dnum in counts.keys() {
                 let at_least: u64 = counts.range(dnum..).map(|(_, c)| c).sum();
                 let want = at_least as f64 / paths as f64;
                 let got = ks_exact_sf(m as u64, n as u64, dnum);

@@ -220,7 +220,7 @@ fn opts() -> Options {
 #[test]
 fn paired_relative_error_and_failures() {
     let f = fixture();
-    let r = Report::build(&f.base, &[f.replay.clone()], &opts()).unwrap();
+    let r = Report::build(&f.base, std::slice::from_ref(&f.replay), &opts()).unwrap();
     assert_eq!(r.inputs[0].connections, 400);
     assert_eq!(r.inputs[0].with_response_time, 392);
     assert_eq!(r.inputs[0].excluded.len(), 1);
@@ -338,16 +338,16 @@ fn verdicts_faster_and_no_difference() {
 #[test]
 fn reproducible_with_a_seed() {
     let f = fixture();
-    let a = Report::build(&f.base, &[f.faster.clone()], &opts())
+    let a = Report::build(&f.base, std::slice::from_ref(&f.faster), &opts())
         .unwrap()
         .to_json();
-    let b = Report::build(&f.base, &[f.faster.clone()], &opts())
+    let b = Report::build(&f.base, std::slice::from_ref(&f.faster), &opts())
         .unwrap()
         .to_json();
     assert_eq!(a, b);
     let c = Report::build(
         &f.base,
-        &[f.faster.clone()],
+        std::slice::from_ref(&f.faster),
         &Options { seed: 99, ..opts() },
     )
     .unwrap()
@@ -414,7 +414,7 @@ fn a_replay_of_something_else_is_not_paired() {
         "{note}"
     );
     // a replay as BASE: no pairing either, and it says why
-    let r = Report::build(&f.replay, &[f.replay.clone()], &opts()).unwrap();
+    let r = Report::build(&f.replay, std::slice::from_ref(&f.replay), &opts()).unwrap();
     assert!(r.comparisons[0]
         .pairing_note
         .as_deref()
@@ -428,7 +428,7 @@ fn bad_inputs_get_clear_errors() {
     let f = fixture();
     let text = dir.path().join("notes.db");
     std::fs::write(&text, "hello, not a database").unwrap();
-    let e = Report::build(&text, &[f.base.clone()], &opts())
+    let e = Report::build(&text, std::slice::from_ref(&f.base), &opts())
         .unwrap_err()
         .to_string();
     assert!(
@@ -438,7 +438,7 @@ fn bad_inputs_get_clear_errors() {
 
     let empty = dir.path().join("empty.db");
     write_db(&empty, "original", &[], &[], &[]);
-    let e = Report::build(&f.base, &[empty.clone()], &opts())
+    let e = Report::build(&f.base, std::slice::from_ref(&empty), &opts())
         .unwrap_err()
         .to_string();
     assert!(
@@ -460,7 +460,7 @@ fn bad_inputs_get_clear_errors() {
         }],
         &[],
     );
-    let e = Report::build(&no_rt, &[f.base.clone()], &opts())
+    let e = Report::build(&no_rt, std::slice::from_ref(&f.base), &opts())
         .unwrap_err()
         .to_string();
     assert!(
@@ -534,7 +534,7 @@ fn json_has_everything() {
 #[test]
 fn fail_if_against_a_report() {
     let f = fixture();
-    let r = Report::build(&f.base, &[f.faster.clone()], &opts()).unwrap();
+    let r = Report::build(&f.base, std::slice::from_ref(&f.faster), &opts()).unwrap();
     assert!(FailIf::parse("p50 < -20%").unwrap().holds(&r));
     assert!(!FailIf::parse("p50 < -30%").unwrap().holds(&r));
     assert!(!FailIf::parse("p90 > +5%").unwrap().holds(&r));

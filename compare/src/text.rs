@@ -43,13 +43,12 @@ pub(crate) fn render(r: &Report) -> String {
         );
         let _ = writeln!(
             s,
-            "  {:<6} {:>10} {:>10} {:>12} {:>9}  {}",
+            "  {:<6} {:>10} {:>10} {:>12} {:>9}  interval of rel",
             "stat",
             c.base.chars().take(10).collect::<String>(),
             c.other.chars().take(10).collect::<String>(),
             "diff",
-            "rel",
-            "interval of rel"
+            "rel"
         );
         for row in &c.rows {
             let _ = writeln!(

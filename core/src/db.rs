@@ -452,7 +452,7 @@ mod tests {
             assert!(
                 db.syncer.is_some(),
                 "no syncer after {} MiB",
-                3 * SYNC_STEP >> 20
+                (3 * SYNC_STEP) >> 20
             );
         }
         assert!(!dest.exists());

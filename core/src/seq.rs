@@ -13,7 +13,7 @@ impl SeqNum {
         self.0.wrapping_sub(other.0) as i32
     }
     #[inline]
-    pub fn add(self, n: u32) -> SeqNum {
+    pub fn wrapping_add(self, n: u32) -> SeqNum {
         SeqNum(self.0.wrapping_add(n))
     }
     #[inline]
@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn wraps() {
         let a = SeqNum(u32::MAX - 10);
-        let b = a.add(20);
+        let b = a.wrapping_add(20);
         assert_eq!(b, SeqNum(9));
         assert!(a.lt(b));
         assert!(b.gt(a));

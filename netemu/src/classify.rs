@@ -265,6 +265,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// An Ethernet + IPv4 + TCP frame with `payload` bytes of zeros (and a SACK option if asked).
+    #[allow(clippy::too_many_arguments)]
     pub fn tcp_frame(
         src: [u8; 4],
         sport: u16,

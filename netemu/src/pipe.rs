@@ -89,8 +89,8 @@ impl Pipe {
     /// Changes the configuration in place; packets already scheduled keep their times, the
     /// generator is reseeded only if the new config names a different seed.
     pub fn reconfigure(&mut self, cfg: PipeConfig) {
-        if cfg.seed.is_some() && cfg.seed != self.cfg.seed {
-            self.rng = Rng::new(cfg.seed.unwrap());
+        if let Some(seed) = cfg.seed.filter(|&s| Some(s) != self.cfg.seed) {
+            self.rng = Rng::new(seed);
         }
         self.cfg = cfg;
     }

@@ -388,8 +388,7 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
     s.comment("mimic netemu render --backend dummynet: one dummynet pipe per mimic pipe, ipfw rules in table order");
     s.comment("dummynet counts IP bytes for bw, as mimic does; plr is not seeded");
     s.cmd("sysctl net.inet.ip.fw.one_pass=1");
-    let mut rule = 1000;
-    for (i, (p, m, up)) in all.iter().enumerate() {
+    for (rule, (i, (p, m, up))) in (1000..).zip(all.iter().enumerate()) {
         common_checks(p)?;
         let c = p.cfg;
         let n = i + 1;
@@ -454,7 +453,6 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
             ),
         };
         s.cmd(&format!("ipfw -q add {rule} pipe {n} {m}"));
-        rule += 1;
     }
     Ok(s)
 }

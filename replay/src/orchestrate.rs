@@ -413,8 +413,10 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<ReplaySummary, ReplayError> {
     let started = Instant::now();
-    if !(opts.time_scale > 0.0) {
-        return Err(ReplayError::Invalid("--time-scale must be positive".into()));
+    if !opts.time_scale.is_finite() || opts.time_scale <= 0.0 {
+        return Err(ReplayError::Invalid(
+            "--time-scale must be a positive number".into(),
+        ));
     }
     progress.stage("load");
     let wl = workload::load(&opts.input, opts.select, opts.limit)?;
@@ -972,6 +974,7 @@ struct PipeRecord {
 }
 
 /// Adds `replay_map` and the replay's metadata to the analysis of the capture.
+#[allow(clippy::too_many_arguments)]
 fn finish_db(
     path: &Path,
     opts: &ReplayOptions,

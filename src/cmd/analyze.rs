@@ -60,7 +60,7 @@ fn parse_bw(s: &str) -> Result<BwMethod, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if !(a.idle_timeout > 0.0) {
+    if a.idle_timeout.is_nan() || a.idle_timeout <= 0.0 {
         anyhow::bail!("--idle-timeout must be positive");
     }
     if a.max_connections == 0 {

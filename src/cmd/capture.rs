@@ -164,8 +164,8 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     if rotate_bytes.is_some_and(|b| b < 4096) {
         anyhow::bail!("--rotate size must be at least 4KiB");
     }
-    if !(a.stats_interval > 0.0) {
-        anyhow::bail!("--stats-interval must be positive");
+    if !a.stats_interval.is_finite() || a.stats_interval <= 0.0 {
+        anyhow::bail!("--stats-interval must be a positive number of seconds");
     }
     if a.count == Some(0) {
         anyhow::bail!("--count must be at least 1");

@@ -159,8 +159,8 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&STOP))
             .context("installing the Ctrl-C handler")?;
     }
-    if !(a.rate > 0.0) {
-        bail!("--rate must be positive");
+    if !a.rate.is_finite() || a.rate <= 0.0 {
+        bail!("--rate must be a positive number of connections per second");
     }
     let started = Instant::now();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;

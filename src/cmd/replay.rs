@@ -100,8 +100,8 @@ fn parse_control(s: &str) -> Result<ControlAddr, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if !(a.time_scale > 0.0) {
-        anyhow::bail!("--time-scale must be positive");
+    if !a.time_scale.is_finite() || a.time_scale <= 0.0 {
+        anyhow::bail!("--time-scale must be a positive number");
     }
     // SAFETY: geteuid has no preconditions.
     if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {

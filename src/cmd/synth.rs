@@ -72,8 +72,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let Some(out) = a.output else {
         anyhow::bail!("-o/--output is required (the synthetic workload database to write)");
     };
-    if !(a.rate > 0.0) {
-        anyhow::bail!("--rate must be positive");
+    if !a.rate.is_finite() || a.rate <= 0.0 {
+        anyhow::bail!("--rate must be a positive number of connections per second");
     }
     if a.max_response < 1000 {
         anyhow::bail!("--max-response must be at least 1000 bytes");

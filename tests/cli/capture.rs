@@ -266,7 +266,7 @@ fn rotation_by_time_uses_capture_time() {
     assert!((4..=5).contains(&files.len()), "{files:?}");
     for f in &files {
         wireshark_reads(f);
-        let p = read_packets(&[f.clone()]);
+        let p = read_packets(std::slice::from_ref(f));
         let span = p.last().unwrap().0 - p.first().unwrap().0;
         assert!(span < 5_000_000_000, "{} spans {span} ns", f.display());
     }
@@ -289,7 +289,7 @@ fn unanonymized_headers_only_is_a_prefix_of_the_original() {
         ],
     );
     let kept = read_packets(&files);
-    let orig = read_packets(&[input.clone()]);
+    let orig = read_packets(std::slice::from_ref(&input));
     assert_eq!(kept.len(), orig.len());
     for (k, o) in kept.iter().zip(&orig) {
         assert_eq!(k.0, o.0);
@@ -338,7 +338,7 @@ fn same_key_same_output_and_anonymization_is_consistent() {
     ));
     assert!(a != c);
     // anonymized addresses never show the originals
-    let orig: BTreeSet<_> = read_packets(&[input.clone()])
+    let orig: BTreeSet<_> = read_packets(std::slice::from_ref(&input))
         .iter()
         .filter_map(|p| {
             decode(mimic_core::LinkType::Ethernet, &p.2)

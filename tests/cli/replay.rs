@@ -60,6 +60,40 @@ fn queue_lengths_are_checked() {
     }
 }
 
+/// Rates and time scales are positive, finite numbers: `inf` would start every connection at
+/// once or schedule them beyond the end of time, NaN nothing at all.
+#[test]
+fn rates_and_time_scales_are_positive_numbers() {
+    let dir = tempdir();
+    let out = dir.path().join("out.db");
+    let out_s = out.to_str().unwrap();
+    for bad in ["0", "-1", "inf", "NaN"] {
+        let o = run(&[
+            "replay",
+            "in.db",
+            "-o",
+            out_s,
+            "--lab",
+            "x",
+            &format!("--time-scale={bad}"),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "--time-scale {bad}");
+        assert!(
+            stderr(&o).contains("--time-scale must be a positive number"),
+            "--time-scale {bad}: {}",
+            stderr(&o)
+        );
+        let o = run(&["synth", "-o", out_s, &format!("--rate={bad}")]);
+        assert_eq!(o.status.code(), Some(2), "synth --rate {bad}");
+        assert!(
+            stderr(&o).contains("--rate must be a positive number"),
+            "synth --rate {bad}: {}",
+            stderr(&o)
+        );
+    }
+    assert!(!out.exists());
+}
+
 /// The stack of a remote server is set on that host; replay refuses to pretend it applied one.
 #[test]
 fn stack_is_refused_with_a_remote_server() {

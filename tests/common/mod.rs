@@ -50,7 +50,7 @@ pub fn traces_in(dir: &str) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| {
             p.file_name()
-                .map_or(false, |n| n != "SOURCES.md" && n != "README.md")
+                .is_some_and(|n| n != "SOURCES.md" && n != "README.md")
         })
         .collect();
     v.sort();

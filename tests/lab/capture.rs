@@ -465,7 +465,7 @@ fn live_source_matches_the_file_source(
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let expected = read_packets(&pcapng_files(&resampled_dir));
-    let everything = connections(&read_packets(&[reference.clone()]));
+    let everything = connections(&read_packets(std::slice::from_ref(&reference)));
     let port_tag = format!(":{port}");
     let http_conns = everything.keys().filter(|c| c.contains(&port_tag)).count();
     assert!(
@@ -878,7 +878,7 @@ fn live_filter_duration_and_stats_lines() {
             l.split_whitespace()
                 .nth(3)
                 .and_then(|v| v.parse::<f64>().ok())
-                .map_or(false, |pps| pps > 0.0)
+                .is_some_and(|pps| pps > 0.0)
         }),
         "no stats line saw traffic: {lines:?}"
     );

@@ -75,10 +75,26 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mimic: error: {e:#}");
+            eprintln!("mimic: error: {}", error_line(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, as `{:#}` prints them, but without a cause whose text
+/// the line already ends with (errors such as `{path}: {source}` show their source themselves).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 fn init_logging(verbose: u8, quiet: bool) {

@@ -145,6 +145,12 @@ fn malformed_captures_end_cleanly() {
                         && lines[0].contains(f.file_name().unwrap().to_str().unwrap()),
                     "{err}"
                 );
+                // a cause that the message already shows is not printed again
+                let parts: Vec<&str> = lines[0].split(": ").collect();
+                assert!(
+                    parts.windows(2).all(|w| w[0] != w[1]),
+                    "a cause repeated: {err}"
+                );
                 assert!(!out.exists());
             }
             other => panic!("{}: exit {other:?}: {err}", f.display()),
@@ -339,7 +345,16 @@ fn gzip_input_and_bad_inputs() {
     // a missing file
     let o = analyze(&tmp.path().join("missing.pcap"), &out, &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("missing.pcap"));
+    let e = stderr(&o);
+    assert!(e.contains("missing.pcap"), "{e}");
+    // the reason once (the error names its source itself; the chain does not repeat it)
+    assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
+    // a directory
+    let o = analyze(tmp.path(), &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(e.matches("Is a directory").count(), 1, "{e}");
     // a failed run keeps the previous result
     std::fs::copy(&a, &out).unwrap();
     let before = std::fs::read(&out).unwrap();

@@ -91,7 +91,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
     /// Seconds between statistics lines.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, value_parser = super::positive_number)]
     pub stats_interval: f64,
     /// File name prefix of the pcapng files.
     #[arg(long, value_name = "NAME", default_value = "capture")]
@@ -163,9 +163,6 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if rotate_bytes.is_some_and(|b| b < 4096) {
         anyhow::bail!("--rotate size must be at least 4KiB");
-    }
-    if !a.stats_interval.is_finite() || a.stats_interval <= 0.0 {
-        anyhow::bail!("--stats-interval must be a positive number of seconds");
     }
     if a.count == Some(0) {
         anyhow::bail!("--count must be at least 1");

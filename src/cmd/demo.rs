@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     pub connections: u32,
     /// New connections per second in the workload.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, value_parser = super::positive_number)]
     pub rate: f64,
     /// The server stack production runs (and the "current" replay uses).
     #[arg(long, value_name = "PROFILE", default_value = "initcwnd=3", value_parser = parse_stack)]
@@ -158,9 +158,6 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&STOP))
             .context("installing the Ctrl-C handler")?;
-    }
-    if !a.rate.is_finite() || a.rate <= 0.0 {
-        bail!("--rate must be a positive number of connections per second");
     }
     let started = Instant::now();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;

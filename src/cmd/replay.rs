@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
     /// Multiply the gaps between connection starts by X (2 = half the arrival rate).
-    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = super::positive_number)]
     pub time_scale: f64,
     /// Seed of the pipes' loss models.
     #[arg(long, default_value_t = 1)]
@@ -100,9 +100,6 @@ fn parse_control(s: &str) -> Result<ControlAddr, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if !a.time_scale.is_finite() || a.time_scale <= 0.0 {
-        anyhow::bail!("--time-scale must be a positive number");
-    }
     // SAFETY: geteuid has no preconditions.
     if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {
         anyhow::bail!(

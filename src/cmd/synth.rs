@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     connections: u32,
     /// New connections per second (Poisson arrivals).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = super::positive_number)]
     rate: f64,
     /// Largest response in bytes.
     #[arg(long, default_value_t = 300_000)]
@@ -72,9 +72,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let Some(out) = a.output else {
         anyhow::bail!("-o/--output is required (the synthetic workload database to write)");
     };
-    if !a.rate.is_finite() || a.rate <= 0.0 {
-        anyhow::bail!("--rate must be a positive number of connections per second");
-    }
     if a.max_response < 1000 {
         anyhow::bail!("--max-response must be at least 1000 bytes");
     }

@@ -79,14 +79,16 @@ fn rates_and_time_scales_are_positive_numbers() {
         ]);
         assert_eq!(o.status.code(), Some(2), "--time-scale {bad}");
         assert!(
-            stderr(&o).contains("--time-scale must be a positive number"),
+            stderr(&o).contains("for '--time-scale ")
+                && stderr(&o).contains("must be a positive, finite number"),
             "--time-scale {bad}: {}",
             stderr(&o)
         );
         let o = run(&["synth", "-o", out_s, &format!("--rate={bad}")]);
         assert_eq!(o.status.code(), Some(2), "synth --rate {bad}");
         assert!(
-            stderr(&o).contains("--rate must be a positive number"),
+            stderr(&o).contains("for '--rate ")
+                && stderr(&o).contains("must be a positive, finite number"),
             "synth --rate {bad}: {}",
             stderr(&o)
         );

@@ -67,31 +67,26 @@ fn rates_and_time_scales_are_positive_numbers() {
     let dir = tempdir();
     let out = dir.path().join("out.db");
     let out_s = out.to_str().unwrap();
-    for bad in ["0", "-1", "inf", "NaN"] {
-        let o = run(&[
-            "replay",
-            "in.db",
-            "-o",
-            out_s,
-            "--lab",
-            "x",
-            &format!("--time-scale={bad}"),
-        ]);
-        assert_eq!(o.status.code(), Some(2), "--time-scale {bad}");
-        assert!(
-            stderr(&o).contains("for '--time-scale ")
-                && stderr(&o).contains("must be a positive, finite number"),
-            "--time-scale {bad}: {}",
-            stderr(&o)
-        );
-        let o = run(&["synth", "-o", out_s, &format!("--rate={bad}")]);
-        assert_eq!(o.status.code(), Some(2), "synth --rate {bad}");
-        assert!(
-            stderr(&o).contains("for '--rate ")
-                && stderr(&o).contains("must be a positive, finite number"),
-            "synth --rate {bad}: {}",
-            stderr(&o)
-        );
+    let commands: [(&[&str], &str); 2] = [
+        (
+            &["replay", "in.db", "-o", out_s, "--lab", "x"],
+            "--time-scale",
+        ),
+        (&["synth", "-o", out_s], "--rate"),
+    ];
+    for (command, flag) in commands {
+        for bad in ["0", "-1", "inf", "NaN"] {
+            let value = format!("{flag}={bad}");
+            let o = run(&[command, &[value.as_str()]].concat());
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{} {value}", command[0]);
+            assert!(
+                e.contains(&format!("for '{flag} "))
+                    && e.contains("must be a positive, finite number"),
+                "{} {value}: {e}",
+                command[0]
+            );
+        }
     }
     assert!(!out.exists());
 }

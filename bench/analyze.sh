@@ -94,7 +94,7 @@ for label, ratio in [("3x tcptrace (--threads 1)", 3.0), ("1.8 x 3x tcptrace (--
     budget = t * cores
     print(f"target {label}: {t:.3f} s, so at most {budget:.3f} s of CPU on {cores} cores")
     print(f"  reading and SQLite's insert path alone: {io:.3f} s of CPU "
-          f"({'OVER' if io > budget else 'within'} the budget, whatever the analysis costs)")
+          f"({'OVER' if io > budget else 'within'} the budget before any analysis)")
     print(f"  with today's analysis ({proper:.3f} s beyond reading): {io + proper:.3f} s of CPU; "
           f"the analysis would have to take at most {max(budget - io, 0):.3f} s "
           f"even with the {cores} cores perfectly shared")

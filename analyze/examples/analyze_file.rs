@@ -13,6 +13,7 @@ fn main() {
         threads,
         progress: None,
         meta: Vec::new(),
+        cancel: None,
     };
     match mimic_analyze::driver::run(&opts) {
         Ok(s) => println!(

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BinaryHeap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +30,8 @@ pub enum AnalyzeError {
     Db(#[from] DbError),
     #[error("{0}: the output would overwrite an input")]
     OutputIsInput(PathBuf),
+    #[error("interrupted: nothing was written")]
+    Interrupted,
 }
 
 pub struct RunOptions {
@@ -42,6 +44,9 @@ pub struct RunOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Extra `meta` rows (e.g. the command line).
     pub meta: Vec<(String, String)>,
+    /// Set (e.g. by SIGINT/SIGTERM) to stop reading: the run then ends with
+    /// [`AnalyzeError::Interrupted`] and leaves neither the database nor its temporary file.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// A problem with one input that did not stop the run.
@@ -124,12 +129,16 @@ struct FrameSource {
     unreadable: AnalyzerStats,
     progress: Option<Arc<AtomicU64>>,
     last_bytes: Vec<u64>,
+    cancel: Option<Arc<AtomicBool>>,
+    /// Reading stopped because `cancel` was set.
+    interrupted: bool,
 }
 
 impl FrameSource {
     fn open(
         inputs: &[PathBuf],
         progress: Option<Arc<AtomicU64>>,
+        cancel: Option<Arc<AtomicBool>>,
     ) -> Result<FrameSource, AnalyzeError> {
         let mut readers = Vec::new();
         for p in inputs {
@@ -142,7 +151,18 @@ impl FrameSource {
             unreadable: AnalyzerStats::default(),
             progress,
             last_bytes: vec![0; n],
+            cancel,
+            interrupted: false,
         })
+    }
+
+    /// Whether the run was asked to stop (checked with the progress, every 4096 frames).
+    fn cancelled(&mut self) -> bool {
+        self.interrupted |= self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed));
+        self.interrupted
     }
 
     fn report_progress(&mut self, i: usize) {
@@ -173,6 +193,9 @@ impl FrameSource {
                         sink(frame_no, f.ts, f.link, f.data);
                         if frame_no & 0xfff == 0 {
                             self.report_progress(0);
+                            if self.cancelled() {
+                                break;
+                            }
                         }
                     }
                     Ok(None) => break,
@@ -200,6 +223,9 @@ impl FrameSource {
             }
             if frame_no & 0xfff == 0 {
                 self.report_progress(src);
+                if self.cancelled() {
+                    break;
+                }
             }
         }
         for i in 0..self.readers.len() {
@@ -264,14 +290,9 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     if opts.inputs.is_empty() {
         return Err(AnalyzeError::NoInputs);
     }
-    let out_abs = std::path::absolute(&opts.output).unwrap_or_else(|_| opts.output.clone());
-    for p in &opts.inputs {
-        if std::path::absolute(p).ok().as_deref() == Some(out_abs.as_path()) {
-            return Err(AnalyzeError::OutputIsInput(p.clone()));
-        }
-    }
+    check_output(&opts.output, &opts.inputs)?;
     let started = Instant::now();
-    let mut source = FrameSource::open(&opts.inputs, opts.progress.clone())?;
+    let mut source = FrameSource::open(&opts.inputs, opts.progress.clone(), opts.cancel.clone())?;
     let store = RecordStore::create(&opts.output)?;
     // the database is loaded on its own thread while the analysis goes on
     let (tx, rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(8);
@@ -340,6 +361,10 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     };
 
     tracing::debug!(elapsed_s = started.elapsed().as_secs_f64(), "writer done");
+    if source.interrupted || source.cancelled() {
+        // the store's temporary file goes with it
+        return Err(AnalyzeError::Interrupted);
+    }
     let mut stats = stats;
     stats.merge(&source.unreadable);
     for (k, v) in source.reader_skips() {
@@ -401,6 +426,39 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         0.0
     };
     Ok(summary)
+}
+
+/// Refuses an output that cannot be written or would replace an input, before any work is
+/// done: an input reached through another name (a symlink, a hard link, `./`) is the same file
+/// when it has the same device and inode, and the database's final rename would destroy it.
+fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |what: &str| {
+        AnalyzeError::Db(DbError::Io {
+            path: output.to_path_buf(),
+            source: std::io::Error::other(what.to_string()),
+        })
+    };
+    if let Ok(out) = std::fs::metadata(output) {
+        if out.is_dir() {
+            return Err(bad("is a directory"));
+        }
+        for p in inputs {
+            if let Ok(m) = std::fs::metadata(p) {
+                if (m.dev(), m.ino()) == (out.dev(), out.ino()) {
+                    return Err(AnalyzeError::OutputIsInput(p.clone()));
+                }
+            }
+        }
+    }
+    let parent = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(bad(&format!("no such directory: {}", parent.display())));
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -631,5 +689,6 @@ pub fn analyze_file(input: &Path, out: &Path) -> Result<Summary, AnalyzeError> {
         threads: 1,
         progress: None,
         meta: Vec::new(),
+        cancel: None,
     })
 }

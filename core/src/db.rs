@@ -237,17 +237,23 @@ impl AtomicDb {
         if let Some(s) = self.syncer.take() {
             s.stop();
         }
-        conn.close().map_err(|(_, source)| DbError::Sqlite {
-            path: dest.clone(),
-            source,
-        })?;
         let io = |source| DbError::Io {
             path: dest.clone(),
             source,
         };
-        self.file.sync_all().map_err(io)?;
-        std::fs::rename(&self.tmp, &dest).map_err(io)?;
-        Ok(dest)
+        let done = conn
+            .close()
+            .map_err(|(_, source)| DbError::Sqlite {
+                path: dest.clone(),
+                source,
+            })
+            .and_then(|()| self.file.sync_all().map_err(io))
+            .and_then(|()| std::fs::rename(&self.tmp, &dest).map_err(io));
+        if done.is_err() {
+            // a database that cannot take its name is not left behind under the temporary one
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        done.map(|()| dest)
     }
 }
 

@@ -760,6 +760,7 @@ pub fn run(
         threads: 1,
         progress: None,
         meta: Vec::new(),
+        cancel: None,
     })
     .map_err(|e| ReplayError::Analysis(e.to_string()))?;
     // the analysis is not cut short; a Ctrl-C during it still leaves no output

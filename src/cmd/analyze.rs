@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -75,12 +75,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         rtt_rows: a.rtt_samples,
         ..Config::default()
     };
+    // Ctrl-C or SIGTERM stops the reading and removes the unfinished database; a second one
+    // ends the process at once
+    let cancel = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&cancel))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&cancel)))
+            .context("installing SIGINT/SIGTERM handlers")?;
+    }
     let summary = analyze_with_progress(
         a.inputs.clone(),
         a.output.clone(),
         config,
         a.threads as usize,
         Vec::new(),
+        Some(cancel),
     )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -110,6 +119,7 @@ pub fn analyze_with_progress(
     config: Config,
     threads: usize,
     extra_meta: Vec<(String, String)>,
+    cancel: Option<Arc<AtomicBool>>,
 ) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
@@ -130,6 +140,7 @@ pub fn analyze_with_progress(
         meta: std::iter::once(("command".into(), cmdline.join(" ")))
             .chain(extra_meta)
             .collect(),
+        cancel,
     };
     let result = driver::run(&opts);
     ticker.stop();

@@ -22,11 +22,15 @@ fn analyze(file: &Path, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn run_with_timeout(mut cmd: Command, limit: Duration, what: &str) -> Output {
-    let mut child = cmd
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn mimic");
+    wait_with_timeout(child, limit, what)
+}
+
+fn wait_with_timeout(mut child: std::process::Child, limit: Duration, what: &str) -> Output {
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait").is_some() {
@@ -723,5 +727,111 @@ fn agrees_with_tcptrace() {
     assert!(
         rtt_exact * 10 >= rtt_checked * 8,
         "RTT minimum agrees for only {rtt_exact} of {rtt_checked}"
+    );
+}
+
+/// Files named like a temporary database (`.NAME.tmp-PID`) under `dir`.
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect()
+}
+
+#[test]
+fn output_that_is_an_input_by_another_name_or_cannot_be_written_is_refused_first() {
+    let tmp = tempdir();
+    let input = tmp.path().join("in.pcap");
+    std::fs::copy(trace("web/tcptrace_http.dmp.pcap"), &input).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    // the input through a symlink and through a hard link: the output is the input itself,
+    // which the database's final rename would have replaced
+    let sym = tmp.path().join("link.pcap");
+    std::os::unix::fs::symlink(&input, &sym).unwrap();
+    let hard = tmp.path().join("hard.pcap");
+    std::fs::hard_link(&input, &hard).unwrap();
+    for (i, o) in [(&sym, &input), (&input, &sym), (&hard, &input)] {
+        let r = analyze(i, o, &[]);
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "{} -o {}",
+            i.display(),
+            o.display()
+        );
+        assert!(
+            stderr(&r).contains("would overwrite an input"),
+            "{}",
+            stderr(&r)
+        );
+        assert_eq!(
+            std::fs::read(&input).unwrap(),
+            before,
+            "the input was changed"
+        );
+    }
+    // an output that is a directory, or in one that does not exist: refused before the
+    // analysis, one line, nothing left behind
+    let dir = tmp.path().join("outdir");
+    std::fs::create_dir(&dir).unwrap();
+    let r = analyze(&input, &dir, &[]);
+    assert_eq!(r.status.code(), Some(2));
+    assert_eq!(stderr(&r).lines().count(), 1, "{}", stderr(&r));
+    assert!(stderr(&r).contains("is a directory"), "{}", stderr(&r));
+    let r = analyze(&input, &tmp.path().join("nowhere/x.db"), &[]);
+    assert_eq!(r.status.code(), Some(2));
+    assert_eq!(stderr(&r).lines().count(), 1, "{}", stderr(&r));
+    assert!(stderr(&r).contains("no such directory"), "{}", stderr(&r));
+    assert!(
+        temp_files(tmp.path()).is_empty(),
+        "{:?}",
+        temp_files(tmp.path())
+    );
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+}
+
+#[test]
+fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file() {
+    let tmp = tempdir();
+    let out = tmp.path().join("flows.db");
+    std::fs::write(&out, b"the previous result").unwrap();
+    // one capture 300 times over (merged in time order): long enough to be stopped midway
+    let f = trace("edge/zeek_http_1000-requests-one-dropped-response_ipv6.pcap");
+    let mut cmd = mimic();
+    cmd.arg("analyze").arg("-o").arg(&out).arg("-q");
+    for _ in 0..300 {
+        cmd.arg(&f);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the temporary database appears once the analysis has started
+    let start = Instant::now();
+    while temp_files(tmp.path()).is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "mimic ended before it was signalled"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no temporary database appeared"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the child this test spawned and has not reaped yet
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let o = wait_with_timeout(child, Duration::from_secs(30), "after SIGTERM");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), b"the previous result");
+    assert!(
+        temp_files(tmp.path()).is_empty(),
+        "{:?}",
+        temp_files(tmp.path())
     );
 }

@@ -125,9 +125,17 @@ impl Analyzer {
 
     fn advance(&mut self, t: Timestamp) {
         if t < self.now {
+            let back = self.now.nanos_since(t);
             self.stats.time_backwards += 1;
-            self.stats.max_backwards_ns = self.stats.max_backwards_ns.max(self.now.nanos_since(t));
-            return;
+            self.stats.max_backwards_ns = self.stats.max_backwards_ns.max(back);
+            if back <= self.cfg.idle_timeout_ns {
+                return;
+            }
+            // A step back longer than the idle timeout is no reordering: the time before it was
+            // wrong (one frame stamped years ahead, say). Capture time goes on from this frame,
+            // or no connection would be closed for idleness again and the table would grow
+            // with the trace. Connections stamped in that future wait for the end or eviction.
+            self.last_sweep = t;
         }
         self.now = t;
         let interval = (self.cfg.linger_ns.min(self.cfg.idle_timeout_ns) / 4).max(1);
@@ -183,21 +191,24 @@ impl Analyzer {
         self.stats.peak_connections = self.stats.peak_connections.max(self.table.len() as u64);
     }
 
-    /// Makes room in a full table: closes the longest-idle tenth of the connections.
+    /// Makes room in a full table: closes a tenth of the connections (at least one), those
+    /// already terminated first (they only linger for late packets), then the longest idle.
+    /// Only a connection that had not terminated is flagged `evicted`: it may have gone on.
     fn evict(&mut self) {
-        let mut ages: Vec<Timestamp> = self.table.values().map(|c| c.t_last).collect();
-        let k = (ages.len() / 10).max(1).min(ages.len() - 1);
-        let (_, cutoff, _) = ages.select_nth_unstable(k);
-        let cutoff = *cutoff;
-        let keys: Vec<FlowKey> = self
+        let mut order: Vec<(bool, Timestamp, u64, FlowKey)> = self
             .table
             .iter()
-            .filter(|(_, c)| c.t_last <= cutoff)
-            .map(|(k, _)| *k)
+            .map(|(k, c)| (!c.terminated(), c.t_last, c.id, *k))
             .collect();
-        for key in keys {
+        let k = (order.len() / 10).max(1);
+        if k < order.len() {
+            order.select_nth_unstable_by_key(k - 1, |&(open, t, id, _)| (open, t, id));
+        }
+        order.truncate(k);
+        order.sort_unstable_by_key(|&(_, _, id, _)| id);
+        for (open, _, _, key) in order {
             if let Some(mut c) = self.table.remove(&key) {
-                c.evicted = true;
+                c.evicted = open;
                 self.stats.evicted += 1;
                 self.emit(c);
             }

@@ -730,3 +730,83 @@ fn store_round_trip_across_statement_chunks() {
         .unwrap();
     assert_eq!(n, 150);
 }
+
+#[test]
+fn a_full_table_closes_a_tenth_terminated_first_and_flags_only_open_ones() {
+    let cfg = Config {
+        max_connections: 20,
+        ..Config::default()
+    };
+    let mut w = Wire::new();
+    w.an = Analyzer::new(cfg);
+    // 20 connections: the first ten finish (FIN both ways) and linger, the other ten stay open;
+    // the open ones are older, so by idleness alone they would go first
+    for i in 0..20u16 {
+        w.cport = 41000 + i;
+        let t = w.handshake(i as i64 * MS, 10 * MS, 1000, 5000);
+        if i < 10 {
+            w.send(t + 20 * MS, p(true, 1001, 5001, F | A, 0));
+            w.send(t + 21 * MS, p(false, 5001, 1002, F | A, 0));
+            w.send(t + 31 * MS, p(true, 1002, 5002, A, 0));
+        }
+    }
+    assert!(w.an.poll_record().is_none());
+    // the 21st makes room: exactly a tenth (two), terminated ones, not flagged
+    w.cport = 42000;
+    w.handshake(100 * MS, 10 * MS, 1000, 5000);
+    let mut out = Vec::new();
+    while let Some(r) = w.an.poll_record() {
+        out.push(r);
+    }
+    assert_eq!(out.len(), 2);
+    assert_eq!(w.an.stats().evicted, 2);
+    for r in &out {
+        assert!(
+            r.client_port < 41010,
+            "an open connection went first: {}",
+            r.client_port
+        );
+        assert!(r.complete(), "{:?}", r.prune);
+        assert_eq!(r.termination, Termination::Fin);
+    }
+    // once no terminated one is left, open ones go and are flagged
+    for i in 0..10u16 {
+        w.cport = 43000 + i;
+        w.handshake(200 * MS + i as i64 * MS, 10 * MS, 1000, 5000);
+    }
+    let rest: Vec<_> = w.finish();
+    let evicted: Vec<_> = rest
+        .iter()
+        .filter(|r| r.prune.contains(&PruneReason::Evicted))
+        .collect();
+    assert!(!evicted.is_empty());
+    assert!(evicted.iter().all(|r| r.termination == Termination::None));
+}
+
+#[test]
+fn one_frame_stamped_in_the_future_does_not_stop_idle_closing() {
+    let cfg = Config {
+        idle_timeout_ns: 10 * 1_000 * MS,
+        linger_ns: 1_000 * MS,
+        ..Config::default()
+    };
+    let mut w = Wire::new();
+    w.an = Analyzer::new(cfg);
+    // a stray frame three years ahead, then 500 short connections one second apart
+    w.cport = 39999;
+    w.send(3 * 365 * 86_400 * 1_000 * MS, p(true, 1, 1, A, 0));
+    for i in 0..500u16 {
+        w.cport = 40000 + i;
+        let t = w.handshake(i as i64 * 1_000 * MS, 10 * MS, 1000, 5000);
+        w.send(t + 1 * MS, p(true, 1001, 5001, F | A, 0));
+        w.send(t + 2 * MS, p(false, 5001, 1002, F | A, 0));
+        w.send(t + 12 * MS, p(true, 1002, 5002, A, 0));
+    }
+    // they are closed as capture time passes them, not all kept to the end
+    assert!(
+        w.an.stats().peak_connections < 10,
+        "peak {}",
+        w.an.stats().peak_connections
+    );
+    assert_eq!(w.finish().len(), 501);
+}

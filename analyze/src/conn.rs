@@ -70,6 +70,12 @@ struct Retx {
     orig_flight: u32,
     /// Index in `Side::sends` of the transmission this one replaces (`NO_LOG`: not logged).
     orig_log: u32,
+    /// The other side acknowledged this data too late for the original to explain it alone:
+    /// a duplicate ACK answering this resend may still show that it was not needed.
+    covered: bool,
+    /// When this side next sent data after this resend (an ACK before that time plus a round
+    /// trip cannot answer anything sent later).
+    next_send: Option<Timestamp>,
 }
 
 /// The previous ACK that advanced over this side's data (for packet pairs).
@@ -201,6 +207,21 @@ fn push_sized<T>(v: &mut Vec<T>, x: T, first: usize) {
         });
     }
     v.push(x);
+}
+
+/// Whether a duplicate ACK at `t` can no longer be the receiver's answer to the resend `rx`
+/// (Monkey §3.2: "any duplicate acknowledgment sent in response to a retransmission indicates
+/// that the retransmission was spurious"). The answer comes a round trip after the resend; from
+/// three quarters of the minimum round trip after the next data sent, an ACK may answer that
+/// data instead (a hole further on), so the window closes then, and two round trips after the
+/// resend in any case. This errs towards calling a resend needed. Without an RTT estimate
+/// nothing can be told apart.
+fn dupack_window_closed(rx: &Retx, t: Timestamp, rtt_hint: Option<i64>) -> bool {
+    let Some(r) = rtt_hint else {
+        return true;
+    };
+    let after_next = rx.next_send.is_some_and(|s| t.nanos_since(s) >= r * 3 / 4);
+    t.nanos_since(rx.t) >= 2 * r || after_next
 }
 
 /// Retransmissions remembered per direction (for spurious and congestion tests).
@@ -464,6 +485,13 @@ impl Conn {
         let ins = self.s[d].covered.insert(start, end);
         let burst_gap = self.burst_gap();
         let side = &mut self.s[d];
+        // resends still waiting for their answer learn when data was next sent after them
+        for rx in side.retx.iter_mut().rev() {
+            if rx.decided || rx.next_send.is_some() {
+                break;
+            }
+            rx.next_send = Some(t);
+        }
         side.data_pkts += 1;
         side.max_seg = side.max_seg.max(seg.payload_len);
         let wire = seg.payload_len + seg.hdr_len as u32;
@@ -508,6 +536,8 @@ impl Conn {
                 decided: already,
                 orig_flight,
                 orig_log,
+                covered: false,
+                next_send: None,
             });
         }
         if ins.new_bytes > 0 {
@@ -765,13 +795,22 @@ impl Conn {
             });
             // retransmissions: an ACK covering them too soon after they were sent was caused by
             // the original (the resend was spurious)
-            for rx in data.retx.iter_mut().filter(|x| !x.decided && x.end <= a) {
-                let soon = rtt_hint.is_some_and(|r| t.nanos_since(rx.t) < r * 3 / 4);
-                if soon {
-                    rx.spurious = true;
-                    data.spurious_heur += 1;
+            for rx in data.retx.iter_mut().filter(|x| !x.decided) {
+                if !rx.covered && rx.end <= a {
+                    let soon = rtt_hint.is_some_and(|r| t.nanos_since(rx.t) < r * 3 / 4);
+                    if soon {
+                        rx.spurious = true;
+                        data.spurious_heur += 1;
+                        rx.decided = true;
+                    } else {
+                        // this ACK may answer the original or the resend: Monkey's test waits
+                        // for a duplicate ACK answering the resend (below)
+                        rx.covered = true;
+                    }
                 }
-                rx.decided = true;
+                if rx.covered && dupack_window_closed(rx, t, rtt_hint) {
+                    rx.decided = true;
+                }
             }
             data.acked = a;
             data.ack_seen = true;
@@ -799,20 +838,29 @@ impl Conn {
                     adu.acked_upto += 1;
                 }
             }
-        } else if a == self.s[o].acked && pure && self.s[o].hi > a {
+        } else if a == self.s[o].acked
+            && pure
+            // a window update is no duplicate
+            && self.s[d].last_window.is_none_or(|w| w == seg.window)
+        {
             let data = &mut self.s[o];
-            data.dupacks += 1;
+            if data.hi > a {
+                data.dupacks += 1;
+            }
             // Monkey's heuristic: a duplicate ACK answering a retransmission of data the
-            // receiver already holds means the retransmission was spurious
+            // receiver already holds means the retransmission was spurious (with nothing
+            // outstanding any more, the answer repeats the cumulative ACK all the same)
             for rx in data.retx.iter_mut().filter(|x| !x.decided) {
                 let answered = rtt_hint.is_none_or(|r| t.nanos_since(rx.t) >= r * 3 / 4);
-                if answered {
-                    if a >= rx.end {
-                        rx.spurious = true;
-                        data.spurious_heur += 1;
-                    }
-                    rx.decided = true;
+                if !answered {
+                    continue;
                 }
+                if rx.covered && !dupack_window_closed(rx, t, rtt_hint) {
+                    // the receiver already held this data when the resend reached it
+                    rx.spurious = true;
+                    data.spurious_heur += 1;
+                }
+                rx.decided = true;
             }
         }
     }

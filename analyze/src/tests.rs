@@ -221,6 +221,73 @@ fn spurious_retransmission_by_early_ack() {
 }
 
 #[test]
+fn spurious_retransmission_by_a_duplicate_ack_answering_it() {
+    // Monkey's heuristic proper: the ACK of the originals comes too late to rule the resend
+    // out by itself (80 ms after it, RTT 100 ms), but the client then answers the resend with a
+    // duplicate ACK, one round trip after it was sent
+    let mut w = Wire::new();
+    let rtt = 100 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    burst(&mut w, t + 2 * MS, 5001, 2, 1000);
+    w.send(t + 302 * MS, p(false, 5001, 1101, A, 1000));
+    w.send(t + 382 * MS, p(true, 1101, 7001, A, 0));
+    w.send(t + 402 * MS, p(true, 1101, 7001, A, 0));
+    w.send(t + 450 * MS, p(true, 1101, 7001, F | A, 0));
+    w.send(t + 451 * MS, p(false, 7001, 1102, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_eq!(r.spurious_retx_down, 1);
+    assert_eq!(r.spurious_by, Some("dupack"));
+    assert_eq!(r.loss_rate_down, Some(0.0));
+
+    // without that duplicate ACK the same resend counts as a loss
+    let mut w = Wire::new();
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    burst(&mut w, t + 2 * MS, 5001, 2, 1000);
+    w.send(t + 302 * MS, p(false, 5001, 1101, A, 1000));
+    w.send(t + 382 * MS, p(true, 1101, 7001, A, 0));
+    w.send(t + 450 * MS, p(true, 1101, 7001, F | A, 0));
+    w.send(t + 451 * MS, p(false, 7001, 1102, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_eq!(r.spurious_retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(1.0 / 3.0));
+}
+
+#[test]
+fn a_needed_resend_is_not_made_spurious_by_the_duplicate_acks_of_a_later_hole() {
+    // six segments, the 2nd and the 5th lost; the resend of the 2nd is answered by a partial
+    // ACK up to the 5th, and the segment sent right after the resend draws a duplicate ACK of
+    // that later hole about a round trip after the resend
+    let mut w = Wire::new();
+    let rtt = 40 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    burst(&mut w, t + 2 * MS, 5001, 6, 1000);
+    let back = t + 2 * MS + rtt;
+    w.send(back, p(true, 1101, 6001, A, 0));
+    for k in 0..3 {
+        w.send(back + (20 + 10 * k) * US, p(true, 1101, 6001, A, 0));
+    }
+    let rx = back + 100 * US;
+    w.send(rx, p(false, 6001, 1101, A, 1000));
+    w.send(rx + 100 * US, p(false, 11001, 1101, A, 1000));
+    w.send(rx + rtt, p(true, 1101, 9001, A, 0));
+    w.send(rx + 100 * US + rtt, p(true, 1101, 9001, A, 0));
+    // the 5th resent and acknowledged with everything
+    w.send(rx + rtt + 200 * US, p(false, 9001, 1101, A, 1000));
+    w.send(rx + 2 * rtt + 200 * US, p(true, 1101, 12001, A, 0));
+    w.send(rx + 2 * rtt + MS, p(true, 1101, 12001, F | A, 0));
+    w.send(rx + 2 * rtt + 2 * MS, p(false, 12001, 1102, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 2);
+    assert_eq!(r.spurious_retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(2.0 / 9.0));
+}
+
+#[test]
 fn genuine_loss_and_dsack() {
     // 1) a real loss: the client's ACKs stop at the lost segment, the resend is needed
     let mut w = Wire::new();
@@ -798,7 +865,7 @@ fn one_frame_stamped_in_the_future_does_not_stop_idle_closing() {
     for i in 0..500u16 {
         w.cport = 40000 + i;
         let t = w.handshake(i as i64 * 1_000 * MS, 10 * MS, 1000, 5000);
-        w.send(t + 1 * MS, p(true, 1001, 5001, F | A, 0));
+        w.send(t + MS, p(true, 1001, 5001, F | A, 0));
         w.send(t + 2 * MS, p(false, 5001, 1002, F | A, 0));
         w.send(t + 12 * MS, p(true, 1002, 5002, A, 0));
     }

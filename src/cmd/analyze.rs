@@ -96,6 +96,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         print_summary(&summary);
     }
+    // warnings go to stderr unless --quiet (the JSON summary carries them too)
+    if crate::progress::quiet() {
+        return Ok(ExitCode::SUCCESS);
+    }
     for i in &summary.input_issues {
         eprintln!(
             "mimic: warning: {} (frames before it were analyzed)",

@@ -835,3 +835,23 @@ fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file()
         temp_files(tmp.path())
     );
 }
+
+#[test]
+fn quiet_leaves_stderr_to_errors() {
+    let tmp = tempdir();
+    let out = tmp.path().join("x.db");
+    // a capture cut short: analyzed up to the cut, with a warning unless --quiet
+    let f = trace("malformed/ndpi_fuzz-2021-10-13.pcap");
+    let loud = run(&["analyze", f.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(loud.status.success());
+    assert!(stderr(&loud).contains("warning"), "{}", stderr(&loud));
+    let quiet = run(&[
+        "-q",
+        "analyze",
+        f.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(quiet.status.success());
+    assert_eq!(stderr(&quiet), "");
+}

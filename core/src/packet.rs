@@ -536,11 +536,31 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
     } else {
         payload.payload.len()
     };
-    let tcp = TcpSlice::from_slice(payload.payload).map_err(|e| match e {
+    let bytes = payload.payload;
+    // A snaplen that cuts a SYN inside its options still leaves the fixed header whole: its
+    // fields are read from a copy that declares no options, and the options that were
+    // captured are parsed as far as they go (`options.malformed` marks the cut).
+    let declared_hdr = bytes.get(12).map_or(0, |b| (b >> 4) as usize * 4);
+    let options_cut = payload.incomplete && bytes.len() >= 20 && declared_hdr > bytes.len();
+    let mut fixed = [0u8; 20];
+    let tcp_bytes: &[u8] = if options_cut {
+        fixed.copy_from_slice(&bytes[..20]);
+        fixed[12] = (5 << 4) | (fixed[12] & 0x0f);
+        &fixed
+    } else {
+        bytes
+    };
+    let tcp = TcpSlice::from_slice(tcp_bytes).map_err(|e| match e {
         etherparse::err::tcp::HeaderSliceError::Len(_) => DecodeError::TruncatedTcpHeader,
         etherparse::err::tcp::HeaderSliceError::Content(_) => DecodeError::BadTcpHeader,
     })?;
-    let hdr_len = tcp.header_len();
+    let (hdr_len, options) = if options_cut {
+        let mut o = TcpOptions::parse(&bytes[20..]);
+        o.malformed = true;
+        (declared_hdr, o)
+    } else {
+        (tcp.header_len(), TcpOptions::parse(tcp.options()))
+    };
     let payload_len = ip_payload_len
         .checked_sub(hdr_len)
         .ok_or(DecodeError::BadTcpHeader)?;
@@ -559,7 +579,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
             flags |= bit;
         }
     }
-    let captured = tcp.payload();
+    let captured = &bytes[hdr_len.min(bytes.len())..];
     Ok(TcpSegment {
         vlan,
         src,
@@ -570,7 +590,7 @@ fn decode_ip(ip: &[u8], vlan: VlanStack) -> Result<TcpSegment<'_>, DecodeError> 
         ack: SeqNum(tcp.acknowledgment_number()),
         flags: TcpFlags(flags),
         window: tcp.window_size(),
-        options: TcpOptions::parse(tcp.options()),
+        options,
         payload_len: payload_len as u32,
         payload: &captured[..captured.len().min(payload_len)],
         ip_ecn: ecn,
@@ -652,6 +672,21 @@ mod tests {
             decode(LinkType::Ethernet, &f[..14 + 20 + 10]).unwrap_err(),
             DecodeError::TruncatedTcpHeader
         );
+        // cut inside the SYN's options: the header's fields and the whole options before the
+        // cut are kept (MSS, SACK-permitted), the one cut (timestamps) is not
+        let s = decode(LinkType::Ethernet, &syn[..14 + 20 + 20 + 10]).unwrap();
+        assert!(s.flags.syn());
+        assert_eq!((s.seq, s.window, s.dport), (SeqNum(100), 0xfaf0, 80));
+        assert_eq!(s.options.mss, Some(1460));
+        assert!(s.options.sack_permitted);
+        assert_eq!(s.options.timestamp, None);
+        assert!(s.options.malformed);
+        assert_eq!((s.hdr_len, s.payload_len, s.payload.len()), (60, 0, 0));
+        // a header that declares more bytes than its packet holds is still refused
+        let mut bad = syn.clone();
+        bad[16] = 0;
+        bad[17] = 50;
+        assert!(decode(LinkType::Ethernet, &bad[..14 + 50]).is_err());
         assert_eq!(
             decode(LinkType::Ethernet, &f[..14 + 10]).unwrap_err(),
             DecodeError::TruncatedIpHeader

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pcap_parser::pcapng::Block;
+use pcap_parser::pcapng::{Block, PcapNGOption};
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
 
@@ -530,7 +530,12 @@ fn classify(
                     link: LinkType::from_u32(idb.linktype.0 as u32),
                     // an invalid if_tsresol falls back to the default (microseconds)
                     units_per_sec: idb.ts_resolution().filter(|u| *u > 0).unwrap_or(1_000_000),
-                    offset_secs: idb.ts_offset(),
+                    // if_tsoffset (option code 14), an i64 in section byte order; pcap-parser's
+                    // `ts_offset()` reads it little-endian whatever the section. (if_tsresol is
+                    // one byte, so its byte order does not matter.)
+                    offset_secs: option_u64(&idb.options, 14, section_be)
+                        .map(|v| v as i64)
+                        .unwrap_or(0),
                 },
                 Block::EnhancedPacket(epb) => Step::Packet {
                     offset,
@@ -550,20 +555,7 @@ fn classify(
                 },
                 Block::InterfaceStatistics(isb) => {
                     // isb_ifdrop (option code 5), a u64 in section byte order
-                    let dropped = isb
-                        .options
-                        .iter()
-                        .find(|o| o.code.0 == 5 && o.value.len() >= 8)
-                        .map(|o| {
-                            let mut b = [0u8; 8];
-                            b.copy_from_slice(&o.value[..8]);
-                            if section_be {
-                                u64::from_be_bytes(b)
-                            } else {
-                                u64::from_le_bytes(b)
-                            }
-                        })
-                        .unwrap_or(0);
+                    let dropped = option_u64(&isb.options, 5, section_be).unwrap_or(0);
                     Step::IfStats { offset, dropped }
                 }
                 Block::Unknown(u) if u.block_type == 2 => {
@@ -604,6 +596,21 @@ fn classify(
     }
 }
 
+/// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.
+/// pcap-parser keeps option values as the file's raw bytes.
+fn option_u64(options: &[PcapNGOption<'_>], code: u16, section_be: bool) -> Option<u64> {
+    let o = options
+        .iter()
+        .find(|o| o.code.0 == code && o.value.len() >= 8)?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&o.value[..8]);
+    Some(if section_be {
+        u64::from_be_bytes(b)
+    } else {
+        u64::from_le_bytes(b)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -641,6 +648,88 @@ mod tests {
             v.extend_from_slice(d);
         }
         v
+    }
+
+    /// Writes pcapng blocks in one byte order; starts with a section header.
+    struct NgWriter {
+        big_endian: bool,
+        out: Vec<u8>,
+    }
+
+    impl NgWriter {
+        fn new(big_endian: bool) -> NgWriter {
+            let mut w = NgWriter {
+                big_endian,
+                out: Vec::new(),
+            };
+            let mut body = w.u32(0x1a2b_3c4d);
+            body.extend(w.u16(1));
+            body.extend(w.u16(0));
+            body.extend(w.u64(u64::MAX)); // section length unknown
+            w.block(0x0a0d_0d0a, &body);
+            w
+        }
+
+        fn u16(&self, x: u16) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn u32(&self, x: u32) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn u64(&self, x: u64) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn block(&mut self, block_type: u32, body: &[u8]) {
+            let mut body = body.to_vec();
+            body.resize(body.len().next_multiple_of(4), 0);
+            let len = self.u32(12 + body.len() as u32);
+            self.out.extend(self.u32(block_type));
+            self.out.extend(&len);
+            self.out.extend(body);
+            self.out.extend(&len);
+        }
+
+        /// An Ethernet interface with `(code, value)` options.
+        fn interface(&mut self, options: &[(u16, Vec<u8>)]) {
+            let mut body = self.u16(1);
+            body.extend(self.u16(0));
+            body.extend(self.u32(65535));
+            for (code, value) in options {
+                body.extend(self.u16(*code));
+                body.extend(self.u16(value.len() as u16));
+                body.extend(value);
+                body.resize(body.len().next_multiple_of(4), 0);
+            }
+            if !options.is_empty() {
+                body.extend([0; 4]); // opt_endofopt
+            }
+            self.block(1, &body);
+        }
+
+        fn enhanced_packet(&mut self, iface: u32, ts: u64, data: &[u8]) {
+            let mut body = self.u32(iface);
+            body.extend(self.u32((ts >> 32) as u32));
+            body.extend(self.u32(ts as u32));
+            body.extend(self.u32(data.len() as u32));
+            body.extend(self.u32(data.len() as u32 + 10));
+            body.extend(data);
+            self.block(6, &body);
+        }
     }
 
     /// A temporary file ending in `name`, removed when the returned path is dropped (also when
@@ -710,5 +799,26 @@ mod tests {
             TraceReader::open(&p).err().unwrap(),
             TraceError::Empty { .. }
         ));
+    }
+
+    /// pcap-parser reads `if_tsoffset` little-endian whatever the section's byte order, which
+    /// put a big-endian file's frames out of the supported time range.
+    #[test]
+    fn pcapng_ts_offset_and_resolution_in_either_byte_order() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            let offset = w.u64(1_600_000_000);
+            w.interface(&[(9, vec![9]), (14, offset)]);
+            w.enhanced_packet(0, 1_000_000 * 1_000_000_000 + 5, b"abc");
+            let mut r = TraceReader::from_bytes(format!("o{be}.pcapng"), w.out).unwrap();
+            let f = r.next_frame().unwrap().expect("frame skipped");
+            assert_eq!(
+                f.ts,
+                Timestamp::from_nanos(1_601_000_000 * 1_000_000_000 + 5)
+            );
+            assert_eq!(f.data, b"abc");
+            assert!(r.next_frame().unwrap().is_none());
+            assert_eq!(r.stats.ts_out_of_range, 0);
+        }
     }
 }

@@ -558,7 +558,8 @@ fn classify(
                     let dropped = option_u64(&isb.options, 5, section_be).unwrap_or(0);
                     Step::IfStats { offset, dropped }
                 }
-                Block::Unknown(u) if u.block_type == 2 => {
+                // pcap-parser reads an unknown block's type little-endian whatever the section
+                Block::Unknown(u) if section_u32(u.block_type, section_be) == 2 => {
                     // Obsolete Packet Block: if_id(2) drops(2) ts_high(4) ts_low(4) caplen(4) len(4) data
                     let d = u.data;
                     if d.len() < 20 {
@@ -593,6 +594,15 @@ fn classify(
                 _ => Step::Skip(offset),
             }
         }
+    }
+}
+
+/// A u32 that pcap-parser read little-endian, in the section's byte order.
+fn section_u32(read_le: u32, section_be: bool) -> u32 {
+    if section_be {
+        read_le.swap_bytes()
+    } else {
+        read_le
     }
 }
 
@@ -730,6 +740,17 @@ mod tests {
             body.extend(data);
             self.block(6, &body);
         }
+
+        fn obsolete_packet(&mut self, iface: u16, ts: u64, data: &[u8]) {
+            let mut body = self.u16(iface);
+            body.extend(self.u16(0)); // drops
+            body.extend(self.u32((ts >> 32) as u32));
+            body.extend(self.u32(ts as u32));
+            body.extend(self.u32(data.len() as u32));
+            body.extend(self.u32(data.len() as u32 + 10));
+            body.extend(data);
+            self.block(2, &body);
+        }
     }
 
     /// A temporary file ending in `name`, removed when the returned path is dropped (also when
@@ -819,6 +840,28 @@ mod tests {
             assert_eq!(f.data, b"abc");
             assert!(r.next_frame().unwrap().is_none());
             assert_eq!(r.stats.ts_out_of_range, 0);
+        }
+    }
+
+    /// pcap-parser keeps an unknown block's type as read little-endian, so a big-endian
+    /// section's Obsolete Packet Block (type 2) was passed over without a count.
+    #[test]
+    fn pcapng_obsolete_packet_block_in_either_byte_order() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.obsolete_packet(0, 1_600_000_000 * 1_000_000 + 7, b"abcdef");
+            let mut r = TraceReader::from_bytes(format!("p{be}.pcapng"), w.out).unwrap();
+            let f = r.next_frame().unwrap().expect("no frame");
+            assert_eq!(
+                f.ts,
+                Timestamp::from_nanos(1_600_000_000 * 1_000_000_000 + 7_000)
+            );
+            assert_eq!(f.data, b"abcdef");
+            assert_eq!(f.wire_len, 16);
+            assert_eq!(f.link, LinkType::Ethernet);
+            assert!(r.next_frame().unwrap().is_none());
+            assert_eq!(r.stats.frames, 1);
         }
     }
 }

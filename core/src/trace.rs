@@ -22,6 +22,9 @@ use crate::time::Timestamp;
 /// the maximum buffer (BIG TCP frames are ~80 KB, jumbo-GRO captures up to 256 KB).
 const INITIAL_BUFFER: usize = 1 << 20;
 const MAX_BUFFER: usize = 16 << 20;
+/// The largest classic pcap record length libpcap and Wireshark accept whatever the snaplen
+/// (`MAXIMUM_SNAPLEN`, `WTAP_MAX_PACKET_SIZE_STANDARD`).
+const MAX_SNAPLEN: u32 = 262_144;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -115,6 +118,9 @@ pub struct TraceReader {
     format: Option<Format>,
     legacy_link: LinkType,
     legacy_units: u64,
+    legacy_snaplen: u32,
+    /// Classic pcap record header size (24 in the "modified" format, else 16).
+    legacy_record_header: usize,
     interfaces: Vec<Interface>,
     section_big_endian: bool,
     pending_consume: usize,
@@ -206,6 +212,8 @@ impl TraceReader {
             format: None,
             legacy_link: LinkType::Unknown(u32::MAX),
             legacy_units: 1_000_000,
+            legacy_snaplen: 0,
+            legacy_record_header: 16,
             interfaces: Vec::new(),
             section_big_endian: false,
             pending_consume: 0,
@@ -283,7 +291,9 @@ impl TraceReader {
                         return Err(TraceError::Corrupt {
                             path: self.path.clone(),
                             offset: self.position(),
-                            what: format!("record larger than {} MiB", MAX_BUFFER >> 20),
+                            what: self.impossible_record_length().unwrap_or_else(|| {
+                                format!("record larger than {} MiB", MAX_BUFFER >> 20)
+                            }),
                         });
                     }
                     self.buffer_size *= 2;
@@ -323,8 +333,12 @@ impl TraceReader {
                     link,
                     nanos,
                     big_endian,
+                    snaplen,
+                    record_header,
                 } => {
                     self.legacy_link = link;
+                    self.legacy_snaplen = snaplen;
+                    self.legacy_record_header = record_header;
                     self.legacy_units = if nanos { 1_000_000_000 } else { 1_000_000 };
                     self.format = Some(Format::Pcap { nanos, big_endian });
                     self.inner.consume_noshift(offset);
@@ -431,11 +445,53 @@ impl TraceReader {
         }
     }
 
+    /// The error for input that ends inside a record: cut short, unless the record is a
+    /// classic pcap record whose length field no capture could hold (the input then ends
+    /// inside it only because it claims so much).
     fn truncated(&self) -> TraceError {
-        TraceError::Truncated {
-            path: self.path.clone(),
-            offset: self.position(),
+        match self.impossible_record_length() {
+            Some(what) => TraceError::Corrupt {
+                path: self.path.clone(),
+                offset: self.position(),
+                what,
+            },
+            None => TraceError::Truncated {
+                path: self.path.clone(),
+                offset: self.position(),
+            },
         }
+    }
+
+    /// What is wrong with the length field of the classic pcap record at the read position,
+    /// if it is more than the snaplen allows (and more than libpcap accepts whatever the
+    /// snaplen) or more than this reader accepts.
+    fn impossible_record_length(&self) -> Option<String> {
+        let Some(Format::Pcap { big_endian, .. }) = self.format else {
+            return None;
+        };
+        let d = self.inner.data();
+        let b: [u8; 4] = d.get(8..12)?.try_into().ok()?;
+        let caplen = if big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        };
+        let snaplen = self.legacy_snaplen;
+        let mut what = if caplen > snaplen.max(MAX_SNAPLEN) {
+            format!("record claims {caplen} bytes of packet data, more than the snaplen of {snaplen} allows")
+        } else if caplen as usize >= MAX_BUFFER {
+            format!(
+                "record claims {caplen} bytes of packet data, more than the largest record accepted ({} MiB)",
+                MAX_BUFFER >> 20
+            )
+        } else {
+            return None;
+        };
+        if self.inner.reader_exhausted() {
+            let left = d.len().saturating_sub(self.legacy_record_header);
+            what += &format!(" (the file holds {left} more bytes)");
+        }
+        Some(what)
     }
 }
 
@@ -468,6 +524,8 @@ enum Step {
         link: LinkType,
         nanos: bool,
         big_endian: bool,
+        snaplen: u32,
+        record_header: usize,
     },
     Section {
         offset: usize,
@@ -506,6 +564,8 @@ fn classify(
             link: LinkType::from_u32((h.network.0 as u32) & 0x03ff_ffff),
             nanos: h.is_nanosecond_precision(),
             big_endian: h.is_bigendian(),
+            snaplen: h.snaplen,
+            record_header: if h.is_modified_format() { 24 } else { 16 },
         },
         PcapBlockOwned::Legacy(b) => Step::Packet {
             offset,
@@ -808,6 +868,34 @@ mod tests {
         let e = r.next_frame().unwrap_err();
         assert_eq!(e.reason(), "file_truncated");
         assert!(e.to_string().contains("cut short"));
+    }
+
+    /// A record whose length field no capture could hold made the reader ask for more input
+    /// until the file ended, and report the file as cut short.
+    #[test]
+    fn impossible_record_length_is_corrupt_not_cut_short() {
+        for (be, caplen) in [(false, u32::MAX), (true, u32::MAX), (false, 300_000)] {
+            let mut bytes = pcap_bytes(be, false, &[(1, 0, b"abcdef")]);
+            for x in [2, 0, caplen, 60] {
+                bytes.extend(if be {
+                    u32::to_be_bytes(x)
+                } else {
+                    u32::to_le_bytes(x)
+                });
+            }
+            bytes.extend([0u8; 60]);
+            let mut r = TraceReader::from_bytes("i.pcap", bytes).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
+            let e = r.next_frame().unwrap_err();
+            assert!(matches!(e, TraceError::Corrupt { offset: 46, .. }), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("record claims {caplen} bytes"))
+                    && msg.contains("snaplen of 65535")
+                    && msg.contains("60 more bytes"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -81,7 +81,8 @@ pub struct ReadStats {
     pub ts_missing: u64,
     /// A packet block names an interface its section never described; frame skipped.
     pub unknown_interface: u64,
-    /// Interface statistics blocks: packets the capturing interface reported dropping.
+    /// Interface statistics blocks: packets the capturing interface reported dropping (the last
+    /// count of each interface, summed over interfaces and sections).
     pub if_dropped: u64,
 }
 
@@ -96,6 +97,8 @@ struct Interface {
     link: LinkType,
     units_per_sec: u64,
     offset_secs: i64,
+    /// The last `isb_ifdrop` reported for the interface.
+    dropped: u64,
 }
 
 struct CountingReader<R> {
@@ -358,11 +361,25 @@ impl TraceReader {
                         link,
                         units_per_sec,
                         offset_secs,
+                        dropped: 0,
                     });
                     self.inner.consume_noshift(offset);
                 }
-                Step::IfStats { offset, dropped } => {
-                    self.stats.if_dropped += dropped;
+                Step::IfStats {
+                    offset,
+                    iface,
+                    dropped,
+                } => {
+                    // isb_ifdrop counts from the start of the capture: a later block for the
+                    // same interface replaces the count of an earlier one
+                    if let Some(dropped) = dropped {
+                        let s = &mut self.stats;
+                        if let Some(i) = self.interfaces.get_mut(iface as usize) {
+                            s.if_dropped = s.if_dropped.saturating_sub(i.dropped);
+                            i.dropped = dropped;
+                        }
+                        s.if_dropped = s.if_dropped.saturating_add(dropped);
+                    }
                     self.inner.consume_noshift(offset);
                 }
                 Step::Packet {
@@ -539,7 +556,8 @@ enum Step {
     },
     IfStats {
         offset: usize,
-        dropped: u64,
+        iface: u32,
+        dropped: Option<u64>,
     },
     Packet {
         offset: usize,
@@ -615,8 +633,11 @@ fn classify(
                 },
                 Block::InterfaceStatistics(isb) => {
                     // isb_ifdrop (option code 5), a u64 in section byte order
-                    let dropped = option_u64(&isb.options, 5, section_be).unwrap_or(0);
-                    Step::IfStats { offset, dropped }
+                    Step::IfStats {
+                        offset,
+                        iface: isb.if_id,
+                        dropped: option_u64(&isb.options, 5, section_be),
+                    }
                 }
                 // pcap-parser reads an unknown block's type little-endian whatever the section
                 Block::Unknown(u) if section_u32(u.block_type, section_be) == 2 => {
@@ -801,6 +822,18 @@ mod tests {
             self.block(6, &body);
         }
 
+        fn interface_statistics(&mut self, iface: u32, dropped: Option<u64>) {
+            let mut body = self.u32(iface);
+            body.extend([0; 8]); // timestamp
+            if let Some(d) = dropped {
+                body.extend(self.u16(5)); // isb_ifdrop
+                body.extend(self.u16(8));
+                body.extend(self.u64(d));
+                body.extend([0; 4]); // opt_endofopt
+            }
+            self.block(5, &body);
+        }
+
         fn obsolete_packet(&mut self, iface: u16, ts: u64, data: &[u8]) {
             let mut body = self.u16(iface);
             body.extend(self.u16(0)); // drops
@@ -950,6 +983,25 @@ mod tests {
             assert_eq!(f.link, LinkType::Ethernet);
             assert!(r.next_frame().unwrap().is_none());
             assert_eq!(r.stats.frames, 1);
+        }
+    }
+
+    /// isb_ifdrop counts from the start of the capture, so a second statistics block for an
+    /// interface replaces the first one's count; they were added up.
+    #[test]
+    fn interface_drops_are_the_last_count_of_each_interface() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.interface(&[]);
+            w.enhanced_packet(0, 1, b"abc");
+            w.interface_statistics(0, Some(3));
+            w.interface_statistics(1, Some(2));
+            w.interface_statistics(0, Some(5));
+            w.interface_statistics(0, None);
+            let mut r = TraceReader::from_bytes(format!("d{be}.pcapng"), w.out).unwrap();
+            while r.next_frame().unwrap().is_some() {}
+            assert_eq!(r.stats.if_dropped, 7);
         }
     }
 }

@@ -479,33 +479,61 @@ impl TraceReader {
         }
     }
 
-    /// What is wrong with the length field of the classic pcap record at the read position,
-    /// if it is more than the snaplen allows (and more than libpcap accepts whatever the
-    /// snaplen) or more than this reader accepts.
+    /// What is wrong with the length field of the record at the read position, if no capture
+    /// could hold it: a classic pcap record claiming more than the snaplen allows (and more
+    /// than libpcap accepts whatever the snaplen), or any record or block larger than this
+    /// reader accepts.
     fn impossible_record_length(&self) -> Option<String> {
-        let Some(Format::Pcap { big_endian, .. }) = self.format else {
-            return None;
-        };
         let d = self.inner.data();
-        let b: [u8; 4] = d.get(8..12)?.try_into().ok()?;
-        let caplen = if big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
+        let field = |at: usize, big_endian: bool| -> Option<u32> {
+            let b: [u8; 4] = d.get(at..at + 4)?.try_into().ok()?;
+            Some(if big_endian {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            })
         };
-        let snaplen = self.legacy_snaplen;
-        let mut what = if caplen > snaplen.max(MAX_SNAPLEN) {
-            format!("record claims {caplen} bytes of packet data, more than the snaplen of {snaplen} allows")
-        } else if caplen as usize >= MAX_BUFFER {
-            format!(
-                "record claims {caplen} bytes of packet data, more than the largest record accepted ({} MiB)",
-                MAX_BUFFER >> 20
-            )
-        } else {
-            return None;
+        let (mut what, left) = match self.format? {
+            Format::Pcap { big_endian, .. } => {
+                let caplen = field(8, big_endian)?;
+                let snaplen = self.legacy_snaplen;
+                let what = if caplen > snaplen.max(MAX_SNAPLEN) {
+                    let limit = if snaplen >= MAX_SNAPLEN {
+                        format!("the snaplen of {snaplen} allows")
+                    } else {
+                        format!("libpcap accepts ({MAX_SNAPLEN}; the snaplen is {snaplen})")
+                    };
+                    format!("record claims {caplen} bytes of packet data, more than {limit}")
+                } else if caplen as usize >= MAX_BUFFER {
+                    format!(
+                        "record claims {caplen} bytes of packet data, more than the largest \
+                         record accepted ({} MiB)",
+                        MAX_BUFFER >> 20
+                    )
+                } else {
+                    return None;
+                };
+                (what, d.len().saturating_sub(self.legacy_record_header))
+            }
+            Format::PcapNg => {
+                // a section header is in its own byte order, given by its byte-order magic
+                let big_endian = if d.get(..4) == Some(&[0x0a, 0x0d, 0x0d, 0x0a][..]) {
+                    d.get(8..12)? == [0x1a, 0x2b, 0x3c, 0x4d]
+                } else {
+                    self.section_big_endian
+                };
+                let len = field(4, big_endian)?;
+                if (len as usize) < MAX_BUFFER {
+                    return None;
+                }
+                let what = format!(
+                    "block claims {len} bytes, more than the largest block accepted ({} MiB)",
+                    MAX_BUFFER >> 20
+                );
+                (what, d.len().saturating_sub(8))
+            }
         };
         if self.inner.reader_exhausted() {
-            let left = d.len().saturating_sub(self.legacy_record_header);
             what += &format!(" (the file holds {left} more bytes)");
         }
         Some(what)
@@ -924,8 +952,39 @@ mod tests {
             let msg = e.to_string();
             assert!(
                 msg.contains(&format!("record claims {caplen} bytes"))
-                    && msg.contains("snaplen of 65535")
+                    && msg.contains("more than libpcap accepts (262144; the snaplen is 65535)")
                     && msg.contains("60 more bytes"),
+                "{msg}"
+            );
+        }
+    }
+
+    /// The same for a pcapng block whose length field is beyond any block the reader accepts.
+    #[test]
+    fn impossible_block_length_is_corrupt_not_cut_short() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.enhanced_packet(0, 1, b"abc");
+            let good = w.out.len();
+            w.enhanced_packet(0, 2, b"def");
+            // a last block cut short is still reported so
+            let cut = w.out[..w.out.len() - 3].to_vec();
+            let mut r = TraceReader::from_bytes(format!("c{be}.pcapng"), cut).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abc");
+            assert_eq!(r.next_frame().unwrap_err().reason(), "file_truncated");
+            let bad = w.u32(0xffff_fff0);
+            w.out[good + 4..good + 8].copy_from_slice(&bad);
+            let mut r = TraceReader::from_bytes(format!("b{be}.pcapng"), w.out).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abc");
+            let e = r.next_frame().unwrap_err();
+            assert!(
+                matches!(e, TraceError::Corrupt { offset, .. } if offset == good as u64),
+                "{e}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains("block claims 4294967280 bytes") && msg.contains("28 more bytes"),
                 "{msg}"
             );
         }

@@ -80,6 +80,15 @@ pub struct Summary {
     /// Frames stamped earlier than a frame before them, and the largest step back in seconds.
     pub time_backwards: u64,
     pub max_time_backwards_s: f64,
+    /// Frames analyzed whose sub-second timestamp field was a second or more (carried into the
+    /// seconds).
+    pub ts_invalid_fraction: u64,
+    /// Frames analyzed that carried no timestamp (pcapng Simple Packet Blocks), given the
+    /// previous frame's.
+    pub ts_missing: u64,
+    /// Packets the capturing interface reported dropping (pcapng interface statistics): never
+    /// in the input, so not counted as frames.
+    pub capture_dropped: u64,
     pub input_issues: Vec<InputIssue>,
     pub threads: usize,
     pub elapsed_s: f64,
@@ -257,6 +266,19 @@ impl FrameSource {
         }
     }
 
+    /// What the readers noted of frames they still passed on, and the capture's own drops:
+    /// (invalid sub-second timestamps, missing timestamps, packets the interface dropped).
+    fn reader_notes(&self) -> (u64, u64, u64) {
+        self.readers.iter().fold((0, 0, 0), |(f, m, d), r| {
+            let s = &r.stats;
+            (
+                f + s.ts_invalid_fraction,
+                m + s.ts_missing,
+                d + s.if_dropped,
+            )
+        })
+    }
+
     /// Frames the readers skipped (out-of-range timestamps, unknown interfaces).
     fn reader_skips(&self) -> BTreeMap<&'static str, u64> {
         let mut m = BTreeMap::new();
@@ -371,6 +393,7 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         *stats.skipped.entry(k).or_default() += v;
         stats.frames += v;
     }
+    let (ts_invalid_fraction, ts_missing, capture_dropped) = source.reader_notes();
     let elapsed = started.elapsed().as_secs_f64();
     let summary = Summary {
         output: opts.output.display().to_string(),
@@ -406,6 +429,9 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
             .collect(),
         time_backwards: stats.time_backwards,
         max_time_backwards_s: stats.max_backwards_ns as f64 / 1e9,
+        ts_invalid_fraction,
+        ts_missing,
+        capture_dropped,
         input_issues: source.issues.clone(),
         threads: opts.threads.max(1),
         elapsed_s: elapsed,
@@ -526,6 +552,12 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
             "max_time_backwards_s".into(),
             s.max_time_backwards_s.to_string(),
         ),
+        (
+            "ts_invalid_fraction".into(),
+            s.ts_invalid_fraction.to_string(),
+        ),
+        ("ts_missing".into(), s.ts_missing.to_string()),
+        ("capture_dropped".into(), s.capture_dropped.to_string()),
         ("server_ports".into(), json(&cfg.server_ports)),
         (
             "server_nets".into(),

@@ -877,3 +877,53 @@ fn one_frame_stamped_in_the_future_does_not_stop_idle_closing() {
     );
     assert_eq!(w.finish().len(), 501);
 }
+
+/// What the trace reader notes of frames it still passes on (a sub-second field of a second or
+/// more, a frame without a timestamp) and the drops a pcapng capture reports were counted by
+/// the reader but reached neither the summary nor the `meta` table.
+#[test]
+fn reader_notes_reach_the_summary_and_meta() {
+    let le32 = |v: &mut Vec<u8>, xs: &[u32]| {
+        for x in xs {
+            v.extend(x.to_le_bytes());
+        }
+    };
+    // classic pcap (little-endian, µs): one frame stamped 10 s + 1,500,000 µs
+    let mut pcap = Vec::new();
+    le32(&mut pcap, &[0xa1b2_c3d4, 0x0004_0002, 0, 0, 65535, 1]);
+    le32(&mut pcap, &[10, 1_500_000, 4, 4]);
+    pcap.extend(b"abcd");
+    // pcapng (little-endian): section, Ethernet interface, a Simple Packet Block (no
+    // timestamp), interface statistics with isb_ifdrop = 7
+    let block = |v: &mut Vec<u8>, block_type: u32, body: &[u32]| {
+        let len = 12 + 4 * body.len() as u32;
+        le32(v, &[block_type, len]);
+        le32(v, body);
+        le32(v, &[len]);
+    };
+    let mut ng = Vec::new();
+    block(&mut ng, 0x0a0d_0d0a, &[0x1a2b_3c4d, 1, u32::MAX, u32::MAX]);
+    block(&mut ng, 1, &[1, 65535]);
+    block(&mut ng, 3, &[4, u32::from_le_bytes(*b"abcd")]);
+    block(&mut ng, 5, &[0, 0, 0, 5 | (8 << 16), 7, 0, 0]);
+
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes, want) in [("f.pcap", pcap, [1, 0, 0]), ("s.pcapng", ng, [0, 1, 7])] {
+        let input = dir.path().join(name);
+        std::fs::write(&input, bytes).unwrap();
+        let out = dir.path().join(format!("{name}.db"));
+        let s = crate::driver::analyze_file(&input, &out).unwrap();
+        assert!(s.input_issues.is_empty(), "{name}: {:?}", s.input_issues);
+        assert_eq!(s.frames, 1, "{name}");
+        let got = [s.ts_invalid_fraction, s.ts_missing, s.capture_dropped];
+        assert_eq!(got, want, "{name}");
+        let db = rusqlite::Connection::open(&out).unwrap();
+        for (key, w) in ["ts_invalid_fraction", "ts_missing", "capture_dropped"]
+            .iter()
+            .zip(want)
+        {
+            let v = mimic_core::db::get_meta(&db, key).unwrap();
+            assert_eq!(v, Some(w.to_string()), "{name}: meta {key}");
+        }
+    }
+}

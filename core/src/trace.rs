@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pcap_parser::pcapng::Block;
+use pcap_parser::pcapng::{Block, PcapNGOption};
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
 
@@ -22,6 +22,9 @@ use crate::time::Timestamp;
 /// the maximum buffer (BIG TCP frames are ~80 KB, jumbo-GRO captures up to 256 KB).
 const INITIAL_BUFFER: usize = 1 << 20;
 const MAX_BUFFER: usize = 16 << 20;
+/// The largest classic pcap record length libpcap and Wireshark accept whatever the snaplen
+/// (`MAXIMUM_SNAPLEN`, `WTAP_MAX_PACKET_SIZE_STANDARD`).
+const MAX_SNAPLEN: u32 = 262_144;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -78,7 +81,8 @@ pub struct ReadStats {
     pub ts_missing: u64,
     /// A packet block names an interface its section never described; frame skipped.
     pub unknown_interface: u64,
-    /// Interface statistics blocks: packets the capturing interface reported dropping.
+    /// Interface statistics blocks: packets the capturing interface reported dropping (the last
+    /// count of each interface, summed over interfaces and sections).
     pub if_dropped: u64,
 }
 
@@ -93,6 +97,8 @@ struct Interface {
     link: LinkType,
     units_per_sec: u64,
     offset_secs: i64,
+    /// The last `isb_ifdrop` reported for the interface.
+    dropped: u64,
 }
 
 struct CountingReader<R> {
@@ -115,6 +121,9 @@ pub struct TraceReader {
     format: Option<Format>,
     legacy_link: LinkType,
     legacy_units: u64,
+    legacy_snaplen: u32,
+    /// Classic pcap record header size (24 in the "modified" format, else 16).
+    legacy_record_header: usize,
     interfaces: Vec<Interface>,
     section_big_endian: bool,
     pending_consume: usize,
@@ -206,6 +215,8 @@ impl TraceReader {
             format: None,
             legacy_link: LinkType::Unknown(u32::MAX),
             legacy_units: 1_000_000,
+            legacy_snaplen: 0,
+            legacy_record_header: 16,
             interfaces: Vec::new(),
             section_big_endian: false,
             pending_consume: 0,
@@ -283,7 +294,9 @@ impl TraceReader {
                         return Err(TraceError::Corrupt {
                             path: self.path.clone(),
                             offset: self.position(),
-                            what: format!("record larger than {} MiB", MAX_BUFFER >> 20),
+                            what: self.impossible_record_length().unwrap_or_else(|| {
+                                format!("record larger than {} MiB", MAX_BUFFER >> 20)
+                            }),
                         });
                     }
                     self.buffer_size *= 2;
@@ -323,8 +336,12 @@ impl TraceReader {
                     link,
                     nanos,
                     big_endian,
+                    snaplen,
+                    record_header,
                 } => {
                     self.legacy_link = link;
+                    self.legacy_snaplen = snaplen;
+                    self.legacy_record_header = record_header;
                     self.legacy_units = if nanos { 1_000_000_000 } else { 1_000_000 };
                     self.format = Some(Format::Pcap { nanos, big_endian });
                     self.inner.consume_noshift(offset);
@@ -344,11 +361,25 @@ impl TraceReader {
                         link,
                         units_per_sec,
                         offset_secs,
+                        dropped: 0,
                     });
                     self.inner.consume_noshift(offset);
                 }
-                Step::IfStats { offset, dropped } => {
-                    self.stats.if_dropped += dropped;
+                Step::IfStats {
+                    offset,
+                    iface,
+                    dropped,
+                } => {
+                    // isb_ifdrop counts from the start of the capture: a later block for the
+                    // same interface replaces the count of an earlier one
+                    if let Some(dropped) = dropped {
+                        let s = &mut self.stats;
+                        if let Some(i) = self.interfaces.get_mut(iface as usize) {
+                            s.if_dropped = s.if_dropped.saturating_sub(i.dropped);
+                            i.dropped = dropped;
+                        }
+                        s.if_dropped = s.if_dropped.saturating_add(dropped);
+                    }
                     self.inner.consume_noshift(offset);
                 }
                 Step::Packet {
@@ -431,11 +462,81 @@ impl TraceReader {
         }
     }
 
+    /// The error for input that ends inside a record: cut short, unless the record is a
+    /// classic pcap record whose length field no capture could hold (the input then ends
+    /// inside it only because it claims so much).
     fn truncated(&self) -> TraceError {
-        TraceError::Truncated {
-            path: self.path.clone(),
-            offset: self.position(),
+        match self.impossible_record_length() {
+            Some(what) => TraceError::Corrupt {
+                path: self.path.clone(),
+                offset: self.position(),
+                what,
+            },
+            None => TraceError::Truncated {
+                path: self.path.clone(),
+                offset: self.position(),
+            },
         }
+    }
+
+    /// What is wrong with the length field of the record at the read position, if no capture
+    /// could hold it: a classic pcap record claiming more than the snaplen allows (and more
+    /// than libpcap accepts whatever the snaplen), or any record or block larger than this
+    /// reader accepts.
+    fn impossible_record_length(&self) -> Option<String> {
+        let d = self.inner.data();
+        let field = |at: usize, big_endian: bool| -> Option<u32> {
+            let b: [u8; 4] = d.get(at..at + 4)?.try_into().ok()?;
+            Some(if big_endian {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            })
+        };
+        let (mut what, left) = match self.format? {
+            Format::Pcap { big_endian, .. } => {
+                let caplen = field(8, big_endian)?;
+                let snaplen = self.legacy_snaplen;
+                let what = if caplen > snaplen.max(MAX_SNAPLEN) {
+                    let limit = if snaplen >= MAX_SNAPLEN {
+                        format!("the snaplen of {snaplen} allows")
+                    } else {
+                        format!("libpcap accepts ({MAX_SNAPLEN}; the snaplen is {snaplen})")
+                    };
+                    format!("record claims {caplen} bytes of packet data, more than {limit}")
+                } else if caplen as usize >= MAX_BUFFER {
+                    format!(
+                        "record claims {caplen} bytes of packet data, more than the largest \
+                         record accepted ({} MiB)",
+                        MAX_BUFFER >> 20
+                    )
+                } else {
+                    return None;
+                };
+                (what, d.len().saturating_sub(self.legacy_record_header))
+            }
+            Format::PcapNg => {
+                // a section header is in its own byte order, given by its byte-order magic
+                let big_endian = if d.get(..4) == Some(&[0x0a, 0x0d, 0x0d, 0x0a][..]) {
+                    d.get(8..12)? == [0x1a, 0x2b, 0x3c, 0x4d]
+                } else {
+                    self.section_big_endian
+                };
+                let len = field(4, big_endian)?;
+                if (len as usize) < MAX_BUFFER {
+                    return None;
+                }
+                let what = format!(
+                    "block claims {len} bytes, more than the largest block accepted ({} MiB)",
+                    MAX_BUFFER >> 20
+                );
+                (what, d.len().saturating_sub(8))
+            }
+        };
+        if self.inner.reader_exhausted() {
+            what += &format!(" (the file holds {left} more bytes)");
+        }
+        Some(what)
     }
 }
 
@@ -468,6 +569,8 @@ enum Step {
         link: LinkType,
         nanos: bool,
         big_endian: bool,
+        snaplen: u32,
+        record_header: usize,
     },
     Section {
         offset: usize,
@@ -481,7 +584,8 @@ enum Step {
     },
     IfStats {
         offset: usize,
-        dropped: u64,
+        iface: u32,
+        dropped: Option<u64>,
     },
     Packet {
         offset: usize,
@@ -506,6 +610,8 @@ fn classify(
             link: LinkType::from_u32((h.network.0 as u32) & 0x03ff_ffff),
             nanos: h.is_nanosecond_precision(),
             big_endian: h.is_bigendian(),
+            snaplen: h.snaplen,
+            record_header: if h.is_modified_format() { 24 } else { 16 },
         },
         PcapBlockOwned::Legacy(b) => Step::Packet {
             offset,
@@ -530,7 +636,12 @@ fn classify(
                     link: LinkType::from_u32(idb.linktype.0 as u32),
                     // an invalid if_tsresol falls back to the default (microseconds)
                     units_per_sec: idb.ts_resolution().filter(|u| *u > 0).unwrap_or(1_000_000),
-                    offset_secs: idb.ts_offset(),
+                    // if_tsoffset (option code 14), an i64 in section byte order; pcap-parser's
+                    // `ts_offset()` reads it little-endian whatever the section. (if_tsresol is
+                    // one byte, so its byte order does not matter.)
+                    offset_secs: option_u64(&idb.options, 14, section_be)
+                        .map(|v| v as i64)
+                        .unwrap_or(0),
                 },
                 Block::EnhancedPacket(epb) => Step::Packet {
                     offset,
@@ -550,23 +661,14 @@ fn classify(
                 },
                 Block::InterfaceStatistics(isb) => {
                     // isb_ifdrop (option code 5), a u64 in section byte order
-                    let dropped = isb
-                        .options
-                        .iter()
-                        .find(|o| o.code.0 == 5 && o.value.len() >= 8)
-                        .map(|o| {
-                            let mut b = [0u8; 8];
-                            b.copy_from_slice(&o.value[..8]);
-                            if section_be {
-                                u64::from_be_bytes(b)
-                            } else {
-                                u64::from_le_bytes(b)
-                            }
-                        })
-                        .unwrap_or(0);
-                    Step::IfStats { offset, dropped }
+                    Step::IfStats {
+                        offset,
+                        iface: isb.if_id,
+                        dropped: option_u64(&isb.options, 5, section_be),
+                    }
                 }
-                Block::Unknown(u) if u.block_type == 2 => {
+                // pcap-parser reads an unknown block's type little-endian whatever the section
+                Block::Unknown(u) if section_u32(u.block_type, section_be) == 2 => {
                     // Obsolete Packet Block: if_id(2) drops(2) ts_high(4) ts_low(4) caplen(4) len(4) data
                     let d = u.data;
                     if d.len() < 20 {
@@ -602,6 +704,30 @@ fn classify(
             }
         }
     }
+}
+
+/// A u32 that pcap-parser read little-endian, in the section's byte order.
+fn section_u32(read_le: u32, section_be: bool) -> u32 {
+    if section_be {
+        read_le.swap_bytes()
+    } else {
+        read_le
+    }
+}
+
+/// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.
+/// pcap-parser keeps option values as the file's raw bytes.
+fn option_u64(options: &[PcapNGOption<'_>], code: u16, section_be: bool) -> Option<u64> {
+    let o = options
+        .iter()
+        .find(|o| o.code.0 == code && o.value.len() >= 8)?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&o.value[..8]);
+    Some(if section_be {
+        u64::from_be_bytes(b)
+    } else {
+        u64::from_le_bytes(b)
+    })
 }
 
 #[cfg(test)]
@@ -641,6 +767,111 @@ mod tests {
             v.extend_from_slice(d);
         }
         v
+    }
+
+    /// Writes pcapng blocks in one byte order; starts with a section header.
+    struct NgWriter {
+        big_endian: bool,
+        out: Vec<u8>,
+    }
+
+    impl NgWriter {
+        fn new(big_endian: bool) -> NgWriter {
+            let mut w = NgWriter {
+                big_endian,
+                out: Vec::new(),
+            };
+            let mut body = w.u32(0x1a2b_3c4d);
+            body.extend(w.u16(1));
+            body.extend(w.u16(0));
+            body.extend(w.u64(u64::MAX)); // section length unknown
+            w.block(0x0a0d_0d0a, &body);
+            w
+        }
+
+        fn u16(&self, x: u16) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn u32(&self, x: u32) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn u64(&self, x: u64) -> Vec<u8> {
+            if self.big_endian {
+                x.to_be_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
+        }
+
+        fn block(&mut self, block_type: u32, body: &[u8]) {
+            let mut body = body.to_vec();
+            body.resize(body.len().next_multiple_of(4), 0);
+            let len = self.u32(12 + body.len() as u32);
+            self.out.extend(self.u32(block_type));
+            self.out.extend(&len);
+            self.out.extend(body);
+            self.out.extend(&len);
+        }
+
+        /// An Ethernet interface with `(code, value)` options.
+        fn interface(&mut self, options: &[(u16, Vec<u8>)]) {
+            let mut body = self.u16(1);
+            body.extend(self.u16(0));
+            body.extend(self.u32(65535));
+            for (code, value) in options {
+                body.extend(self.u16(*code));
+                body.extend(self.u16(value.len() as u16));
+                body.extend(value);
+                body.resize(body.len().next_multiple_of(4), 0);
+            }
+            if !options.is_empty() {
+                body.extend([0; 4]); // opt_endofopt
+            }
+            self.block(1, &body);
+        }
+
+        fn enhanced_packet(&mut self, iface: u32, ts: u64, data: &[u8]) {
+            let mut body = self.u32(iface);
+            body.extend(self.u32((ts >> 32) as u32));
+            body.extend(self.u32(ts as u32));
+            body.extend(self.u32(data.len() as u32));
+            body.extend(self.u32(data.len() as u32 + 10));
+            body.extend(data);
+            self.block(6, &body);
+        }
+
+        fn interface_statistics(&mut self, iface: u32, dropped: Option<u64>) {
+            let mut body = self.u32(iface);
+            body.extend([0; 8]); // timestamp
+            if let Some(d) = dropped {
+                body.extend(self.u16(5)); // isb_ifdrop
+                body.extend(self.u16(8));
+                body.extend(self.u64(d));
+                body.extend([0; 4]); // opt_endofopt
+            }
+            self.block(5, &body);
+        }
+
+        fn obsolete_packet(&mut self, iface: u16, ts: u64, data: &[u8]) {
+            let mut body = self.u16(iface);
+            body.extend(self.u16(0)); // drops
+            body.extend(self.u32((ts >> 32) as u32));
+            body.extend(self.u32(ts as u32));
+            body.extend(self.u32(data.len() as u32));
+            body.extend(self.u32(data.len() as u32 + 10));
+            body.extend(data);
+            self.block(2, &body);
+        }
     }
 
     /// A temporary file ending in `name`, removed when the returned path is dropped (also when
@@ -700,6 +931,65 @@ mod tests {
         assert!(e.to_string().contains("cut short"));
     }
 
+    /// A record whose length field no capture could hold made the reader ask for more input
+    /// until the file ended, and report the file as cut short.
+    #[test]
+    fn impossible_record_length_is_corrupt_not_cut_short() {
+        for (be, caplen) in [(false, u32::MAX), (true, u32::MAX), (false, 300_000)] {
+            let mut bytes = pcap_bytes(be, false, &[(1, 0, b"abcdef")]);
+            for x in [2, 0, caplen, 60] {
+                bytes.extend(if be {
+                    u32::to_be_bytes(x)
+                } else {
+                    u32::to_le_bytes(x)
+                });
+            }
+            bytes.extend([0u8; 60]);
+            let mut r = TraceReader::from_bytes("i.pcap", bytes).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
+            let e = r.next_frame().unwrap_err();
+            assert!(matches!(e, TraceError::Corrupt { offset: 46, .. }), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("record claims {caplen} bytes"))
+                    && msg.contains("more than libpcap accepts (262144; the snaplen is 65535)")
+                    && msg.contains("60 more bytes"),
+                "{msg}"
+            );
+        }
+    }
+
+    /// The same for a pcapng block whose length field is beyond any block the reader accepts.
+    #[test]
+    fn impossible_block_length_is_corrupt_not_cut_short() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.enhanced_packet(0, 1, b"abc");
+            let good = w.out.len();
+            w.enhanced_packet(0, 2, b"def");
+            // a last block cut short is still reported so
+            let cut = w.out[..w.out.len() - 3].to_vec();
+            let mut r = TraceReader::from_bytes(format!("c{be}.pcapng"), cut).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abc");
+            assert_eq!(r.next_frame().unwrap_err().reason(), "file_truncated");
+            let bad = w.u32(0xffff_fff0);
+            w.out[good + 4..good + 8].copy_from_slice(&bad);
+            let mut r = TraceReader::from_bytes(format!("b{be}.pcapng"), w.out).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abc");
+            let e = r.next_frame().unwrap_err();
+            assert!(
+                matches!(e, TraceError::Corrupt { offset, .. } if offset == good as u64),
+                "{e}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains("block claims 4294967280 bytes") && msg.contains("28 more bytes"),
+                "{msg}"
+            );
+        }
+    }
+
     #[test]
     fn not_a_trace() {
         let p = write_tmp("x.txt", b"hello world, not a capture");
@@ -710,5 +1000,67 @@ mod tests {
             TraceReader::open(&p).err().unwrap(),
             TraceError::Empty { .. }
         ));
+    }
+
+    /// pcap-parser reads `if_tsoffset` little-endian whatever the section's byte order, which
+    /// put a big-endian file's frames out of the supported time range.
+    #[test]
+    fn pcapng_ts_offset_and_resolution_in_either_byte_order() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            let offset = w.u64(1_600_000_000);
+            w.interface(&[(9, vec![9]), (14, offset)]);
+            w.enhanced_packet(0, 1_000_000 * 1_000_000_000 + 5, b"abc");
+            let mut r = TraceReader::from_bytes(format!("o{be}.pcapng"), w.out).unwrap();
+            let f = r.next_frame().unwrap().expect("frame skipped");
+            assert_eq!(
+                f.ts,
+                Timestamp::from_nanos(1_601_000_000 * 1_000_000_000 + 5)
+            );
+            assert_eq!(f.data, b"abc");
+            assert!(r.next_frame().unwrap().is_none());
+            assert_eq!(r.stats.ts_out_of_range, 0);
+        }
+    }
+
+    /// pcap-parser keeps an unknown block's type as read little-endian, so a big-endian
+    /// section's Obsolete Packet Block (type 2) was passed over without a count.
+    #[test]
+    fn pcapng_obsolete_packet_block_in_either_byte_order() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.obsolete_packet(0, 1_600_000_000 * 1_000_000 + 7, b"abcdef");
+            let mut r = TraceReader::from_bytes(format!("p{be}.pcapng"), w.out).unwrap();
+            let f = r.next_frame().unwrap().expect("no frame");
+            assert_eq!(
+                f.ts,
+                Timestamp::from_nanos(1_600_000_000 * 1_000_000_000 + 7_000)
+            );
+            assert_eq!(f.data, b"abcdef");
+            assert_eq!(f.wire_len, 16);
+            assert_eq!(f.link, LinkType::Ethernet);
+            assert!(r.next_frame().unwrap().is_none());
+            assert_eq!(r.stats.frames, 1);
+        }
+    }
+
+    /// isb_ifdrop counts from the start of the capture, so a second statistics block for an
+    /// interface replaces the first one's count; they were added up.
+    #[test]
+    fn interface_drops_are_the_last_count_of_each_interface() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            w.interface(&[]);
+            w.enhanced_packet(0, 1, b"abc");
+            w.interface_statistics(0, Some(3));
+            w.interface_statistics(1, Some(2));
+            w.interface_statistics(0, Some(5));
+            w.interface_statistics(0, None);
+            let mut r = TraceReader::from_bytes(format!("d{be}.pcapng"), w.out).unwrap();
+            while r.next_frame().unwrap().is_some() {}
+            assert_eq!(r.stats.if_dropped, 7);
+        }
     }
 }

@@ -219,6 +219,24 @@ fn print_summary(s: &Summary) {
     for (k, v) in &s.limit_drops {
         extra.push(format!("{k} beyond per-connection limits {}", group(*v)));
     }
+    if s.ts_invalid_fraction > 0 {
+        extra.push(format!(
+            "timestamps with a sub-second part of a second or more (carried into the seconds) {}",
+            group(s.ts_invalid_fraction)
+        ));
+    }
+    if s.ts_missing > 0 {
+        extra.push(format!(
+            "frames without a timestamp (given the previous frame's) {}",
+            group(s.ts_missing)
+        ));
+    }
+    if s.capture_dropped > 0 {
+        extra.push(format!(
+            "packets the capturing interface reported dropping {}",
+            group(s.capture_dropped)
+        ));
+    }
     if !extra.is_empty() {
         println!("noted: {}", extra.join(", "));
     }

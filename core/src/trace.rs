@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pcap_parser::pcapng::{Block, PcapNGOption};
@@ -114,6 +114,26 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// A gzip stream read up to where it is cut off: the end of what can be decompressed is the
+/// end of the input (as for a plain file cut short), and `cut` says the stream was incomplete.
+/// Without it, a stream cut inside the first read buffer failed the whole file.
+struct GzipUpToCut<R> {
+    inner: R,
+    cut: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for GzipUpToCut<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                self.cut.store(true, Ordering::Relaxed);
+                Ok(0)
+            }
+            r => r,
+        }
+    }
+}
+
 /// A streaming reader of one trace file. Memory stays bounded by the read buffer.
 pub struct TraceReader {
     path: PathBuf,
@@ -132,6 +152,8 @@ pub struct TraceReader {
     bytes_read: Arc<AtomicU64>,
     file_size: u64,
     gzip: bool,
+    /// The gzip stream ended before its end (see [`GzipUpToCut`]).
+    gzip_cut: Arc<AtomicBool>,
     pub stats: ReadStats,
 }
 
@@ -177,16 +199,23 @@ impl TraceReader {
             inner: input,
             count: bytes_read.clone(),
         };
+        let gzip_cut = Arc::new(AtomicBool::new(false));
         let source: Box<dyn Read + Send> = if gzip {
-            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-                1 << 16,
-                counted,
-            )))
+            Box::new(GzipUpToCut {
+                inner: flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+                    1 << 16,
+                    counted,
+                )),
+                cut: gzip_cut.clone(),
+            })
         } else {
             Box::new(counted)
         };
         let inner = match create_reader(INITIAL_BUFFER, source) {
             Ok(r) => r,
+            Err(PcapError::Eof) if gzip_cut.load(Ordering::Relaxed) => {
+                return Err(TraceError::Truncated { path, offset: 0 })
+            }
             Err(PcapError::Eof) => return Err(TraceError::Empty { path }),
             Err(PcapError::Incomplete(_)) | Err(PcapError::UnexpectedEof) => {
                 return Err(TraceError::Truncated { path, offset: 0 })
@@ -225,6 +254,7 @@ impl TraceReader {
             bytes_read,
             file_size,
             gzip,
+            gzip_cut,
             stats: ReadStats::default(),
         })
     }
@@ -271,6 +301,10 @@ impl TraceReader {
             let step = match self.inner.next() {
                 Ok((offset, block)) => {
                     classify(offset, block, &mut self.format, self.section_big_endian)
+                }
+                Err(PcapError::Eof) if self.gzip_cut.load(Ordering::Relaxed) => {
+                    // cut between two records: still a file cut short
+                    return Err(self.truncated());
                 }
                 Err(PcapError::Eof) => return Ok(None),
                 Err(PcapError::Incomplete(_)) => {
@@ -929,6 +963,21 @@ mod tests {
         let e = r.next_frame().unwrap_err();
         assert_eq!(e.reason(), "file_truncated");
         assert!(e.to_string().contains("cut short"));
+
+        // a gzip stream cut off (well inside the first read buffer): read up to the cut, as a
+        // plain file is, whether the cut falls inside a record or between two
+        for keep in [bytes.len() - 3, bytes.len() - 6 - 16] {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(&bytes[..keep]).unwrap();
+            gz.flush().unwrap();
+            // a sync flush emits everything so far; without its trailer the stream is cut
+            let z = gz.get_ref().clone();
+            let p = write_tmp("c.pcap.gz", &z);
+            let mut r = TraceReader::open(&p).unwrap();
+            assert_eq!(r.next_frame().unwrap().unwrap().data, b"abcdef");
+            let e = r.next_frame().unwrap_err();
+            assert_eq!(e.reason(), "file_truncated", "{e}");
+        }
     }
 
     /// A record whose length field no capture could hold made the reader ask for more input

@@ -186,6 +186,81 @@ fn handshake_rtt_exchange_and_fin() {
     assert_eq!(r.loss_rate_down, Some(0.0));
 }
 
+#[test]
+fn handshake_options_of_each_side() {
+    let ts = |v| TcpOptions {
+        timestamp: Some((v, 0)),
+        ..syn_opts(1460, 7)
+    };
+    // client: MSS 1460, wscale 7, SACK, timestamps, ECN setup (ECE+CWR); server: MSS 1400,
+    // wscale 9, SACK, timestamps, ECN accepted (ECE)
+    let mut w = Wire::new();
+    let mut syn = p(true, 1000, 0, S | TcpFlags::ECE | TcpFlags::CWR, 0);
+    syn.opts = ts(1);
+    w.send(0, syn);
+    let mut sa = p(false, 5000, 1001, S | A | TcpFlags::ECE, 0);
+    sa.opts = TcpOptions {
+        mss: Some(1400),
+        wscale: Some(9),
+        ..ts(2)
+    };
+    w.send(100 * US, sa);
+    w.send(10 * MS, p(true, 1001, 5001, A, 0));
+    w.send(11 * MS, p(true, 1001, 5001, F | A, 0));
+    w.send(11 * MS + 100 * US, p(false, 5001, 1002, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!((r.mss_client, r.mss_server), (Some(1460), Some(1400)));
+    assert_eq!((r.wscale_client, r.wscale_server), (Some(7), Some(9)));
+    assert_eq!(
+        (r.sack_ok, r.ts_ok, r.ecn_ok),
+        (Some(true), Some(true), Some(true))
+    );
+
+    // the server answers without timestamps and without ECN: neither is on
+    let mut w = Wire::new();
+    let mut syn = p(true, 1000, 0, S | TcpFlags::ECE | TcpFlags::CWR, 0);
+    syn.opts = ts(1);
+    w.send(0, syn);
+    let mut sa = p(false, 5000, 1001, S | A, 0);
+    sa.opts = syn_opts(1400, 9);
+    w.send(100 * US, sa);
+    w.send(10 * MS, p(true, 1001, 5001, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!((r.ts_ok, r.ecn_ok), (Some(false), Some(false)));
+    // no SYN seen at all: not known
+    let mut w = Wire::new();
+    w.send(0, p(true, 1001, 5001, PA, 10));
+    let r = &w.finish()[0];
+    assert_eq!((r.sack_ok, r.ts_ok, r.ecn_ok), (None, None, None));
+}
+
+#[test]
+fn reset_before_the_response_is_an_abort_and_a_hole_is_pruned() {
+    // the client resets after its request, with no response: rst_abort
+    let mut w = Wire::new();
+    let t = w.handshake(0, 10 * MS, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    w.send(t + 2 * MS, p(true, 1101, 5001, R, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.termination, Termination::RstAbort);
+    assert!(r.complete(), "{:?}", r.prune);
+
+    // server data with a range never captured (the tap missed it), acknowledged all the same
+    let mut w = Wire::new();
+    let t = w.handshake(0, 10 * MS, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    w.send(t + 2 * MS, p(false, 5001, 1101, A, 1000));
+    w.send(t + 2 * MS + 20 * US, p(false, 7001, 1101, A, 1000));
+    w.send(t + 12 * MS, p(true, 1101, 8001, A, 0));
+    w.send(t + 13 * MS, p(true, 1101, 8001, F | A, 0));
+    w.send(t + 13 * MS + 100 * US, p(false, 8001, 1102, F | A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.termination, Termination::Fin);
+    assert!(r.prune.contains(&PruneReason::SeqHoles), "{:?}", r.prune);
+    assert_eq!(r.holes_down, 1);
+    assert!(!r.complete());
+}
+
 /// Request, then `n` full segments of response sent back to back, starting at `t`.
 fn burst(w: &mut Wire, t: i64, first_seq: u32, n: u32, mss: u32) {
     for k in 0..n {

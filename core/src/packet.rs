@@ -698,6 +698,35 @@ mod tests {
     }
 
     #[test]
+    fn pppoe_session() {
+        let syn = eth_ipv4_syn();
+        // PPPoE session header (version/type 0x11, code 0, session 0x1234, length) and PPP
+        // protocol 0x0021 (IPv4) between Ethernet and IP, on VLAN 7
+        let mut f = syn[..12].to_vec();
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 7, 0x88, 0x64, 0x11, 0x00, 0x12, 0x34]);
+        f.extend_from_slice(&((syn.len() - 14 + 2) as u16).to_be_bytes());
+        f.extend_from_slice(&[0x00, 0x21]);
+        f.extend_from_slice(&syn[14..]);
+        let s = decode(LinkType::Ethernet, &f).unwrap();
+        assert_eq!((s.sport, s.dport, s.seq), (40000, 80, SeqNum(100)));
+        assert_eq!(s.vlan.outer(), Some(7));
+        assert_eq!(s.options.mss, Some(1460));
+        // a PPP frame that is not IP (LCP, 0xc021) is no IP packet
+        let n = f.len();
+        let ppp = n - (syn.len() - 14) - 2;
+        f[ppp] = 0xc0;
+        assert_eq!(
+            decode(LinkType::Ethernet, &f).unwrap_err(),
+            DecodeError::NotIp
+        );
+        // cut inside the PPPoE header
+        assert_eq!(
+            decode(LinkType::Ethernet, &f[..12 + 4 + 2 + 5]).unwrap_err(),
+            DecodeError::TruncatedLinkHeader
+        );
+    }
+
+    #[test]
     fn other_link_types() {
         let syn = eth_ipv4_syn();
         let ip = &syn[14..];

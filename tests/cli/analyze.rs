@@ -855,3 +855,90 @@ fn quiet_leaves_stderr_to_errors() {
     assert!(quiet.status.success());
     assert_eq!(stderr(&quiet), "");
 }
+
+/// The tables and columns DESIGN.md names as the contract that analyze, replay and compare rely
+/// on, read back from a database the analyzer wrote.
+#[test]
+fn the_database_has_every_column_of_the_data_contract() {
+    let contract: [(&str, &[&str]); 6] = [
+        ("meta", &["key", "value"]),
+        (
+            "connections",
+            &[
+                "id",
+                "client_ip",
+                "client_port",
+                "server_ip",
+                "server_port",
+                "vlan",
+                "t_syn",
+                "t_end",
+                "complete",
+                "prune_reason",
+                "min_rtt_us",
+                "hs_rtt_us",
+                "mss_client",
+                "mss_server",
+                "wscale_client",
+                "wscale_server",
+                "sack_ok",
+                "ts_ok",
+                "ecn_ok",
+                "rwin_bytes",
+                "data_pkts_down",
+                "retx_down",
+                "spurious_retx_down",
+                "loss_rate_down",
+                "bw_bps",
+                "bw_samples",
+                "delack_policy",
+                "acks_per_seg",
+                "delack_timeout_us",
+                "termination",
+                "response_time_us",
+            ],
+        ),
+        (
+            "exchanges",
+            &[
+                "conn_id",
+                "seq",
+                "t_req_first",
+                "t_req_last",
+                "req_bytes",
+                "t_resp_first",
+                "t_resp_last",
+                "resp_bytes",
+                "response_delay_us",
+                "query_delay_us",
+                "header_bytes",
+                "think_time_us",
+                "method",
+                "status",
+            ],
+        ),
+        ("bw_samples", &["conn_id"]),
+        ("rtt_samples", &["conn_id"]),
+        ("replay_map", &["orig_conn_id", "replay_conn_id"]),
+    ];
+    let tmp = tempdir();
+    let out = tmp.path().join("c.db");
+    assert!(analyze(&trace("web/tcptrace_http.dmp.pcap"), &out, &[])
+        .status
+        .success());
+    let c = db(&out);
+    for (table, cols) in contract {
+        let mut st = c
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+            .unwrap();
+        let have: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert!(!have.is_empty(), "no table {table}");
+        for col in cols {
+            assert!(have.iter().any(|h| h == col), "{table} has no column {col}");
+        }
+    }
+}

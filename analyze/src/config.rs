@@ -118,7 +118,9 @@ impl Default for Config {
             max_outstanding_segments: 16_384,
             max_samples: 10_000,
             rtt_rows: 16,
-            bw_method: BwMethod::HistogramMode,
+            // bench/bw-methods.sh, three synthetic workloads replayed through the lab (825
+            // estimates): within 20% of the truth median 98.8%, mode 97.3%, CapProbe 96.0%
+            bw_method: BwMethod::Median,
         }
     }
 }

@@ -39,8 +39,9 @@ pub struct Args {
     /// sample still counts for min RTT), or `all`.
     #[arg(long, value_name = "N|all", default_value = "16", value_parser = parse_rows)]
     pub rtt_samples: usize,
-    /// How packet-pair samples are combined: mode (histogram, papers/004), capprobe (minimum delay sum, papers/001) or median.
-    #[arg(long, value_name = "METHOD", default_value = "mode", value_parser = parse_bw)]
+    /// How packet-pair samples are combined: median (the most accurate against the lab's truth,
+    /// bench/bw-methods.sh), mode (histogram, papers/004) or capprobe (minimum delay sum, papers/001).
+    #[arg(long, value_name = "METHOD", default_value = "median", value_parser = parse_bw)]
     pub bw_method: BwMethod,
 }
 

@@ -84,14 +84,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&cancel)))
             .context("installing SIGINT/SIGTERM handlers")?;
     }
-    let summary = analyze_with_progress(
+    let summary = match analyze_with_progress(
         a.inputs.clone(),
         a.output.clone(),
         config,
         a.threads as usize,
         Vec::new(),
         Some(cancel),
-    )?;
+    ) {
+        Ok(s) => s,
+        Err(e) if matches!(e.downcast_ref(), Some(driver::AnalyzeError::Interrupted)) => {
+            eprintln!("mimic: analysis interrupted; nothing was written");
+            return Ok(ExitCode::from(130));
+        }
+        Err(e) => return Err(e),
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

@@ -826,7 +826,7 @@ fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file()
     // SAFETY: kill(2) on the child this test spawned and has not reaped yet
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let o = wait_with_timeout(child, Duration::from_secs(30), "after SIGTERM");
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), b"the previous result");
     assert!(

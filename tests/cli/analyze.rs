@@ -514,6 +514,10 @@ struct Ours {
     retx: [u64; 2],
     bytes: [u64; 2],
     extra: u64,
+    /// What tcptrace may count as a retransmission of each direction beside mimic's data ones:
+    /// that direction's SYN (up) or SYN-ACK (down) resends, plus FIN resends, window probes
+    /// and duplicated frames, which mimic counts for the connection, not per direction.
+    extra_dir: [u64; 2],
     hs_rtt_us: Option<i64>,
     data_min_us: Option<i64>,
     /// SYNs retransmitted or captured twice
@@ -527,7 +531,8 @@ fn ours(dbp: &Path) -> Vec<Ours> {
             "SELECT id, client_ip, client_port, server_ip, server_port, retx_up, retx_down, data_bytes_up, data_bytes_down,
              syn_retx + synack_retx + fin_retx + zwnd_probes + dup_frames, hs_rtt_us,
              (SELECT min(rtt_us) FROM rtt_samples r WHERE r.conn_id = c.id AND r.kind = 'data'),
-             syn_retx + synack_retx + dup_frames > 0
+             syn_retx + synack_retx + dup_frames > 0,
+             syn_retx, synack_retx, fin_retx + zwnd_probes + dup_frames
              FROM connections c ORDER BY id",
         )
         .unwrap();
@@ -543,6 +548,13 @@ fn ours(dbp: &Path) -> Vec<Ours> {
             hs_rtt_us: r.get(10)?,
             data_min_us: r.get(11)?,
             syn_again: r.get(12)?,
+            extra_dir: {
+                let shared = r.get::<_, i64>(15)? as u64;
+                [
+                    r.get::<_, i64>(13)? as u64 + shared,
+                    r.get::<_, i64>(14)? as u64 + shared,
+                ]
+            },
         })
     })
     .unwrap()
@@ -675,6 +687,18 @@ fn agrees_with_tcptrace() {
                     "{ctx}: tcptrace {tt_total} retransmissions, mimic {our_total} data + {} SYN/FIN/probe/duplicate",
                     u.extra
                 );
+                // and direction by direction (mimic's FIN resends, probes and duplicates are
+                // counted for the connection, so either direction may hold them)
+                for (dir, tt_col, what) in
+                    [(0, up, "client to server"), (1, down, "server to client")]
+                {
+                    let (tt_n, our_n) = (t.rexmt[tt_col], u.retx[dir]);
+                    assert!(
+                        our_n <= tt_n && tt_n <= our_n + u.extra_dir[dir],
+                        "{ctx} {what}: tcptrace {tt_n} retransmissions, mimic {our_n} data + up to {} SYN/FIN/probe/duplicate",
+                        u.extra_dir[dir]
+                    );
+                }
             } else {
                 // tcptrace calls every segment sent into a zero window a probe (new data
                 // included) and its later resend a retransmission; mimic counts 1-byte probes

@@ -485,9 +485,10 @@ impl Conn {
         let ins = self.s[d].covered.insert(start, end);
         let burst_gap = self.burst_gap();
         let side = &mut self.s[d];
-        // resends still waiting for their answer learn when data was next sent after them
+        // the resends before this segment learn when data was next sent after them (each
+        // once: those that know it already are older than the rest)
         for rx in side.retx.iter_mut().rev() {
-            if rx.decided || rx.next_send.is_some() {
+            if rx.next_send.is_some() {
                 break;
             }
             rx.next_send = Some(t);

@@ -520,12 +520,7 @@ impl TraceReader {
     fn impossible_record_length(&self) -> Option<String> {
         let d = self.inner.data();
         let field = |at: usize, big_endian: bool| -> Option<u32> {
-            let b: [u8; 4] = d.get(at..at + 4)?.try_into().ok()?;
-            Some(if big_endian {
-                u32::from_be_bytes(b)
-            } else {
-                u32::from_le_bytes(b)
-            })
+            Some(u32_in(d.get(at..at + 4)?.try_into().ok()?, big_endian))
         };
         let (mut what, left) = match self.format? {
             Format::Pcap { big_endian, .. } => {
@@ -715,14 +710,7 @@ fn classify(
                             u16::from_le_bytes([d[i], d[i + 1]])
                         }
                     };
-                    let r32 = |i: usize| {
-                        let b = [d[i], d[i + 1], d[i + 2], d[i + 3]];
-                        if section_be {
-                            u32::from_be_bytes(b)
-                        } else {
-                            u32::from_le_bytes(b)
-                        }
-                    };
+                    let r32 = |i: usize| u32_in([d[i], d[i + 1], d[i + 2], d[i + 3]], section_be);
                     let caplen = r32(12) as usize;
                     let data = &d[20..];
                     Step::Packet {
@@ -740,13 +728,18 @@ fn classify(
     }
 }
 
+/// Four bytes of the file as a u32 in the given byte order.
+fn u32_in(b: [u8; 4], big_endian: bool) -> u32 {
+    if big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    }
+}
+
 /// A u32 that pcap-parser read little-endian, in the section's byte order.
 fn section_u32(read_le: u32, section_be: bool) -> u32 {
-    if section_be {
-        read_le.swap_bytes()
-    } else {
-        read_le
-    }
+    u32_in(read_le.to_le_bytes(), section_be)
 }
 
 /// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.

@@ -362,7 +362,10 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
                 sink.push(r);
             }
         });
-        an.finish();
+        // an interrupted run writes nothing: the connections still open are not closed out
+        if !source.interrupted {
+            an.finish();
+        }
         while let Some(r) = an.poll_record() {
             sink.push(r);
         }
@@ -383,7 +386,7 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     };
 
     tracing::debug!(elapsed_s = started.elapsed().as_secs_f64(), "writer done");
-    if source.interrupted || source.cancelled() {
+    if source.cancelled() {
         // the store's temporary file goes with it
         return Err(AnalyzeError::Interrupted);
     }

@@ -198,7 +198,7 @@ pub(crate) fn compare(
         Direction::Slower => format!("{lb} is slower"),
         Direction::NotSignificant => "no significant change".to_string(),
     };
-    let level = format!("{}%", (confidence * 100.0).round());
+    let level = format!("{}%", crate::fmt::level(confidence));
     let verdict = format!(
         "{lb} vs {la} (the same {n} connections, paired): median change {} [{}, {}], total {} [{}, {}] ({level} intervals); faster for {}, slower for {} of connections (Wilcoxon signed-rank {}): {finding}",
         fmt::pct_signed(median_rel),

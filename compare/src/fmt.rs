@@ -130,6 +130,11 @@ fn trim(v: f64, digits: usize) -> String {
     }
 }
 
+/// A confidence level as a percentage without the sign: 0.95 → "95", 0.999 → "99.9".
+pub fn level(confidence: f64) -> String {
+    format!("{}", (confidence * 100.0 * 1e6).round() / 1e6)
+}
+
 /// Escapes text for HTML and SVG.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -87,7 +87,7 @@ pub(crate) fn render(r: &Report) -> String {
         r.tool_version,
         r.options.bootstrap_replicates,
         r.options.seed,
-        (r.options.confidence * 100.0).round()
+        fmt::level(r.options.confidence)
     );
 
     // Verdict
@@ -117,7 +117,8 @@ pub(crate) fn render(r: &Report) -> String {
     }
     if !r.ab.is_empty() {
         h.push_str("<p class=\"note\">Replays of the same workload reproduce the same original connections, so the stack change is judged connection by connection (bold): each connection's response time under the change against its own time under the reference replay, with a bootstrap over connections and a Wilcoxon signed-rank test. The lines above compare each input's distribution with BASE's, as independent samples.</p>\n");
-        h.push_str("<table>\n<thead><tr><th>change</th><th>reference</th><th class=\"num\">connections</th><th class=\"num\">median change</th><th class=\"num\">95% CI</th><th class=\"num\">total change</th><th class=\"num\">95% CI</th><th class=\"num\">faster</th><th class=\"num\">slower</th><th class=\"num\">Wilcoxon p</th></tr></thead>\n<tbody>\n");
+        let level = fmt::level(r.options.confidence);
+        let _ = write!(h, "<table>\n<thead><tr><th>change</th><th>reference</th><th class=\"num\">connections</th><th class=\"num\">median change</th><th class=\"num\">{level}% CI</th><th class=\"num\">total change</th><th class=\"num\">{level}% CI</th><th class=\"num\">faster</th><th class=\"num\">slower</th><th class=\"num\">Wilcoxon p</th></tr></thead>\n<tbody>\n");
         for a in &r.ab {
             let _ = writeln!(
                 h,
@@ -217,8 +218,8 @@ pub(crate) fn render(r: &Report) -> String {
             esc(&c.base),
             esc(&c.base),
             esc(&c.other),
-            (r.options.confidence * 100.0).round(),
-            (r.options.confidence * 100.0).round()
+            fmt::level(r.options.confidence),
+            fmt::level(r.options.confidence)
         );
         for row in &c.rows {
             let (cls, finding) = match row.direction {
@@ -326,7 +327,7 @@ pub(crate) fn render(r: &Report) -> String {
 </ul>\n",
         r.options.bootstrap_replicates,
         r.options.seed,
-        (r.options.confidence * 100.0).round(),
+        fmt::level(r.options.confidence),
         KS_EXACT_MAX_PRODUCT as f64
     );
     let _ = write!(h, "<footer>Written by mimic {} (<code>mimic compare</code>). Self-contained: no scripts, no external resources.</footer>\n</main>\n</body>\n</html>\n", r.tool_version);

@@ -247,6 +247,10 @@ pub struct Report {
     pub ab: Vec<crate::ab::AbComparison>,
     #[serde(skip)]
     pub(crate) samples: Vec<Vec<f64>>,
+    /// The bootstrap replicates of each input (table percentiles, then the mean), kept so that
+    /// an interval at another level or for another percentile comes from the same resamples.
+    #[serde(skip)]
+    pub(crate) reps: Vec<stats::Replicates>,
     #[serde(skip)]
     pub(crate) loaded: Vec<Input>,
 }
@@ -257,6 +261,62 @@ pub fn stat_name(p: f64) -> String {
         format!("p{}", p as u64)
     } else {
         format!("p{p}")
+    }
+}
+
+/// The bootstrap stream of input `k` (0 = BASE): its own seed, so that adding an input leaves
+/// the others' intervals alone and the result does not depend on the thread count.
+fn input_seed(seed: u64, k: usize) -> u64 {
+    seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The smallest number of bootstrap resamples for an interval at `confidence`: 2.5 resamples
+/// in each tail (100 at 95%, 500 at 99%, 5000 at 99.9%), and never fewer than 100.
+pub fn min_replicates(confidence: f64) -> usize {
+    // less a hair, so that 99.9% (1 − 0.999 is not exactly 0.001) asks for 5000, not 5001
+    ((5.0 / (1.0 - confidence) - 1e-6).ceil() as usize).max(100)
+}
+
+/// One row of the difference table from the bootstrap replicates of a statistic of BASE and
+/// OTHER (resampled independently: the unpaired comparison of two distributions). The
+/// intervals are percentile-method intervals of OTHER − BASE and (OTHER − BASE) / BASE over
+/// the replicate pairs.
+fn stat_diff(
+    stat: String,
+    b: f64,
+    o: f64,
+    base_reps: &[f64],
+    other_reps: &[f64],
+    confidence: f64,
+) -> StatDiff {
+    let diffs: Vec<f64> = base_reps
+        .iter()
+        .zip(other_reps)
+        .map(|(br, or)| or - br)
+        .collect();
+    let rels: Vec<f64> = base_reps
+        .iter()
+        .zip(other_reps)
+        .map(|(br, or)| if *br > 0.0 { (or - br) / br } else { f64::NAN })
+        .collect();
+    let (dlo, dhi) = stats::percentile_interval(&diffs, confidence);
+    let (rlo, rhi) = stats::percentile_interval(&rels, confidence);
+    let direction = if dlo > 0.0 {
+        Direction::Slower
+    } else if dhi < 0.0 {
+        Direction::Faster
+    } else {
+        Direction::NotSignificant
+    };
+    StatDiff {
+        stat,
+        base_us: b,
+        other_us: o,
+        diff_us: o - b,
+        diff_ci_us: [dlo, dhi],
+        rel: if b > 0.0 { (o - b) / b } else { f64::NAN },
+        rel_ci: [rlo, rhi],
+        direction,
     }
 }
 
@@ -275,10 +335,11 @@ impl Report {
                 options.confidence
             )));
         }
-        if options.bootstrap_replicates < 100 {
+        let needed = min_replicates(options.confidence);
+        if options.bootstrap_replicates < needed {
             return Err(CompareError::Options(format!(
-                "at least 100 bootstrap replicates are needed for a {}% interval, not {}",
-                options.confidence * 100.0,
+                "at least {needed} bootstrap replicates are needed for a {}% interval (2.5 in each tail), not {}",
+                fmt::sig3(options.confidence * 100.0),
                 options.bootstrap_replicates
             )));
         }
@@ -309,7 +370,7 @@ impl Report {
                 .enumerate()
                 .map(|(k, sample)| {
                     let ps = &ps;
-                    let seed = options.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let seed = input_seed(options.seed, k);
                     scope.spawn(move || {
                         stats::bootstrap(sample, ps, options.bootstrap_replicates, seed)
                     })
@@ -339,43 +400,17 @@ impl Report {
                 } else {
                     (stats::mean(&samples[0]), stats::mean(&samples[k]))
                 };
-                let diffs: Vec<f64> = base_reps
-                    .values
-                    .iter()
-                    .zip(&other_reps.values)
-                    .map(|(br, or)| or[idx] - br[idx])
-                    .collect();
-                let rels: Vec<f64> = base_reps
-                    .values
-                    .iter()
-                    .zip(&other_reps.values)
-                    .map(|(br, or)| {
-                        if br[idx] > 0.0 {
-                            (or[idx] - br[idx]) / br[idx]
-                        } else {
-                            f64::NAN
-                        }
-                    })
-                    .collect();
-                let (dlo, dhi) = stats::percentile_interval(&diffs, options.confidence);
-                let (rlo, rhi) = stats::percentile_interval(&rels, options.confidence);
-                let direction = if dlo > 0.0 {
-                    Direction::Slower
-                } else if dhi < 0.0 {
-                    Direction::Faster
-                } else {
-                    Direction::NotSignificant
+                let column = |r: &stats::Replicates| -> Vec<f64> {
+                    r.values.iter().map(|row| row[idx]).collect()
                 };
-                rows.push(StatDiff {
-                    stat: name,
-                    base_us: b,
-                    other_us: o,
-                    diff_us: o - b,
-                    diff_ci_us: [dlo, dhi],
-                    rel: if b > 0.0 { (o - b) / b } else { f64::NAN },
-                    rel_ci: [rlo, rhi],
-                    direction,
-                });
+                rows.push(stat_diff(
+                    name,
+                    b,
+                    o,
+                    &column(base_reps),
+                    &column(other_reps),
+                    options.confidence,
+                ));
             }
             let ks = stats::ks_2samp(&samples[0], &samples[k]).expect("inputs are never empty");
             let (paired, pairing_note) = pair(&loaded[0], &loaded[k], &labels[0], &labels[k]);
@@ -418,6 +453,7 @@ impl Report {
             comparisons,
             ab,
             samples,
+            reps,
             loaded,
         }
     }
@@ -459,6 +495,54 @@ impl Report {
             Some(p) => stats::percentile_sorted(&self.samples[k], p),
             None => stats::mean(&self.samples[k]),
         }
+    }
+
+    /// The difference OTHER − BASE (input `k` against input 0) of percentile `p` (0–100) or,
+    /// for `None`, of the mean, with bootstrap intervals at `confidence` (0.95 = 95%). The
+    /// intervals come from the very resamples behind the report's table: for a table statistic
+    /// at the report's level this is the table's row; another level re-reads the same
+    /// replicates, and a percentile outside the table is computed from the same streams (the
+    /// same seeds draw the same resamples whatever statistics are taken from them).
+    pub fn difference(&self, k: usize, p: Option<f64>, confidence: f64) -> StatDiff {
+        assert!(k > 0 && k < self.samples.len(), "input {k} is not an OTHER");
+        let table = &self.reps[0].percentiles;
+        let idx = match p {
+            Some(p) => table.iter().position(|&q| q == p),
+            None => Some(table.len()),
+        };
+        let (base_col, other_col) = match idx {
+            Some(idx) => {
+                let column = |r: &stats::Replicates| -> Vec<f64> {
+                    r.values.iter().map(|row| row[idx]).collect()
+                };
+                (column(&self.reps[0]), column(&self.reps[k]))
+            }
+            None => {
+                let p = p.expect("the mean is always in the table");
+                let column = |j: usize| -> Vec<f64> {
+                    stats::bootstrap(
+                        &self.samples[j],
+                        &[p],
+                        self.options.bootstrap_replicates,
+                        input_seed(self.options.seed, j),
+                    )
+                    .values
+                    .iter()
+                    .map(|row| row[0])
+                    .collect()
+                };
+                (column(0), column(k))
+            }
+        };
+        let name = p.map(stat_name).unwrap_or_else(|| "mean".into());
+        stat_diff(
+            name,
+            self.stat_us(0, p),
+            self.stat_us(k, p),
+            &base_col,
+            &other_col,
+            confidence,
+        )
     }
 
     /// A plain-text summary for a terminal: inputs, the percentile table, KS, paired error,
@@ -773,7 +857,7 @@ fn verdict_line(
         Slower => "slower",
         NotSignificant => "",
     };
-    let level = format!("{}%", (confidence * 100.0).round());
+    let level = format!("{}%", fmt::level(confidence));
     let finding = match (p50.direction, p90.direction) {
         (NotSignificant, NotSignificant) => {
             format!("no significant difference at p50 or p90 ({level} intervals include 0)")
@@ -811,4 +895,36 @@ fn verdict_line(
         show(p50),
         show(p90)
     )
+}
+
+#[cfg(test)]
+impl Report {
+    /// A report over bare response-time samples (µs; BASE first), for tests of what is computed
+    /// from them: no database, no population metrics, no replay_map.
+    pub(crate) fn from_samples(samples: &[Vec<f64>], options: &Options) -> Report {
+        let loaded = samples
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let mut v = s.clone();
+                v.sort_by(f64::total_cmp);
+                Input {
+                    path: PathBuf::from(format!("input{k}.db")),
+                    meta: BTreeMap::new(),
+                    connections: v.len() as u64,
+                    response_times_us: v,
+                    excluded: Vec::new(),
+                    min_rtt_us: Default::default(),
+                    bw_bps: Default::default(),
+                    loss_rate_down: Default::default(),
+                    response_delay_us: Default::default(),
+                    query_delay_us: Default::default(),
+                    exchanges: 0,
+                    by_id: HashMap::new(),
+                    replay_map: None,
+                }
+            })
+            .collect();
+        Report::from_inputs(loaded, options)
+    }
 }

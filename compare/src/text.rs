@@ -39,7 +39,7 @@ pub(crate) fn render(r: &Report) -> String {
             "\n{} vs {} (response time, ms; {}% bootstrap intervals):",
             c.other,
             c.base,
-            (r.options.confidence * 100.0).round()
+            fmt::level(r.options.confidence)
         );
         let _ = writeln!(
             s,

@@ -461,6 +461,7 @@ fn compare_json_on_stdout_and_in_a_file() {
     let o = run(&[
         "compare",
         "--json",
+        "-",
         s(&f.base),
         s(&f.replay),
         s(&f.replay_iw10),
@@ -552,6 +553,154 @@ fn compare_json_on_stdout_and_in_a_file() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(j, k, "same seed, same report");
     assert!(stdout(&o).contains("verdict:"));
+    // --json FILE (a space, like every other option) takes FILE as its value, before or
+    // after the databases
+    let spaced = dir.path().join("spaced.json");
+    let o = run(&[
+        "compare",
+        "--json",
+        s(&spaced),
+        s(&f.base),
+        s(&f.replay),
+        s(&f.replay_iw10),
+        "--bootstrap",
+        "500",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let l: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&spaced).unwrap()).unwrap();
+    assert_eq!(j, l, "--json FILE writes the same document as --json=FILE");
+    assert!(stdout(&o).contains("verdict:"));
+}
+
+/// Regression: `--json out.json base.db other.db` once took out.json as an input (the value
+/// was optional), and `--json base.db a.db b.db` would now take base.db as the file to
+/// write. A value naming a database is refused, and the database is left alone.
+#[test]
+fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
+    let f = fixture();
+    let before = std::fs::read(&f.base).unwrap();
+    let o = run(&[
+        "compare",
+        "--json",
+        s(&f.base),
+        s(&f.replay),
+        s(&f.replay_iw10),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "--json {}: is an SQLite database, not overwriting it",
+            s(&f.base)
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // nor is an output allowed to be one of the inputs
+    let o = run(&["compare", s(&f.base), s(&f.replay), "--html", s(&f.replay)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is one of the input databases"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&f.base).unwrap(), before, "BASE was modified");
+    // a bare --json (no value) is an error, not a silent change of meaning
+    let o = run(&["compare", s(&f.base), s(&f.replay), "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--json <FILE>"), "{}", stderr(&o));
+}
+
+/// `--confidence`: the condition is judged on the interval's bound, the line shows the
+/// interval and the verdict, and the level drives the interval (it is also the report's).
+#[test]
+fn compare_fail_if_with_confidence() {
+    let f = fixture();
+    let base = s(&f.base);
+    let gate = |other: &Path, cond: &str, level: &str| {
+        run(&[
+            "compare",
+            base,
+            s(other),
+            "--bootstrap",
+            "1000",
+            "--fail-if",
+            cond,
+            "--confidence",
+            level,
+            "--json",
+            "-",
+        ])
+    };
+    // replay-iw10 is ~30% faster; its p90 interval lies wholly below −10%
+    let o = gate(&f.replay_iw10, "p90 < -10%", "95");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    let line = e
+        .lines()
+        .find(|l| l.contains("--fail-if \"p90 < -10%\" at 95% confidence holds for replay-iw10"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        line.contains("at 95%: the whole interval is below \u{2212}10.0%, significant"),
+        "{line}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let g = &j["fail_if"][0];
+    assert_eq!(g["holds"], true, "{g}");
+    assert_eq!(g["condition"]["confidence"], 0.95, "{g}");
+    let out = &g["outcomes"][0];
+    let (lo, hi) = (
+        out["interval"][0].as_f64().unwrap(),
+        out["interval"][1].as_f64().unwrap(),
+    );
+    assert!(lo < out["value"].as_f64().unwrap() && hi < -0.10, "{out}");
+    // the gate's interval is the report's p50 interval at the same level
+    let row = j["comparisons"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["stat"] == "p90")
+        .unwrap();
+    assert_eq!(row["rel_ci"], out["interval"], "{row}");
+    // its p50 is −28% too, but with 600 noisy connections the p50 interval reaches above
+    // −10%: the point form fires, the interval form does not
+    let o = gate(&f.replay_iw10, "p50 < -10%", "95");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "the interval straddles \u{2212}10.0%, not significant (the point estimate alone is < \u{2212}10.0%)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(j["options"]["confidence"], 0.95);
+
+    // replay-iw3 is within ~2% of BASE: a p50 threshold of −1% sits inside its interval, so the
+    // interval form stays silent whatever the point estimate says
+    let o = gate(&f.replay, "p50 < -1%", "95");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the interval straddles \u{2212}1.0%, not significant"),
+        "{}",
+        stderr(&o)
+    );
+    // absolute thresholds and the mean are judged on their own intervals
+    let o = gate(&f.replay_iw10, "mean <= -1ms", "99");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("at 99%: the whole interval is at or below"));
+    // a wider level needs more resamples, and says so; a level out of range is refused
+    let o = gate(&f.replay, "p50 < -1%", "99.9");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("at least 5000 bootstrap replicates are needed for a 99.9% interval"),
+        "{}",
+        stderr(&o)
+    );
+    for bad in ["0.95", "100", "ninety"] {
+        let o = gate(&f.replay, "p50 < -1%", bad);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--confidence"), "{bad}: {}", stderr(&o));
+    }
 }
 
 #[test]

@@ -211,7 +211,13 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         "--lab",
         &name2,
     ]);
-    let cmp = json(&ok(&["compare", &p("flows.db"), &p("again.db"), "--json"]));
+    let cmp = json(&ok(&[
+        "compare",
+        &p("flows.db"),
+        &p("again.db"),
+        "--json",
+        "-",
+    ]));
     let text = ok(&["compare", &p("flows.db"), &p("again.db")]);
     eprintln!("{}", stdout(&text));
     let paired = &cmp["comparisons"][0]["paired"]["overall"];

@@ -84,11 +84,15 @@ pub struct Outcome {
     pub interval: Option<[f64; 2]>,
     /// The confidence level of `interval` (0.95 = 95%), `None` in the point-estimate form.
     pub confidence: Option<f64>,
+    /// Under a confidence level, how BASE's and OTHER's connections were paired (the interval
+    /// is then a paired bootstrap over them, and `value` their difference); `None`: unpaired,
+    /// the report's own interval.
+    pub paired: Option<String>,
     /// What the point estimate alone says (equal to `holds` in the point-estimate form).
     pub point_holds: bool,
     pub holds: bool,
     /// E.g. "p90 +7.3% (is > +5.0%)", or with a level
-    /// "p90 +7.3% [+5.9%, +8.8%] at 95%: the whole interval is above +5.0%, significant".
+    /// "p90 +7.3% [+5.9%, +8.8%] at 95%, unpaired: the whole interval is above +5.0%, significant".
     pub explanation: String,
 }
 
@@ -246,6 +250,7 @@ impl FailIf {
                         value,
                         interval: None,
                         confidence: None,
+                        paired: None,
                         point_holds: holds,
                         holds,
                         explanation: format!(
@@ -255,7 +260,12 @@ impl FailIf {
                         ),
                     };
                 };
-                let row = report.difference(k, p, level);
+                // Paired where the report pairs BASE's and OTHER's connections (a replay of
+                // BASE, two replays of one workload), unpaired otherwise.
+                let (row, paired) = match report.paired_difference(k, p, level) {
+                    Some((row, n, how)) => (row, Some((n, how))),
+                    None => (report.difference(k, p, level), None),
+                };
                 let (value, ci) = match self.threshold {
                     Threshold::Relative(_) => (row.rel, row.rel_ci),
                     Threshold::AbsoluteUs(_) => (row.diff_us, row.diff_ci_us),
@@ -263,10 +273,14 @@ impl FailIf {
                 let point_holds = self.op.test(value, limit);
                 let level_shown = level_name(level);
                 let head = format!(
-                    "{stat} {} [{}, {}] at {level_shown}",
+                    "{stat} {} [{}, {}] at {level_shown}, {}",
                     show(value),
                     show(ci[0]),
-                    show(ci[1])
+                    show(ci[1]),
+                    match &paired {
+                        Some((n, _)) => format!("paired over {n} connections"),
+                        None => "unpaired".to_string(),
+                    }
                 );
                 if !(ci[0].is_finite() && ci[1].is_finite()) {
                     return Outcome {
@@ -274,6 +288,7 @@ impl FailIf {
                         value,
                         interval: None,
                         confidence: Some(level),
+                        paired: paired.as_ref().map(|p| p.1.clone()),
                         point_holds,
                         holds: false,
                         explanation: format!(
@@ -310,6 +325,7 @@ impl FailIf {
                     value,
                     interval: Some(ci),
                     confidence: Some(level),
+                    paired: paired.as_ref().map(|p| p.1.clone()),
                     point_holds,
                     holds,
                     explanation,
@@ -462,7 +478,7 @@ mod tests {
         assert!(lo > 0.05 && lo < o.value && o.value < hi, "{o:?}");
         assert!(
             o.explanation
-                .contains("at 95%: the whole interval is above +5.0%, significant"),
+                .contains("at 95%, unpaired: the whole interval is above +5.0%, significant"),
             "{}",
             o.explanation
         );

@@ -545,6 +545,120 @@ impl Report {
         )
     }
 
+    /// Response times (µs) of the connections that BASE and OTHER `k` both hold, as (BASE,
+    /// OTHER) pairs, when the two are paired connection by connection: OTHER is a replay of
+    /// BASE (the report's per-connection section), or both are replays of the same workload
+    /// (their replay_maps name the same original connections for at least half of the smaller
+    /// one, and at least half of those replayed connections agree on exchanges and response
+    /// bytes, the check the report applies to a replay of BASE). `None` otherwise: the two are
+    /// then independent samples. The string says how they pair.
+    pub fn pairs(&self, k: usize) -> Option<(Vec<(f64, f64)>, String)> {
+        let (base, other) = (&self.loaded[0], &self.loaded[k]);
+        let (lb, lo) = (&self.inputs[0].label, &self.inputs[k].label);
+        let rt = |i: &Input, id: Option<i64>| {
+            id.and_then(|id| i.by_id.get(&id))
+                .and_then(|f| f.response_time_us)
+                .filter(|v| *v > 0.0)
+        };
+        if self.comparisons[k - 1].paired.is_some() {
+            let pairs: Vec<(f64, f64)> = other
+                .replay_map
+                .iter()
+                .flatten()
+                .filter(|r| r.status == "ok")
+                .filter_map(|r| {
+                    Some((
+                        rt(base, Some(r.orig_conn_id))?,
+                        rt(other, r.replay_conn_id)?,
+                    ))
+                })
+                .collect();
+            return Some((pairs, format!("{lo} replays {lb}'s connections")));
+        }
+        // two replays: the replayed connection of each original connection, on each side
+        let replayed = |i: &Input| -> Option<HashMap<i64, input::ConnFacts>> {
+            let map = i.replay_map.as_ref().filter(|m| !m.is_empty())?;
+            Some(
+                map.iter()
+                    .filter(|r| r.status == "ok")
+                    .filter_map(|r| Some((r.orig_conn_id, *i.by_id.get(&r.replay_conn_id?)?)))
+                    .collect(),
+            )
+        };
+        let (mb, mo) = (replayed(base)?, replayed(other)?);
+        let joined: Vec<(&input::ConnFacts, &input::ConnFacts)> = mb
+            .iter()
+            .filter_map(|(id, b)| Some((b, mo.get(id)?)))
+            .collect();
+        if joined.is_empty() || 2 * joined.len() < mb.len().min(mo.len()) {
+            return None;
+        }
+        let agree = joined
+            .iter()
+            .filter(|(b, o)| {
+                let tolerance = (b.bytes_down as f64 * 0.05).max(1500.0);
+                b.exchanges == o.exchanges
+                    && ((b.bytes_down - o.bytes_down) as f64).abs() <= tolerance
+            })
+            .count();
+        if 2 * agree < joined.len() {
+            return None;
+        }
+        let pairs = joined
+            .iter()
+            .filter_map(|(b, o)| {
+                Some((
+                    b.response_time_us.filter(|v| *v > 0.0)?,
+                    o.response_time_us.filter(|v| *v > 0.0)?,
+                ))
+            })
+            .collect();
+        Some((
+            pairs,
+            format!("{lb} and {lo} replay the same original connections"),
+        ))
+    }
+
+    /// The difference OTHER − BASE of percentile `p` (or the mean, `None`) over the connections
+    /// the two share ([`Report::pairs`]), with a paired bootstrap interval at `confidence`:
+    /// connections are resampled together, so what both replays share (the workload) cancels
+    /// and only the change is left in the interval. The point estimates are over the paired
+    /// connections. `None` when the two are not paired or share fewer than two connections;
+    /// the `usize` is the number of pairs.
+    pub fn paired_difference(
+        &self,
+        k: usize,
+        p: Option<f64>,
+        confidence: f64,
+    ) -> Option<(StatDiff, usize, String)> {
+        let (pairs, how) = self.pairs(k)?;
+        if pairs.len() < 2 {
+            return None;
+        }
+        let reps = stats::paired_bootstrap(
+            &pairs,
+            p,
+            self.options.bootstrap_replicates,
+            input_seed(self.options.seed, k) ^ 0x7061_6972_6564, // "paired"
+        );
+        let point = |side: &dyn Fn(&(f64, f64)) -> f64| {
+            let mut v: Vec<f64> = pairs.iter().map(side).collect();
+            v.sort_by(f64::total_cmp);
+            match p {
+                Some(p) => stats::percentile_sorted(&v, p),
+                None => stats::mean(&v),
+            }
+        };
+        let (b, o) = (point(&|x| x.0), point(&|x| x.1));
+        let (bc, oc): (Vec<f64>, Vec<f64>) = reps.into_iter().unzip();
+        let name = p.map(stat_name).unwrap_or_else(|| "mean".into());
+        Some((
+            stat_diff(name, b, o, &bc, &oc, confidence),
+            pairs.len(),
+            how,
+        ))
+    }
+
     /// A plain-text summary for a terminal: inputs, the percentile table, KS, paired error,
     /// and the verdict lines.
     pub fn to_text(&self) -> String {

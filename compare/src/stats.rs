@@ -287,6 +287,64 @@ pub fn bootstrap(sorted: &[f64], percentiles: &[f64], replicates: usize, seed: u
     }
 }
 
+/// A paired bootstrap: `pairs` are (BASE, OTHER) values of the same unit (a connection both
+/// replays reproduced); each resample draws units with replacement and takes statistic `p`
+/// (percentile 0–100, type 7, or the mean for `None`) of BASE's and of OTHER's values of the
+/// same units. Returns (BASE's, OTHER's) statistic per resample. A resample is held as counts
+/// per unit and read in each side's sorted order, so no sort per resample.
+pub fn paired_bootstrap(
+    pairs: &[(f64, f64)],
+    p: Option<f64>,
+    replicates: usize,
+    seed: u64,
+) -> Vec<(f64, f64)> {
+    let n = pairs.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut by_base: Vec<usize> = (0..n).collect();
+    by_base.sort_by(|&i, &j| pairs[i].0.total_cmp(&pairs[j].0));
+    let mut by_other: Vec<usize> = (0..n).collect();
+    by_other.sort_by(|&i, &j| pairs[i].1.total_cmp(&pairs[j].1));
+    let stat = |order: &[usize], value: &dyn Fn(usize) -> f64, counts: &[u32]| -> f64 {
+        let Some(p) = p else {
+            let sum: f64 = order.iter().map(|&i| counts[i] as f64 * value(i)).sum();
+            return sum / n as f64;
+        };
+        let h = (n - 1) as f64 * (p.clamp(0.0, 100.0) / 100.0);
+        let lo = h.floor() as usize;
+        let hi = (lo + 1).min(n - 1);
+        let (mut vlo, mut seen) = (f64::NAN, 0usize);
+        for &i in order {
+            if counts[i] == 0 {
+                continue;
+            }
+            seen += counts[i] as usize;
+            if vlo.is_nan() && lo < seen {
+                vlo = value(i);
+            }
+            if hi < seen {
+                return vlo + (h - lo as f64) * (value(i) - vlo);
+            }
+        }
+        vlo
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut counts = vec![0u32; n];
+    (0..replicates)
+        .map(|_| {
+            counts.iter_mut().for_each(|c| *c = 0);
+            for _ in 0..n {
+                counts[rng.random_range(0..n)] += 1;
+            }
+            (
+                stat(&by_base, &|i| pairs[i].0, &counts),
+                stat(&by_other, &|i| pairs[i].1, &counts),
+            )
+        })
+        .collect()
+}
+
 /// The central `confidence` interval (e.g. 0.95) of `values` by the percentile method
 /// (type-7 percentiles of the replicate values). NaN replicates are ignored.
 pub fn percentile_interval(values: &[f64], confidence: f64) -> (f64, f64) {
@@ -641,5 +699,45 @@ pub(crate) mod tests {
         let (lo, hi) = percentile_interval(&v, 0.95);
         assert!(close(lo, 25.0, 0.0, 1e-9) && close(hi, 975.0, 0.0, 1e-9));
         assert!(percentile_interval(&[f64::NAN], 0.95).0.is_nan());
+    }
+
+    #[test]
+    fn paired_bootstrap_equals_explicit_paired_resampling() {
+        let pairs: Vec<(f64, f64)> = (0..37u64)
+            .map(|i| {
+                let a = ((i * 7919) % 101) as f64 * 13.0 + 50.0;
+                (a, a * 0.8 + ((i * 31) % 17) as f64)
+            })
+            .collect();
+        for p in [
+            Some(0.0),
+            Some(10.0),
+            Some(50.0),
+            Some(90.0),
+            Some(99.0),
+            Some(100.0),
+            None,
+        ] {
+            let got = paired_bootstrap(&pairs, p, 50, 5);
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            for (b, o) in got {
+                let idx: Vec<usize> = (0..pairs.len())
+                    .map(|_| rng.random_range(0..pairs.len()))
+                    .collect();
+                let mut xs: Vec<f64> = idx.iter().map(|&i| pairs[i].0).collect();
+                let mut ys: Vec<f64> = idx.iter().map(|&i| pairs[i].1).collect();
+                xs.sort_by(f64::total_cmp);
+                ys.sort_by(f64::total_cmp);
+                let (eb, eo) = match p {
+                    Some(p) => (percentile_sorted(&xs, p), percentile_sorted(&ys, p)),
+                    None => (mean(&xs), mean(&ys)),
+                };
+                assert!(
+                    (b - eb).abs() < 1e-9 && (o - eo).abs() < 1e-9,
+                    "{p:?}: {b} {eb} {o} {eo}"
+                );
+            }
+        }
+        assert!(paired_bootstrap(&[], Some(50.0), 10, 1).is_empty());
     }
 }

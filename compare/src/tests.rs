@@ -553,6 +553,46 @@ fn fail_if_against_a_report() {
     assert!(FailIf::parse("p50 < -20%").unwrap().holds(&r));
 }
 
+/// Under --confidence a replay of BASE is judged on a paired interval (connections resampled
+/// together), far narrower than the unpaired one of the same statistic.
+#[test]
+fn gate_on_a_replay_of_base_is_paired() {
+    let f = fixture();
+    let r = Report::build(&f.base, std::slice::from_ref(&f.replay), &opts()).unwrap();
+    let (pairs, how) = r.pairs(1).unwrap();
+    assert_eq!(pairs.len(), r.comparisons[0].paired.as_ref().unwrap().pairs);
+    assert_eq!(how, "replay replays original's connections");
+    let (paired, n, _) = r.paired_difference(1, Some(50.0), 0.95).unwrap();
+    let unpaired = r.difference(1, Some(50.0), 0.95);
+    assert_eq!(n, pairs.len());
+    let width = |d: &StatDiff| d.rel_ci[1] - d.rel_ci[0];
+    assert!(
+        width(&paired) < width(&unpaired) / 2.0,
+        "{paired:?} {unpaired:?}"
+    );
+    let o = &FailIf::parse("p50 > +20%")
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .evaluate(&r)[0];
+    assert!(!o.holds, "{o:?}");
+    assert_eq!(o.paired.as_deref(), Some(how.as_str()));
+    assert!(
+        o.explanation
+            .contains(&format!("paired over {n} connections")),
+        "{}",
+        o.explanation
+    );
+    // an independent capture is not paired
+    let r = Report::build(&f.base, std::slice::from_ref(&f.faster), &opts()).unwrap();
+    assert!(r.pairs(1).is_none());
+    let o = &FailIf::parse("p50 < -10%")
+        .unwrap()
+        .with_confidence(Some(0.95))
+        .evaluate(&r)[0];
+    assert!(o.holds && o.paired.is_none(), "{o:?}");
+    assert!(o.explanation.contains("unpaired"), "{}", o.explanation);
+}
+
 #[test]
 fn html_is_self_contained_and_png_renders() {
     let f = fixture();

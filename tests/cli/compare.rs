@@ -612,7 +612,8 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
 }
 
 /// `--confidence`: the condition is judged on the interval's bound, the line shows the
-/// interval and the verdict, and the level drives the interval (it is also the report's).
+/// interval and the verdict, and the level drives the interval (it is also the report's). A
+/// replay of BASE is judged on a paired interval, another capture on the report's unpaired one.
 #[test]
 fn compare_fail_if_with_confidence() {
     let f = fixture();
@@ -632,7 +633,12 @@ fn compare_fail_if_with_confidence() {
             "-",
         ])
     };
-    // replay-iw10 is ~30% faster; its p90 interval lies wholly below −10%
+    let outcome = |o: &std::process::Output| -> serde_json::Value {
+        let j: serde_json::Value = serde_json::from_str(&stdout(o)).unwrap();
+        j["fail_if"][0]["outcomes"][0].clone()
+    };
+    // replay-iw10 replays BASE ~30% faster: paired over its connections, the p90 interval lies
+    // wholly below −10%
     let o = gate(&f.replay_iw10, "p90 < -10%", "95");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
@@ -641,7 +647,7 @@ fn compare_fail_if_with_confidence() {
         .find(|l| l.contains("--fail-if \"p90 < -10%\" at 95% confidence holds for replay-iw10"))
         .unwrap_or_else(|| panic!("{e}"));
     assert!(
-        line.contains("at 95%: the whole interval is below \u{2212}10.0%, significant"),
+        line.contains("at 95%, paired over 584 connections: the whole interval is below \u{2212}10.0%, significant"),
         "{line}"
     );
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -649,45 +655,64 @@ fn compare_fail_if_with_confidence() {
     assert_eq!(g["holds"], true, "{g}");
     assert_eq!(g["condition"]["confidence"], 0.95, "{g}");
     let out = &g["outcomes"][0];
+    assert_eq!(
+        out["paired"], "replay-iw10 replays original's connections",
+        "{out}"
+    );
     let (lo, hi) = (
         out["interval"][0].as_f64().unwrap(),
         out["interval"][1].as_f64().unwrap(),
     );
     assert!(lo < out["value"].as_f64().unwrap() && hi < -0.10, "{out}");
-    // the gate's interval is the report's p50 interval at the same level
+    assert_eq!(j["options"]["confidence"], 0.95);
+
+    // another capture is not paired: the gate's interval is the report's p50 row
+    let o = gate(&f.capture2, "p50 > +50%", "95");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("at 95%, unpaired: the whole interval is at or below +50.0%"),
+        "{}",
+        stderr(&o)
+    );
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let row = j["comparisons"][0]["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["stat"] == "p90")
+        .find(|r| r["stat"] == "p50")
         .unwrap();
+    let out = outcome(&o);
     assert_eq!(row["rel_ci"], out["interval"], "{row}");
-    // its p50 is −28% too, but with 600 noisy connections the p50 interval reaches above
-    // −10%: the point form fires, the interval form does not
-    let o = gate(&f.replay_iw10, "p50 < -10%", "95");
+    assert!(out["paired"].is_null(), "{out}");
+    // a threshold just under its point estimate: the point form fires, the interval form
+    // does not (the interval straddles the threshold)
+    let cond = format!("p50 > {:.3}%", out["value"].as_f64().unwrap() * 100.0 - 0.5);
+    let o = gate(&f.capture2, &cond, "95");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains(
-            "the interval straddles \u{2212}10.0%, not significant (the point estimate alone is < \u{2212}10.0%)"
-        ),
+        stderr(&o).contains(", not significant (the point estimate alone is > "),
         "{}",
         stderr(&o)
     );
-    assert_eq!(j["options"]["confidence"], 0.95);
-
-    // replay-iw3 is within ~2% of BASE: a p50 threshold of −1% sits inside its interval, so the
-    // interval form stays silent whatever the point estimate says
-    let o = gate(&f.replay, "p50 < -1%", "95");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("the interval straddles \u{2212}1.0%, not significant"),
-        "{}",
-        stderr(&o)
-    );
+    let o = run(&[
+        "compare",
+        base,
+        s(&f.capture2),
+        "--bootstrap",
+        "1000",
+        "--fail-if",
+        &cond,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "point form: {}", stderr(&o));
     // absolute thresholds and the mean are judged on their own intervals
     let o = gate(&f.replay_iw10, "mean <= -1ms", "99");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("at 99%: the whole interval is at or below"));
+    assert!(
+        stderr(&o)
+            .contains("at 99%, paired over 584 connections: the whole interval is at or below"),
+        "{}",
+        stderr(&o)
+    );
     // a wider level needs more resamples, and says so; a level out of range is refused
     let o = gate(&f.replay, "p50 < -1%", "99.9");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -110,6 +110,91 @@ fn demo_runs_end_to_end() {
     assert_eq!(report["verdict"].as_array().unwrap().len(), 3);
     assert!(out.join("report.html").exists() && out.join("plots").is_dir());
     assert_lab_gone(&lab);
+    significance_gate_on_the_demo_replays(&out);
+}
+
+/// Removes a lab when the test ends, however it ends.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = mimic().args(["lab", "down", &self.0]).output();
+    }
+}
+
+/// The significance-aware rollout gate on real replays: the demo's replays of production under
+/// initcwnd 3 and initcwnd 10, and one more replay of production under initcwnd 3 (the only
+/// replay this adds). Two replays of the same capture are paired connection by connection, so
+/// the gate's interval is a paired bootstrap over the 40 connections. `median < -2%` (OTHER's
+/// median surely more than 2% faster) must fire for initcwnd 10 against 3, and stay silent
+/// for the two initcwnd-3 replays, both ways round; so must `median > +2%` and `p90 > +5%`
+/// (surely slower).
+fn significance_gate_on_the_demo_replays(out: &std::path::Path) {
+    let db = |f: &str| out.join(f).display().to_string();
+    let lab = format!("dg{}", std::process::id() % 100_000);
+    let _down = LabDown(lab.clone());
+    let o = run(&[
+        "replay",
+        &db("production.db"),
+        "-o",
+        &db("replay-current-2.db"),
+        "--lab",
+        &lab,
+        "--stack",
+        "initcwnd=3",
+    ]);
+    assert!(o.status.success(), "replay: {}{}", stdout(&o), stderr(&o));
+    assert_lab_gone(&lab);
+    // exit status, and the --fail-if line (with the interval and the verdict)
+    let gate = |base: &str, other: &str, cond: &str| -> (Option<i32>, String) {
+        let o = run(&[
+            "compare",
+            &db(base),
+            &db(other),
+            "--fail-if",
+            cond,
+            "--confidence",
+            "95",
+        ]);
+        let lines: Vec<String> = stderr(&o)
+            .lines()
+            .filter(|l| l.contains("--fail-if"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines.len(), 1, "{}{}", stdout(&o), stderr(&o));
+        // shown with --nocapture: the intervals observed
+        eprintln!(
+            "{base} -> {other}: exit {:?}: {}",
+            o.status.code(),
+            lines[0]
+        );
+        (o.status.code(), lines[0].clone())
+    };
+    // initcwnd 10 sends the first 10 segments at once: its responses are faster
+    let (code, line) = gate("replay-current.db", "replay-change.db", "median < -2%");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.contains("at 95% confidence holds for replay-change")
+            && line.contains("paired over")
+            && line.contains("the whole interval is below"),
+        "{line}"
+    );
+    // the reverse, for the record (not asserted: p90 moves less than the median)
+    gate("replay-change.db", "replay-current.db", "p90 > +5%");
+    // nothing changed: silent, both ways round
+    for (base, other) in [
+        ("replay-current.db", "replay-current-2.db"),
+        ("replay-current-2.db", "replay-current.db"),
+    ] {
+        for cond in ["median < -2%", "median > +2%", "p90 > +5%"] {
+            let (code, line) = gate(base, other, cond);
+            assert_eq!(code, Some(0), "{line}");
+            assert!(
+                line.contains("does not hold") && line.contains("paired over"),
+                "{line}"
+            );
+        }
+    }
 }
 
 /// Ctrl-C at any stage (building the lab, synthesizing, replaying) stops the demo with exit

@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub png: Option<PathBuf>,
     /// Write everything machine-readable as JSON to FILE (`--json report.json`), or to stdout
-    /// with `--json -` (the text summary and verdict lines then go to stderr).
+    /// with `--json -` (the text summary is then left out and the verdict lines go to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Exit with status 1 when this condition holds for any OTHER, e.g. "p90 > +5%"; may be

@@ -8,14 +8,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mimic_core::{LinkType, Timestamp};
 
 use crate::key::CaptureKey;
-use crate::output::{Output, OutputConfig, OutputError};
+use crate::output::{FileCounters, Output, OutputConfig, OutputError};
 use crate::pcapng::IfStats;
 use crate::process::{Counters, NonTcp, Processor, Settings, Verdict};
 use crate::sample::Rule;
@@ -85,6 +85,8 @@ pub struct CaptureConfig {
     pub prefix: String,
     pub rotate_bytes: Option<u64>,
     pub rotate_time: Option<Duration>,
+    /// Retention ring: keep at most this many files (tcpdump `-W`).
+    pub max_files: Option<usize>,
     pub duration: Option<Duration>,
     /// Stop after this many packets were kept.
     pub count: Option<u64>,
@@ -97,6 +99,48 @@ pub struct CaptureConfig {
     pub stop: Arc<AtomicBool>,
     /// Called once the source is capturing and the first output file is open.
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
+    /// Filled once the capture runs, so another thread (the `/metrics` endpoint) can read the
+    /// counters while it does.
+    pub probe: Option<Arc<CaptureProbe>>,
+}
+
+/// Every counter of a capture at one moment: what the exit summary reports and what
+/// `/metrics` exposes, both from [`Shared::totals_now`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// Dropped by the kernel / NIC because the capture buffer was full.
+    pub kernel_dropped: u64,
+    /// Dropped by the interface or driver.
+    pub interface_dropped: u64,
+    /// Accepted but lost inside mimic (unwritten at a disk-full stop).
+    pub capture_dropped: u64,
+    /// Packets written to files.
+    pub written: u64,
+    /// Files closed complete (the ring may have deleted some of them since).
+    pub files_closed: u64,
+    /// Files closed because they reached the `--rotate` size / time.
+    pub files_rotated_size: u64,
+    pub files_rotated_time: u64,
+    /// Closed files the retention ring (`--ring`) deleted.
+    pub files_deleted: u64,
+    /// Bytes written to the files (including those of files deleted since).
+    pub bytes_written: u64,
+}
+
+/// A running capture's counters for other threads.
+#[derive(Default)]
+pub struct CaptureProbe(OnceLock<Arc<Shared>>);
+
+impl CaptureProbe {
+    pub fn new() -> Arc<CaptureProbe> {
+        Arc::new(CaptureProbe::default())
+    }
+    /// The counters now; None before the capture has started.
+    pub fn totals(&self) -> Option<Totals> {
+        self.0.get().map(|s| s.totals_now())
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -105,13 +149,8 @@ pub struct CaptureSummary {
     pub stop_reason: StopReason,
     pub elapsed_secs: f64,
     #[serde(flatten)]
-    pub counters: Counters,
-    /// Dropped by the kernel / NIC before mimic saw them.
-    pub kernel_dropped: u64,
-    pub interface_dropped: u64,
-    /// Accepted but lost inside mimic (unwritten at a disk-full stop).
-    pub capture_dropped: u64,
-    pub written: u64,
+    pub totals: Totals,
+    /// The closed files still on disk, oldest first.
     pub files: Vec<PathBuf>,
     /// An input error that ended a file source early (frames before it were kept).
     pub input_error: Option<String>,
@@ -123,7 +162,8 @@ impl CaptureSummary {
     /// Every packet the capture point saw that is not in the files, for any reason other
     /// than the sampling and policy the user asked for.
     pub fn lost(&self) -> u64 {
-        self.kernel_dropped + self.interface_dropped + self.capture_dropped
+        let t = &self.totals;
+        t.kernel_dropped + t.interface_dropped + t.capture_dropped
     }
 }
 
@@ -153,6 +193,7 @@ struct WorkerState {
 
 struct Shared {
     workers: Vec<Mutex<WorkerState>>,
+    files: Arc<FileCounters>,
     kept_total: AtomicU64,
     written: AtomicU64,
     capture_dropped: AtomicU64,
@@ -184,6 +225,22 @@ impl Shared {
         }
         d.dropped += self.global_dropped.load(Ordering::Relaxed);
         (c, d)
+    }
+    fn totals_now(&self) -> Totals {
+        let (c, d) = self.totals();
+        let f = &self.files;
+        Totals {
+            counters: c,
+            kernel_dropped: d.dropped,
+            interface_dropped: d.if_dropped,
+            capture_dropped: self.capture_dropped.load(Ordering::Relaxed),
+            written: self.written.load(Ordering::Relaxed),
+            files_closed: FileCounters::get(&f.closed),
+            files_rotated_size: FileCounters::get(&f.rotated_size),
+            files_rotated_time: FileCounters::get(&f.rotated_time),
+            files_deleted: FileCounters::get(&f.deleted),
+            bytes_written: FileCounters::get(&f.bytes),
+        }
     }
     fn if_stats(&self) -> IfStats {
         let (c, d) = self.totals();
@@ -271,6 +328,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         workers: (0..nworkers)
             .map(|_| Mutex::new(WorkerState::default()))
             .collect(),
+        files: Arc::new(FileCounters::default()),
         kept_total: AtomicU64::new(0),
         written: AtomicU64::new(0),
         capture_dropped: AtomicU64::new(0),
@@ -290,6 +348,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         rotate_nanos: cfg
             .rotate_time
             .map(|d| d.as_nanos().min(i64::MAX as u128) as i64),
+        max_files: cfg.max_files,
         snaplen: cfg.settings.source_snaplen(),
         if_name: opened.if_name.clone(),
         if_description: opened.description.clone(),
@@ -308,6 +367,10 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         (s, comment)
     });
     let mut output = Output::new(out_cfg, start_ts, provider)?;
+    output.count_into(shared.files.clone());
+    if let Some(p) = &cfg.probe {
+        let _ = p.0.set(shared.clone());
+    }
     if let Some(link) = opened.link {
         output.open_now(link)?;
     }
@@ -407,7 +470,11 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         }
         Err(_) => return Err(CaptureError::Other("the writer thread panicked".into())),
     };
-    let (c, d) = shared.totals();
+    let totals = shared.totals_now();
+    let (c, d) = (
+        totals.counters,
+        (totals.kernel_dropped, totals.interface_dropped),
+    );
     let stop_reason = shared
         .stop_reason
         .lock()
@@ -417,17 +484,13 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         source: cfg.source.to_string(),
         stop_reason,
         elapsed_secs: started.elapsed().as_secs_f64(),
-        counters: c,
-        kernel_dropped: d.dropped,
-        interface_dropped: d.if_dropped,
-        capture_dropped: shared.capture_dropped.load(Ordering::Relaxed),
-        written: shared.written.load(Ordering::Relaxed),
+        totals,
         files,
         input_error: shared.input_error.lock().expect("lock").clone(),
         output_error: shared.output_error.lock().expect("lock").clone(),
     };
     let secs = last_report.elapsed().as_secs_f64().max(1e-3);
-    let drops = d.dropped + d.if_dropped;
+    let drops = d.0 + d.1;
     report(
         &mut cfg.stats,
         summary.elapsed_secs,
@@ -755,7 +818,7 @@ fn writer_loop(
     let closed = output.close();
     sh.written
         .store(output.packets_written(), Ordering::Relaxed);
-    let files = output.closed_files().to_vec();
+    let files = output.closed_files();
     match closed {
         Ok(()) => (files, failed),
         Err(e) => (files, Some(failed.unwrap_or(e))),

@@ -404,7 +404,10 @@ mod tests {
         let r = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
         assert!(r.contains("\nmimic_test_packets_total 9\n"), "{r}");
         let r = get(addr, "HEAD /metrics HTTP/1.1\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"), "{r}");
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
         let r = get(addr, "GET /other HTTP/1.1\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{r}");
         let r = get(addr, "DELETE /metrics HTTP/1.1\r\n\r\n");

@@ -27,6 +27,8 @@ use crate::source::{self, Drops, OpenOptions, Poll, Queue, SourceError, SourceSp
 const QUEUE_BATCHES: usize = 64;
 const BATCH_BYTES: usize = 256 * 1024;
 const BATCH_RECORDS: usize = 2048;
+/// The writer flushes its buffer at least this often.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long a live worker holds a partly filled batch.
 const BATCH_AGE: Duration = Duration::from_millis(50);
 
@@ -698,6 +700,7 @@ fn writer_loop(
     let mut watermark = vec![i64::MIN; nworkers];
     let mut finished = vec![false; nworkers];
     let mut failed: Option<OutputError> = None;
+    let mut last_flush = Instant::now();
     let write = |output: &mut Output, b: &Batch, r: &Rec, failed: &mut Option<OutputError>| {
         if failed.is_some() {
             sh.capture_dropped.fetch_add(1, Ordering::Relaxed);
@@ -727,7 +730,26 @@ fn writer_loop(
         }
     };
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        let got = rx.recv_timeout(Duration::from_millis(200));
+        // Buffered packets reach the disk within FLUSH_EVERY even while a live source keeps
+        // sending small batches (so `written` is what is on disk, and a crash loses little).
+        let idle = matches!(got, Err(RecvTimeoutError::Timeout));
+        if (idle || last_flush.elapsed() >= FLUSH_EVERY) && failed.is_none() {
+            last_flush = Instant::now();
+            if let Err(e) = output.flush() {
+                sh.capture_dropped.fetch_add(e.lost(), Ordering::Relaxed);
+                *sh.output_error.lock().expect("lock") = Some(e.to_string());
+                sh.stop_with(if e.is_disk_full() {
+                    StopReason::DiskFull
+                } else {
+                    StopReason::WriteError
+                });
+                failed = Some(e);
+            }
+            sh.written
+                .store(output.packets_written(), Ordering::Relaxed);
+        }
+        match got {
             Ok(b) => {
                 let w = b.worker;
                 watermark[w] = watermark[w].max(b.watermark);
@@ -745,22 +767,7 @@ fn writer_loop(
                     queues[w].push_back((b, 0));
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
-                if failed.is_none() {
-                    if let Err(e) = output.flush() {
-                        sh.capture_dropped.fetch_add(e.lost(), Ordering::Relaxed);
-                        *sh.output_error.lock().expect("lock") = Some(e.to_string());
-                        sh.stop_with(if e.is_disk_full() {
-                            StopReason::DiskFull
-                        } else {
-                            StopReason::WriteError
-                        });
-                        failed = Some(e);
-                    }
-                    sh.written
-                        .store(output.packets_written(), Ordering::Relaxed);
-                }
-            }
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 finished.iter_mut().for_each(|f| *f = true);
             }

@@ -195,7 +195,7 @@ fn netemu_metrics_count_both_directions_and_match_the_exit_counters() {
     let ping = mimic_netemu::netns::command(
         &info.ns_cli,
         "ping",
-        &["-c", "20", "-i", "0.01", "-q", "198.18.0.1"],
+        ["-c", "20", "-i", "0.01", "-q", "198.18.0.1"],
     )
     .output()
     .unwrap();

@@ -79,14 +79,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             });
         }
         let tx = stop_tx.clone();
+        // registered here, before serving: a SIGTERM right after start stops cleanly too
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
         tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = tx.send(true);
         });

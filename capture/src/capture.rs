@@ -293,6 +293,9 @@ fn settings_comments(cfg: &CaptureConfig, opened: &source::Opened) -> Vec<String
         "non_tcp": match s.non_tcp { NonTcp::Drop => "drop", NonTcp::Keep => "keep" },
         "filter": cfg.filter,
         "workers": opened.queues.len(),
+        "rotate_bytes": cfg.rotate_bytes,
+        "rotate_seconds": cfg.rotate_time.map(|d| d.as_secs_f64()),
+        "ring_files": cfg.max_files,
         "timestamps": if opened.hw_timestamps { "source" } else { "host clock (kernel receive time)" },
     });
     vec![

@@ -1013,6 +1013,13 @@ fn ring_keeps_at_most_n_files_of_at_most_s_bytes() {
     );
     let sum = summary(&out);
     let get = |k: &str| sum[k].as_u64().unwrap_or_else(|| panic!("{k} in {sum}"));
+    // each file says in its settings that it is part of a ring
+    let o = Command::new("capinfos").arg(&files[0]).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        info.contains("\"ring_files\":4") && info.contains("\"rotate_bytes\":65536"),
+        "{info}"
+    );
     assert_eq!(get("received"), total as u64);
     assert_eq!(get("written"), total as u64);
     let written_bytes = get("bytes_written");

@@ -13,7 +13,7 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 # Testing: DPDK headers for the capture's DPDK source, and the peers the tests compare
 # against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
 test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
-  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3)
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client)
 bench_pkgs=("${test_pkgs[@]}" hyperfine)
 
 case "$group" in

@@ -8,14 +8,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mimic_core::{LinkType, Timestamp};
 
 use crate::key::CaptureKey;
-use crate::output::{Output, OutputConfig, OutputError};
+use crate::output::{FileCounters, Output, OutputConfig, OutputError};
 use crate::pcapng::IfStats;
 use crate::process::{Counters, NonTcp, Processor, Settings, Verdict};
 use crate::sample::Rule;
@@ -27,6 +27,8 @@ use crate::source::{self, Drops, OpenOptions, Poll, Queue, SourceError, SourceSp
 const QUEUE_BATCHES: usize = 64;
 const BATCH_BYTES: usize = 256 * 1024;
 const BATCH_RECORDS: usize = 2048;
+/// The writer flushes its buffer at least this often.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long a live worker holds a partly filled batch.
 const BATCH_AGE: Duration = Duration::from_millis(50);
 
@@ -85,6 +87,8 @@ pub struct CaptureConfig {
     pub prefix: String,
     pub rotate_bytes: Option<u64>,
     pub rotate_time: Option<Duration>,
+    /// Retention ring: keep at most this many files (tcpdump `-W`).
+    pub max_files: Option<usize>,
     pub duration: Option<Duration>,
     /// Stop after this many packets were kept.
     pub count: Option<u64>,
@@ -97,6 +101,48 @@ pub struct CaptureConfig {
     pub stop: Arc<AtomicBool>,
     /// Called once the source is capturing and the first output file is open.
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
+    /// Filled once the capture runs, so another thread (the `/metrics` endpoint) can read the
+    /// counters while it does.
+    pub probe: Option<Arc<CaptureProbe>>,
+}
+
+/// Every counter of a capture at one moment: what the exit summary reports and what
+/// `/metrics` exposes, both from [`Shared::totals_now`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// Dropped by the kernel / NIC because the capture buffer was full.
+    pub kernel_dropped: u64,
+    /// Dropped by the interface or driver.
+    pub interface_dropped: u64,
+    /// Accepted but lost inside mimic (unwritten at a disk-full stop).
+    pub capture_dropped: u64,
+    /// Packets written to files.
+    pub written: u64,
+    /// Files closed complete (the ring may have deleted some of them since).
+    pub files_closed: u64,
+    /// Files closed because they reached the `--rotate` size / time.
+    pub files_rotated_size: u64,
+    pub files_rotated_time: u64,
+    /// Closed files the retention ring (`--ring`) deleted.
+    pub files_deleted: u64,
+    /// Bytes written to the files (including those of files deleted since).
+    pub bytes_written: u64,
+}
+
+/// A running capture's counters for other threads.
+#[derive(Default)]
+pub struct CaptureProbe(OnceLock<Arc<Shared>>);
+
+impl CaptureProbe {
+    pub fn new() -> Arc<CaptureProbe> {
+        Arc::new(CaptureProbe::default())
+    }
+    /// The counters now; None before the capture has started.
+    pub fn totals(&self) -> Option<Totals> {
+        self.0.get().map(|s| s.totals_now())
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -105,13 +151,8 @@ pub struct CaptureSummary {
     pub stop_reason: StopReason,
     pub elapsed_secs: f64,
     #[serde(flatten)]
-    pub counters: Counters,
-    /// Dropped by the kernel / NIC before mimic saw them.
-    pub kernel_dropped: u64,
-    pub interface_dropped: u64,
-    /// Accepted but lost inside mimic (unwritten at a disk-full stop).
-    pub capture_dropped: u64,
-    pub written: u64,
+    pub totals: Totals,
+    /// The closed files still on disk, oldest first.
     pub files: Vec<PathBuf>,
     /// An input error that ended a file source early (frames before it were kept).
     pub input_error: Option<String>,
@@ -123,7 +164,8 @@ impl CaptureSummary {
     /// Every packet the capture point saw that is not in the files, for any reason other
     /// than the sampling and policy the user asked for.
     pub fn lost(&self) -> u64 {
-        self.kernel_dropped + self.interface_dropped + self.capture_dropped
+        let t = &self.totals;
+        t.kernel_dropped + t.interface_dropped + t.capture_dropped
     }
 }
 
@@ -153,6 +195,7 @@ struct WorkerState {
 
 struct Shared {
     workers: Vec<Mutex<WorkerState>>,
+    files: Arc<FileCounters>,
     kept_total: AtomicU64,
     written: AtomicU64,
     capture_dropped: AtomicU64,
@@ -184,6 +227,22 @@ impl Shared {
         }
         d.dropped += self.global_dropped.load(Ordering::Relaxed);
         (c, d)
+    }
+    fn totals_now(&self) -> Totals {
+        let (c, d) = self.totals();
+        let f = &self.files;
+        Totals {
+            counters: c,
+            kernel_dropped: d.dropped,
+            interface_dropped: d.if_dropped,
+            capture_dropped: self.capture_dropped.load(Ordering::Relaxed),
+            written: self.written.load(Ordering::Relaxed),
+            files_closed: FileCounters::get(&f.closed),
+            files_rotated_size: FileCounters::get(&f.rotated_size),
+            files_rotated_time: FileCounters::get(&f.rotated_time),
+            files_deleted: FileCounters::get(&f.deleted),
+            bytes_written: FileCounters::get(&f.bytes),
+        }
     }
     fn if_stats(&self) -> IfStats {
         let (c, d) = self.totals();
@@ -234,6 +293,9 @@ fn settings_comments(cfg: &CaptureConfig, opened: &source::Opened) -> Vec<String
         "non_tcp": match s.non_tcp { NonTcp::Drop => "drop", NonTcp::Keep => "keep" },
         "filter": cfg.filter,
         "workers": opened.queues.len(),
+        "rotate_bytes": cfg.rotate_bytes,
+        "rotate_seconds": cfg.rotate_time.map(|d| d.as_secs_f64()),
+        "ring_files": cfg.max_files,
         "timestamps": if opened.hw_timestamps { "source" } else { "host clock (kernel receive time)" },
     });
     vec![
@@ -271,6 +333,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         workers: (0..nworkers)
             .map(|_| Mutex::new(WorkerState::default()))
             .collect(),
+        files: Arc::new(FileCounters::default()),
         kept_total: AtomicU64::new(0),
         written: AtomicU64::new(0),
         capture_dropped: AtomicU64::new(0),
@@ -290,6 +353,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         rotate_nanos: cfg
             .rotate_time
             .map(|d| d.as_nanos().min(i64::MAX as u128) as i64),
+        max_files: cfg.max_files,
         snaplen: cfg.settings.source_snaplen(),
         if_name: opened.if_name.clone(),
         if_description: opened.description.clone(),
@@ -308,6 +372,10 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         (s, comment)
     });
     let mut output = Output::new(out_cfg, start_ts, provider)?;
+    output.count_into(shared.files.clone());
+    if let Some(p) = &cfg.probe {
+        let _ = p.0.set(shared.clone());
+    }
     if let Some(link) = opened.link {
         output.open_now(link)?;
     }
@@ -407,7 +475,11 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         }
         Err(_) => return Err(CaptureError::Other("the writer thread panicked".into())),
     };
-    let (c, d) = shared.totals();
+    let totals = shared.totals_now();
+    let (c, d) = (
+        totals.counters,
+        (totals.kernel_dropped, totals.interface_dropped),
+    );
     let stop_reason = shared
         .stop_reason
         .lock()
@@ -417,17 +489,13 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         source: cfg.source.to_string(),
         stop_reason,
         elapsed_secs: started.elapsed().as_secs_f64(),
-        counters: c,
-        kernel_dropped: d.dropped,
-        interface_dropped: d.if_dropped,
-        capture_dropped: shared.capture_dropped.load(Ordering::Relaxed),
-        written: shared.written.load(Ordering::Relaxed),
+        totals,
         files,
         input_error: shared.input_error.lock().expect("lock").clone(),
         output_error: shared.output_error.lock().expect("lock").clone(),
     };
     let secs = last_report.elapsed().as_secs_f64().max(1e-3);
-    let drops = d.dropped + d.if_dropped;
+    let drops = d.0 + d.1;
     report(
         &mut cfg.stats,
         summary.elapsed_secs,
@@ -635,6 +703,7 @@ fn writer_loop(
     let mut watermark = vec![i64::MIN; nworkers];
     let mut finished = vec![false; nworkers];
     let mut failed: Option<OutputError> = None;
+    let mut last_flush = Instant::now();
     let write = |output: &mut Output, b: &Batch, r: &Rec, failed: &mut Option<OutputError>| {
         if failed.is_some() {
             sh.capture_dropped.fetch_add(1, Ordering::Relaxed);
@@ -664,7 +733,26 @@ fn writer_loop(
         }
     };
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        let got = rx.recv_timeout(Duration::from_millis(200));
+        // Buffered packets reach the disk within FLUSH_EVERY even while a live source keeps
+        // sending small batches (so `written` is what is on disk, and a crash loses little).
+        let idle = matches!(got, Err(RecvTimeoutError::Timeout));
+        if (idle || last_flush.elapsed() >= FLUSH_EVERY) && failed.is_none() {
+            last_flush = Instant::now();
+            if let Err(e) = output.flush() {
+                sh.capture_dropped.fetch_add(e.lost(), Ordering::Relaxed);
+                *sh.output_error.lock().expect("lock") = Some(e.to_string());
+                sh.stop_with(if e.is_disk_full() {
+                    StopReason::DiskFull
+                } else {
+                    StopReason::WriteError
+                });
+                failed = Some(e);
+            }
+            sh.written
+                .store(output.packets_written(), Ordering::Relaxed);
+        }
+        match got {
             Ok(b) => {
                 let w = b.worker;
                 watermark[w] = watermark[w].max(b.watermark);
@@ -682,22 +770,7 @@ fn writer_loop(
                     queues[w].push_back((b, 0));
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
-                if failed.is_none() {
-                    if let Err(e) = output.flush() {
-                        sh.capture_dropped.fetch_add(e.lost(), Ordering::Relaxed);
-                        *sh.output_error.lock().expect("lock") = Some(e.to_string());
-                        sh.stop_with(if e.is_disk_full() {
-                            StopReason::DiskFull
-                        } else {
-                            StopReason::WriteError
-                        });
-                        failed = Some(e);
-                    }
-                    sh.written
-                        .store(output.packets_written(), Ordering::Relaxed);
-                }
-            }
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 finished.iter_mut().for_each(|f| *f = true);
             }
@@ -755,7 +828,7 @@ fn writer_loop(
     let closed = output.close();
     sh.written
         .store(output.packets_written(), Ordering::Relaxed);
-    let files = output.closed_files().to_vec();
+    let files = output.closed_files();
     match closed {
         Ok(()) => (files, failed),
         Err(e) => (files, Some(failed.unwrap_or(e))),

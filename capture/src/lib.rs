@@ -19,7 +19,7 @@ pub mod process;
 pub mod sample;
 pub mod source;
 
-pub use capture::{run_capture, CaptureConfig, CaptureSummary, StopReason};
+pub use capture::{run_capture, CaptureConfig, CaptureProbe, CaptureSummary, StopReason, Totals};
 pub use key::CaptureKey;
 pub use process::{NonTcp, PayloadPolicy, Settings};
 pub use sample::{Rate, Rule};

@@ -7,12 +7,22 @@
 //! (boundaries at multiples of the interval since the epoch, in capture time: a file is closed
 //! by the first packet past its boundary, and at the end of capture).
 //!
+//! Retention ring (`max_files`, tcpdump's `-W`): before a new file is started, the oldest
+//! closed files of this capture are deleted until, with the new one, at most `max_files`
+//! exist — so the directory never holds more than `max_files` of this capture's files (the one
+//! being written included), and never more than `max_files × rotate_bytes` bytes of them. The
+//! sequence number keeps counting, so the oldest file left is the one with the lowest number.
+//! Files of other captures (another start time or prefix) are never touched.
+//!
 //! A failed write (a full disk) truncates the file back to its last complete block, appends
 //! the statistics block if it fits, renames it, and reports how many buffered packets were lost.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use mimic_core::{LinkType, Timestamp};
 
@@ -61,6 +71,8 @@ pub struct OutputConfig {
     pub prefix: String,
     pub rotate_bytes: Option<u64>,
     pub rotate_nanos: Option<i64>,
+    /// Retention ring: keep at most this many files (the one being written included).
+    pub max_files: Option<usize>,
     /// Snaplen written into each interface description.
     pub snaplen: u32,
     pub if_name: String,
@@ -89,12 +101,39 @@ struct OpenFile {
     boundary: Option<i64>,
 }
 
+/// What the output did to the directory, readable from other threads while it runs (the
+/// capture's summary and its `/metrics` read these same counters).
+#[derive(Debug, Default)]
+pub struct FileCounters {
+    /// Files closed complete (renamed from `….part`), whether still on disk or not.
+    pub closed: AtomicU64,
+    /// Files closed because the size limit was reached.
+    pub rotated_size: AtomicU64,
+    /// Files closed because the time boundary was passed.
+    pub rotated_time: AtomicU64,
+    /// Closed files deleted by the retention ring.
+    pub deleted: AtomicU64,
+    /// Bytes written to files (blocks on disk, including those of deleted files).
+    pub bytes: AtomicU64,
+}
+
+impl FileCounters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
 pub struct Output {
     cfg: OutputConfig,
     stamp: String,
     seq: u32,
     cur: Option<OpenFile>,
-    closed: Vec<PathBuf>,
+    /// Closed files still on disk, oldest first.
+    closed: VecDeque<PathBuf>,
+    counters: Arc<FileCounters>,
     stats: StatsProvider,
     last_link: LinkType,
     written: u64,
@@ -140,7 +179,8 @@ impl Output {
             cfg,
             seq: 0,
             cur: None,
-            closed: Vec::new(),
+            closed: VecDeque::new(),
+            counters: Arc::new(FileCounters::default()),
             stats,
             last_link: LinkType::Ethernet,
             written: 0,
@@ -148,9 +188,17 @@ impl Output {
         })
     }
 
-    /// Files closed so far, in order.
-    pub fn closed_files(&self) -> &[PathBuf] {
-        &self.closed
+    /// Closed files still on disk (not deleted by the ring), oldest first.
+    pub fn closed_files(&self) -> Vec<PathBuf> {
+        self.closed.iter().cloned().collect()
+    }
+    /// Counts into `c` from now on (set before the first write, so nothing is counted twice).
+    pub fn count_into(&mut self, c: Arc<FileCounters>) {
+        self.counters = c;
+    }
+    /// The file counters, shared with whoever reports them.
+    pub fn counters(&self) -> Arc<FileCounters> {
+        self.counters.clone()
     }
     /// The file being written, if any (its final name; on disk it is `….part` until closed).
     pub fn current_file(&self) -> Option<&Path> {
@@ -170,7 +218,34 @@ impl Output {
         Ok(())
     }
 
+    /// Deletes the oldest closed files until `keep` remain.
+    fn trim_ring(&mut self, keep: usize) -> Result<(), OutputError> {
+        while self.closed.len() > keep {
+            let old = self.closed.pop_front().expect("non-empty");
+            match fs::remove_file(&old) {
+                Ok(()) => FileCounters::add(&self.counters.deleted, 1),
+                // someone else removed it already: nothing to count
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    self.closed.push_front(old.clone());
+                    return Err(OutputError::Io {
+                        path: old,
+                        source: io::Error::new(
+                            source.kind(),
+                            format!("deleting the oldest file of the retention ring: {source}"),
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn open(&mut self) -> Result<(), OutputError> {
+        if let Some(n) = self.cfg.max_files {
+            // room for the new file within the ring
+            self.trim_ring(n.saturating_sub(1))?;
+        }
         self.seq += 1;
         let name = format!("{}-{}-{:05}.pcapng", self.cfg.prefix, self.stamp, self.seq);
         let path = self.cfg.dir.join(&name);
@@ -251,6 +326,14 @@ impl Output {
             let by_time = f.boundary.is_some_and(|b| ts.as_nanos() >= b);
             if by_size || by_time {
                 self.close_current()?;
+                FileCounters::add(
+                    if by_size {
+                        &self.counters.rotated_size
+                    } else {
+                        &self.counters.rotated_time
+                    },
+                    1,
+                );
             }
         }
         if self.cur.is_none() {
@@ -282,6 +365,7 @@ impl Output {
         match f.file.write_all(&f.buf) {
             Ok(()) => {
                 f.durable += f.buf.len() as u64;
+                FileCounters::add(&self.counters.bytes, f.buf.len() as u64);
                 self.written += f.buf_packets;
                 f.buf.clear();
                 f.buf_packets = 0;
@@ -322,10 +406,13 @@ impl Output {
                 f.file.seek(SeekFrom::Start(f.durable)).is_ok() && f.file.write_all(&tail).is_ok();
             if !ok {
                 let _ = f.file.set_len(f.durable);
+            } else {
+                FileCounters::add(&self.counters.bytes, tail.len() as u64);
             }
             let _ = f.file.sync_all();
             if f.durable > 0 && fs::rename(&f.part, &f.path).is_ok() {
-                self.closed.push(f.path.clone());
+                self.closed.push_back(f.path.clone());
+                FileCounters::add(&self.counters.closed, 1);
             } else {
                 let _ = fs::remove_file(&f.part);
             }
@@ -370,7 +457,8 @@ impl Output {
             path: f.part.clone(),
             source,
         })?;
-        self.closed.push(f.path);
+        self.closed.push_back(f.path);
+        FileCounters::add(&self.counters.closed, 1);
         Ok(())
     }
 
@@ -385,7 +473,7 @@ impl Output {
     /// Closes the current file and returns every closed file.
     pub fn finish(mut self) -> Result<Vec<PathBuf>, OutputError> {
         self.close()?;
-        Ok(self.closed)
+        Ok(self.closed.into())
     }
 }
 
@@ -399,6 +487,7 @@ mod tests {
             prefix: "t".into(),
             rotate_bytes,
             rotate_nanos,
+            max_files: None,
             snaplen: 128,
             if_name: "x".into(),
             if_description: "test".into(),
@@ -479,6 +568,61 @@ mod tests {
             files.iter().map(|f| count_frames(f)).collect::<Vec<_>>(),
             vec![2, 1, 3]
         );
+    }
+
+    #[test]
+    fn ring_keeps_the_newest_files_within_count_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, size) = (3usize, 4096u64);
+        let mut c = cfg(dir.path(), Some(size), None);
+        c.max_files = Some(n);
+        let mut o = Output::new(
+            c,
+            Timestamp::from_nanos(0),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        let counters = o.counters();
+        // 5 × N × S bytes of packet blocks (132 bytes each)
+        let packets = 5 * n as u64 * size / 132;
+        for i in 0..packets {
+            o.write(
+                LinkType::Ethernet,
+                Timestamp::from_nanos(i as i64),
+                100,
+                &[0u8; 100],
+            )
+            .unwrap();
+            // at no moment more than N files of this capture on disk, the open one included
+            assert!(fs::read_dir(dir.path()).unwrap().count() <= n);
+        }
+        let files = o.finish().unwrap();
+        assert_eq!(files.len(), n);
+        let on_disk: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(on_disk.len(), n, "{on_disk:?}");
+        let closed = FileCounters::get(&counters.closed);
+        let deleted = FileCounters::get(&counters.deleted);
+        assert!(closed >= 15, "{closed}");
+        assert_eq!(closed - deleted, n as u64);
+        assert_eq!(FileCounters::get(&counters.rotated_size), closed - 1);
+        let mut total = 0;
+        for (i, f) in files.iter().enumerate() {
+            assert!(fs::metadata(f).unwrap().len() <= size, "{f:?}");
+            // the newest N, in sequence order
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            assert!(
+                name.ends_with(&format!("-{:05}.pcapng", closed as usize - n + 1 + i)),
+                "{name}"
+            );
+            total += count_frames(f);
+        }
+        // the packets of the last files, all complete
+        assert!(total > 0 && (total as u64) < packets);
+        let bytes: u64 = FileCounters::get(&counters.bytes);
+        assert!(bytes > 5 * n as u64 * size, "{bytes}");
     }
 
     #[test]

@@ -80,6 +80,10 @@ pub struct Counters {
     pub malformed: u64,
     /// Frames whose addresses could not be located for anonymization, dropped.
     pub unanonymizable: u64,
+    /// Connection openings (TCP SYN without ACK; a retransmitted SYN counts again) kept and
+    /// sampled out.
+    pub connections_kept: u64,
+    pub connections_sampled_out: u64,
 }
 
 impl Counters {
@@ -92,6 +96,8 @@ impl Counters {
         self.non_tcp_dropped += o.non_tcp_dropped;
         self.malformed += o.malformed;
         self.unanonymizable += o.unanonymizable;
+        self.connections_kept += o.connections_kept;
+        self.connections_sampled_out += o.connections_sampled_out;
     }
 }
 
@@ -168,12 +174,15 @@ impl Processor {
     }
 
     fn classify(&mut self, link: LinkType, data: &[u8], out: &mut Vec<u8>) -> Verdict {
+        let mut opening = false;
         let cut = match decode(link, data) {
             Ok(seg) => {
+                opening = seg.flags.syn() && !seg.flags.ack();
                 if !self
                     .sampler
                     .keep(seg.vlan, 6, (seg.src, seg.sport), (seg.dst, seg.dport))
                 {
+                    self.counters.connections_sampled_out += opening as u64;
                     return Verdict::SampledOut;
                 }
                 // decode() hands back the captured payload as a subslice of `data`
@@ -204,6 +213,7 @@ impl Processor {
                 return Verdict::Unanonymizable;
             }
         }
+        self.counters.connections_kept += opening as u64;
         Verdict::Keep(cut)
     }
 

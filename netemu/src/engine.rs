@@ -138,6 +138,31 @@ pub struct EngineStats {
     pub pipes: u64,
     /// Packets scheduled in the wheel right now.
     pub scheduled: u64,
+    /// What every pipe of each direction did since the start, removed pipes included
+    /// (what `netemu run` prints at exit and exposes on `/metrics`).
+    #[serde(default)]
+    pub up: DirectionTotals,
+    #[serde(default)]
+    pub down: DirectionTotals,
+}
+
+/// The counters of all pipes of one direction, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectionTotals {
+    /// Packets (and their IP bytes) that entered a pipe: not dropped by it.
+    pub packets: u64,
+    pub bytes: u64,
+    pub queue_drops: u64,
+    pub loss_drops: u64,
+}
+
+impl DirectionTotals {
+    fn add(&mut self, c: &Counters) {
+        self.packets += c.packets;
+        self.bytes += c.bytes;
+        self.queue_drops += c.queue_drops;
+        self.loss_drops += c.loss_drops;
+    }
 }
 
 /// What the engine did with a frame handed to [`Engine::handle`].
@@ -237,6 +262,8 @@ pub struct Engine<T> {
     due: Vec<(Nanos, Ev<T>)>,
     limits: Limits,
     stats: EngineStats,
+    /// Counters of the pipes removed so far, by direction (up, down).
+    removed: [DirectionTotals; 2],
     seed_base: u64,
 }
 
@@ -265,6 +292,7 @@ impl<T: Copy> Engine<T> {
             due: Vec::new(),
             limits,
             stats: EngineStats::default(),
+            removed: [DirectionTotals::default(); 2],
             seed_base,
         };
         if let Some((up, down)) = &table.default {
@@ -302,9 +330,12 @@ impl<T: Copy> Engine<T> {
             .pipe
     }
 
-    fn retire(&mut self, id: PipeId) -> Counters {
+    /// Takes a pipe out of service (freed once its last packet left); its counters move to
+    /// the direction's totals of removed pipes.
+    fn retire(&mut self, id: PipeId, dir: Direction) -> Counters {
         let slot = self.pipes[id.0 as usize].as_mut().expect("live pipe id");
         let c = slot.pipe.counters;
+        self.removed[(dir == Direction::Down) as usize].add(&c);
         if c.in_flight == 0 {
             self.pipes[id.0 as usize] = None;
             self.free.push(id.0);
@@ -322,8 +353,8 @@ impl<T: Copy> Engine<T> {
             check_no_ack(down, "the default pipe")?;
         }
         if let Some((u, dn)) = self.default.take() {
-            self.retire(u);
-            self.retire(dn);
+            self.retire(u, Direction::Up);
+            self.retire(dn, Direction::Down);
         }
         if let Some((up, down)) = d {
             let u = self.new_pipe(up, &[0, 0]);
@@ -482,8 +513,8 @@ impl<T: Copy> Engine<T> {
             if let Some(h) = e.ack.as_mut().and_then(|s| s.flush()) {
                 self.enqueue_release(e.up, h.token, h.ip_len, now);
             }
-            let cu = self.retire(e.up);
-            let cd = self.retire(e.down);
+            let cu = self.retire(e.up, Direction::Up);
+            let cd = self.retire(e.down, Direction::Down);
             out.push((id, cu, cd));
         }
         self.stats.flow_rules = self.rules.len() as u64;
@@ -493,7 +524,36 @@ impl<T: Copy> Engine<T> {
     pub fn stats(&self) -> EngineStats {
         let mut s = self.stats;
         s.scheduled = self.wheel.len() as u64;
+        let [up, down] = self.direction_totals();
+        s.up = up;
+        s.down = down;
         s
+    }
+
+    /// Per direction (up, down): the counters of every live pipe plus those of the pipes
+    /// removed so far, so the totals never go back when flows are removed.
+    fn direction_totals(&self) -> [DirectionTotals; 2] {
+        let mut t = self.removed;
+        let mut live = |id: PipeId, dir: Direction| {
+            if let Some(slot) = &self.pipes[id.0 as usize] {
+                if !slot.retired {
+                    t[(dir == Direction::Down) as usize].add(&slot.pipe.counters);
+                }
+            }
+        };
+        if let Some((u, d)) = self.default {
+            live(u, Direction::Up);
+            live(d, Direction::Down);
+        }
+        for (_, u, d) in &self.prefixes {
+            live(*u, Direction::Up);
+            live(*d, Direction::Down);
+        }
+        for e in self.flows.iter().flatten() {
+            live(e.up, Direction::Up);
+            live(e.down, Direction::Down);
+        }
+        t
     }
 
     /// Counters of every live pipe: default, prefix rules, flow rules (by rule id).
@@ -878,16 +938,32 @@ mod tests {
             (flow1[0].counters.packets, flow1[1].counters.packets),
             (1, 1)
         );
+        // the direction totals are the sum of the pipes
+        let before = e.stats();
+        let sum = |dir: Direction| -> u64 {
+            c.iter()
+                .filter(|r| r.direction == dir)
+                .map(|r| r.counters.packets)
+                .sum()
+        };
+        assert_eq!(
+            (before.up.packets, before.down.packets),
+            (sum(Direction::Up), sum(Direction::Down))
+        );
         // Removal returns the final counters; pipes with packets in flight live until they leave.
         let removed = e.remove_flows(&[1, 77], 0);
         assert_eq!(removed.len(), 1);
         assert_eq!(removed[0].1.packets, 1);
+        // a removed flow's packets stay in the totals (counters never go back)
+        assert_eq!((e.stats().up, e.stats().down), (before.up, before.down));
         assert_eq!(
             e.handle(0, Side::Client, &a, 5),
             Verdict::Scheduled(50 * MS)
         );
         let acts = drain(&mut e, u64::MAX);
         assert_eq!(acts.len(), 5);
+        assert_eq!(e.stats().up.packets, before.up.packets + 1);
+        assert_eq!(e.stats().down, before.down);
         assert_eq!(e.stats().pipes, 4); // default pair + rule 2
     }
 

@@ -36,6 +36,9 @@ pub struct ServerStats {
     pub active: u64,
     pub exchanges: u64,
     pub bytes_out: u64,
+    /// Request bytes of the exchanges answered (preambles included).
+    #[serde(default)]
+    pub bytes_in: u64,
     /// Connections closed because a request did not start with a valid preamble.
     pub bad_preamble: u64,
     /// Connections that ended with an I/O error (reset in the middle of an exchange, …).
@@ -53,8 +56,29 @@ pub struct ServerStats {
     pub timer_realtime: Option<bool>,
 }
 
+impl ServerStats {
+    /// The counters of `self` minus those of an earlier `base` (`active` is a level, kept).
+    fn since(&self, base: &ServerStats) -> ServerStats {
+        ServerStats {
+            connections: self.connections - base.connections,
+            active: self.active,
+            exchanges: self.exchanges - base.exchanges,
+            bytes_out: self.bytes_out - base.bytes_out,
+            bytes_in: self.bytes_in - base.bytes_in,
+            bad_preamble: self.bad_preamble - base.bad_preamble,
+            io_errors: self.io_errors - base.io_errors,
+            client_resets: self.client_resets - base.client_resets,
+            early_close: self.early_close - base.early_close,
+            ..ServerStats::default()
+        }
+    }
+}
+
 struct Inner {
+    /// Counted since the server started; never reset.
     stats: ServerStats,
+    /// The counters at the last [`Stats::reset`]: a snapshot reports what happened since.
+    base: ServerStats,
     resp_err: Histogram<u64>,
     query_err: Histogram<u64>,
 }
@@ -68,6 +92,7 @@ impl Default for Stats {
         let h = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
         Stats(Arc::new(Mutex::new(Inner {
             stats: ServerStats::default(),
+            base: ServerStats::default(),
             resp_err: h(),
             query_err: h(),
         })))
@@ -103,7 +128,7 @@ impl Stats {
                     },
                 }
             };
-            let mut s = i.stats.clone();
+            let mut s = i.stats.since(&i.base);
             s.response_delay_error = d(&i.resp_err);
             s.query_delay_error = d(&i.query_err);
             s.timer_realtime = HrTimer::realtime();
@@ -111,15 +136,22 @@ impl Stats {
         })
     }
 
+    /// Starts a new measurement: later snapshots count from here (the totals keep counting).
     pub fn reset(&self) {
         self.with(|i| {
-            let active = i.stats.active;
-            i.stats = ServerStats {
-                active,
-                ..ServerStats::default()
-            };
+            i.base = i.stats.clone();
             i.resp_err.reset();
             i.query_err.reset();
+        })
+    }
+
+    /// The counters since the server started, whatever resets the control channel made (what
+    /// `/metrics` exposes: Prometheus counters never go back). Delay errors are not included.
+    pub fn totals(&self) -> ServerStats {
+        self.with(|i| {
+            let mut s = i.stats.clone();
+            s.timer_realtime = HrTimer::realtime();
+            s
         })
     }
 }
@@ -399,6 +431,7 @@ async fn connection(mut sock: TcpStream, stats: &Stats, timer: &HrTimer) -> Outc
         stats.with(|i| {
             i.stats.exchanges += 1;
             i.stats.bytes_out += p.resp_bytes;
+            i.stats.bytes_in += p.req_bytes;
         });
         match p.after {
             After::Stay => {}

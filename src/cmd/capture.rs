@@ -2,7 +2,8 @@
 //!
 //! Output directory layout:
 //! * `capture-YYYYmmddTHHMMSSZ-NNNNN.pcapng` — closed, complete files (written as `….part`
-//!   and renamed when closed);
+//!   and renamed when closed); with `--ring N` only the newest N remain (lowest number =
+//!   oldest);
 //! * `capture.key` — the key generated when `--key` was not given (mode 0600);
 //! * `capture.ready` — written once the source is capturing (callers wait for it);
 //! * `capture-summary.json` — the final counters, written when the capture ends.
@@ -15,7 +16,8 @@ use anyhow::Context;
 use mimic_capture::capture::{self, parse_duration, parse_rotate, Rotate, StatsSink};
 use mimic_capture::source::SourceSpec;
 use mimic_capture::{
-    CaptureConfig, CaptureKey, NonTcp, PayloadPolicy, Rate, Rule, Settings, StopReason,
+    CaptureConfig, CaptureKey, CaptureProbe, NonTcp, PayloadPolicy, Rate, Rule, Settings,
+    StopReason, Totals,
 };
 
 #[derive(clap::Args)]
@@ -71,6 +73,13 @@ pub struct RunArgs {
     /// Start a new file by size (100MB, 1GiB) or by time (30s, 10m, 1h); may be given once for each.
     #[arg(long, value_name = "SIZE|TIME", value_parser = parse_rotate_arg)]
     pub rotate: Vec<Rotate>,
+    /// Retention ring: keep at most N files of this capture (the one being written included),
+    /// deleting the oldest when a new one starts (tcpdump -W); needs --rotate.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ring: Option<u32>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while capturing (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Stop after this long (e.g. 30s, 10m).
     #[arg(long, value_name = "TIME", value_parser = parse_duration_arg)]
     pub duration: Option<std::time::Duration>,
@@ -164,6 +173,9 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     if rotate_bytes.is_some_and(|b| b < 4096) {
         anyhow::bail!("--rotate size must be at least 4KiB");
     }
+    if a.ring.is_some() && a.rotate.is_empty() {
+        anyhow::bail!("--ring needs --rotate SIZE and/or --rotate TIME (with one file there is nothing to delete)");
+    }
     if a.count == Some(0) {
         anyhow::bail!("--count must be at least 1");
     }
@@ -196,6 +208,8 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(CaptureKey::load(p)?),
         None => None,
     };
+    // a taken port fails here, before anything is written
+    let metrics = a.metrics.map(mimic_metrics::bind).transpose()?;
 
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let ready = dir.join("capture.ready");
@@ -253,6 +267,18 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("mimic capture: ready ({src_text})");
         }
     });
+    let probe = CaptureProbe::new();
+    if let Some(m) = metrics {
+        let p = probe.clone();
+        let addr = m.serve(mimic_metrics::registry_with(move |f| {
+            if let Some(t) = p.totals() {
+                capture_metrics(&t, f);
+            }
+        }))?;
+        if !quiet {
+            eprintln!("mimic capture: metrics at http://{addr}/metrics");
+        }
+    }
     let cfg = CaptureConfig {
         source,
         settings,
@@ -262,6 +288,7 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         prefix: a.prefix.clone(),
         rotate_bytes,
         rotate_time,
+        max_files: a.ring.map(|n| n as usize),
         duration: a.duration,
         count: a.count,
         workers: a.workers as usize,
@@ -275,6 +302,7 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         },
         stop: Arc::clone(&stop),
         on_ready: Some(on_ready),
+        probe: Some(probe),
     };
     let summary = mimic_capture::run_capture(cfg)?;
     let text = serde_json::to_string_pretty(&summary)? + "\n";
@@ -289,9 +317,15 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("mimic capture: warning: input ended early: {e}");
     }
     if !quiet {
-        let c = &summary.counters;
+        let t = &summary.totals;
+        let c = &t.counters;
+        let ring = if t.files_deleted > 0 {
+            format!(" ({} older deleted by the ring)", t.files_deleted)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "mimic capture: stopped ({}) after {:.1}s: received {}, kept {} ({} sampled out, {} non-TCP dropped, {} malformed, {} unanonymizable), kernel/NIC dropped {}, lost in capture {}, written {} to {} file(s) in {}",
+            "mimic capture: stopped ({}) after {:.1}s: received {}, kept {} ({} sampled out, {} non-TCP dropped, {} malformed, {} unanonymizable), kernel/NIC dropped {}, lost in capture {}, written {} to {} file(s){ring} in {}",
             summary.stop_reason.as_str(),
             summary.elapsed_secs,
             c.received,
@@ -300,9 +334,9 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
             c.non_tcp_dropped,
             c.malformed,
             c.unanonymizable,
-            summary.kernel_dropped + summary.interface_dropped,
-            summary.capture_dropped,
-            summary.written,
+            t.kernel_dropped + t.interface_dropped,
+            t.capture_dropped,
+            t.written,
             summary.files.len(),
             dir.display()
         );
@@ -326,6 +360,101 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `/metrics` families of a capture, from the same totals the summary reports.
+fn capture_metrics(t: &Totals, f: &mut mimic_metrics::Families) {
+    use mimic_metrics::Unit;
+    let c = &t.counters;
+    f.counter(
+        "mimic_capture_received_packets",
+        "Packets mimic received from the source (kernel/NIC drops not included).",
+        None,
+        c.received,
+    );
+    f.counter(
+        "mimic_capture_received",
+        "Wire bytes of the packets received.",
+        Some(Unit::Bytes),
+        c.received_bytes,
+    );
+    f.counter(
+        "mimic_capture_kept_packets",
+        "Packets kept (sampled in, cut and anonymized) for the files.",
+        None,
+        c.kept,
+    );
+    f.counter(
+        "mimic_capture_kept",
+        "Bytes of the kept packets after cutting.",
+        Some(Unit::Bytes),
+        c.kept_bytes,
+    );
+    f.counter_by(
+        "mimic_capture_dropped_packets",
+        "Packets not written, by cause: capture_buffer (kernel ring / NIC descriptors full), interface (interface or driver), write_failed (accepted, lost to a write error), and by policy: sampled_out, non_tcp, malformed, unanonymizable.",
+        None,
+        "cause",
+        &[
+            ("capture_buffer", t.kernel_dropped),
+            ("interface", t.interface_dropped),
+            ("write_failed", t.capture_dropped),
+            ("sampled_out", c.sampled_out),
+            ("non_tcp", c.non_tcp_dropped),
+            ("malformed", c.malformed),
+            ("unanonymizable", c.unanonymizable),
+        ],
+    );
+    f.counter_by(
+        "mimic_capture_connections",
+        "Connection openings seen (TCP SYN without ACK; a retransmitted SYN counts again) by sampling decision.",
+        None,
+        "decision",
+        &[
+            ("kept", c.connections_kept),
+            ("sampled_out", c.connections_sampled_out),
+        ],
+    );
+    f.counter(
+        "mimic_capture_written_packets",
+        "Packets written to the pcapng files.",
+        None,
+        t.written,
+    );
+    f.counter(
+        "mimic_capture_written",
+        "Bytes written to the pcapng files (including files the ring deleted since).",
+        Some(Unit::Bytes),
+        t.bytes_written,
+    );
+    f.counter(
+        "mimic_capture_files_closed",
+        "Files closed complete (renamed from .part).",
+        None,
+        t.files_closed,
+    );
+    f.counter_by(
+        "mimic_capture_files_rotated",
+        "Files closed because they reached the --rotate limit, by trigger.",
+        None,
+        "trigger",
+        &[
+            ("size", t.files_rotated_size),
+            ("time", t.files_rotated_time),
+        ],
+    );
+    f.counter(
+        "mimic_capture_files_deleted",
+        "Closed files the retention ring (--ring) deleted.",
+        None,
+        t.files_deleted,
+    );
+    f.gauge(
+        "mimic_capture_files",
+        "Closed files of this capture on disk now.",
+        None,
+        t.files_closed.saturating_sub(t.files_deleted),
+    );
 }
 
 /// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so

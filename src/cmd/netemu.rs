@@ -125,6 +125,10 @@ enum Cmd {
         /// Counters at exit as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics (bound in the namespace the
+        /// command starts in, like --control), e.g. 127.0.0.1:9465.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Print the per-pipe counters of a running emulator.
     Counters {
@@ -171,6 +175,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             max_flows,
             seed,
             json,
+            metrics,
         } => {
             let table = tables.load()?;
             run_emulator(
@@ -185,6 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 max_flows,
                 seed,
                 json,
+                metrics,
             )
         }
         Cmd::Counters { connect, json } => {
@@ -244,6 +250,7 @@ fn run_emulator(
     max_flows: usize,
     seed: u64,
     json: bool,
+    metrics: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
     let info = connect.lab.as_deref().map(LabInfo::for_name).transpose()?;
     let (cif, sif) = match (&info, client_if, server_if) {
@@ -270,6 +277,7 @@ fn run_emulator(
     // then the process enters the lab's emu namespace for the datapath.
     let listener = control::Listener::bind(&addr)
         .with_context(|| format!("binding control channel {addr}"))?;
+    let metrics = metrics.map(mimic_metrics::bind).transpose()?;
     if let Some(i) = &info {
         if !mimic_netemu::netns::exists(&i.ns_emu) {
             bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
@@ -295,6 +303,15 @@ fn run_emulator(
     let (jtx, jrx) = mpsc::channel::<Job>();
     let waker = Waker::new()?;
     let stop = Arc::new(AtomicBool::new(false));
+    if let Some(m) = metrics {
+        let (jobs, waker) = (jtx.clone(), waker);
+        let at = m.serve(mimic_metrics::registry_with(move |f| {
+            if let Some(s) = run_stats(&jobs, waker) {
+                netemu_metrics(&s, f);
+            }
+        }))?;
+        eprintln!("mimic: netemu metrics at http://{at}/metrics");
+    }
     let ctl = {
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -327,6 +344,112 @@ fn run_emulator(
         print_counters(&rows, &stats);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The engine's and datapath's counters now, read on the datapath thread between packets
+/// (as `mimic netemu counters` does); None once the datapath has stopped.
+fn run_stats(jobs: &mpsc::Sender<Job>, waker: Waker) -> Option<RunStats> {
+    let (tx, rx) = mpsc::sync_channel::<RunStats>(1);
+    let job: Job = Box::new(move |ctx| {
+        let mut d = ctx.stats.clone();
+        d.finish();
+        let _ = tx.send(RunStats {
+            engine: ctx.engine.stats(),
+            datapath: d,
+        });
+    });
+    jobs.send(job).ok()?;
+    waker.wake();
+    rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+}
+
+/// The `/metrics` families of `netemu run`, from the same counters its exit summary prints.
+fn netemu_metrics(s: &RunStats, f: &mut mimic_metrics::Families) {
+    use mimic_metrics::Unit;
+    let (e, d) = (&s.engine, &s.datapath);
+    f.counter_by(
+        "mimic_netemu_shaped_packets",
+        "Packets that entered a pipe (not dropped by it), by direction (up = client to server), removed pipes included.",
+        None,
+        "direction",
+        &[("up", e.up.packets), ("down", e.down.packets)],
+    );
+    f.counter_by(
+        "mimic_netemu_shaped",
+        "IP bytes of the packets that entered a pipe, by direction.",
+        Some(Unit::Bytes),
+        "direction",
+        &[("up", e.up.bytes), ("down", e.down.bytes)],
+    );
+    let lbl = |dir: &str, cause: &str| {
+        vec![
+            ("direction".to_string(), dir.to_string()),
+            ("cause".to_string(), cause.to_string()),
+        ]
+    };
+    f.counter_labeled(
+        "mimic_netemu_dropped_packets",
+        "Packets a pipe dropped, by direction and cause (queue = the pipe's queue was full, loss = its loss model).",
+        None,
+        vec![
+            (lbl("up", "queue"), e.up.queue_drops),
+            (lbl("up", "loss"), e.up.loss_drops),
+            (lbl("down", "queue"), e.down.queue_drops),
+            (lbl("down", "loss"), e.down.loss_drops),
+        ],
+    );
+    f.gauge("mimic_netemu_pipes", "Pipes in service now.", None, e.pipes);
+    f.gauge(
+        "mimic_netemu_flow_rules",
+        "Per-connection flow rules now.",
+        None,
+        e.flow_rules,
+    );
+    f.gauge(
+        "mimic_netemu_scheduled_packets",
+        "Packets waiting in the timing wheel now.",
+        None,
+        e.scheduled,
+    );
+    f.counter_by(
+        "mimic_netemu_received_frames",
+        "Frames the datapath received, by side (client = the client-side interface).",
+        None,
+        "side",
+        &[("client", d.rx_frames[0]), ("server", d.rx_frames[1])],
+    );
+    f.counter_by(
+        "mimic_netemu_sent_frames",
+        "Frames the datapath sent out of each side.",
+        None,
+        "side",
+        &[("client", d.tx_frames[0]), ("server", d.tx_frames[1])],
+    );
+    f.counter_by(
+        "mimic_netemu_unshaped_frames",
+        "Frames forwarded without a pipe, by reason (not_ip: ARP and the like; unmatched: no rule or default).",
+        None,
+        "reason",
+        &[("not_ip", e.not_ip), ("unmatched", e.unmatched)],
+    );
+    f.counter_by(
+        "mimic_netemu_datapath_dropped_frames",
+        "Frames the datapath itself lost, by cause (no_buffer: no frame buffer free; ring: receive ring overrun; oversize: larger than a ring slot; tx_error: the send failed).",
+        None,
+        "cause",
+        &[
+            ("no_buffer", d.no_buffer),
+            ("ring", d.ring_drops),
+            ("oversize", d.oversize),
+            ("tx_error", d.tx_errors),
+        ],
+    );
+    f.counter(
+        "mimic_netemu_thinned_acks",
+        "Client ACKs the delayed-ACK shaping discarded.",
+        None,
+        d.discarded,
+    );
 }
 
 fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
@@ -367,6 +490,12 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
     }
     let d = &stats.datapath;
     let e = &stats.engine;
+    for (dir, t) in [("up", &e.up), ("down", &e.down)] {
+        println!(
+            "total {dir:<4}: packets {} bytes {} queue drops {} loss drops {} (every pipe of this direction, removed ones included)",
+            t.packets, t.bytes, t.queue_drops, t.loss_drops
+        );
+    }
     println!(
         "datapath: rx {}/{} tx {}/{} (client/server side), unshaped {} (not IP {}, unmatched {}), no-buffer drops {}, ring drops {}, tx errors {}, thinned ACKs {}",
         d.rx_frames[0], d.rx_frames[1], d.tx_frames[0], d.tx_frames[1], d.forwarded_unshaped, e.not_ip, e.unmatched, d.no_buffer, d.ring_drops, d.tx_errors, d.discarded

@@ -28,6 +28,9 @@ pub struct Args {
     /// Print the statistics at exit as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9466.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }
 
 fn parse_control(s: &str) -> Result<ControlAddr, String> {
@@ -46,6 +49,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .pin(&cpus)
             .with_context(|| format!("keeping the timer thread on CPUs {list}"))?;
     }
+    let metrics = a.metrics.map(mimic_metrics::bind).transpose()?;
+    let stats = Stats::default();
+    if let Some(m) = metrics {
+        let s = stats.clone();
+        let at = m.serve(mimic_metrics::registry_with(move |f| {
+            serve_metrics(&s.totals(), f)
+        }))?;
+        if !crate::progress::quiet() {
+            eprintln!("mimic serve: metrics at http://{at}/metrics");
+        }
+    }
+    let totals = stats.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -53,7 +68,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stats = rt.block_on(async move {
         let listener =
             server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
-        let stats = Stats::default();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let (Some(addr), Some(token)) = (a.control.clone(), token) {
             let (s, tx) = (stats.clone(), stop_tx.clone());
@@ -65,14 +79,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             });
         }
         let tx = stop_tx.clone();
+        // registered here, before serving: a SIGTERM right after start stops cleanly too
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
         tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = tx.send(true);
         });
@@ -85,6 +96,61 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} client resets between exchanges, {} I/O errors",
             stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.client_resets, stats.io_errors
         );
+        let t = totals.totals();
+        if t.connections != stats.connections || t.exchanges != stats.exchanges {
+            eprintln!(
+                "since start (the figures above count from the last reset by the control channel): {} connections, {} exchanges, {} bad preambles, {} I/O errors",
+                t.connections, t.exchanges, t.bad_preamble, t.io_errors
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `/metrics` families of `mimic serve`, from the counters its exit summary prints
+/// (counted since the start: a reset by the control channel does not set them back).
+fn serve_metrics(s: &server::ServerStats, f: &mut mimic_metrics::Families) {
+    use mimic_metrics::Unit;
+    f.counter(
+        "mimic_serve_connections",
+        "Connections accepted.",
+        None,
+        s.connections,
+    );
+    f.gauge(
+        "mimic_serve_active_connections",
+        "Connections open now.",
+        None,
+        s.active,
+    );
+    f.counter(
+        "mimic_serve_requests",
+        "Requests answered (request/response exchanges completed).",
+        None,
+        s.exchanges,
+    );
+    f.counter(
+        "mimic_serve_request",
+        "Request bytes of the answered exchanges (preambles included).",
+        Some(Unit::Bytes),
+        s.bytes_in,
+    );
+    f.counter(
+        "mimic_serve_response",
+        "Response bytes written.",
+        Some(Unit::Bytes),
+        s.bytes_out,
+    );
+    f.counter_by(
+        "mimic_serve_connection_errors",
+        "Connections that ended abnormally, by cause (bad_preamble: a request without a valid preamble; io: an I/O error; early_close: the client closed inside an exchange; client_reset: the client reset between exchanges, how a recorded RST close ends).",
+        None,
+        "cause",
+        &[
+            ("bad_preamble", s.bad_preamble),
+            ("io", s.io_errors),
+            ("early_close", s.early_close),
+            ("client_reset", s.client_resets),
+        ],
+    );
 }

@@ -454,6 +454,25 @@ fn bad_input_is_a_clear_error() {
             vec!["--source", "pcap:/dev/null", "--filter", "tcp"],
             "iface: sources only",
         ),
+        (
+            vec!["--source", "pcap:/dev/null", "--ring", "3"],
+            "--ring needs --rotate",
+        ),
+        (
+            vec![
+                "--source",
+                "pcap:/dev/null",
+                "--rotate",
+                "1MiB",
+                "--ring",
+                "0",
+            ],
+            "--ring",
+        ),
+        (
+            vec!["--source", "pcap:/dev/null", "--metrics", "localhost"],
+            "--metrics",
+        ),
     ] {
         let o = mimic()
             .arg("capture")
@@ -899,4 +918,146 @@ fn anonymization_is_consistent_across_files_with_the_same_key_file() {
             );
         }
     }
+}
+
+/// Writes a classic pcap (µs) of `conns` TCP connections, each a handshake, `segs` data
+/// segments of `payload` bytes from the server and a FIN each way, one packet per millisecond:
+/// a capture the test makes itself, so it needs no corpus.
+fn write_tcp_pcap(path: &Path, conns: u16, segs: u32, payload: usize) -> usize {
+    use etherparse::PacketBuilder;
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&4u16.to_le_bytes());
+    out.extend_from_slice(&[0u8; 8]);
+    out.extend_from_slice(&65_535u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes()); // Ethernet
+    let mut t_us: u64 = 1_700_000_000_000_000;
+    let mut n = 0;
+    let body = vec![0x5au8; payload];
+    for c in 0..conns {
+        let cli = [198, 18, 1, (c % 250) as u8 + 1];
+        let srv = [198, 18, 0, 1];
+        let cport = 20_000 + c;
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let pkt = |from_cli: bool, seq: u32, ack: u32, flags: &str, data: &[u8]| -> Vec<u8> {
+            let (s, d, sp, dp) = if from_cli {
+                (cli, srv, cport, 80)
+            } else {
+                (srv, cli, 80, cport)
+            };
+            let mut b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4(s, d, 64)
+                .tcp(sp, dp, seq, 65_535);
+            if flags.contains('S') {
+                b = b.syn();
+            }
+            if flags.contains('A') {
+                b = b.ack(ack);
+            }
+            if flags.contains('F') {
+                b = b.fin();
+            }
+            let mut v = Vec::new();
+            b.write(&mut v, data).unwrap();
+            v
+        };
+        frames.push(pkt(true, 100, 0, "S", &[]));
+        frames.push(pkt(false, 5000, 101, "SA", &[]));
+        frames.push(pkt(true, 101, 5001, "A", &[]));
+        let mut sseq = 5001u32;
+        for _ in 0..segs {
+            frames.push(pkt(false, sseq, 101, "A", &body));
+            sseq += payload as u32;
+        }
+        frames.push(pkt(false, sseq, 101, "FA", &[]));
+        frames.push(pkt(true, 101, sseq + 1, "FA", &[]));
+        frames.push(pkt(false, sseq + 1, 102, "A", &[]));
+        for f in frames {
+            t_us += 1_000;
+            out.extend_from_slice(&((t_us / 1_000_000) as u32).to_le_bytes());
+            out.extend_from_slice(&((t_us % 1_000_000) as u32).to_le_bytes());
+            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            out.extend_from_slice(&f);
+            n += 1;
+        }
+    }
+    std::fs::write(path, out).unwrap();
+    n
+}
+
+/// The retention ring (`--rotate SIZE --ring N`) while the capture writes 5 × N × S: at most N
+/// files remain, none over S bytes, each read completely by capinfos and tshark, no `.part`
+/// left; they are the newest files (consecutive sequence numbers ending at the last one) and
+/// hold exactly the last packets of the input; the summary counts what the ring deleted.
+#[test]
+fn ring_keeps_at_most_n_files_of_at_most_s_bytes() {
+    let dir = tempdir();
+    let input = dir.path().join("gen.pcap");
+    let total = write_tcp_pcap(&input, 60, 40, 1000);
+    let (n, s) = (4usize, 64 * 1024u64);
+    let out = dir.path().join("ring");
+    let files = capture_file(
+        &input,
+        &out,
+        &[
+            "--rotate",
+            "64KiB",
+            "--ring",
+            "4",
+            "--payload-bytes",
+            "all",
+            "--no-anonymize",
+        ],
+    );
+    let sum = summary(&out);
+    let get = |k: &str| sum[k].as_u64().unwrap_or_else(|| panic!("{k} in {sum}"));
+    // each file says in its settings that it is part of a ring
+    let o = Command::new("capinfos").arg(&files[0]).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        info.contains("\"ring_files\":4") && info.contains("\"rotate_bytes\":65536"),
+        "{info}"
+    );
+    assert_eq!(get("received"), total as u64);
+    assert_eq!(get("written"), total as u64);
+    let written_bytes = get("bytes_written");
+    assert!(
+        written_bytes >= 5 * n as u64 * s,
+        "the test must write at least 5×N×S: {written_bytes}"
+    );
+    assert_eq!(files.len(), n, "{files:?}");
+    let closed = get("files_closed");
+    assert_eq!(get("files_deleted"), closed - n as u64, "{sum}");
+    assert_eq!(get("files_rotated_size"), closed - 1, "{sum}");
+    assert!(closed >= 5 * n as u64, "{sum}");
+    let listed: Vec<PathBuf> = sum["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| PathBuf::from(v.as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, files, "the summary lists the files left");
+    let mut kept = 0;
+    for (i, f) in files.iter().enumerate() {
+        let len = std::fs::metadata(f).unwrap().len();
+        assert!(len <= s, "{} is {len} bytes, over {s}", f.display());
+        let seq = closed as usize - n + 1 + i;
+        assert!(
+            f.to_string_lossy().ends_with(&format!("-{seq:05}.pcapng")),
+            "{} is not file {seq}",
+            f.display()
+        );
+        kept += wireshark_reads(f);
+    }
+    // the files left hold the tail of the input, every packet whole
+    let got = read_packets(&files);
+    assert_eq!(got.len(), kept);
+    let all = read_packets(&[input]);
+    assert!(kept > 0 && kept < all.len());
+    assert!(
+        got == all[all.len() - kept..],
+        "the ring's files are not the newest packets"
+    );
 }

@@ -2,8 +2,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/prom.rs"]
+mod prom;
 
 mod analyze;
 mod capture;
 mod compare;
+mod metrics;
 mod replay;

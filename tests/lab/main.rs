@@ -4,8 +4,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/prom.rs"]
+mod prom;
 
 mod capture;
 mod demo;
+mod metrics;
 mod netemu;
 mod replay;

@@ -96,7 +96,7 @@ SELECT
     k.rtt_class,
     COUNT(*) AS connections,
     SUM(k.complete) AS complete,
-    ROUND(100.0 * COUNT(*) / (SELECT COUNT(*) FROM connections), 1) AS share_pct,
+    ROUND(100.0 * COUNT(*) / (SELECT COUNT(*) FROM connections), 2) AS share_pct,
     ROUND(AVG(k.min_rtt_ms), 3) AS avg_min_rtt_ms,
     ROUND(AVG(k.bw_kbps), 1) AS avg_bw_kbps,
     ROUND(AVG(k.loss_down_pct), 3) AS avg_loss_down_pct,

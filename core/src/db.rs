@@ -447,6 +447,15 @@ pub fn add_temp_views(conn: &Connection) -> rusqlite::Result<()> {
 /// migration level: in place when the file may be written (the indexes then serve every later
 /// reader too), else with TEMP views for this connection alone.
 fn bring_up_to_date(conn: Connection, path: &Path) -> Result<Connection, DbError> {
+    bring_up_to_date_waiting(conn, path, std::time::Duration::from_secs(5))
+}
+
+/// [`bring_up_to_date`], waiting at most `busy` for another process's write lock.
+fn bring_up_to_date_waiting(
+    conn: Connection,
+    path: &Path,
+    busy: std::time::Duration,
+) -> Result<Connection, DbError> {
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
         source,
@@ -459,7 +468,7 @@ fn bring_up_to_date(conn: Connection, path: &Path) -> Result<Connection, DbError
     let t0 = std::time::Instant::now();
     let in_place = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
         .and_then(|rw| {
-            rw.busy_timeout(std::time::Duration::from_secs(5))?;
+            rw.busy_timeout(busy)?;
             migrate(&rw)
         });
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -634,6 +643,31 @@ mod tests {
         assert_eq!(n, 1);
         assert_eq!(objects(&c), ["connections_by_client"]);
         assert_eq!(schema_level(&c).unwrap(), 1);
+    }
+
+    /// When the in-place migration cannot happen (here: another connection holds the write
+    /// lock), opening still succeeds, through TEMP views, and leaves the file alone.
+    #[test]
+    fn opening_falls_back_to_temp_views_when_the_file_cannot_be_migrated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("old.db");
+        schema1_db(&p);
+        let writer = Connection::open(&p).unwrap();
+        writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let ro =
+            Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c = bring_up_to_date_waiting(ro, &p, std::time::Duration::from_millis(50)).unwrap();
+        let client: String = c
+            .query_row("SELECT client FROM conn_summary", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(client, "[2001:db8::1]:40000");
+        assert_eq!(schema_level(&c).unwrap(), 1);
+        assert_eq!(objects(&c), ["connections_by_client"]);
+        writer.execute_batch("ROLLBACK").unwrap();
+        drop((c, writer));
+        // once the lock is gone, the next open migrates it
+        let c = open_existing(&p).unwrap();
+        assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
     }
 
     /// A load larger than the sync step starts the background syncer; the database commits

@@ -174,6 +174,12 @@ impl AtomicDb {
     /// itself after loading its rows.
     pub fn create_with(dest: impl AsRef<Path>, indexes: bool) -> Result<AtomicDb, DbError> {
         let dest = dest.as_ref().to_path_buf();
+        if is_special_file(&dest) {
+            return Err(DbError::Io {
+                path: dest,
+                source: std::io::Error::other("not a regular file (a database needs one)"),
+            });
+        }
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
         let sq = |source| DbError::Sqlite {
@@ -302,10 +308,25 @@ pub fn temp_sibling(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Writes a file atomically: a temporary sibling, fsync, rename.
+/// Whether `dest` exists and is neither a regular file nor a directory: a device such as
+/// `/dev/null` or `/dev/stdout`, a FIFO, a socket. Renaming a temporary file over it would
+/// replace the device with a file, so such an output is written in place (or refused where
+/// only a file will do).
+pub fn is_special_file(dest: &Path) -> bool {
+    std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO
+/// ([`is_special_file`]) is written in place instead.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dest = dest.as_ref();
+    if is_special_file(dest) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(dest)?
+            .write_all(bytes);
+    }
     let tmp = temp_sibling(dest);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -668,6 +689,44 @@ mod tests {
         // once the lock is gone, the next open migrates it
         let c = open_existing(&p).unwrap();
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
+    }
+
+    /// A device or FIFO given as an output is written in place, never replaced by a file
+    /// (renaming over `/dev/null` would break every program on the machine); a database is
+    /// refused there.
+    #[test]
+    fn special_files_are_written_in_place_not_replaced() {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(is_special_file(&fifo));
+        assert!(!is_special_file(tmp.path()));
+        assert!(!is_special_file(&tmp.path().join("absent")));
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                std::fs::File::open(&fifo)
+                    .unwrap()
+                    .read_to_string(&mut s)
+                    .unwrap();
+                s
+            })
+        };
+        write_atomic(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), "through the pipe");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        let e = AtomicDb::create(&fifo)
+            .err()
+            .expect("a database into a FIFO");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     /// A load larger than the sync step starts the background syncer; the database commits

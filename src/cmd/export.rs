@@ -124,17 +124,23 @@ impl Error {
 }
 
 /// A file written under a temporary name beside its destination and renamed over it only when
-/// complete; dropped before [`AtomicFile::commit`], the temporary file is removed.
+/// complete; dropped before [`AtomicFile::commit`], the temporary file is removed. A device or
+/// FIFO (`-o /dev/null`, `-o /dev/stdout`) is written in place: renaming over it would replace it.
 struct AtomicFile {
     out: Option<BufWriter<File>>,
-    tmp: PathBuf,
+    /// None when writing in place.
+    tmp: Option<PathBuf>,
     dest: PathBuf,
 }
 
 impl AtomicFile {
     fn create(dest: &Path) -> io::Result<AtomicFile> {
-        let tmp = mimic_core::db::temp_sibling(dest);
-        let f = File::create(&tmp)?;
+        let (f, tmp) = if mimic_core::db::is_special_file(dest) {
+            (File::options().write(true).open(dest)?, None)
+        } else {
+            let tmp = mimic_core::db::temp_sibling(dest);
+            (File::create(&tmp)?, Some(tmp))
+        };
         Ok(AtomicFile {
             out: Some(BufWriter::with_capacity(1 << 16, f)),
             tmp,
@@ -149,9 +155,11 @@ impl AtomicFile {
     fn commit(mut self) -> io::Result<()> {
         let out = self.out.take().expect("commit once");
         let f = out.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.dest)?;
+        if let Some(tmp) = &self.tmp {
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(tmp, &self.dest)?;
+        }
         Ok(())
     }
 }
@@ -159,8 +167,10 @@ impl AtomicFile {
 impl Drop for AtomicFile {
     fn drop(&mut self) {
         // not committed (or the rename failed): leave nothing half-written behind
-        if self.out.take().is_some() || self.tmp.exists() {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let Some(tmp) = &self.tmp {
+            if self.out.take().is_some() || tmp.exists() {
+                let _ = std::fs::remove_file(tmp);
+            }
         }
     }
 }

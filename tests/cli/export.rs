@@ -618,6 +618,24 @@ fn export_to_a_file_is_atomic_and_errors_name_the_file() {
         "a temporary file was left: {names:?}"
     );
 
+    // a FIFO (as /dev/null or /dev/stdout would be) is written into, never replaced by a file
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = run(&["export", "--format", "csv", s(&db), "-o", s(&fifo)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(reader.join().unwrap(), piped.stdout);
+    {
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+    std::fs::remove_file(&fifo).unwrap();
+
     let before = std::fs::read(&db).unwrap();
     let expect = |args: &[&str], what: &str| {
         let o = run(args);

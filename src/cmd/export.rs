@@ -446,9 +446,9 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
         block += &line(
             "min RTT:",
             format!(
-                "{} ({} samples)",
+                "{} ({})",
                 ms(r, "min_rtt_ms")?,
-                text_or(r, "rtt_sample_count", "0")?
+                counted(r, "rtt_sample_count", "sample")?
             ),
         );
         let bw = match r.get::<_, Option<f64>>("bw_kbps")? {
@@ -457,7 +457,7 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
         };
         block += &line(
             "bandwidth:",
-            format!("{bw} ({} samples)", text_or(r, "bw_sample_count", "0")?),
+            format!("{bw} ({})", counted(r, "bw_sample_count", "sample")?),
         );
         let loss = match r.get::<_, Option<f64>>("loss_down_pct")? {
             Some(v) => format!("{v} %"),
@@ -466,35 +466,35 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
         block += &line(
             "loss down:",
             format!(
-                "{loss} ({} of {} data segments retransmitted, {} spurious)",
+                "{loss} ({} of {} retransmitted, {} spurious)",
                 text_or(r, "retx_down", "0")?,
-                text_or(r, "data_pkts_down", "0")?,
+                counted(r, "data_pkts_down", "data segment")?,
                 text_or(r, "spurious_retx_down", "0")?
             ),
         );
         block += &line(
             "data up:",
             format!(
-                "{} bytes in {} segments, {} retransmitted",
-                text_or(r, "bytes_up", "0")?,
-                text_or(r, "data_pkts_up", "0")?,
+                "{} in {}, {} retransmitted",
+                counted(r, "bytes_up", "byte")?,
+                counted(r, "data_pkts_up", "segment")?,
                 text_or(r, "retx_up", "0")?
             ),
         );
         block += &line(
             "data down:",
             format!(
-                "{} bytes in {} segments",
-                text_or(r, "bytes_down", "0")?,
-                text_or(r, "data_pkts_down", "0")?
+                "{} in {}",
+                counted(r, "bytes_down", "byte")?,
+                counted(r, "data_pkts_down", "segment")?
             ),
         );
         block += &line(
             "response time:",
             format!(
-                "{} ({} exchanges)",
+                "{} ({})",
                 ms(r, "response_time_ms")?,
-                text_or(r, "exchange_count", "0")?
+                counted(r, "exchange_count", "exchange")?
             ),
         );
         block += &line(
@@ -530,6 +530,12 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
         out.write_all(block.as_bytes())?;
     }
     Ok(())
+}
+
+/// An integer column with its noun: "1 segment", "3 segments".
+fn counted(r: &Row<'_>, col: &str, noun: &str) -> Result<String, Error> {
+    let n = r.get::<_, Option<i64>>(col)?.unwrap_or(0);
+    Ok(format!("{n} {noun}{}", if n == 1 { "" } else { "s" }))
 }
 
 fn ms(r: &Row<'_>, col: &str) -> Result<String, Error> {

@@ -12,8 +12,8 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("../../schemas/0001_init.sql")),
     (2, include_str!("../../schemas/0002_operator.sql")),
 ];
-/// The migration level this build writes and brings older databases up to.
-pub const SCHEMA_LEVEL: u32 = 2;
+/// The migration level this build writes and brings older databases up to: the last file's.
+pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds.

@@ -48,6 +48,8 @@ enum Command {
     Synth(cmd::synth::Args),
     /// Compare response-time distributions of databases and write the report.
     Compare(cmd::compare::Args),
+    /// Write a per-connection summary of a database as text, CSV, JSON lines or a Zeek conn.log.
+    Export(cmd::export::Args),
     /// Run the whole pipeline on the built-in lab and print the verdict.
     Demo(cmd::demo::Args),
 }
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Compare(a) => cmd::compare::run(a),
+        Command::Export(a) => cmd::export::run(a),
         Command::Demo(a) => cmd::demo::run(a),
     };
     match result {

@@ -1,4 +1,5 @@
-//! Writing connection records into a mimic database (schema `schemas/0001_init.sql`).
+//! Writing connection records into a mimic database (schema `schemas/`: the tables of
+//! `0001_init.sql`, the indexes and views of `0002_operator.sql`).
 //!
 //! Bulk loading is the expensive part of an analysis (a busy trace yields millions of
 //! exchange and sample rows), so rows are buffered and inserted many per statement with

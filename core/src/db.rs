@@ -6,8 +6,17 @@ use std::sync::mpsc;
 
 use rusqlite::{Connection, OptionalExtension};
 
-/// Schema files, in order. The version of a database is the number of the last one applied.
-pub const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("../../schemas/0001_init.sql"))];
+/// Schema files, in order. A database's migration level (`PRAGMA user_version`, meta
+/// `schema_migration`) is the number of the last one applied.
+pub const MIGRATIONS: &[(u32, &str)] = &[
+    (1, include_str!("../../schemas/0001_init.sql")),
+    (2, include_str!("../../schemas/0002_operator.sql")),
+];
+/// The migration level this build writes and brings older databases up to: the last file's.
+pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+/// The version of the data contract (tables and columns; meta `schema_version`), which every
+/// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
+/// database migrated in place stays readable by older builds.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +77,9 @@ pub fn init_schema_tables(conn: &Connection) -> rusqlite::Result<()> {
             .join("\n");
         conn.execute_batch(&tables)?;
     }
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    conn.pragma_update(None, "user_version", SCHEMA_LEVEL)?;
     set_meta(conn, "schema_version", &SCHEMA_VERSION.to_string())?;
+    set_meta(conn, "schema_migration", &SCHEMA_LEVEL.to_string())?;
     set_meta(conn, "tool", "mimic")?;
     set_meta(conn, "tool_version", env!("CARGO_PKG_VERSION"))?;
     Ok(())
@@ -164,6 +174,12 @@ impl AtomicDb {
     /// itself after loading its rows.
     pub fn create_with(dest: impl AsRef<Path>, indexes: bool) -> Result<AtomicDb, DbError> {
         let dest = dest.as_ref().to_path_buf();
+        if is_special_file(&dest) {
+            return Err(DbError::Io {
+                path: dest,
+                source: std::io::Error::other("not a regular file (a database needs one)"),
+            });
+        }
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
         let sq = |source| DbError::Sqlite {
@@ -292,10 +308,25 @@ pub fn temp_sibling(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Writes a file atomically: a temporary sibling, fsync, rename.
+/// Whether `dest` exists and is neither a regular file nor a directory: a device such as
+/// `/dev/null` or `/dev/stdout`, a FIFO, a socket. Renaming a temporary file over it would
+/// replace the device with a file, so such an output is written in place (or refused where
+/// only a file will do).
+pub fn is_special_file(dest: &Path) -> bool {
+    std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO
+/// ([`is_special_file`]) is written in place instead.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dest = dest.as_ref();
+    if is_special_file(dest) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(dest)?
+            .write_all(bytes);
+    }
     let tmp = temp_sibling(dest);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -363,7 +394,7 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
         source,
     })?;
     match version.as_deref() {
-        Some(v) if v == SCHEMA_VERSION.to_string() => Ok(conn),
+        Some(v) if v == SCHEMA_VERSION.to_string() => bring_up_to_date(conn, &path),
         Some(v) => Err(DbError::SchemaVersion {
             path,
             found: v.to_string(),
@@ -375,6 +406,110 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
             supported: SCHEMA_VERSION,
         }),
     }
+}
+
+/// A database's migration level: `PRAGMA user_version` (set by every writer since the first
+/// schema; a level-1 database without it is treated as level 1).
+pub fn schema_level(conn: &Connection) -> rusqlite::Result<u32> {
+    let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Ok(v.clamp(1, u32::MAX as i64) as u32)
+}
+
+/// Applies the migrations after `conn`'s level to it in one transaction, and records the new
+/// level. Returns the migrations applied.
+pub fn migrate(conn: &Connection) -> rusqlite::Result<Vec<u32>> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let run = || -> rusqlite::Result<Vec<u32>> {
+        // read inside the transaction: another process may have migrated it meanwhile
+        let level = schema_level(conn)?;
+        let mut applied = Vec::new();
+        for (n, sql) in MIGRATIONS.iter().filter(|(n, _)| *n > level) {
+            conn.execute_batch(sql)?;
+            applied.push(*n);
+        }
+        if !applied.is_empty() {
+            conn.pragma_update(None, "user_version", SCHEMA_LEVEL)?;
+            set_meta(conn, "schema_migration", &SCHEMA_LEVEL.to_string())?;
+        }
+        Ok(applied)
+    };
+    match run() {
+        Ok(applied) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(applied)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// Creates the views of the migrations after `conn`'s level as TEMP views, visible to this
+/// connection only: how a database that may not be written is read with the current names.
+pub fn add_temp_views(conn: &Connection) -> rusqlite::Result<()> {
+    let level = schema_level(conn)?;
+    for (_, sql) in MIGRATIONS.iter().filter(|(n, _)| *n > level) {
+        let views: String = sql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("CREATE INDEX"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace(
+                "CREATE VIEW IF NOT EXISTS",
+                "CREATE TEMP VIEW IF NOT EXISTS",
+            );
+        conn.execute_batch(&views)?;
+    }
+    Ok(())
+}
+
+/// Brings a database of the current contract version, opened read-only, up to this build's
+/// migration level: in place when the file may be written (the indexes then serve every later
+/// reader too), else with TEMP views for this connection alone.
+fn bring_up_to_date(conn: Connection, path: &Path) -> Result<Connection, DbError> {
+    bring_up_to_date_waiting(conn, path, std::time::Duration::from_secs(5))
+}
+
+/// [`bring_up_to_date`], waiting at most `busy` for another process's write lock.
+fn bring_up_to_date_waiting(
+    conn: Connection,
+    path: &Path,
+    busy: std::time::Duration,
+) -> Result<Connection, DbError> {
+    let sq = |source| DbError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let level = schema_level(&conn).map_err(sq)?;
+    if level >= SCHEMA_LEVEL {
+        return Ok(conn);
+    }
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    let in_place = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .and_then(|rw| {
+            rw.busy_timeout(busy)?;
+            migrate(&rw)
+        });
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(sq)?;
+    match in_place {
+        Ok(applied) => tracing::info!(
+            path = %path.display(),
+            ?applied,
+            seconds = t0.elapsed().as_secs_f64(),
+            "database brought up to schema migration {SCHEMA_LEVEL} (indexes and views added)"
+        ),
+        Err(e) => {
+            tracing::info!(
+                path = %path.display(),
+                "database left at schema migration {level} ({e}): reading it with temporary views and without the newer indexes"
+            );
+            add_temp_views(&conn).map_err(sq)?;
+        }
+    }
+    Ok(conn)
 }
 
 #[cfg(test)]
@@ -405,9 +540,14 @@ mod tests {
             get_meta(&c, "schema_version").unwrap().as_deref(),
             Some("1")
         );
-        assert_eq!(index_statements().len(), 1);
+        assert_eq!(
+            get_meta(&c, "schema_migration").unwrap().as_deref(),
+            Some("2")
+        );
+        assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
+        assert_eq!(index_statements().len(), 3);
         let n: i64 = c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%'", [], |r| r.get(0)).unwrap();
-        assert_eq!(n, 1);
+        assert_eq!(n, 3);
         drop(c);
 
         let junk = dir.join("junk.db");
@@ -425,6 +565,168 @@ mod tests {
             open_existing(&other),
             Err(DbError::NotMimic { .. })
         ));
+    }
+
+    /// A database as the first schema's writers left it: 0001 only, level 1, one connection
+    /// with an RTT sample.
+    fn schema1_db(path: &Path) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(MIGRATIONS[0].1).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        set_meta(&c, "schema_version", "1").unwrap();
+        c.execute_batch(
+            "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_first, t_end,
+               complete, server_by, min_rtt_us, rtt_samples, bw_bps, termination)
+             VALUES (1, '2001:db8::1', 40000, '192.0.2.1', 443, 6, 1700000000123456, 1700000001123456, 1, 'syn',
+               12345, 1, 1.5e6, 'fin');
+             INSERT INTO rtt_samples VALUES (1, 1700000000200000, 12345, 'data');",
+        )
+        .unwrap();
+    }
+
+    fn objects(c: &Connection) -> Vec<String> {
+        let mut st = c
+            .prepare("SELECT name FROM sqlite_master WHERE type IN ('index', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .unwrap();
+        let names = st.query_map([], |r| r.get(0)).unwrap();
+        names.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    /// Opening a level-1 database migrates it in place: indexes and views added, the contract
+    /// version (what older builds check) unchanged; opening it again changes nothing.
+    #[test]
+    fn a_schema1_database_is_migrated_in_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("old.db");
+        schema1_db(&p);
+        let c = open_existing(&p).unwrap();
+        assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
+        assert_eq!(
+            get_meta(&c, "schema_version").unwrap().as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            get_meta(&c, "schema_migration").unwrap().as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            objects(&c),
+            [
+                "bw_samples_by_conn",
+                "class_summary",
+                "conn_class",
+                "conn_summary",
+                "connections_by_client",
+                "rtt_samples_by_conn"
+            ]
+        );
+        let (client, rtt, start): (String, f64, String) = c
+            .query_row(
+                "SELECT client, min_rtt_ms, start_utc FROM conn_summary WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(client, "[2001:db8::1]:40000");
+        assert_eq!(rtt, 12.345);
+        assert_eq!(start, "2023-11-14 22:13:20.123");
+        drop(c);
+        // a second open finds nothing to do (and a second migrate applies nothing)
+        let c = open_existing(&p).unwrap();
+        assert_eq!(objects(&c).len(), 6);
+        drop(c);
+        let rw = Connection::open(&p).unwrap();
+        assert_eq!(migrate(&rw).unwrap(), Vec::<u32>::new());
+    }
+
+    /// A database that may not be written is read through TEMP views, and left as it was.
+    #[test]
+    fn a_schema1_database_that_may_not_be_written_gets_temp_views() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("old.db");
+        schema1_db(&p);
+        let c =
+            Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        // what bring_up_to_date falls back to when the in-place migration fails
+        assert!(migrate(&c).is_err());
+        add_temp_views(&c).unwrap();
+        let (bw, class): (f64, String) = c
+            .query_row(
+                "SELECT s.bw_kbps, k.bw_class FROM conn_summary s JOIN conn_class k USING (id)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((bw, class.as_str()), (1500.0, "1 - 6 Mbit/s"));
+        let n: i64 = c
+            .query_row("SELECT connections FROM class_summary", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(objects(&c), ["connections_by_client"]);
+        assert_eq!(schema_level(&c).unwrap(), 1);
+    }
+
+    /// When the in-place migration cannot happen (here: another connection holds the write
+    /// lock), opening still succeeds, through TEMP views, and leaves the file alone.
+    #[test]
+    fn opening_falls_back_to_temp_views_when_the_file_cannot_be_migrated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("old.db");
+        schema1_db(&p);
+        let writer = Connection::open(&p).unwrap();
+        writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let ro =
+            Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c = bring_up_to_date_waiting(ro, &p, std::time::Duration::from_millis(50)).unwrap();
+        let client: String = c
+            .query_row("SELECT client FROM conn_summary", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(client, "[2001:db8::1]:40000");
+        assert_eq!(schema_level(&c).unwrap(), 1);
+        assert_eq!(objects(&c), ["connections_by_client"]);
+        writer.execute_batch("ROLLBACK").unwrap();
+        drop((c, writer));
+        // once the lock is gone, the next open migrates it
+        let c = open_existing(&p).unwrap();
+        assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
+    }
+
+    /// A device or FIFO given as an output is written in place, never replaced by a file
+    /// (renaming over `/dev/null` would break every program on the machine); a database is
+    /// refused there.
+    #[test]
+    fn special_files_are_written_in_place_not_replaced() {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(is_special_file(&fifo));
+        assert!(!is_special_file(tmp.path()));
+        assert!(!is_special_file(&tmp.path().join("absent")));
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                std::fs::File::open(&fifo)
+                    .unwrap()
+                    .read_to_string(&mut s)
+                    .unwrap();
+                s
+            })
+        };
+        write_atomic(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), "through the pipe");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        let e = AtomicDb::create(&fifo)
+            .err()
+            .expect("a database into a FIFO");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     /// A load larger than the sync step starts the background syncer; the database commits

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use mimic_core::db::{set_meta, AtomicDb, DbError};
+use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::Serialize;
@@ -153,7 +153,8 @@ fn log_normal(rng: &mut ChaCha12Rng, median: f64, sigma: f64, lo: f64, hi: f64) 
 /// Writes a synthetic workload to `out` (atomically).
 pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError> {
     let mut rng = ChaCha12Rng::seed_from_u64(opts.seed);
-    let db = AtomicDb::create(out)?;
+    // indexes after the rows: cheaper than maintaining them row by row
+    let db = AtomicDb::create_with(out, false)?;
     let sq = |source| DbError::Sqlite {
         path: out.to_path_buf(),
         source,
@@ -292,6 +293,9 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
     ] {
         set_meta(c, k, &v).map_err(sq)?;
     }
+    for ix in index_statements() {
+        c.execute_batch(ix).map_err(sq)?;
+    }
     c.execute_batch("COMMIT").map_err(sq)?;
     let path = db.commit()?;
     Ok(SynthSummary {
@@ -326,6 +330,27 @@ mod tests {
             mimic_core::db::table_rows(&c, "connections").unwrap()
         };
         assert_eq!(dump(&a), dump(&b));
+        // the indexes, built after the rows, and the views are all there
+        let c = rusqlite::Connection::open(&a).unwrap();
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name IN ('connections_by_client', 'rtt_samples_by_conn', 'bw_samples_by_conn', 'conn_summary', 'class_summary')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(
+            mimic_core::db::schema_level(&c).unwrap(),
+            mimic_core::db::SCHEMA_LEVEL
+        );
+        let classes: i64 = c
+            .query_row("SELECT sum(connections) FROM class_summary", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(classes, 200);
+        drop(c);
         assert_eq!(sa.connections, 200);
         assert!(sa.by_class.iter().all(|(_, n)| *n > 0), "{:?}", sa.by_class);
         let w = crate::workload::load(&a, crate::workload::Select::Complete, None).unwrap();

@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod capture;
 pub mod compare;
 pub mod demo;
+pub mod export;
 pub mod lab;
 pub mod netemu;
 pub mod replay;

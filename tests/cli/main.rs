@@ -9,4 +9,5 @@ mod analyze;
 mod capture;
 mod compare;
 mod metrics;
+mod export;
 mod replay;

@@ -541,6 +541,20 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
             )
             .unwrap();
         assert_eq!(meta, timing);
+        // replay's database writer builds the schema's indexes and views as analyze's does
+        let schema: i64 = rusqlite::Connection::open(d.join(&out))
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name IN
+                   ('rtt_samples_by_conn', 'bw_samples_by_conn', 'conn_summary', 'class_summary')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            schema, 4,
+            "{out}: the indexes and views of schema migration 2"
+        );
         let offs = offsets(&out);
         assert!(offs.len() >= 3, "{offs:?}");
         let recorded_at = |seq: i64| 20_000 + gap_us * seq;

@@ -1,0 +1,605 @@
+//! `mimic export [--format text|csv|json|zeek] DB [-o FILE]`: one line or block per connection
+//! of a mimic database, for people (text, like tcptrace's long output), spreadsheets (CSV),
+//! scripts (JSON lines) and Zeek tooling (a conn.log-shaped TSV).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, Row};
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Formats (one record per connection, in connection id order):
+  text  a block per connection, as tcptrace's long output: addresses, times in ms,
+        bandwidth in kbit/s, loss, bytes, response time, handshake options
+  csv   the columns of the conn_summary view, with a header row; NULL is an empty field
+  json  JSON lines: one object per connection with the conn_summary columns; NULL is null
+  zeek  Zeek's conn.log (TSV with #separator/#fields/#types header lines; `-` when unset);
+        conn_state from mimic's handshake/termination, see GUIDE.md
+Exit status: 0 written, 2 error (a closed pipe on stdout is not an error).")]
+pub struct Args {
+    /// The database to export (from analyze, replay or synth; older schema levels too).
+    #[arg(value_name = "DB")]
+    pub db: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Write to FILE (atomically: complete or not at all) instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Csv,
+    Json,
+    Zeek,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if let Some(out) = &a.output {
+        if same_file(out, &a.db) {
+            anyhow::bail!(
+                "{}: is the database being exported; name another output file",
+                out.display()
+            );
+        }
+    }
+    let conn = mimic_core::db::open_existing(&a.db)?;
+    let db = a.db.display().to_string();
+    let result = match &a.output {
+        Some(path) => {
+            let mut out = AtomicFile::create(path)
+                .with_context(|| format!("{}: cannot create", path.display()))?;
+            write(&conn, &db, a.format, out.writer())
+                .and_then(|()| out.commit().map_err(Error::Io))
+                .map_err(|e| e.context(&db, Some(path)))
+        }
+        None => {
+            let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+            let r =
+                write(&conn, &db, a.format, &mut out).and_then(|()| out.flush().map_err(Error::Io));
+            match r {
+                // `mimic export ... | head`: the reader has what it wanted
+                Err(Error::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.map_err(|e| e.context(&db, None)),
+            }
+        }
+    };
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `a` and `b` name the same existing file (also through links).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[derive(Debug)]
+enum Error {
+    Sql(rusqlite::Error),
+    Io(io::Error),
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        Error::Sql(e)
+    }
+}
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        Error::Io(e)
+    }
+}
+impl From<csv::Error> for Error {
+    fn from(e: csv::Error) -> Error {
+        match e.into_kind() {
+            csv::ErrorKind::Io(e) => Error::Io(e),
+            other => Error::Io(io::Error::other(format!("{other:?}"))),
+        }
+    }
+}
+
+impl Error {
+    /// The error on one line, naming the file it concerns: the output for a failed write, the
+    /// database for a failed query.
+    fn context(self, db: &str, out: Option<&Path>) -> anyhow::Error {
+        match self {
+            Error::Sql(e) => anyhow::anyhow!("{db}: reading the connections: {e}"),
+            Error::Io(e) => match out {
+                Some(p) => anyhow::anyhow!("{}: writing: {e}", p.display()),
+                None => anyhow::anyhow!("standard output: writing: {e}"),
+            },
+        }
+    }
+}
+
+/// A file written under a temporary name beside its destination and renamed over it only when
+/// complete; dropped before [`AtomicFile::commit`], the temporary file is removed. A device or
+/// FIFO (`-o /dev/null`, `-o /dev/stdout`) is written in place: renaming over it would replace it.
+struct AtomicFile {
+    out: Option<BufWriter<File>>,
+    /// None when writing in place.
+    tmp: Option<PathBuf>,
+    dest: PathBuf,
+}
+
+impl AtomicFile {
+    fn create(dest: &Path) -> io::Result<AtomicFile> {
+        let (f, tmp) = if mimic_core::db::is_special_file(dest) {
+            (File::options().write(true).open(dest)?, None)
+        } else {
+            let tmp = mimic_core::db::temp_sibling(dest);
+            (File::create(&tmp)?, Some(tmp))
+        };
+        Ok(AtomicFile {
+            out: Some(BufWriter::with_capacity(1 << 16, f)),
+            tmp,
+            dest: dest.to_path_buf(),
+        })
+    }
+
+    fn writer(&mut self) -> &mut BufWriter<File> {
+        self.out.as_mut().expect("writer present until commit")
+    }
+
+    fn commit(mut self) -> io::Result<()> {
+        let out = self.out.take().expect("commit once");
+        let f = out.into_inner().map_err(|e| e.into_error())?;
+        if let Some(tmp) = &self.tmp {
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(tmp, &self.dest)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // not committed (or the rename failed): leave nothing half-written behind
+        if let Some(tmp) = &self.tmp {
+            if self.out.take().is_some() || tmp.exists() {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+    }
+}
+
+fn write(conn: &Connection, db: &str, format: Format, out: &mut dyn Write) -> Result<(), Error> {
+    match format {
+        Format::Csv => write_csv(conn, out),
+        Format::Json => write_json(conn, out),
+        Format::Zeek => write_zeek(conn, out),
+        Format::Text => write_text(conn, db, out),
+    }
+}
+
+const SUMMARY: &str = "SELECT * FROM conn_summary ORDER BY id";
+
+fn write_csv(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
+    let mut st = conn.prepare(SUMMARY)?;
+    let names: Vec<String> = st.column_names().map(|s| s.to_string()).collect();
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(&names)?;
+    let mut rows = st.query([])?;
+    let mut field = Vec::with_capacity(names.len());
+    while let Some(r) = rows.next()? {
+        field.clear();
+        for i in 0..names.len() {
+            field.push(match r.get_ref(i)? {
+                ValueRef::Null => String::new(),
+                v => plain(v),
+            });
+        }
+        w.write_record(&field)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// A non-NULL value as text: integers and reals as Rust prints them (shortest round trip).
+fn plain(v: ValueRef<'_>) -> String {
+    match v {
+        ValueRef::Null => String::new(),
+        ValueRef::Integer(i) => i.to_string(),
+        ValueRef::Real(f) => f.to_string(),
+        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
+    }
+}
+
+fn write_json(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
+    let mut st = conn.prepare(SUMMARY)?;
+    // the keys in the view's column order (serde_json's map would sort them)
+    let keys: Vec<String> = st
+        .column_names()
+        .map(|s| serde_json::Value::from(s).to_string())
+        .collect();
+    let mut rows = st.query([])?;
+    let mut line = String::new();
+    while let Some(r) = rows.next()? {
+        line.clear();
+        line.push('{');
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            line.push_str(k);
+            line.push(':');
+            let v = match r.get_ref(i)? {
+                ValueRef::Null => serde_json::Value::Null,
+                ValueRef::Integer(n) => n.into(),
+                // a non-finite real has no JSON form: null
+                ValueRef::Real(f) => {
+                    serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into)
+                }
+                v => plain(v).into(),
+            };
+            line.push_str(&v.to_string());
+        }
+        line.push_str("}\n");
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Zeek's conn.log fields (its default set, Zeek 5-7) and their types.
+const ZEEK_FIELDS: [(&str, &str); 21] = [
+    ("ts", "time"),
+    ("uid", "string"),
+    ("id.orig_h", "addr"),
+    ("id.orig_p", "port"),
+    ("id.resp_h", "addr"),
+    ("id.resp_p", "port"),
+    ("proto", "enum"),
+    ("service", "string"),
+    ("duration", "interval"),
+    ("orig_bytes", "count"),
+    ("resp_bytes", "count"),
+    ("conn_state", "string"),
+    ("local_orig", "bool"),
+    ("local_resp", "bool"),
+    ("missed_bytes", "count"),
+    ("history", "string"),
+    ("orig_pkts", "count"),
+    ("orig_ip_bytes", "count"),
+    ("resp_pkts", "count"),
+    ("resp_ip_bytes", "count"),
+    ("tunnel_parents", "set[string]"),
+];
+
+/// Zeek's conn_state from what mimic records: whether a SYN and a SYN/SYN-ACK pair were
+/// captured, how the connection ended and which side closed first. mimic's `fin` means a FIN
+/// ended it without an abort, not that both sides sent one, so a half-close reads as SF; the
+/// side that closed first is taken as the RST's sender.
+pub(crate) fn conn_state(
+    syn_seen: bool,
+    prune_reason: Option<&str>,
+    termination: &str,
+    closed_by: Option<&str>,
+) -> &'static str {
+    let has = |r: &str| prune_reason.is_some_and(|p| p.split(',').any(|x| x.trim() == r));
+    let rst = termination.starts_with("rst");
+    if !syn_seen {
+        // picked up mid-stream
+        return "OTH";
+    }
+    if has("no_handshake") {
+        return match (termination, closed_by) {
+            (_, Some("server")) if rst => "REJ",
+            (_, Some("client")) if rst => "RSTOS0",
+            ("fin", Some("client")) if has("one_direction") => "SH",
+            ("none", _) if has("one_direction") => "S0",
+            _ => "OTH",
+        };
+    }
+    match (termination, closed_by) {
+        ("none", _) => "S1",
+        ("fin", _) => "SF",
+        (_, Some("client")) if rst => "RSTO",
+        (_, Some("server")) if rst => "RSTR",
+        _ => "OTH",
+    }
+}
+
+/// µs since the epoch as Zeek's seconds with six decimals.
+fn zeek_seconds(us: i64) -> String {
+    let sign = if us < 0 { "-" } else { "" };
+    let a = us.unsigned_abs();
+    format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
+}
+
+fn write_zeek(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
+    let now: String = conn.query_row("SELECT strftime('%Y-%m-%d-%H-%M-%S', 'now')", [], |r| {
+        r.get(0)
+    })?;
+    let names: Vec<&str> = ZEEK_FIELDS.iter().map(|f| f.0).collect();
+    let types: Vec<&str> = ZEEK_FIELDS.iter().map(|f| f.1).collect();
+    write!(
+        out,
+        "#separator \\x09\n#set_separator\t,\n#empty_field\t(empty)\n#unset_field\t-\n#path\tconn\n#open\t{now}\n#fields\t{}\n#types\t{}\n",
+        names.join("\t"),
+        types.join("\t")
+    )?;
+    let mut st = conn.prepare(
+        "SELECT c.id, c.t_first, c.t_end, c.client_ip, c.client_port, c.server_ip, c.server_port,
+                c.data_bytes_up, c.data_bytes_down, c.t_syn IS NOT NULL, c.prune_reason, c.termination,
+                c.closed_by,
+                EXISTS (SELECT 1 FROM exchanges e WHERE e.conn_id = c.id AND e.method IS NOT NULL)
+         FROM connections c ORDER BY c.id",
+    )?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let (t_first, t_end): (i64, i64) = (r.get(1)?, r.get(2)?);
+        let prune: Option<String> = r.get(10)?;
+        let termination: String = r.get(11)?;
+        let closed_by: Option<String> = r.get(12)?;
+        let state = conn_state(
+            r.get(9)?,
+            prune.as_deref(),
+            &termination,
+            closed_by.as_deref(),
+        );
+        let http: bool = r.get(13)?;
+        let fields = [
+            zeek_seconds(t_first),
+            format!("C{id}"),
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?.to_string(),
+            r.get::<_, String>(5)?,
+            r.get::<_, i64>(6)?.to_string(),
+            "tcp".into(),
+            if http { "http" } else { "-" }.into(),
+            zeek_seconds(t_end - t_first),
+            r.get::<_, i64>(7)?.to_string(),
+            r.get::<_, i64>(8)?.to_string(),
+            state.into(),
+        ];
+        // local_orig .. tunnel_parents: mimic does not record them
+        let unset = ZEEK_FIELDS.len() - fields.len();
+        writeln!(out, "{}{}", fields.join("\t"), "\t-".repeat(unset))?;
+    }
+    writeln!(out, "#close\t{now}")?;
+    Ok(())
+}
+
+/// A text value of a row, or `fallback` for NULL.
+fn text_or(r: &Row<'_>, col: &str, fallback: &str) -> Result<String, Error> {
+    Ok(match r.get_ref(col)? {
+        ValueRef::Null => fallback.to_string(),
+        v => plain(v),
+    })
+}
+
+fn yes_no(r: &Row<'_>, col: &str) -> Result<&'static str, Error> {
+    Ok(match r.get::<_, Option<i64>>(col)? {
+        Some(0) => "no",
+        Some(_) => "yes",
+        None => "n/a",
+    })
+}
+
+fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Error> {
+    let (n, complete): (i64, i64) = conn.query_row(
+        "SELECT count(*), coalesce(sum(complete), 0) FROM connections",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let role = mimic_core::db::get_meta(conn, "role")?.unwrap_or_else(|| "unknown".into());
+    writeln!(
+        out,
+        "{db}: {n} connections, {complete} complete (role {role})"
+    )?;
+    let mut st = conn.prepare(
+        "SELECT s.*, c.mss_server, c.wscale_client, c.wscale_server, c.sack_ok, c.ts_ok, c.ecn_ok,
+                c.spurious_retx_down, c.data_pkts_up, c.retx_up, c.acks_per_seg, c.delack_timeout_us
+         FROM conn_summary s JOIN connections c ON c.id = s.id ORDER BY s.id",
+    )?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let na = "n/a";
+        let id: i64 = r.get("id")?;
+        let vlan = match r.get::<_, Option<i64>>("vlan")? {
+            Some(v) => format!(" (vlan {v})"),
+            None => String::new(),
+        };
+        writeln!(
+            out,
+            "\nconnection {id}: {} -> {}{vlan}",
+            text_or(r, "client", na)?,
+            text_or(r, "server", na)?
+        )?;
+        let line = |label: &str, value: String| format!("  {label:<16}{value}\n");
+        let mut block = String::new();
+        block += &line(
+            "first packet:",
+            format!("{} UTC", text_or(r, "start_utc", na)?),
+        );
+        block += &line(
+            "duration:",
+            format!("{} ms", text_or(r, "duration_ms", na)?),
+        );
+        let complete = match r.get::<_, i64>("complete")? {
+            0 => format!("no ({})", text_or(r, "prune_reason", "?")?),
+            _ => "yes".into(),
+        };
+        block += &line("complete:", complete);
+        let closed = match r.get::<_, Option<String>>("closed_by")? {
+            Some(by) => format!(", closed by {by}"),
+            None => String::new(),
+        };
+        block += &line(
+            "termination:",
+            format!("{}{closed}", text_or(r, "termination", na)?),
+        );
+        block += &line("handshake RTT:", ms(r, "handshake_rtt_ms")?);
+        block += &line(
+            "min RTT:",
+            format!(
+                "{} ({})",
+                ms(r, "min_rtt_ms")?,
+                counted(r, "rtt_sample_count", "sample")?
+            ),
+        );
+        let bw = match r.get::<_, Option<f64>>("bw_kbps")? {
+            Some(v) => format!("{v} kbit/s"),
+            None => na.into(),
+        };
+        block += &line(
+            "bandwidth:",
+            format!("{bw} ({})", counted(r, "bw_sample_count", "sample")?),
+        );
+        let loss = match r.get::<_, Option<f64>>("loss_down_pct")? {
+            Some(v) => format!("{v} %"),
+            None => na.into(),
+        };
+        block += &line(
+            "loss down:",
+            format!(
+                "{loss} ({} of {} retransmitted, {} spurious)",
+                text_or(r, "retx_down", "0")?,
+                counted(r, "data_pkts_down", "data segment")?,
+                text_or(r, "spurious_retx_down", "0")?
+            ),
+        );
+        block += &line(
+            "data up:",
+            format!(
+                "{} in {}, {} retransmitted",
+                counted(r, "bytes_up", "byte")?,
+                counted(r, "data_pkts_up", "segment")?,
+                text_or(r, "retx_up", "0")?
+            ),
+        );
+        block += &line(
+            "data down:",
+            format!(
+                "{} in {}",
+                counted(r, "bytes_down", "byte")?,
+                counted(r, "data_pkts_down", "segment")?
+            ),
+        );
+        block += &line(
+            "response time:",
+            format!(
+                "{} ({})",
+                ms(r, "response_time_ms")?,
+                counted(r, "exchange_count", "exchange")?
+            ),
+        );
+        block += &line(
+            "options:",
+            format!(
+                "mss {}/{}, wscale {}/{}, sack {}, timestamps {}, ecn {} (client/server)",
+                text_or(r, "mss_client", na)?,
+                text_or(r, "mss_server", na)?,
+                text_or(r, "wscale_client", na)?,
+                text_or(r, "wscale_server", na)?,
+                yes_no(r, "sack_ok")?,
+                yes_no(r, "ts_ok")?,
+                yes_no(r, "ecn_ok")?
+            ),
+        );
+        let timeout = match r.get::<_, Option<i64>>("delack_timeout_us")? {
+            Some(t) => format!(", timeout {} ms", t as f64 / 1000.0),
+            None => String::new(),
+        };
+        let per_seg = match r.get::<_, Option<f64>>("acks_per_seg")? {
+            Some(a) => format!(" ({a:.2} ACKs per segment{timeout})"),
+            None => String::new(),
+        };
+        block += &line(
+            "client:",
+            format!(
+                "rwin {} bytes, delayed ACK {}{per_seg}",
+                text_or(r, "rwin_bytes", na)?,
+                text_or(r, "delack_policy", na)?
+            ),
+        );
+        block += &line("frames:", text_or(r, "frames", "0")?);
+        out.write_all(block.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// An integer column with its noun: "1 segment", "3 segments".
+fn counted(r: &Row<'_>, col: &str, noun: &str) -> Result<String, Error> {
+    let n = r.get::<_, Option<i64>>(col)?.unwrap_or(0);
+    Ok(format!("{n} {noun}{}", if n == 1 { "" } else { "s" }))
+}
+
+fn ms(r: &Row<'_>, col: &str) -> Result<String, Error> {
+    Ok(match r.get::<_, Option<f64>>(col)? {
+        Some(v) => format!("{v} ms"),
+        None => "n/a".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeek_conn_states() {
+        let st = conn_state;
+        assert_eq!(
+            st(false, Some("no_handshake"), "fin", Some("client")),
+            "OTH"
+        );
+        assert_eq!(st(true, None, "fin", Some("client")), "SF");
+        assert_eq!(st(true, Some("seq_holes"), "fin", Some("server")), "SF");
+        assert_eq!(st(true, Some("no_termination"), "none", None), "S1");
+        assert_eq!(st(true, None, "rst_after_response", Some("client")), "RSTO");
+        assert_eq!(st(true, None, "rst_abort", Some("server")), "RSTR");
+        assert_eq!(
+            st(
+                true,
+                Some("no_handshake,no_termination,one_direction"),
+                "none",
+                None
+            ),
+            "S0"
+        );
+        assert_eq!(
+            st(true, Some("no_handshake"), "rst_abort", Some("server")),
+            "REJ"
+        );
+        assert_eq!(
+            st(
+                true,
+                Some("no_handshake,one_direction"),
+                "rst_abort",
+                Some("client")
+            ),
+            "RSTOS0"
+        );
+        assert_eq!(
+            st(
+                true,
+                Some("no_handshake,one_direction"),
+                "fin",
+                Some("client")
+            ),
+            "SH"
+        );
+        assert_eq!(st(true, Some("no_handshake"), "none", None), "OTH");
+    }
+
+    #[test]
+    fn zeek_seconds_keep_every_microsecond() {
+        assert_eq!(zeek_seconds(1_700_000_000_000_001), "1700000000.000001");
+        assert_eq!(zeek_seconds(0), "0.000000");
+        assert_eq!(zeek_seconds(1_234_567), "1.234567");
+        assert_eq!(zeek_seconds(-5), "-0.000005");
+    }
+}

@@ -8,6 +8,6 @@ mod prom;
 mod analyze;
 mod capture;
 mod compare;
-mod metrics;
 mod export;
+mod metrics;
 mod replay;

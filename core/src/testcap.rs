@@ -42,6 +42,8 @@ pub enum Link {
     Null,
     /// Linux cooked capture (SLL).
     LinuxSll,
+    /// Linux NFLOG: a 4-byte header and the packet in an NFULA_PAYLOAD attribute.
+    Nflog,
 }
 
 /// What a file looks like: container, link type, and the snap length frames are cut to.
@@ -519,6 +521,14 @@ fn link_header(link: &Link, ip: &[u8], big_endian: bool, from_client: bool) -> V
             h.extend_from_slice(&ethertype.to_be_bytes());
             h
         }
+        Link::Nflog => {
+            // family, version 0, resource id; then the payload attribute's length and type
+            // (host byte order, little-endian here), the packet following it
+            let mut h = vec![if v6 { 10 } else { 2 }, 0, 0, 0];
+            h.extend_from_slice(&((4 + ip.len()) as u16).to_le_bytes());
+            h.extend_from_slice(&9u16.to_le_bytes());
+            h
+        }
     }
 }
 
@@ -528,6 +538,7 @@ fn linktype(link: &Link) -> Linktype {
         Link::RawIp => Linktype::RAW,
         Link::Null => Linktype::NULL,
         Link::LinuxSll => Linktype::LINUX_SLL,
+        Link::Nflog => Linktype::NFLOG,
     }
 }
 
@@ -550,6 +561,10 @@ pub fn capture_bytes(cap: &Capture, conns: &[Conn]) -> Vec<u8> {
                 from_client,
             );
             f.extend_from_slice(&p.ip);
+            if cap.link == Link::Nflog {
+                // attributes are padded to 4 bytes
+                f.resize(f.len().next_multiple_of(4), 0);
+            }
             frames.push((p.t_ns, f));
         }
     }

@@ -103,7 +103,7 @@ fn every_wellformed_public_capture_analyzes() {
 fn malformed_captures_end_cleanly() {
     let tmp = tempdir();
     let files = traces_in("malformed");
-    let want = if corpus_present() { 60 } else { 14 };
+    let want = if corpus_present() { 60 } else { 13 };
     assert!(
         files.len() >= want,
         "only {} malformed captures found",

@@ -972,3 +972,65 @@ fn the_database_has_every_column_of_the_data_contract() {
         }
     }
 }
+
+/// The suite's own captures (the stand-ins used when the public corpus is absent) are ordinary
+/// captures: capinfos opens every well-formed one, tshark reads as many frames as mimic's
+/// reader, and tshark's TCP analysis finds the retransmissions the scripts put there.
+#[test]
+fn generated_captures_are_what_wireshark_reads() {
+    let tmp = tempdir();
+    let root = tmp.path().join("gen");
+    crate::common::generated::write_all(&root);
+    let mut n = 0;
+    for dir in ["web", "loss", "encap", "format", "edge"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let f = e.unwrap().path();
+            let o = Command::new(require_tool("capinfos"))
+                .arg("-c")
+                .arg("-M")
+                .arg(&f)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "capinfos {}: {}",
+                f.display(),
+                stderr(&o)
+            );
+            let mut r = mimic_core::trace::TraceReader::open(&f).unwrap();
+            let mut ours = 0;
+            while r.next_frame().unwrap().is_some() {
+                ours += 1;
+            }
+            let o = Command::new(require_tool("tshark"))
+                .arg("-r")
+                .arg(&f)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "tshark {}: {}", f.display(), stderr(&o));
+            assert_eq!(stdout(&o).lines().count(), ours, "{}", f.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 30, "{n} generated captures");
+    // losses after the tap: tshark sees each lost segment sent again
+    let f = root.join("loss/generated_losses.pcap");
+    let out = tmp.path().join("l.db");
+    assert!(analyze(&f, &out, &[]).status.success());
+    let ours = count(&db(&out), "SELECT sum(retx_down) FROM connections");
+    let o = Command::new(require_tool("tshark"))
+        .arg("-r")
+        .arg(&f)
+        .args([
+            "-Y",
+            "tcp.analysis.retransmission or tcp.analysis.fast_retransmission",
+        ])
+        .output()
+        .unwrap();
+    let theirs = stdout(&o).lines().count() as i64;
+    assert!(ours > 10, "only {ours} retransmissions");
+    assert_eq!(
+        ours, theirs,
+        "mimic {ours} retransmissions, tshark {theirs}"
+    );
+}

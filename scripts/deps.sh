@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a task needs, idempotently: only what is missing is installed,
-# and nothing is done when everything is present. Usage: scripts/deps.sh demo|test|bench
+# and nothing is done when everything is present. Usage: scripts/deps.sh demo|test|bench|corpus
 set -euo pipefail
 
 group=${1:-demo}
@@ -15,12 +15,15 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client)
 bench_pkgs=("${test_pkgs[@]}" hyperfine)
+# Fetching the public corpus (scripts/corpus.sh).
+corpus_pkgs=(curl gzip ca-certificates)
 
 case "$group" in
   demo) pkgs=("${demo_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;
   bench) pkgs=("${bench_pkgs[@]}") ;;
-  *) echo "usage: $0 demo|test|bench" >&2; exit 2 ;;
+  corpus) pkgs=("${corpus_pkgs[@]}") ;;
+  *) echo "usage: $0 demo|test|bench|corpus" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -2,14 +2,39 @@
 # The test command: installs what the tests need, builds once, runs every test.
 # Tests that need root and network namespaces run for real (CI runs as root) and fail with a
 # message naming what is missing otherwise.
+# The public corpus (third-party captures: ../shared/traces/public beside the checkout, or
+# $MIMIC_TRACES; scripts/corpus.sh fetches it) is used when present. Without it the tests run
+# on the suite's own generated captures and say so; CI=true or MIMIC_CORPUS=required make an
+# absent corpus an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/deps.sh test
 . scripts/cargo-env.sh
-if [ ! -d ../shared/traces/public ]; then
-  echo "mimic tests: ../shared/traces/public is missing (check out shared/ beside this repository)" >&2
+if [ -n "${MIMIC_TRACES:-}" ]; then
+  # absolute: the tests run from different folders (the crates' own for their unit tests)
+  MIMIC_TRACES=$(cd "$MIMIC_TRACES" 2>/dev/null && pwd) || { echo "mimic tests: MIMIC_TRACES is not a folder" >&2; exit 1; }
+  export MIMIC_TRACES
+fi
+corpus=${MIMIC_TRACES:-../shared/traces/public}
+if [ "${MIMIC_CORPUS:-}" != generated ] && [ -d "$corpus" ]; then
+  echo "mimic tests: public corpus at $corpus" >&2
+elif [ "${MIMIC_CORPUS:-}" = required ] || { [ "${CI:-}" = true ] && [ "${MIMIC_CORPUS:-}" != generated ]; }; then
+  echo "mimic tests: the public corpus is required (CI=true or MIMIC_CORPUS=required) but $corpus is missing: check out shared/ beside this repository or run scripts/corpus.sh" >&2
   exit 1
+else
+  echo "mimic tests: public corpus absent ($corpus): the tests run on generated captures; scripts/corpus.sh fetches it" >&2
+  # each test that falls back adds a line here (tests/common/mod.rs); summed when the run ends
+  MIMIC_CORPUS_LOG=$(mktemp "${TMPDIR:-/tmp}/mimic-corpus-log.XXXXXX")
+  export MIMIC_CORPUS_LOG
+  corpus_summary() {
+    local n t
+    n=$(sort -u "$MIMIC_CORPUS_LOG" | grep -c . || true)
+    t=$(sed -n 's/^public corpus absent: \([^ ]*\) .*/\1/p' "$MIMIC_CORPUS_LOG" | sort -u | grep -c . || true)
+    echo "public corpus absent: $n checks in $t tests ran on generated captures only; scripts/corpus.sh fetches it" >&2
+    rm -f "$MIMIC_CORPUS_LOG"
+  }
+  trap corpus_summary EXIT
 fi
 
 export CARGO_TERM_COLOR=never

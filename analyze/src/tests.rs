@@ -653,17 +653,25 @@ fn idle_connections_are_closed_in_capture_time() {
     assert_eq!(w.an.stats().idle_closed, 1);
 }
 
-/// A deterministic, in-suite version of the fuzz targets: every public capture (the malformed
-/// ones included), cut and mutated, through the trace reader, the frame decoder and the
-/// analyzer. None may panic.
-#[test]
-fn fuzz_smoke_over_mutated_public_captures() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/public");
-    assert!(
-        root.is_dir(),
-        "{} is missing: check out shared/ beside this repository",
-        root.display()
-    );
+/// The public corpus's captures (`$MIMIC_TRACES`, else `shared/traces/public` beside the
+/// checkout), or `None` when it is absent (or `MIMIC_CORPUS=generated`); fails when it is
+/// required (`CI=true` or `MIMIC_CORPUS=required`) and absent.
+fn public_captures() -> Option<Vec<Vec<u8>>> {
+    let mode = std::env::var("MIMIC_CORPUS").unwrap_or_default();
+    let required = mode == "required"
+        || (mode != "generated" && std::env::var("CI").is_ok_and(|v| v == "true"));
+    let root = match std::env::var_os("MIMIC_TRACES").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/public"),
+    };
+    if mode == "generated" || !root.is_dir() {
+        assert!(
+            !required,
+            "the public corpus is required (CI=true or MIMIC_CORPUS=required) but {} is absent; scripts/corpus.sh fetches it",
+            root.display()
+        );
+        return None;
+    }
     let mut files = Vec::new();
     let mut stack = vec![root];
     while let Some(d) = stack.pop() {
@@ -677,7 +685,91 @@ fn fuzz_smoke_over_mutated_public_captures() {
         }
     }
     files.sort();
-    assert!(files.len() > 100);
+    assert!(files.len() > 100, "only {} public captures", files.len());
+    Some(files.iter().map(|f| std::fs::read(f).unwrap()).collect())
+}
+
+/// Captures of every format and link type the reader knows, written from scripted
+/// conversations with losses, for runs without the public corpus.
+fn generated_captures() -> Vec<Vec<u8>> {
+    use mimic_core::testcap::{capture_bytes, Capture, Close, Conn, Exchange, Format, Link};
+    let mut conns = Vec::new();
+    for (i, (c, sv)) in [
+        ("10.0.0.1:40000", "10.0.0.2:80"),
+        ("[2001:db8::1]:40001", "[2001:db8::2]:443"),
+        ("10.0.0.3:40002", "10.0.0.2:80"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut k = Conn::new(
+            c.parse().unwrap(),
+            sv.parse().unwrap(),
+            1_700_000_000_000_000_000 + i as i64 * 1_000_000,
+        );
+        k.exchanges
+            .push(Exchange::http_get("/a", 9_000, 0, 2_000_000));
+        k.exchanges
+            .push(Exchange::http_get("/b", 3_000, 5_000_000, 1_000_000));
+        k.lose = vec![2];
+        k.handshake = i != 2;
+        k.close = [Close::Fin, Close::Rst, Close::None][i];
+        conns.push(k);
+    }
+    let mut out = Vec::new();
+    for format in [
+        Format::Pcap {
+            big_endian: false,
+            nanos: false,
+        },
+        Format::Pcap {
+            big_endian: true,
+            nanos: true,
+        },
+        Format::Pcapng { nanos: false },
+    ] {
+        for link in [
+            Link::Ethernet { vlans: vec![] },
+            Link::Ethernet {
+                vlans: vec![10, 20],
+            },
+            Link::RawIp,
+            Link::Null,
+            Link::LinuxSll,
+            Link::Nflog,
+        ] {
+            for snaplen in [262_144, 60] {
+                out.push(capture_bytes(
+                    &Capture {
+                        format,
+                        link: link.clone(),
+                        snaplen,
+                    },
+                    &conns,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A deterministic, in-suite version of the fuzz targets: every public capture (the malformed
+/// ones included), cut and mutated, through the trace reader, the frame decoder and the
+/// analyzer. None may panic. Without the public corpus, the same over generated captures of
+/// every format and link type (said on stderr).
+#[test]
+fn fuzz_smoke_over_mutated_public_captures() {
+    let inputs = public_captures().unwrap_or_else(|| {
+        use std::io::Write;
+        let line = "public corpus absent: fuzz_smoke_over_mutated_public_captures runs on generated captures for every format and link type";
+        let _ = writeln!(std::io::stderr(), "{line}");
+        if let Some(log) = std::env::var_os("MIMIC_CORPUS_LOG").filter(|v| !v.is_empty()) {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+        generated_captures()
+    });
     let mut rng = 0x9e3779b97f4a7c15u64;
     let mut next = move || {
         rng ^= rng << 13;
@@ -685,8 +777,7 @@ fn fuzz_smoke_over_mutated_public_captures() {
         rng ^= rng << 17;
         rng
     };
-    for f in &files {
-        let mut bytes = std::fs::read(f).unwrap();
+    for mut bytes in inputs {
         bytes.truncate(48 * 1024);
         crate::fuzzing::analyze_trace(&bytes);
         for _ in 0..40 {

@@ -7,6 +7,7 @@
 //!   with malformed input reported as a small `Copy` reason that callers count.
 //! * [`trace`] — reading pcap / pcapng (optionally gzip-compressed) files as timestamped frames.
 //! * [`cpu`] — CPU affinity (the lab keeps its real-time datapath and its timer threads apart).
+//! * [`testcap`] — pcap / pcapng files written from scripted TCP conversations (the tests' own captures).
 //! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
 
 pub mod cpu;
@@ -15,6 +16,7 @@ pub mod flow;
 pub mod model;
 pub mod packet;
 pub mod seq;
+pub mod testcap;
 pub mod time;
 pub mod trace;
 

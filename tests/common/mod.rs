@@ -1,5 +1,6 @@
 //! Shared harness for the integration tests: run the `mimic` binary in a temporary directory,
-//! find the public traces, and insist on what a test needs instead of skipping.
+//! find the public traces (or the suite's generated stand-ins when they are absent), and insist
+//! on what a test needs instead of skipping.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -27,33 +28,124 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `../shared/traces/public` beside the checkout.
-pub fn traces() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/public");
-    assert!(
-        p.is_dir(),
-        "{} is missing: check out shared/ beside this repository",
-        p.display()
-    );
-    p.canonicalize().unwrap()
+pub mod generated;
+
+/// Whether an absent public corpus is an error: on CI (`CI=true`, which always has `shared/`
+/// beside the checkout) or when asked for with `MIMIC_CORPUS=required`.
+/// `MIMIC_CORPUS=generated` runs on the generated captures even on CI.
+pub fn corpus_required() -> bool {
+    match std::env::var("MIMIC_CORPUS").as_deref() {
+        Ok("required") => true,
+        Ok("generated") => false,
+        _ => std::env::var("CI").is_ok_and(|v| v == "true"),
+    }
 }
 
+/// The public corpus (third-party captures, see its SOURCES.md): `$MIMIC_TRACES` when set,
+/// else `../shared/traces/public` beside the checkout (as `scripts/corpus.sh` fetches it).
+/// `None` when absent, or when `MIMIC_CORPUS=generated` asks for the run a plain clone gets;
+/// fails instead when [`corpus_required`].
+pub fn corpus() -> Option<PathBuf> {
+    static CORPUS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let found = CORPUS.get_or_init(|| {
+        if std::env::var("MIMIC_CORPUS").is_ok_and(|v| v == "generated") {
+            return None;
+        }
+        if let Some(dir) = std::env::var_os("MIMIC_TRACES").filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(dir);
+            assert!(
+                p.join("SOURCES.md").is_file(),
+                "MIMIC_TRACES={} is not the public corpus (no SOURCES.md in it)",
+                p.display()
+            );
+            return Some(p.canonicalize().unwrap());
+        }
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/public");
+        p.is_dir().then(|| p.canonicalize().unwrap())
+    });
+    if found.is_none() && corpus_required() {
+        panic!(
+            "the public corpus is required (CI=true or MIMIC_CORPUS=required) but absent: \
+             neither MIMIC_TRACES nor {} is there; scripts/corpus.sh fetches it",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/traces/public")
+                .display()
+        );
+    }
+    found.clone()
+}
+
+pub fn corpus_present() -> bool {
+    corpus().is_some()
+}
+
+/// Says on the test process's stderr (past the harness's output capture, so a passing run
+/// shows it too) that the running test uses a generated stand-in for `what`, and counts it in
+/// `$MIMIC_CORPUS_LOG` (scripts/test.sh sums these at the end). Once per test and `what`.
+pub fn note_generated(what: &str) {
+    use std::io::Write;
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_string();
+    let line = format!("public corpus absent: {test} runs on generated captures for {what}");
+    {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(&line) {
+            return;
+        }
+        seen.push(line.clone());
+    }
+    let _ = writeln!(std::io::stderr(), "{line}");
+    if let Some(log) = std::env::var_os("MIMIC_CORPUS_LOG").filter(|v| !v.is_empty()) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// The root the tests read captures from: the public corpus, or when it is absent the
+/// suite's own generated captures (`generated.rs`), which carry the corpus files' names.
+pub fn traces() -> PathBuf {
+    corpus().unwrap_or_else(generated::root)
+}
+
+/// One capture by its path in the corpus; without the corpus, its generated stand-in (a
+/// capture with the property the tests read from it), or a failure naming what is missing.
 pub fn trace(rel: &str) -> PathBuf {
     let p = traces().join(rel);
-    assert!(p.exists(), "public trace {} is missing", p.display());
+    if corpus_present() {
+        assert!(p.exists(), "public trace {} is missing", p.display());
+    } else {
+        assert!(
+            p.exists(),
+            "the public corpus is absent and no generated capture stands in for {rel}: \
+             scripts/corpus.sh fetches the corpus (or set MIMIC_TRACES to it)"
+        );
+        note_generated(rel);
+    }
     p
 }
 
-/// Every capture file in a folder of the public traces.
+/// Every capture file in a folder of the public traces (of the generated ones without it).
 pub fn traces_in(dir: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = walk(&traces().join(dir))
         .into_iter()
         .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n != "SOURCES.md" && n != "README.md")
+            p.file_name().is_some_and(|n| {
+                n != "SOURCES.md" && n != "README.md" && !n.to_string_lossy().contains(".part-")
+            })
         })
         .collect();
     v.sort();
+    if !corpus_present() {
+        note_generated(&format!("{dir}/ ({} files)", v.len()));
+    }
     v
 }
 

@@ -4,6 +4,7 @@
 mod common;
 
 mod analyze;
+mod analyze_input;
 mod capture;
 mod compare;
 mod replay;

@@ -172,6 +172,10 @@ fn analyze_inputs(
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
     let pb = crate::progress::bytes(total, "analyze");
+    if inputs.iter().any(|p| driver::is_stdin(p)) {
+        // how much standard input holds is not known ahead
+        pb.unset_length();
+    }
     let ticker = {
         let (counter, pb) = (counter.clone(), pb.clone());
         crate::progress::Ticker::spawn(std::time::Duration::from_millis(100), move || {

@@ -213,6 +213,14 @@ impl FrameSource {
         let mut readers = Vec::new();
         for p in inputs {
             readers.push(if is_stdin(p) {
+                if io::IsTerminal::is_terminal(&io::stdin()) {
+                    return Err(AnalyzeError::Trace(TraceError::Io {
+                        path: STDIN_LABEL.into(),
+                        source: io::Error::other(
+                            "is a terminal: pipe a capture into it (tcpdump -w - | mimic analyze -)",
+                        ),
+                    }));
+                }
                 let stdin =
                     StdinStream::spawn(cancel.clone()).map_err(|source| TraceError::Io {
                         path: STDIN_LABEL.into(),

@@ -173,8 +173,12 @@ fn analyze_inputs(
     let counter = Arc::new(AtomicU64::new(0));
     let pb = crate::progress::bytes(total, "analyze");
     if inputs.iter().any(|p| driver::is_stdin(p)) {
-        // how much standard input holds is not known ahead
+        // how much standard input holds is not known ahead: bytes read and their rate
         pb.unset_length();
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{prefix:>10} {bytes} {bytes_per_sec} {msg}")
+                .expect("static template"),
+        );
     }
     let ticker = {
         let (counter, pb) = (counter.clone(), pb.clone());

@@ -639,3 +639,84 @@ fn capture_cut_inside_its_first_record() {
         stderr(&o)
     );
 }
+
+/// The producer the issue names: `tcpdump -r F -w - [EXPR] | mimic analyze -`. Unfiltered it
+/// gives the database the file gives; with a filter expression it gives the connections
+/// `mimic analyze F --filter EXPR` gives (the same libpcap selects the frames; only the
+/// connection ids differ, which number a connection by its first frame in the input read).
+#[test]
+fn tcpdump_piped_into_standard_input() {
+    require_tool("tcpdump");
+    let tmp = tempdir();
+    let piped = |f: &Path, expr: &str, out: &Path| -> Output {
+        let cmd = format!(
+            "tcpdump -r '{}' -w - {expr} 2>/dev/null | '{}' analyze - --json -o '{}'",
+            f.display(),
+            mimic_bin().display(),
+            out.display()
+        );
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(cmd);
+        run_with_timeout(c, Duration::from_secs(60), "tcpdump | mimic analyze -")
+    };
+    let f = trace("web/ndpi_netflix.pcap");
+    let (a, b) = (tmp.path().join("a.db"), tmp.path().join("b.db"));
+    let o = piped(&f, "", &a);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(analyze(&f, &b, &[]).status.success());
+    same_database(&a, &b, "tcpdump -w - | mimic analyze -");
+
+    let columns = "client_ip, client_port, server_ip, server_port, vlan, t_syn, t_end, \
+                   complete, min_rtt_us, hs_rtt_us, retx_down, bw_bps, response_time_us";
+    for (file, expr) in [
+        ("web/ndpi_netflix.pcap", "'tcp port 80'"),
+        (
+            "web/pcapplusplus_many-protocols.pcap",
+            "'tcp and not port 80'",
+        ),
+        (
+            "web/chrissanders_ek_to_cryptowall4.pcapng",
+            "'tcp[tcpflags] & tcp-syn != 0 or greater 1000'",
+        ),
+    ] {
+        let f = trace(file);
+        let what = format!("{file} {expr}");
+        let (a, b) = (tmp.path().join("fa.db"), tmp.path().join("fb.db"));
+        let oa = piped(&f, expr, &a);
+        assert!(oa.status.success(), "{what}: {}", stderr(&oa));
+        let ob = analyze(&f, &b, &["--filter", expr.trim_matches('\'')]);
+        assert!(ob.status.success(), "{what}: {}", stderr(&ob));
+        let (sa, sb) = (summary(&oa), summary(&ob));
+        for k in [
+            "frames",
+            "tcp_segments",
+            "connections",
+            "complete",
+            "exchanges",
+        ] {
+            assert_eq!(sa[k], sb[k], "{what}: {k}");
+        }
+        assert!(sb["filter_rejected"].as_u64().unwrap() > 0, "{what}");
+        let q =
+            format!("SELECT {columns} FROM connections ORDER BY t_syn, client_port, server_port");
+        let ra = rows_of(&db(&a), &q);
+        assert!(!ra.is_empty(), "{what}");
+        assert_eq!(ra, rows_of(&db(&b), &q), "{what}");
+    }
+}
+
+fn rows_of(c: &Connection, sql: &str) -> Vec<String> {
+    let mut st = c.prepare(sql).unwrap();
+    let n = st.column_count();
+    let v = st
+        .query_map([], |r| {
+            (0..n)
+                .map(|i| r.get_ref(i).map(|v| format!("{v:?}")))
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map(|v| v.join("|"))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap();
+    v
+}

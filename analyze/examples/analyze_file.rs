@@ -13,6 +13,7 @@ fn main() {
         threads,
         progress: None,
         meta: Vec::new(),
+        filter: None,
         cancel: None,
     };
     match mimic_analyze::driver::run(&opts) {

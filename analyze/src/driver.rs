@@ -3,11 +3,12 @@
 //! records to the database atomically.
 
 use std::collections::{BTreeMap, BinaryHeap};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mimic_core::db::DbError;
 use mimic_core::packet::{decode, LinkType, TcpSegment};
@@ -17,6 +18,7 @@ use serde::Serialize;
 
 use crate::analyzer::{Analyzer, AnalyzerStats};
 use crate::config::Config;
+use crate::filter::{CaptureFilter, FilterError};
 use crate::record::{ConnectionRecord, PruneReason};
 use crate::store::RecordStore;
 
@@ -32,6 +34,21 @@ pub enum AnalyzeError {
     OutputIsInput(PathBuf),
     #[error("interrupted: nothing was written")]
     Interrupted,
+    #[error("standard input (`-`) can be read only once")]
+    StdinTwice,
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// Every input ended in an error before its first frame: there is nothing to analyze.
+    #[error("{0}; no frame could be read, so nothing was written")]
+    NoFrames(String),
+}
+
+/// How an input path of `-` (standard input) is named in messages.
+pub const STDIN_LABEL: &str = "standard input";
+
+/// Whether an input path means standard input.
+pub fn is_stdin(p: &Path) -> bool {
+    p.as_os_str() == "-"
 }
 
 pub struct RunOptions {
@@ -44,6 +61,8 @@ pub struct RunOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Extra `meta` rows (e.g. the command line).
     pub meta: Vec<(String, String)>,
+    /// A BPF capture filter (tcpdump's syntax): only the frames it accepts are analyzed.
+    pub filter: Option<String>,
     /// Set (e.g. by SIGINT/SIGTERM) to stop reading: the run then ends with
     /// [`AnalyzeError::Interrupted`] and leaves neither the database nor its temporary file.
     pub cancel: Option<Arc<AtomicBool>>,
@@ -55,6 +74,8 @@ pub struct InputIssue {
     pub file: String,
     pub reason: &'static str,
     pub message: String,
+    /// Frames read from this input before the problem (0: none could be read).
+    pub frames_before: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -89,16 +110,21 @@ pub struct Summary {
     /// Packets the capturing interface reported dropping (pcapng interface statistics): never
     /// in the input, so not counted as frames.
     pub capture_dropped: u64,
+    /// The capture filter (`--filter`), if one was given.
+    pub filter: Option<String>,
+    /// Frames the capture filter rejected: read, but not analyzed and not counted in `frames`.
+    pub filter_rejected: u64,
     pub input_issues: Vec<InputIssue>,
     pub threads: usize,
     pub elapsed_s: f64,
     pub frames_per_s: f64,
 }
 
-/// Total size of the inputs on disk, for a progress bar.
+/// Total size of the inputs on disk, for a progress bar (standard input counts as 0).
 pub fn input_bytes(inputs: &[PathBuf]) -> u64 {
     inputs
         .iter()
+        .filter(|p| !is_stdin(p))
         .filter_map(|p| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum()
@@ -108,6 +134,7 @@ pub fn input_bytes(inputs: &[PathBuf]) -> u64 {
 struct Owned {
     ts: Timestamp,
     link: LinkType,
+    wire_len: u32,
     data: Vec<u8>,
     src: usize,
 }
@@ -141,6 +168,40 @@ struct FrameSource {
     cancel: Option<Arc<AtomicBool>>,
     /// Reading stopped because `cancel` was set.
     interrupted: bool,
+    /// Each input's name in messages.
+    labels: Vec<String>,
+    select: Select,
+}
+
+/// The capture filter between the readers and the analysis.
+#[derive(Default)]
+struct Select {
+    filter: Option<CaptureFilter>,
+    /// Frames the filter rejected.
+    rejected: u64,
+    /// What stopped the reading short of the inputs' end (a filter that cannot apply).
+    fatal: Option<AnalyzeError>,
+}
+
+impl Select {
+    /// Whether the filter (if any) accepts a frame of the input named `file`; a rejected
+    /// frame is counted, and a filter that cannot apply to the frame's link type is fatal.
+    fn accept(&mut self, file: &str, link: LinkType, data: &[u8], wire_len: u32) -> bool {
+        let Some(f) = &mut self.filter else {
+            return true;
+        };
+        match f.matches(file, link, data, wire_len) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.rejected += 1;
+                false
+            }
+            Err(e) => {
+                self.fatal = Some(e.into());
+                false
+            }
+        }
+    }
 }
 
 impl FrameSource {
@@ -151,7 +212,24 @@ impl FrameSource {
     ) -> Result<FrameSource, AnalyzeError> {
         let mut readers = Vec::new();
         for p in inputs {
-            readers.push(TraceReader::open(p)?);
+            readers.push(if is_stdin(p) {
+                if io::IsTerminal::is_terminal(&io::stdin()) {
+                    return Err(AnalyzeError::Trace(TraceError::Io {
+                        path: STDIN_LABEL.into(),
+                        source: io::Error::other(
+                            "is a terminal: pipe a capture into it (tcpdump -w - | mimic analyze -)",
+                        ),
+                    }));
+                }
+                let stdin =
+                    StdinStream::spawn(cancel.clone()).map_err(|source| TraceError::Io {
+                        path: STDIN_LABEL.into(),
+                        source,
+                    })?;
+                TraceReader::from_reader(STDIN_LABEL, Box::new(stdin))?
+            } else {
+                TraceReader::open(p)?
+            });
         }
         let n = readers.len();
         Ok(FrameSource {
@@ -162,7 +240,24 @@ impl FrameSource {
             last_bytes: vec![0; n],
             cancel,
             interrupted: false,
+            labels: inputs
+                .iter()
+                .map(|p| {
+                    if is_stdin(p) {
+                        STDIN_LABEL.to_string()
+                    } else {
+                        p.display().to_string()
+                    }
+                })
+                .collect(),
+            select: Select::default(),
         })
+    }
+
+    /// Records read from input `i` so far, frames the reader skipped included.
+    fn records_read(&self, i: usize) -> u64 {
+        let s = &self.readers[i].stats;
+        s.frames + s.ts_out_of_range + s.unknown_interface
     }
 
     /// Whether the run was asked to stop (checked with the progress, every 4096 frames).
@@ -182,12 +277,17 @@ impl FrameSource {
         }
     }
 
-    fn note_error(&mut self, e: TraceError) {
+    fn note_error(&mut self, i: usize, e: TraceError) {
+        if self.cancelled() {
+            // standard input ends where an interrupt stopped it: not a problem of the input
+            return;
+        }
         *self.unreadable.skipped.entry(e.reason()).or_default() += 1;
         self.issues.push(InputIssue {
-            file: path_of(&e),
+            file: e.path().display().to_string(),
             reason: e.reason(),
             message: e.to_string(),
+            frames_before: self.records_read(i),
         });
     }
 
@@ -199,7 +299,14 @@ impl FrameSource {
                 match r.next_frame() {
                     Ok(Some(f)) => {
                         frame_no += 1;
-                        sink(frame_no, f.ts, f.link, f.data);
+                        if self
+                            .select
+                            .accept(&self.labels[0], f.link, f.data, f.wire_len)
+                        {
+                            sink(frame_no, f.ts, f.link, f.data);
+                        } else if self.select.fatal.is_some() {
+                            break;
+                        }
                         if frame_no & 0xfff == 0 {
                             self.report_progress(0);
                             if self.cancelled() {
@@ -209,7 +316,7 @@ impl FrameSource {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        self.note_error(e);
+                        self.note_error(0, e);
                         break;
                     }
                 }
@@ -225,7 +332,14 @@ impl FrameSource {
         }
         while let Some(f) = heap.pop() {
             frame_no += 1;
-            sink(frame_no, f.ts, f.link, &f.data);
+            if self
+                .select
+                .accept(&self.labels[f.src], f.link, &f.data, f.wire_len)
+            {
+                sink(frame_no, f.ts, f.link, &f.data);
+            } else if self.select.fatal.is_some() {
+                break;
+            }
             let src = f.src;
             if let Some(next) = self.pull_reuse(src, f.data) {
                 heap.push(next);
@@ -254,13 +368,14 @@ impl FrameSource {
                 Some(Owned {
                     ts: f.ts,
                     link: f.link,
+                    wire_len: f.wire_len,
                     data: buf,
                     src: i,
                 })
             }
             Ok(None) => None,
             Err(e) => {
-                self.note_error(e);
+                self.note_error(i, e);
                 None
             }
         }
@@ -297,24 +412,20 @@ impl FrameSource {
     }
 }
 
-fn path_of(e: &TraceError) -> String {
-    match e {
-        TraceError::Io { path, .. }
-        | TraceError::NotATrace { path, .. }
-        | TraceError::Empty { path }
-        | TraceError::Truncated { path, .. }
-        | TraceError::Corrupt { path, .. } => path.display().to_string(),
-    }
-}
-
 /// Analyzes the inputs into `opts.output`.
 pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     if opts.inputs.is_empty() {
         return Err(AnalyzeError::NoInputs);
     }
+    if opts.inputs.iter().filter(|p| is_stdin(p)).count() > 1 {
+        return Err(AnalyzeError::StdinTwice);
+    }
+    // a mistake in the filter is reported before anything is read
+    let filter = opts.filter.as_deref().map(CaptureFilter::new).transpose()?;
     check_output(&opts.output, &opts.inputs)?;
     let started = Instant::now();
     let mut source = FrameSource::open(&opts.inputs, opts.progress.clone(), opts.cancel.clone())?;
+    source.select.filter = filter;
     let store = RecordStore::create(&opts.output)?;
     // the database is loaded on its own thread while the analysis goes on
     let (tx, rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(8);
@@ -390,6 +501,17 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         // the store's temporary file goes with it
         return Err(AnalyzeError::Interrupted);
     }
+    if let Some(e) = source.select.fatal.take() {
+        return Err(e);
+    }
+    // every input cut short (or corrupt) before its first frame: an error, not an empty result
+    let read: u64 = (0..source.readers.len())
+        .map(|i| source.records_read(i))
+        .sum();
+    if read == 0 && !source.issues.is_empty() {
+        let what: Vec<String> = source.issues.iter().map(|i| i.message.clone()).collect();
+        return Err(AnalyzeError::NoFrames(what.join("; ")));
+    }
     let mut stats = stats;
     stats.merge(&source.unreadable);
     for (k, v) in source.reader_skips() {
@@ -405,6 +527,8 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
             .iter()
             .map(|p| p.display().to_string())
             .collect(),
+        filter: opts.filter.clone(),
+        filter_rejected: source.select.rejected,
         frames: stats.frames,
         tcp_segments: stats.tcp_segments,
         skipped: stats
@@ -472,7 +596,7 @@ fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
         if out.is_dir() {
             return Err(bad("is a directory"));
         }
-        for p in inputs {
+        for p in inputs.iter().filter(|p| !is_stdin(p)) {
             if let Ok(m) = std::fs::metadata(p) {
                 if (m.dev(), m.ino()) == (out.dev(), out.ino()) {
                     return Err(AnalyzeError::OutputIsInput(p.clone()));
@@ -561,6 +685,7 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
         ),
         ("ts_missing".into(), s.ts_missing.to_string()),
         ("capture_dropped".into(), s.capture_dropped.to_string()),
+        ("filter_rejected".into(), s.filter_rejected.to_string()),
         ("server_ports".into(), json(&cfg.server_ports)),
         (
             "server_nets".into(),
@@ -590,6 +715,9 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
     }
     for (k, v) in &s.limit_drops {
         rows.push((format!("limit_drops.{k}"), v.to_string()));
+    }
+    if let Some(f) = &s.filter {
+        rows.push(("filter".into(), f.clone()));
     }
     rows.extend(opts.meta.iter().cloned());
     for (k, v) in rows {
@@ -724,6 +852,77 @@ pub fn analyze_file(input: &Path, out: &Path) -> Result<Summary, AnalyzeError> {
         threads: 1,
         progress: None,
         meta: Vec::new(),
+        filter: None,
         cancel: None,
     })
+}
+
+/// Standard input, read on a thread of its own so that an interrupt ends the reading even
+/// while no data arrives (a quiet `tcpdump -w - | mimic analyze -`): the stream waits for
+/// data in short steps and ends when the run is cancelled.
+struct StdinStream {
+    rx: mpsc::Receiver<io::Result<Vec<u8>>>,
+    buf: Vec<u8>,
+    at: usize,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl StdinStream {
+    fn spawn(cancel: Option<Arc<AtomicBool>>) -> io::Result<StdinStream> {
+        let (tx, rx) = mpsc::sync_channel::<io::Result<Vec<u8>>>(16);
+        std::thread::Builder::new()
+            .name("mimic-stdin".into())
+            .spawn(move || {
+                let mut stdin = io::stdin().lock();
+                loop {
+                    let mut b = vec![0u8; 1 << 16];
+                    let r = match stdin.read(&mut b) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            b.truncate(n);
+                            Ok(b)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => Err(e),
+                    };
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        break;
+                    }
+                }
+            })?;
+        Ok(StdinStream {
+            rx,
+            buf: Vec::new(),
+            at: 0,
+            cancel,
+        })
+    }
+}
+
+impl Read for StdinStream {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.buf.len() {
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+            {
+                return Ok(0);
+            }
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Ok(b)) => {
+                    self.buf = b;
+                    self.at = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }

@@ -11,6 +11,7 @@ mod bandwidth;
 pub mod config;
 mod conn;
 pub mod driver;
+pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;

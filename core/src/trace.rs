@@ -32,6 +32,11 @@ pub enum TraceError {
     Io { path: PathBuf, source: io::Error },
     #[error("{path}: not a pcap or pcapng file (starts with {magic})")]
     NotATrace { path: PathBuf, magic: String },
+    /// The input decompresses, but what it holds is not a capture (e.g. `gzip notes.txt`).
+    #[error(
+        "{path}: a gzip stream whose content is not a pcap or pcapng file (the content starts with {head})"
+    )]
+    GzipNotATrace { path: PathBuf, head: String },
     #[error("{path}: empty file (no pcap or pcapng header)")]
     Empty { path: PathBuf },
     #[error("{path}: file is cut short in the middle of a record at byte {offset}")]
@@ -49,10 +54,22 @@ impl TraceError {
     pub fn reason(&self) -> &'static str {
         match self {
             TraceError::Io { .. } => "io_error",
-            TraceError::NotATrace { .. } => "not_a_trace",
+            TraceError::NotATrace { .. } | TraceError::GzipNotATrace { .. } => "not_a_trace",
             TraceError::Empty { .. } => "empty_file",
             TraceError::Truncated { .. } => "file_truncated",
             TraceError::Corrupt { .. } => "corrupt_record",
+        }
+    }
+
+    /// The file (or the label of a stream) the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            TraceError::Io { path, .. }
+            | TraceError::NotATrace { path, .. }
+            | TraceError::GzipNotATrace { path, .. }
+            | TraceError::Empty { path }
+            | TraceError::Truncated { path, .. }
+            | TraceError::Corrupt { path, .. } => path,
         }
     }
 }
@@ -165,13 +182,9 @@ impl TraceReader {
             path: path.clone(),
             source,
         };
-        let mut file = File::open(&path).map_err(io_err)?;
-        let file_size = file.metadata().map_err(io_err)?.len();
-        let mut magic = [0u8; 4];
-        let n = read_up_to(&mut file, &mut magic).map_err(io_err)?;
-        drop(file);
         let file = File::open(&path).map_err(io_err)?;
-        Self::from_parts(path, Box::new(file), &magic[..n], file_size)
+        let file_size = file.metadata().map_err(io_err)?.len();
+        Self::from_stream(path, Box::new(file), file_size)
     }
 
     /// Reads a trace held in memory; `label` names it in errors.
@@ -179,38 +192,71 @@ impl TraceReader {
         label: impl Into<PathBuf>,
         bytes: Vec<u8>,
     ) -> Result<TraceReader, TraceError> {
-        let magic: Vec<u8> = bytes.iter().take(4).copied().collect();
         let size = bytes.len() as u64;
-        Self::from_parts(label.into(), Box::new(io::Cursor::new(bytes)), &magic, size)
+        Self::from_stream(label.into(), Box::new(io::Cursor::new(bytes)), size)
     }
 
-    fn from_parts(
+    /// Reads a trace from a stream that cannot seek (standard input, a pipe), front to back
+    /// like a file; `label` names it in errors. Its size is unknown ([`Self::file_size`] is 0).
+    pub fn from_reader(
+        label: impl Into<PathBuf>,
+        input: Box<dyn Read + Send>,
+    ) -> Result<TraceReader, TraceError> {
+        Self::from_stream(label.into(), input, 0)
+    }
+
+    /// Detects gzip from the first two bytes, then pcap or pcapng from the first bytes of the
+    /// (decompressed) content. Nothing is read twice and nothing seeks: the bytes looked at
+    /// are handed on in front of the rest of the stream.
+    fn from_stream(
         path: PathBuf,
         input: Box<dyn Read + Send>,
-        magic: &[u8],
         file_size: u64,
     ) -> Result<TraceReader, TraceError> {
-        if magic.is_empty() {
-            return Err(TraceError::Empty { path });
-        }
-        let gzip = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+        let io_err = |source| TraceError::Io {
+            path: path.clone(),
+            source,
+        };
         let bytes_read = Arc::new(AtomicU64::new(0));
-        let counted = CountingReader {
+        let mut counted = CountingReader {
             inner: input,
             count: bytes_read.clone(),
         };
+        let mut magic = [0u8; 2];
+        let n = read_up_to(&mut counted, &mut magic).map_err(io_err)?;
+        if n == 0 {
+            return Err(TraceError::Empty { path });
+        }
+        let gzip = magic[..n] == [0x1f, 0x8b];
+        let raw = io::Cursor::new(magic[..n].to_vec()).chain(counted);
         let gzip_cut = Arc::new(AtomicBool::new(false));
-        let source: Box<dyn Read + Send> = if gzip {
+        let mut source: Box<dyn Read + Send> = if gzip {
             Box::new(GzipUpToCut {
-                inner: flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-                    1 << 16,
-                    counted,
-                )),
+                inner: flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, raw)),
                 cut: gzip_cut.clone(),
             })
         } else {
-            Box::new(counted)
+            Box::new(raw)
         };
+        let head = match read_head(&mut source) {
+            Ok(h) => h,
+            Err(e) if gzip => {
+                return Err(TraceError::Io {
+                    path,
+                    source: io::Error::other(format!("corrupt gzip stream ({e})")),
+                })
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        if head.is_empty() {
+            // a gzip stream of nothing, or cut before its first byte of content
+            return Err(if gzip_cut.load(Ordering::Relaxed) {
+                TraceError::Truncated { path, offset: 0 }
+            } else {
+                TraceError::Empty { path }
+            });
+        }
+        let source: Box<dyn Read + Send> = Box::new(io::Cursor::new(head.clone()).chain(source));
         let inner = match create_reader(INITIAL_BUFFER, source) {
             Ok(r) => r,
             Err(PcapError::Eof) if gzip_cut.load(Ordering::Relaxed) => {
@@ -226,15 +272,21 @@ impl TraceReader {
                     source: io::Error::other("read failed (corrupt gzip stream?)"),
                 })
             }
+            // a pcapng section header that the input ends inside (pcap-parser calls it
+            // unrecognized): the file is cut short, not something else
+            Err(_) if head.starts_with(&PCAPNG_SHB) && shb_cut_short(&head) => {
+                return Err(TraceError::Truncated { path, offset: 0 })
+            }
+            Err(_) if gzip => {
+                return Err(TraceError::GzipNotATrace {
+                    path,
+                    head: describe_bytes(&head),
+                })
+            }
             Err(_) => {
-                let magic = magic
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(" ");
                 return Err(TraceError::NotATrace {
                     path,
-                    magic: format!("bytes {magic}"),
+                    magic: describe_bytes(&head),
                 });
             }
         };
@@ -566,6 +618,71 @@ impl TraceReader {
             what += &format!(" (the file holds {left} more bytes)");
         }
         Some(what)
+    }
+}
+
+/// The block type of a pcapng Section Header Block (the same in either byte order).
+const PCAPNG_SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+/// A Section Header Block's fixed part: type, length, byte-order magic, version, section length.
+const SHB_MIN: usize = 28;
+
+/// The first bytes of a (decompressed) trace, enough for pcap-parser to recognise the format
+/// from them alone: a classic pcap header, or a pcapng Section Header Block whole (its length
+/// field says how long it is, in the byte order its byte-order magic gives). Shorter only at
+/// the end of the input.
+fn read_head(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut head = vec![0u8; SHB_MIN];
+    let n = read_up_to(r, &mut head)?;
+    head.truncate(n);
+    if let Some(len) = shb_length(&head) {
+        if len > head.len() && len <= INITIAL_BUFFER {
+            let mut rest = vec![0u8; len - head.len()];
+            let k = read_up_to(r, &mut rest)?;
+            head.extend_from_slice(&rest[..k]);
+        }
+    }
+    Ok(head)
+}
+
+/// The total length a Section Header Block at the start of `head` claims, if `head` starts
+/// with one and holds its length and byte-order magic.
+fn shb_length(head: &[u8]) -> Option<usize> {
+    if !head.starts_with(&PCAPNG_SHB) {
+        return None;
+    }
+    let len: [u8; 4] = head.get(4..8)?.try_into().ok()?;
+    let big_endian = match head.get(8..12)? {
+        [0x1a, 0x2b, 0x3c, 0x4d] => true,
+        [0x4d, 0x3c, 0x2b, 0x1a] => false,
+        _ => return None,
+    };
+    Some(u32_in(len, big_endian) as usize)
+}
+
+/// Whether the input ended inside the Section Header Block it starts with (its fixed part, or
+/// the length it claims).
+fn shb_cut_short(head: &[u8]) -> bool {
+    head.len() < SHB_MIN || shb_length(head).is_some_and(|len| head.len() < len)
+}
+
+/// The first bytes of an input that is not a capture, for an error message: in hex, and as
+/// text too when they read as text.
+fn describe_bytes(head: &[u8]) -> String {
+    let first = &head[..head.len().min(8)];
+    let hex = first
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let shown = &head[..head.len().min(24)];
+    let text = shown
+        .iter()
+        .all(|b| b.is_ascii_graphic() || matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if text {
+        let t: String = shown.iter().map(|&b| b as char).collect();
+        format!("bytes {hex}, text {t:?}")
+    } else {
+        format!("bytes {hex}")
     }
 }
 
@@ -1042,6 +1159,138 @@ mod tests {
             TraceReader::open(&p).err().unwrap(),
             TraceError::Empty { .. }
         ));
+    }
+
+    /// `gzip notes.txt` was reported by its compressed magic bytes (`1f 8b 08 08`), which read
+    /// like "gzip is not supported".
+    #[test]
+    fn gzip_of_something_else_says_what_the_content_is() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"hello world, not a capture\n").unwrap();
+        let e = TraceReader::from_bytes("notes.txt.gz", gz.finish().unwrap())
+            .err()
+            .unwrap();
+        assert!(matches!(e, TraceError::GzipNotATrace { .. }), "{e}");
+        assert_eq!(e.reason(), "not_a_trace");
+        assert_eq!(
+            e.to_string(),
+            "notes.txt.gz: a gzip stream whose content is not a pcap or pcapng file (the content \
+             starts with bytes 68 65 6c 6c 6f 20 77 6f, text \"hello world, not a captu\")"
+        );
+        // binary content: hex only
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&[0u8, 1, 2, 3, 0xff, 0xfe, 7, 8, 9]).unwrap();
+        let e = TraceReader::from_bytes("b.gz", gz.finish().unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .ends_with("(the content starts with bytes 00 01 02 03 ff fe 07 08)"),
+            "{e}"
+        );
+        // a gzip of nothing is empty, and junk after the gzip magic is a corrupt stream
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let e = TraceReader::from_bytes("e.gz", gz.finish().unwrap())
+            .err()
+            .unwrap();
+        assert!(matches!(e, TraceError::Empty { .. }), "{e}");
+        let e = TraceReader::from_bytes("j.gz", b"\x1f\x8bjunk junk junk".to_vec())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("corrupt gzip stream"), "{e}");
+    }
+
+    /// A pcapng file cut inside its section header was "not a pcap or pcapng file (starts with
+    /// bytes 0a 0d 0d 0a)".
+    #[test]
+    fn pcapng_cut_inside_its_section_header_is_cut_short() {
+        for be in [false, true] {
+            let mut w = NgWriter::new(be);
+            w.interface(&[]);
+            for keep in [4, 8, 12, 27] {
+                let e = TraceReader::from_bytes("s.pcapng", w.out[..keep].to_vec())
+                    .err()
+                    .unwrap();
+                assert!(
+                    matches!(e, TraceError::Truncated { offset: 0, .. }),
+                    "{keep}: {e}"
+                );
+            }
+        }
+    }
+
+    /// A reader that hands out at most `chunk` bytes per read, as a pipe does.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        chunk: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.chunk).min(self.data.len() - self.at);
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    fn frames_of(mut r: TraceReader) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            v.push(f.data.to_vec());
+        }
+        v
+    }
+
+    /// A stream read a few bytes at a time (a pipe from `tcpdump -w -`) gives the frames a
+    /// file gives: pcap, pcapng whose section header carries long options, and gzip of each.
+    #[test]
+    fn streams_read_in_small_pieces_give_the_same_frames() {
+        let pcap = pcap_bytes(false, true, &[(1, 0, b"abcdef"), (2, 0, b"ghijkl")]);
+        // a section header with a 300-byte comment, longer than any first read of a pipe
+        let mut ng = NgWriter::new(true);
+        ng.out.clear();
+        let mut body = ng.u32(0x1a2b_3c4d);
+        body.extend(ng.u16(1));
+        body.extend(ng.u16(0));
+        body.extend(ng.u64(u64::MAX));
+        body.extend(ng.u16(1)); // opt_comment
+        body.extend(ng.u16(300));
+        body.extend([b'c'; 300]);
+        body.extend([0; 4]);
+        ng.block(0x0a0d_0d0a, &body);
+        ng.interface(&[]);
+        ng.enhanced_packet(0, 1, b"abc");
+        ng.enhanced_packet(0, 2, b"defg");
+        let mut inputs = vec![pcap, ng.out];
+        for i in 0..2 {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(&inputs[i]).unwrap();
+            inputs.push(gz.finish().unwrap());
+        }
+        for (i, bytes) in inputs.iter().enumerate() {
+            let want = frames_of(TraceReader::from_bytes("f", bytes.clone()).unwrap());
+            assert_eq!(want.len(), 2, "{i}");
+            for chunk in [1, 3, 7, 4096] {
+                let r = TraceReader::from_reader(
+                    "standard input",
+                    Box::new(Trickle {
+                        data: bytes.clone(),
+                        at: 0,
+                        chunk,
+                    }),
+                )
+                .unwrap_or_else(|e| panic!("{i}/{chunk}: {e}"));
+                assert_eq!(r.file_size(), 0);
+                assert_eq!(frames_of(r), want, "{i}/{chunk}");
+            }
+        }
+        // an empty stream names its label
+        let e = TraceReader::from_reader("standard input", Box::new(io::empty()))
+            .err()
+            .unwrap();
+        assert!(e.to_string().starts_with("standard input: empty"), "{e}");
     }
 
     /// pcap-parser reads `if_tsoffset` little-endian whatever the section's byte order, which

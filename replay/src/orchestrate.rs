@@ -760,6 +760,7 @@ pub fn run(
         threads: 1,
         progress: None,
         meta: Vec::new(),
+        filter: None,
         cancel: None,
     })
     .map_err(|e| ReplayError::Analysis(e.to_string()))?;

@@ -12,6 +12,7 @@ use mimic_analyze::{BwMethod, Cidr, Config};
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace files: pcap or pcapng, optionally gzip-compressed; several are merged in time order.
+    /// `-` reads one from standard input (e.g. `tcpdump -w - | mimic analyze - -o flows.db`).
     #[arg(required = true, value_name = "TRACE")]
     pub inputs: Vec<PathBuf>,
     /// The database to write (replaced atomically when the run succeeds).
@@ -26,6 +27,11 @@ pub struct Args {
     /// Analyzer threads (connections are sharded by flow; the reader runs on its own thread when N > 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Analyze only the frames this capture filter accepts: BPF as tcpdump takes it
+    /// ('tcp port 443', 'host 10.0.0.1 and not port 22'), compiled by libpcap for each input's
+    /// link type. Rejected frames are counted, not analyzed.
+    #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
+    pub filter: Option<String>,
     /// Print the summary as JSON on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +66,14 @@ fn parse_bw(s: &str) -> Result<BwMethod, String> {
     s.parse()
 }
 
+/// Compiles the filter once (for Ethernet), so that a mistake in it is refused with the other
+/// flags, before anything is read.
+fn parse_filter(s: &str) -> Result<String, String> {
+    mimic_analyze::filter::CaptureFilter::new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.idle_timeout.is_nan() || a.idle_timeout <= 0.0 {
         anyhow::bail!("--idle-timeout must be positive");
@@ -84,12 +98,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&cancel)))
             .context("installing SIGINT/SIGTERM handlers")?;
     }
-    let summary = match analyze_with_progress(
+    let summary = match analyze_inputs(
         a.inputs.clone(),
         a.output.clone(),
         config,
         a.threads as usize,
         Vec::new(),
+        a.filter.clone(),
         Some(cancel),
     ) {
         Ok(s) => s,
@@ -109,10 +124,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for i in &summary.input_issues {
-        eprintln!(
-            "mimic: warning: {} (frames before it were analyzed)",
-            i.message
-        );
+        if i.frames_before == 0 {
+            eprintln!(
+                "mimic: warning: {} (no frame of it could be read)",
+                i.message
+            );
+        } else {
+            eprintln!(
+                "mimic: warning: {} (the {} frames before it were analyzed)",
+                i.message,
+                group(i.frames_before)
+            );
+        }
     }
     // Small steps back are normal (multi-queue capture); a long one means overlapping inputs.
     if summary.max_time_backwards_s > 1.0 {
@@ -133,9 +156,30 @@ pub fn analyze_with_progress(
     extra_meta: Vec<(String, String)>,
     cancel: Option<Arc<AtomicBool>>,
 ) -> anyhow::Result<Summary> {
+    analyze_inputs(inputs, output, config, threads, extra_meta, None, cancel)
+}
+
+/// [`analyze_with_progress`] with a capture filter.
+fn analyze_inputs(
+    inputs: Vec<PathBuf>,
+    output: PathBuf,
+    config: Config,
+    threads: usize,
+    extra_meta: Vec<(String, String)>,
+    filter: Option<String>,
+    cancel: Option<Arc<AtomicBool>>,
+) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
     let counter = Arc::new(AtomicU64::new(0));
     let pb = crate::progress::bytes(total, "analyze");
+    if inputs.iter().any(|p| driver::is_stdin(p)) {
+        // how much standard input holds is not known ahead: bytes read and their rate
+        pb.unset_length();
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{prefix:>10} {bytes} {bytes_per_sec} {msg}")
+                .expect("static template"),
+        );
+    }
     let ticker = {
         let (counter, pb) = (counter.clone(), pb.clone());
         crate::progress::Ticker::spawn(std::time::Duration::from_millis(100), move || {
@@ -152,6 +196,7 @@ pub fn analyze_with_progress(
         meta: std::iter::once(("command".into(), cmdline.join(" ")))
             .chain(extra_meta)
             .collect(),
+        filter,
         cancel,
     };
     let result = driver::run(&opts);
@@ -247,6 +292,12 @@ fn print_summary(s: &Summary) {
     }
     if !extra.is_empty() {
         println!("noted: {}", extra.join(", "));
+    }
+    if let Some(f) = &s.filter {
+        println!(
+            "capture filter {f:?}: {} frames rejected (not analyzed, not counted above)",
+            group(s.filter_rejected)
+        );
     }
     if !s.skipped.is_empty() {
         let sk: Vec<String> = s

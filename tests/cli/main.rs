@@ -6,6 +6,7 @@ mod common;
 mod prom;
 
 mod analyze;
+mod analyze_input;
 mod capture;
 mod compare;
 mod export;

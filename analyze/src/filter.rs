@@ -1,0 +1,225 @@
+//! `--filter`: a BPF capture filter written as tcpdump takes it (`tcp port 443`, `host
+//! 10.0.0.1 and not port 22`), compiled by libpcap for each link type the inputs carry (a
+//! pcapng file may hold interfaces of several) and run on each frame before the analyzer sees
+//! it, as `tcpdump -r FILE EXPR` would select it.
+
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_uint, c_void};
+
+use mimic_core::packet::LinkType;
+use pcap::{BpfProgram, Capture, Linktype};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("capture filter {expr:?}: {message}")]
+    Invalid { expr: String, message: String },
+    #[error(
+        "{file}: capture filter {expr:?} cannot be compiled for link type {link} of this input: {message}"
+    )]
+    LinkType {
+        file: String,
+        expr: String,
+        link: String,
+        message: String,
+    },
+}
+
+/// One filter expression and its programs, compiled on first sight of each link type.
+pub struct CaptureFilter {
+    expr: String,
+    programs: HashMap<i32, Result<BpfProgram, String>>,
+}
+
+impl std::fmt::Debug for CaptureFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaptureFilter")
+            .field("expr", &self.expr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The libpcap link type (`DLT_*`) a frame of `link` is compiled for. The file formats carry
+/// `LINKTYPE_*` values; they are the same numbers except LINKTYPE_RAW (101), which libpcap
+/// compiles as DLT_RAW (12 on Linux).
+fn dlt(link: LinkType) -> i32 {
+    match link {
+        LinkType::Raw => 12,
+        other => other.to_u32() as i32,
+    }
+}
+
+/// libpcap's name of a link type (`EN10MB`, `RAW`, …), or its number.
+fn link_name(link: LinkType) -> String {
+    let v = dlt(link);
+    match Linktype(v).get_name() {
+        Ok(n) => format!("{n} ({})", link.to_u32()),
+        Err(_) => link.to_u32().to_string(),
+    }
+}
+
+fn compile(expr: &str, dlt: i32) -> Result<BpfProgram, String> {
+    let dead = Capture::dead(Linktype(dlt)).map_err(|e| e.to_string())?;
+    // optimized, as tcpdump compiles it
+    dead.compile(expr, true).map_err(|e| e.to_string())
+}
+
+impl CaptureFilter {
+    /// Compiles `expr` for Ethernet, so that a mistake in it is reported before any input is
+    /// read; programs for other link types are compiled when a frame of theirs arrives.
+    pub fn new(expr: &str) -> Result<CaptureFilter, FilterError> {
+        let ether = dlt(LinkType::Ethernet);
+        let prog = compile(expr, ether).map_err(|message| FilterError::Invalid {
+            expr: expr.to_string(),
+            message,
+        })?;
+        Ok(CaptureFilter {
+            expr: expr.to_string(),
+            programs: HashMap::from([(ether, Ok(prog))]),
+        })
+    }
+
+    /// The expression as given.
+    pub fn expr(&self) -> &str {
+        &self.expr
+    }
+
+    /// Whether the filter accepts a frame of `link` whose captured bytes are `data` and whose
+    /// length on the wire was `wire_len` (what `len`, `greater` and `less` test: a frame cut
+    /// by a snaplen is still as long as it was). `file` names the input in an error: an
+    /// expression that libpcap cannot compile for this link type (`ether host` on raw IP).
+    pub fn matches(
+        &mut self,
+        file: &str,
+        link: LinkType,
+        data: &[u8],
+        wire_len: u32,
+    ) -> Result<bool, FilterError> {
+        let d = dlt(link);
+        let expr = &self.expr;
+        let prog = self.programs.entry(d).or_insert_with(|| compile(expr, d));
+        match prog {
+            Ok(p) => Ok(run(p, data, wire_len)),
+            Err(message) => Err(FilterError::LinkType {
+                file: file.to_string(),
+                expr: self.expr.clone(),
+                link: link_name(link),
+                message: message.clone(),
+            }),
+        }
+    }
+}
+
+/// libpcap's `struct pcap_pkthdr`.
+#[repr(C)]
+struct PktHdr {
+    ts: libc::timeval,
+    caplen: c_uint,
+    len: c_uint,
+}
+
+extern "C" {
+    /// From libpcap, which the `pcap` crate links.
+    fn pcap_offline_filter(prog: *const c_void, hdr: *const PktHdr, pkt: *const u8) -> c_int;
+}
+
+/// Runs a compiled program on one frame. `BpfProgram::filter` gives libpcap the captured
+/// length as the wire length too, which makes `greater 1000` false for every frame of a
+/// headers-only capture; this passes both.
+fn run(prog: &BpfProgram, data: &[u8], wire_len: u32) -> bool {
+    let caplen = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    let hdr = PktHdr {
+        ts: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+        caplen,
+        len: wire_len.max(caplen),
+    };
+    // SAFETY: `BpfProgram` is `#[repr(transparent)]` over libpcap's `struct bpf_program`
+    // (pcap 2.x), so a reference to it points at a valid, compiled program that lives for
+    // the call; `hdr` is a `struct pcap_pkthdr` whose caplen is the length of `data`, which
+    // is all the bytes libpcap's BPF interpreter may read (it checks every load against
+    // caplen).
+    unsafe {
+        pcap_offline_filter(
+            prog as *const BpfProgram as *const c_void,
+            &hdr,
+            data.as_ptr(),
+        ) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ethernet + IPv4 (10.0.0.1 → 10.0.0.2) + TCP (40000 → `dport`, SYN), 54 bytes.
+    fn syn_frame(dport: u16) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend(&ip_tcp(dport));
+        f
+    }
+
+    fn ip_tcp(dport: u16) -> Vec<u8> {
+        let mut v = vec![
+            0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        v.extend(40000u16.to_be_bytes());
+        v.extend(dport.to_be_bytes());
+        v.extend([0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        v
+    }
+
+    #[test]
+    fn selects_frames_as_tcpdump_would() {
+        let mut f = CaptureFilter::new("tcp port 443").unwrap();
+        assert!(f
+            .matches("a", LinkType::Ethernet, &syn_frame(443), 54)
+            .unwrap());
+        assert!(!f
+            .matches("a", LinkType::Ethernet, &syn_frame(80), 54)
+            .unwrap());
+        // the same packet without a link header: compiled for raw IP on first sight
+        assert!(f.matches("a", LinkType::Raw, &ip_tcp(443), 40).unwrap());
+        assert!(!f.matches("a", LinkType::Raw, &ip_tcp(80), 40).unwrap());
+        let mut f = CaptureFilter::new("host 10.0.0.2 and tcp[tcpflags] & tcp-syn != 0").unwrap();
+        assert!(f
+            .matches("a", LinkType::Ethernet, &syn_frame(80), 54)
+            .unwrap());
+        let mut f = CaptureFilter::new("ip6 or vlan").unwrap();
+        assert!(!f
+            .matches("a", LinkType::Ethernet, &syn_frame(80), 54)
+            .unwrap());
+    }
+
+    /// A frame cut by the snaplen is judged by its length on the wire.
+    #[test]
+    fn length_tests_use_the_wire_length() {
+        let mut f = CaptureFilter::new("greater 1000").unwrap();
+        assert!(f
+            .matches("a", LinkType::Ethernet, &syn_frame(80), 1514)
+            .unwrap());
+        assert!(!f
+            .matches("a", LinkType::Ethernet, &syn_frame(80), 54)
+            .unwrap());
+    }
+
+    #[test]
+    fn bad_expressions_and_link_types_are_errors() {
+        let e = CaptureFilter::new("tcp prot 80").unwrap_err();
+        assert!(
+            matches!(e, FilterError::Invalid { .. }) && e.to_string().contains("syntax error"),
+            "{e}"
+        );
+        let mut f = CaptureFilter::new("ether host 02:00:00:00:00:01").unwrap();
+        let e = f
+            .matches("x.pcap", LinkType::Raw, &ip_tcp(80), 40)
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("x.pcap: capture filter \"ether host 02:00:00:00:00:01\"")
+                && msg.contains("RAW"),
+            "{msg}"
+        );
+    }
+}

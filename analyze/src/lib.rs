@@ -13,6 +13,7 @@ mod conn;
 pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+mod halfopen;
 mod http;
 mod ranges;
 pub mod record;

@@ -202,22 +202,29 @@ impl Analyzer {
         self.advance(t);
         let (key, swapped) = seg.flow_key().canonical();
         let side = swapped as usize;
-        if self.table.get(&key).is_none() {
-            if let Some(h) = self.half.get_mut(&key) {
-                if h.absorb(side, t, seg) {
-                    return;
-                }
-                // the first packet that needs a full connection
-                let h = self.half.remove(&key).expect("present");
-                self.table.insert(key, h.promote(&self.cfg, key));
-            }
-        }
-        if let Some(c) = self.table.get_mut(&key) {
+        let old = if let Some(c) = self.table.get_mut(&key) {
             if !c.is_reuse(side, seg) {
                 c.handle(&self.cfg, side, t, seg);
                 return;
             }
-            let old = self.table.remove(&key).expect("present");
+            self.table.remove(&key)
+        } else if let Some(h) = self.half.get_mut(&key) {
+            if h.absorb(side, t, seg) {
+                return;
+            }
+            // the first packet that needs a full connection
+            let h = self.half.remove(&key).expect("present");
+            let mut c = h.promote(&self.cfg, key);
+            if !c.is_reuse(side, seg) {
+                c.handle(&self.cfg, side, t, seg);
+                self.table.insert(key, c);
+                return;
+            }
+            Some(c)
+        } else {
+            None
+        };
+        if let Some(old) = old {
             self.stats.port_reuse += 1;
             self.out.push_back(Closing::Full(old));
         }

@@ -994,13 +994,16 @@ fn reader_notes_reach_the_summary_and_meta() {
     }
 }
 
+/// Where a test's frames go: (frame number, time, segment).
+type FrameSink<'a> = dyn FnMut(u64, Timestamp, &TcpSegment) + 'a;
+
 /// Runs frames through an analyzer with compact half-open entries and one without (every
 /// connection a full `Conn` from its first packet, as before they existed): records (their
-/// Debug text, so NaN equals NaN) and counters must be the same. Returns the records and how
-/// many connections started as a half-open entry.
+/// Debug text, so NaN equals NaN) and counters must be the same. Returns the records, how
+/// many connections started as a half-open entry, and the counters.
 fn same_with_and_without_half_open(
     cfg: &Config,
-    frames: &mut dyn FnMut(&mut dyn FnMut(u64, Timestamp, &TcpSegment)),
+    frames: &mut dyn FnMut(&mut FrameSink),
 ) -> (Vec<ConnectionRecord>, u64, crate::AnalyzerStats) {
     let mut with = Analyzer::new(cfg.clone());
     let mut without = Analyzer::new(cfg.clone()).without_half_open();
@@ -1202,10 +1205,11 @@ fn half_open_entries_change_no_record() {
     }
     // port reuse after a completed connection, then a fresh attempt on the same 4-tuple
     let mut reuse = with(&[(0, true, 1000, 0, S, 0, id(10), o)]);
-    reuse.push((70_000, true, 5000, 0, S, 0, id(20), o));
-    reuse.push((71_000, true, 5000, 0, S, 0, id(21), o));
-    let (recs, _) = run_script(&cfg, &reuse);
+    reuse.push((10_000, true, 5000, 0, S, 0, id(20), o));
+    reuse.push((11_000, true, 5000, 0, S, 0, id(21), o));
+    let (recs, _, stats) = run_frames(&cfg, &reuse);
     assert_eq!(recs.len(), 2);
+    assert_eq!(stats.port_reuse, 1);
     // closed by eviction from a table of one (other clients' SYNs and data), and by the idle
     // timeout (their packets moving time on)
     let short = Config {

@@ -13,7 +13,11 @@ profile=${PROFILE:-release}
 retries=${RETRIES:-0}
 limit_kib=${LIMIT_KIB:-1048576}
 scripts/deps.sh bench >/dev/null
-cargo build --profile "$profile" -q -p mimic -p mimic-bench
+if [ "$profile" = release ]; then
+  cargo build --release -q -p mimic -p mimic-bench   # as bench/analyze.sh builds it
+else
+  cargo build --profile "$profile" -q -p mimic -p mimic-bench --features mimic/dpdk   # as the tests do
+fi
 bin=./target/$profile
 out=bench/out
 mkdir -p "$out"

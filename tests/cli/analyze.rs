@@ -1012,6 +1012,8 @@ fn write_syn_scan(path: &Path, n: u32) {
 /// Peak RSS (KiB) of `mimic analyze FILE -o OUT`, from the kernel's accounting for that one
 /// child (wait4), and whether it succeeded.
 fn analyze_peak_rss_kib(file: &Path, out: &Path) -> (i64, bool) {
+    // reaped below by wait4 (which also gives its rusage), not by Child::wait
+    #[allow(clippy::zombie_processes)]
     let child = mimic()
         .arg("analyze")
         .arg(file)
@@ -1037,7 +1039,11 @@ fn analyze_peak_rss_kib(file: &Path, out: &Path) -> (i64, bool) {
             );
         }
         if start.elapsed() > Duration::from_secs(300) {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: our own child, not reaped yet; then reap it
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::wait4(pid, &mut status, 0, &mut ru);
+            }
             panic!("{}: mimic did not finish within 300 s", file.display());
         }
         std::thread::sleep(Duration::from_millis(20));

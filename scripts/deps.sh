@@ -14,7 +14,7 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 # against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
 test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client)
-bench_pkgs=("${test_pkgs[@]}" hyperfine)
+bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)
 

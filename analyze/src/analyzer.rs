@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::conn::Conn;
+use crate::halfopen::HalfOpen;
 use crate::record::ConnectionRecord;
 
 /// Counters of what the analyzer did with its input.
@@ -63,8 +64,20 @@ impl AnalyzerStats {
 
 pub struct Analyzer {
     cfg: Config,
-    table: FxHashMap<FlowKey, Box<Conn>>,
-    out: VecDeque<ConnectionRecord>,
+    pub(crate) table: FxHashMap<FlowKey, Box<Conn>>,
+    /// Connections that have sent only SYNs (a scan's or a flood's): a compact entry each
+    /// until their first other packet (see `halfopen`). Together with `table` they are the
+    /// connections tracked, bounded by `max_connections`.
+    pub(crate) half: FxHashMap<FlowKey, HalfOpen>,
+    /// Connections that started as a half-open entry (for tests).
+    pub(crate) half_opened: u64,
+    /// Every connection gets a full `Conn` from its first packet (as before half-open
+    /// entries): for tests proving that the entries change no record.
+    no_half: bool,
+    /// Connections closed, in output order, not yet made into records: a record is built when
+    /// it is polled, so closing many at once (an eviction, the end of the input) holds their
+    /// compact entries, not millions of records.
+    out: VecDeque<Closing>,
     stats: AnalyzerStats,
     now: Timestamp,
     last_sweep: Timestamp,
@@ -75,11 +88,22 @@ impl Analyzer {
         Analyzer {
             cfg,
             table: FxHashMap::default(),
+            half: FxHashMap::default(),
+            half_opened: 0,
+            no_half: false,
             out: VecDeque::new(),
             stats: AnalyzerStats::default(),
             now: Timestamp::from_nanos(i64::MIN),
             last_sweep: Timestamp::from_nanos(i64::MIN),
         }
+    }
+
+    /// Tracks every connection with a full `Conn` from its first packet, as before compact
+    /// half-open entries existed (for tests comparing the two: the records are the same).
+    #[doc(hidden)]
+    pub fn without_half_open(mut self) -> Analyzer {
+        self.no_half = true;
+        self
     }
 
     pub fn config(&self) -> &Config {
@@ -92,7 +116,7 @@ impl Analyzer {
 
     /// Connections currently tracked.
     pub fn open_connections(&self) -> usize {
-        self.table.len()
+        self.table.len() + self.half.len()
     }
 
     /// Counts a frame that never reached the analyzer (e.g. unreadable), by reason.
@@ -149,20 +173,26 @@ impl Analyzer {
     fn sweep(&mut self) {
         let now = self.now;
         let (idle, linger) = (self.cfg.idle_timeout_ns, self.cfg.linger_ns);
-        let mut closed: Vec<Box<Conn>> = self
+        let mut closed: Vec<Closing> = self
             .table
             .extract_if(|_, c| {
                 let quiet = now.nanos_since(c.t_last);
                 quiet >= idle || (c.terminated() && quiet >= linger)
             })
-            .map(|(_, c)| c)
+            .map(|(_, c)| Closing::Full(c))
             .collect();
-        closed.sort_by_key(|c| c.id);
+        // a half-open connection has not terminated
+        closed.extend(
+            self.half
+                .extract_if(|_, h| now.nanos_since(h.t_last()) >= idle)
+                .map(|(k, h)| Closing::Half(k, h, false)),
+        );
+        closed.sort_by_key(Closing::id);
         for c in closed {
             if !c.terminated() {
                 self.stats.idle_closed += 1;
             }
-            self.emit(c);
+            self.out.push_back(c);
         }
     }
 
@@ -172,50 +202,100 @@ impl Analyzer {
         self.advance(t);
         let (key, swapped) = seg.flow_key().canonical();
         let side = swapped as usize;
-        if let Some(c) = self.table.get_mut(&key) {
+        let old = if let Some(c) = self.table.get_mut(&key) {
             if !c.is_reuse(side, seg) {
                 c.handle(&self.cfg, side, t, seg);
                 return;
             }
-            let old = self.table.remove(&key).expect("present");
+            self.table.remove(&key)
+        } else if let Some(mut h) = self.half.remove(&key) {
+            // (taken out first: one lookup when it needs a full connection, the common case)
+            if h.absorb(side, t, seg) {
+                self.half.insert(key, h);
+                return;
+            }
+            // the first packet that needs a full connection
+            let mut c = h.promote(&self.cfg, key);
+            if !c.is_reuse(side, seg) {
+                c.handle(&self.cfg, side, t, seg);
+                self.table.insert(key, c);
+                return;
+            }
+            Some(c)
+        } else {
+            None
+        };
+        if let Some(old) = old {
             self.stats.port_reuse += 1;
-            self.emit(old);
+            self.out.push_back(Closing::Full(old));
         }
-        if self.table.len() >= self.cfg.max_connections {
+        if self.open_connections() >= self.cfg.max_connections {
             self.evict();
         }
-        let mut c = Box::new(Conn::new(frame_no, key, t));
-        c.handle(&self.cfg, side, t, seg);
         self.stats.connections += 1;
-        self.table.insert(key, c);
-        self.stats.peak_connections = self.stats.peak_connections.max(self.table.len() as u64);
+        match HalfOpen::new(frame_no, side, t, seg).filter(|_| !self.no_half) {
+            Some(h) => {
+                self.half_opened += 1;
+                self.half.insert(key, h);
+            }
+            None => {
+                let mut c = Box::new(Conn::new(frame_no, key, t));
+                c.handle(&self.cfg, side, t, seg);
+                self.table.insert(key, c);
+            }
+        }
+        self.stats.peak_connections = self
+            .stats
+            .peak_connections
+            .max(self.open_connections() as u64);
     }
 
     /// Makes room in a full table: closes a tenth of the connections (at least one), those
     /// already terminated first (they only linger for late packets), then the longest idle.
     /// Only a connection that had not terminated is flagged `evicted`: it may have gone on.
     fn evict(&mut self) {
-        let mut order: Vec<(bool, Timestamp, u64, FlowKey)> = self
+        // (open, last packet, id) orders the connections (ids are unique); the keys are not
+        // copied: with millions of entries that would be a second table
+        let mut order: Vec<(bool, Timestamp, u64)> = self
             .table
-            .iter()
-            .map(|(k, c)| (!c.terminated(), c.t_last, c.id, *k))
+            .values()
+            .map(|c| (!c.terminated(), c.t_last, c.id))
+            .chain(self.half.values().map(|h| (true, h.t_last(), h.id)))
             .collect();
+        if order.is_empty() {
+            return;
+        }
         let k = (order.len() / 10).max(1);
-        if k < order.len() {
-            order.select_nth_unstable_by_key(k - 1, |&(open, t, id, _)| (open, t, id));
-        }
-        order.truncate(k);
-        order.sort_unstable_by_key(|&(_, _, id, _)| id);
-        for (open, _, _, key) in order {
-            if let Some(mut c) = self.table.remove(&key) {
-                c.evicted = open;
-                self.stats.evicted += 1;
-                self.emit(c);
-            }
-        }
+        let last = *order.select_nth_unstable(k - 1).1;
+        drop(order);
+        let mut gone: Vec<Closing> = self
+            .table
+            .extract_if(|_, c| (!c.terminated(), c.t_last, c.id) <= last)
+            .map(|(_, mut c)| {
+                c.evicted = !c.terminated();
+                Closing::Full(c)
+            })
+            .collect();
+        gone.extend(
+            self.half
+                .extract_if(|_, h| (true, h.t_last(), h.id) <= last)
+                .map(|(k, h)| Closing::Half(k, h, true)),
+        );
+        gone.sort_unstable_by_key(Closing::id);
+        self.stats.evicted += gone.len() as u64;
+        self.out.extend(gone);
     }
 
-    fn emit(&mut self, c: Box<Conn>) {
+    /// The record of a closed connection; counts what its bounds dropped.
+    fn emit(&mut self, c: Closing) -> ConnectionRecord {
+        let c = match c {
+            Closing::Full(c) => c,
+            Closing::Half(k, h, evicted) => {
+                let mut c = h.promote(&self.cfg, k);
+                c.evicted = evicted;
+                c
+            }
+        };
         self.stats.duplicate_frames += c.dup_frames();
         for (name, n) in ["segments", "samples", "exchanges", "sequence_ranges"]
             .into_iter()
@@ -225,20 +305,46 @@ impl Analyzer {
                 *self.stats.limit_drops.entry(name).or_default() += n;
             }
         }
-        self.out.push_back(c.to_record(&self.cfg));
+        c.to_record(&self.cfg)
     }
 
-    /// The next finished connection, if any.
+    /// The next finished connection, if any. (The counters of duplicated frames and of limit
+    /// drops include a connection once its record has been polled.)
     pub fn poll_record(&mut self) -> Option<ConnectionRecord> {
-        self.out.pop_front()
+        let c = self.out.pop_front()?;
+        Some(self.emit(c))
     }
 
     /// End of input: closes every connection still open.
     pub fn finish(&mut self) {
-        let mut rest: Vec<Box<Conn>> = self.table.drain().map(|(_, c)| c).collect();
-        rest.sort_by_key(|c| c.id);
-        for c in rest {
-            self.emit(c);
+        let mut rest: Vec<Closing> = self.table.drain().map(|(_, c)| Closing::Full(c)).collect();
+        rest.extend(self.half.drain().map(|(k, h)| Closing::Half(k, h, false)));
+        // the tables' memory goes back before the records are built
+        self.table = FxHashMap::default();
+        self.half = FxHashMap::default();
+        rest.sort_unstable_by_key(Closing::id);
+        self.out.extend(rest);
+    }
+}
+
+/// A connection leaving the table (a half-open one with whether it was evicted).
+enum Closing {
+    Full(Box<Conn>),
+    Half(FlowKey, HalfOpen, bool),
+}
+
+impl Closing {
+    fn id(&self) -> u64 {
+        match self {
+            Closing::Full(c) => c.id,
+            Closing::Half(_, h, _) => h.id,
+        }
+    }
+
+    fn terminated(&self) -> bool {
+        match self {
+            Closing::Full(c) => c.terminated(),
+            Closing::Half(..) => false,
         }
     }
 }

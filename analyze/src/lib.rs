@@ -14,6 +14,7 @@ pub mod driver;
 pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
+mod halfopen;
 mod http;
 mod ranges;
 pub mod record;

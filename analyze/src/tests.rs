@@ -1084,3 +1084,366 @@ fn reader_notes_reach_the_summary_and_meta() {
         }
     }
 }
+
+/// Where a test's frames go: (frame number, time, segment).
+type FrameSink<'a> = dyn FnMut(u64, Timestamp, &TcpSegment) + 'a;
+
+/// Runs frames through an analyzer with compact half-open entries and one without (every
+/// connection a full `Conn` from its first packet, as before they existed): records (their
+/// Debug text, so NaN equals NaN) and counters must be the same. Returns the records, how
+/// many connections started as a half-open entry, and the counters.
+fn same_with_and_without_half_open(
+    cfg: &Config,
+    frames: &mut dyn FnMut(&mut FrameSink),
+) -> (Vec<ConnectionRecord>, u64, crate::AnalyzerStats) {
+    let mut with = Analyzer::new(cfg.clone());
+    let mut without = Analyzer::new(cfg.clone()).without_half_open();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    frames(&mut |no, t, seg| {
+        with.handle_segment(no, t, seg);
+        without.handle_segment(no, t, seg);
+        while let Some(r) = with.poll_record() {
+            a.push(r);
+        }
+        while let Some(r) = without.poll_record() {
+            b.push(r);
+        }
+    });
+    with.finish();
+    without.finish();
+    a.extend(std::iter::from_fn(|| with.poll_record()));
+    b.extend(std::iter::from_fn(|| without.poll_record()));
+    assert_eq!(a.len(), b.len(), "number of records");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(format!("{x:?}"), format!("{y:?}"), "connection {}", y.id);
+    }
+    assert_eq!(with.stats(), without.stats());
+    (a, with.half_opened, with.stats().clone())
+}
+
+/// One scripted packet: (time in ms, from the client, seq, ack, flags, payload, IPv4 id,
+/// options).
+type Step = (i64, bool, u32, u32, u16, u32, Option<u16>, TcpOptions);
+
+fn run_script(cfg: &Config, script: &[Step]) -> (Vec<ConnectionRecord>, u64) {
+    let (recs, half, _) = run_frames(cfg, script);
+    (recs, half)
+}
+
+fn run_frames(cfg: &Config, script: &[Step]) -> (Vec<ConnectionRecord>, u64, crate::AnalyzerStats) {
+    let c: IpAddr = "10.0.0.1".parse().unwrap();
+    let s: IpAddr = "10.0.0.2".parse().unwrap();
+    same_with_and_without_half_open(cfg, &mut |sink| {
+        for (no, &(t, client, seq, ack, flags, len, ip_id, opts)) in script.iter().enumerate() {
+            let (src, dst, sport, dport) = if client {
+                (c, s, 40000, 80)
+            } else {
+                (s, c, 80, 40000)
+            };
+            let payload = [b'G'; 64];
+            let seg = TcpSegment {
+                vlan: VlanStack::NONE,
+                src,
+                dst,
+                sport,
+                dport,
+                seq: SeqNum(seq),
+                ack: SeqNum(ack),
+                flags: TcpFlags(flags),
+                window: 64240,
+                options: opts,
+                payload_len: len,
+                payload: &payload[..len.min(64) as usize],
+                ip_ecn: 0,
+                hdr_len: 40,
+                ip_id,
+            };
+            let t = Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + t * MS);
+            sink(no as u64 + 1, t, &seg);
+        }
+    })
+}
+
+/// Connections that start with SYNs and then go every way a half-open entry has to give up
+/// (or keep) its compact form produce the same records with and without the entry.
+#[test]
+fn half_open_entries_change_no_record() {
+    let o = syn_opts(1460, 7);
+    let ts = TcpOptions {
+        timestamp: Some((7, 0)),
+        ..o
+    };
+    let n = TcpOptions::default();
+    let ecn = S | TcpFlags::ECE | TcpFlags::CWR;
+    let id = Some;
+    let handshake_and_request: Vec<Step> = vec![
+        (3100, false, 900, 1001, S | A, 0, id(50), o),
+        (3150, true, 1001, 901, A, 0, id(13), n),
+        (3160, true, 1001, 901, PA, 40, id(14), n),
+        (3200, false, 901, 1041, PA, 200, id(51), n),
+        (3250, true, 1041, 1101, F | A, 0, id(15), n),
+        (3260, false, 1101, 1042, F | A, 0, id(52), n),
+    ];
+    let with = |head: &[Step]| -> Vec<Step> {
+        head.iter().chain(&handshake_and_request).copied().collect()
+    };
+    let cfg = Config::default();
+    let scripts: Vec<(&str, Vec<Step>, u64)> = vec![
+        ("a SYN alone", vec![(0, true, 1000, 0, S, 0, id(10), ts)], 1),
+        (
+            "completes",
+            with(&[(0, true, 1000, 0, S, 0, id(10), ts)]),
+            1,
+        ),
+        (
+            "two retransmissions, ECN dropped, then completes",
+            with(&[
+                (0, true, 1000, 0, ecn, 0, id(10), ts),
+                (1000, true, 1000, 0, S, 0, id(11), ts),
+                (3000, true, 1000, 0, S, 0, id(12), ts),
+            ]),
+            1,
+        ),
+        (
+            "a captured-twice SYN (same IP id)",
+            with(&[
+                (0, true, 1000, 0, S, 0, id(10), o),
+                (0, true, 1000, 0, S, 0, id(10), o),
+            ]),
+            1,
+        ),
+        (
+            "three retransmissions (one past the entry)",
+            vec![
+                (0, true, 1000, 0, S, 0, id(10), o),
+                (1000, true, 1000, 0, S, 0, id(11), o),
+                (3000, true, 1000, 0, S, 0, id(12), o),
+                (7000, true, 1000, 0, S, 0, id(13), o),
+            ],
+            1,
+        ),
+        (
+            "a retransmission 5 s later",
+            vec![
+                (0, true, 1000, 0, S, 0, None, o),
+                (5000, true, 1000, 0, S, 0, None, o),
+            ],
+            1,
+        ),
+        (
+            "a new ISN, then completes",
+            with(&[
+                (0, true, 77, 0, S, 0, id(10), o),
+                (1000, true, 1000, 0, S, 0, id(11), o),
+            ]),
+            1,
+        ),
+        (
+            "a retransmission with other options",
+            vec![
+                (0, true, 1000, 0, S, 0, id(10), ts),
+                (1000, true, 1000, 0, S, 0, id(11), o),
+            ],
+            1,
+        ),
+        (
+            "a SYN then time steps back",
+            vec![
+                (10, true, 1000, 0, S, 0, id(10), o),
+                (5, true, 1000, 0, S, 0, id(11), o),
+            ],
+            1,
+        ),
+        (
+            "a SYN answered by a RST",
+            vec![
+                (0, true, 1000, 0, S, 0, id(10), o),
+                (1, false, 0, 1001, R | A, 0, id(90), n),
+            ],
+            1,
+        ),
+        (
+            "simultaneous open",
+            vec![
+                (0, true, 1000, 0, S, 0, id(10), o),
+                (1, false, 900, 0, S, 0, id(90), o),
+            ],
+            1,
+        ),
+        (
+            "data with no SYN-ACK seen",
+            vec![
+                (0, true, 1000, 0, S, 0, id(10), o),
+                (50, true, 1001, 901, PA, 40, id(11), n),
+            ],
+            1,
+        ),
+        (
+            "a SYN with data (fast open): a full Conn from the start",
+            vec![(0, true, 1000, 0, S, 20, id(10), o)],
+            0,
+        ),
+        (
+            "mid-stream: no SYN",
+            vec![(0, true, 1000, 5, PA, 20, id(10), n)],
+            0,
+        ),
+    ];
+    for (what, script, half) in &scripts {
+        let (recs, opened) = run_script(&cfg, script);
+        assert_eq!(recs.len(), 1, "{what}: records");
+        assert_eq!(opened, *half, "{what}: half-open entries");
+    }
+    // port reuse after a completed connection, then a fresh attempt on the same 4-tuple
+    let mut reuse = with(&[(0, true, 1000, 0, S, 0, id(10), o)]);
+    reuse.push((10_000, true, 5000, 0, S, 0, id(20), o));
+    reuse.push((11_000, true, 5000, 0, S, 0, id(21), o));
+    let (recs, _, stats) = run_frames(&cfg, &reuse);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(stats.port_reuse, 1);
+    // closed by eviction from a table of one (other clients' SYNs and data), and by the idle
+    // timeout (their packets moving time on)
+    let short = Config {
+        idle_timeout_ns: 100 * 1_000 * MS,
+        max_connections: 1,
+        ..Config::default()
+    };
+    for (gap, evicted, idle) in [(10 * MS, 3, 0), (400_000 * MS, 0, 3)] {
+        let (recs, _, stats) = same_with_and_without_half_open(&short, &mut |sink| {
+            let c: IpAddr = "10.0.0.1".parse().unwrap();
+            let s: IpAddr = "10.0.0.2".parse().unwrap();
+            for k in 0..4u16 {
+                let seg = TcpSegment {
+                    vlan: VlanStack::NONE,
+                    src: c,
+                    dst: s,
+                    sport: 40000 + k,
+                    dport: 80,
+                    seq: SeqNum(1000),
+                    ack: SeqNum(0),
+                    flags: TcpFlags(if k == 2 { PA } else { S }),
+                    window: 64240,
+                    options: o,
+                    payload_len: if k == 2 { 10 } else { 0 },
+                    payload: &[],
+                    ip_ecn: 0,
+                    hdr_len: 40,
+                    ip_id: Some(k),
+                };
+                let t = Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + k as i64 * gap);
+                sink(k as u64 + 1, t, &seg);
+            }
+        });
+        let flagged = recs
+            .iter()
+            .filter(|r| r.prune.contains(&PruneReason::Evicted))
+            .count();
+        assert_eq!(recs.len(), 4);
+        assert_eq!(flagged, evicted, "{recs:?}");
+        assert_eq!(stats.evicted, evicted as u64);
+        assert_eq!(stats.idle_closed, idle);
+    }
+}
+
+/// The same on every public capture, with the default table and with a small one (eviction
+/// and idle closing of half-open entries among full connections).
+#[test]
+fn half_open_entries_change_no_record_on_the_public_captures() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/public");
+    assert!(
+        root.is_dir(),
+        "{} is missing: check out shared/ beside this repository",
+        root.display()
+    );
+    let mut files = Vec::new();
+    for set in ["web", "loss", "edge", "encap", "format"] {
+        for e in std::fs::read_dir(root.join(set)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "md") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let small = Config {
+        max_connections: 16,
+        idle_timeout_ns: 5 * 1_000 * MS,
+        linger_ns: 1_000 * MS,
+        ..Config::default()
+    };
+    let (mut conns, mut half) = (0, 0);
+    for f in &files {
+        for cfg in [&Config::default(), &small] {
+            let Ok(mut r) = mimic_core::trace::TraceReader::open(f) else {
+                continue;
+            };
+            let (recs, opened, _) = same_with_and_without_half_open(cfg, &mut |sink| {
+                let mut no = 0;
+                while let Ok(Some(fr)) = r.next_frame() {
+                    no += 1;
+                    if let Ok(seg) = mimic_core::packet::decode(fr.link, fr.data) {
+                        sink(no, fr.ts, &seg);
+                    }
+                }
+            });
+            conns += recs.len();
+            half += opened;
+        }
+    }
+    // the captures hold thousands of connections, most of them opened by a SYN
+    eprintln!(
+        "{} files, {conns} connections, {half} opened by a half-open entry",
+        files.len()
+    );
+    assert!(
+        conns > 5_000 && half > 3_000,
+        "{conns} connections, {half} half-open"
+    );
+}
+
+/// What a half-open connection costs in the table, and that a SYN scan fills the compact
+/// table only. A `Conn` with its first allocations is about 2.4 kB; an entry is the key and
+/// 56 bytes (plus the hash table's free buckets: 1.15–2.3×).
+#[test]
+fn a_syn_scan_costs_a_compact_entry_per_connection() {
+    use crate::halfopen::HalfOpen;
+    assert!(
+        std::mem::size_of::<(mimic_core::FlowKey, HalfOpen)>() <= 104,
+        "a half-open entry grew: {} bytes",
+        std::mem::size_of::<(mimic_core::FlowKey, HalfOpen)>()
+    );
+    let mut an = Analyzer::new(Config::default());
+    let dst: IpAddr = "198.19.255.1".parse().unwrap();
+    for i in 0..200_000u32 {
+        let src = IpAddr::from([198, 18, (i >> 16) as u8, (i >> 8) as u8]);
+        let seg = TcpSegment {
+            vlan: VlanStack::NONE,
+            src,
+            dst,
+            sport: 1024 + (i & 0xff) as u16,
+            dport: 80,
+            seq: SeqNum(i.wrapping_mul(2_654_435_761)),
+            ack: SeqNum(0),
+            flags: TcpFlags(S),
+            window: 64240,
+            options: syn_opts(1460, 7),
+            payload_len: 0,
+            payload: &[],
+            ip_ecn: 0,
+            hdr_len: 60,
+            ip_id: Some(i as u16),
+        };
+        let t = Timestamp::from_nanos(1_700_000_000 * 1_000_000_000 + i as i64 * 10 * US);
+        an.handle_segment(i as u64 + 1, t, &seg);
+        assert!(an.poll_record().is_none());
+    }
+    assert_eq!(an.half.len(), 200_000);
+    assert_eq!(an.table.len(), 0, "no SYN needed a full Conn");
+    an.finish();
+    let mut n = 0;
+    while let Some(r) = an.poll_record() {
+        assert_eq!(r.syn_retx, 0);
+        n += 1;
+    }
+    assert_eq!(n, 200_000);
+}

@@ -953,4 +953,98 @@ mod tests {
         assert_eq!(split_args(""), Vec::<String>::new());
         assert_eq!(split_args("a \"\" b"), vec!["a", "", "b"]);
     }
+
+    #[test]
+    fn a_burst_is_spread_over_the_poll_interval_strictly_increasing() {
+        let mut st = BurstStamper::default();
+        // first poll: nothing known before it, so the burst sits at its time, 1 ns apart
+        let mut a = [0i64; 4];
+        st.stamp(1_000_000, &mut a);
+        assert_eq!(a, [1_000_000, 1_000_001, 1_000_002, 1_000_003]);
+        // an empty poll at 1.5 ms, then 32 frames in a poll ending at 1.82 ms: spread over
+        // (1.5 ms, 1.82 ms], 10 us apart, the last at the poll's time
+        st.empty_poll(1_500_000);
+        assert_eq!(st.watermark(), 1_500_000);
+        let mut b = [0i64; 32];
+        st.stamp(1_820_000, &mut b);
+        assert_eq!(b[0], 1_510_000);
+        assert_eq!(b[31], 1_820_000);
+        assert!(b.windows(2).all(|w| w[1] - w[0] == 10_000), "{b:?}");
+        assert!(
+            b[0] > 1_500_000,
+            "a frame of this poll arrived after the empty one"
+        );
+        // the clock stepped back (re-anchoring): still strictly after the last stamp
+        let mut c = [0i64; 3];
+        st.stamp(1_700_000, &mut c);
+        assert_eq!(c, [1_820_001, 1_820_002, 1_820_003]);
+        // a poll too close to the last one for distinct ns still gives distinct stamps
+        let mut d = [0i64; 5];
+        st.stamp(1_820_004, &mut d);
+        assert!(d.windows(2).all(|w| w[1] > w[0]) && d[0] > c[2], "{d:?}");
+    }
+
+    #[test]
+    fn stamps_never_repeat_and_never_fall_below_the_watermark() {
+        use proptest::prelude::*;
+        proptest!(|(polls in proptest::collection::vec((0i64..50_000, 0usize..=32), 1..200))| {
+            let mut st = BurstStamper::default();
+            let mut now = 1_700_000_000_000_000_000i64;
+            let mut last = i64::MIN;
+            for (step, n) in polls {
+                now += step;
+                let wm = st.watermark();
+                if n == 0 {
+                    st.empty_poll(now);
+                    continue;
+                }
+                let mut out = vec![0i64; n];
+                st.stamp(now, &mut out);
+                for &t in &out {
+                    prop_assert!(t > last, "{t} after {last}");
+                    prop_assert!(t > wm || wm == i64::MIN);
+                    last = t;
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn tick_clock_converts_and_calibrates() {
+        // a 2.5 GHz counter anchored at 1000 ticks = 1.7e18 ns
+        let c = TickClock {
+            anchor_ticks: 1_000,
+            anchor_ns: 1_700_000_000_000_000_000,
+            hz: 2_500_000_000,
+        };
+        assert_eq!(c.to_ns(1_000), 1_700_000_000_000_000_000);
+        assert_eq!(c.to_ns(3_500), 1_700_000_000_000_001_000);
+        assert_eq!(c.to_ns(0), 1_700_000_000_000_000_000 - 400);
+        // 10 s at 2.5 GHz without overflow
+        assert_eq!(c.to_ns(1_000 + 25_000_000_000), 1_700_000_010_000_000_000);
+        // a NIC clock at 156.25 MHz read 20 ms apart
+        let k =
+            TickClock::calibrate((5_000, 100_000_000), (5_000 + 3_125_000, 120_000_000)).unwrap();
+        assert_eq!(k.hz, 156_250_000);
+        assert_eq!(k.to_ns(5_000 + 3_125_000 + 156_250), 121_000_000);
+        assert!(TickClock::calibrate((5, 10), (5, 20)).is_none());
+        assert!(TickClock::calibrate((5, 10), (9, 10)).is_none());
+    }
+
+    #[test]
+    fn vdev_arguments_are_found_per_device() {
+        let w = split_args(
+            "--no-huge --vdev=net_pcap0,rx_pcap=/a.pcap --vdev net_af_packet1,iface=veth1,qpairs=2",
+        );
+        assert_eq!(
+            vdev_arg(&w, "net_pcap0", "rx_pcap").as_deref(),
+            Some("/a.pcap")
+        );
+        assert_eq!(
+            vdev_arg(&w, "net_af_packet1", "iface").as_deref(),
+            Some("veth1")
+        );
+        assert_eq!(vdev_arg(&w, "net_af_packet1", "rx_pcap"), None);
+        assert_eq!(vdev_arg(&w, "net_pcap1", "rx_pcap"), None);
+    }
 }

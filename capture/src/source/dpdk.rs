@@ -21,9 +21,10 @@
 //! **Timestamps.** `net_pcap` replays the file's (at microsecond precision, which is all that
 //! PMD keeps). A device that offers the RX timestamp offload and whose clock
 //! `rte_eth_read_clock` reads is stamped by the NIC, its ticks converted to wall time by a
-//! calibration against CLOCK_REALTIME (two readings 20 ms apart at start, re-anchored every
-//! 10 s). Every other device is stamped per packet from the TSC (`rte_rdtsc` / `rte_get_tsc_hz`,
-//! anchored to CLOCK_REALTIME at start and re-anchored every 10 s): the packets of a burst are
+//! calibration against CLOCK_REALTIME (two readings 20 ms apart at start, then re-anchored and
+//! its rate re-measured every 100 ms). Every other device is stamped per packet from the TSC
+//! (`rte_rdtsc`; `rte_get_tsc_hz` at first, then the rate measured against CLOCK_REALTIME
+//! over each 100 ms between re-anchorings): the packets of a burst are
 //! spread evenly over the time since the previous poll of that queue, strictly increasing
 //! ([`BurstStamper`]). An idle worker busy-polls for [`SPIN_FOR`] after its last packet, then
 //! sleeps [`IDLE_SLEEP`] between polls with a 1 µs timer slack, so a burst arriving on an
@@ -100,8 +101,9 @@ pub const HOLD_LIVE: Duration = Duration::from_millis(10);
 pub const SPIN_FOR: Duration = Duration::from_micros(200);
 /// Sleep between empty polls of an idle worker (the thread's timer slack is set to 1 µs).
 pub const IDLE_SLEEP: Duration = Duration::from_micros(10);
-/// How often the TSC / device clock is re-anchored to CLOCK_REALTIME.
-const REANCHOR_NS: i64 = 10_000_000_000;
+/// How often the TSC / device clock is re-anchored to CLOCK_REALTIME (the TSC's rate is
+/// re-measured over each interval).
+const REANCHOR_NS: i64 = 100_000_000;
 /// A device-stamped port that polled empty at host time T can still deliver frames the NIC
 /// stamped a little before T (DMA, calibration error): its merge watermark is T minus this.
 const DEVICE_SLACK_NS: i64 = 1_000_000;
@@ -241,14 +243,24 @@ impl TscWall {
         w
     }
 
+    /// Reads (TSC, CLOCK_REALTIME) as one pair and anchors there. When the previous anchor
+    /// is far enough back, the TSC's rate is measured over the interval too: the EAL's
+    /// estimate at start can be off by 0.1 % in a VM, 1 ms per second of capture.
     fn anchor(&mut self) {
         // SAFETY: rdtsc has no preconditions.
         let t1 = unsafe { mc_rdtsc() };
         let ns = now().as_nanos();
         // SAFETY: as above.
         let t2 = unsafe { mc_rdtsc() };
-        self.clock.anchor_ticks = t1 + (t2.wrapping_sub(t1)) / 2;
-        self.clock.anchor_ns = ns;
+        let here = (t1 + (t2.wrapping_sub(t1)) / 2, ns);
+        let prev = (self.clock.anchor_ticks, self.clock.anchor_ns);
+        if prev.0 != 0 && here.1 - prev.1 >= REANCHOR_NS / 2 {
+            if let Some(c) = TickClock::calibrate(prev, here) {
+                self.clock.hz = c.hz;
+            }
+        }
+        self.clock.anchor_ticks = here.0;
+        self.clock.anchor_ns = here.1;
     }
 
     fn now(&mut self) -> i64 {
@@ -725,10 +737,14 @@ impl DpdkQueue {
                 Stamping::Device => {
                     if let Some(dc) = p.device_clock.as_mut() {
                         if now_ns - dc.anchor_ns >= REANCHOR_NS {
-                            if let Some((t, w)) = read_device_clock(port_id) {
-                                // keep the calibrated rate, move the anchor
-                                dc.anchor_ticks = t;
-                                dc.anchor_ns = w;
+                            if let Some(here) = read_device_clock(port_id) {
+                                // the rate over the last interval, anchored at its end
+                                *dc = TickClock::calibrate((dc.anchor_ticks, dc.anchor_ns), here)
+                                    .unwrap_or(TickClock {
+                                        anchor_ticks: here.0,
+                                        anchor_ns: here.1,
+                                        hz: dc.hz,
+                                    });
                             }
                         }
                     }

@@ -141,7 +141,7 @@ pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Opened, SourceError
         SourceSpec::Dpdk(args) => dpdk::open(args, opts),
         #[cfg(not(feature = "dpdk"))]
         SourceSpec::Dpdk(_) => Err(SourceError::Dpdk(
-            "this mimic was built without DPDK support; rebuild with `cargo build --release --features dpdk` (needs libdpdk-dev)".into(),
+            "this mimic was built without DPDK support; scripts/demo.sh builds it in, or rebuild with `cargo build --release --features dpdk` (needs Debian's libdpdk-dev: scripts/deps.sh demo installs it)".into(),
         )),
     }
 }

@@ -25,7 +25,7 @@
 //! its rate re-measured every 100 ms). Every other device is stamped per packet from the TSC
 //! (`rte_rdtsc`; `rte_get_tsc_hz` at first, then the rate measured against CLOCK_REALTIME
 //! over each 100 ms between re-anchorings): the packets of a burst are
-//! spread evenly over the time since the previous poll of that queue, strictly increasing
+//! stamped at the middles of equal shares of the time since the previous poll of that queue, strictly increasing
 //! ([`BurstStamper`]). An idle worker busy-polls for [`SPIN_FOR`] after its last packet, then
 //! sleeps [`IDLE_SLEEP`] between polls with a 1 µs timer slack, so a burst arriving on an
 //! idle link is stamped at most about that late.
@@ -175,9 +175,12 @@ impl TickClock {
 }
 
 /// Per-packet stamps for the frames of one RX queue polled in bursts. The frames a poll
-/// returns arrived between the previous poll and this one; they are spread evenly over that
-/// interval (the last one at the poll's own time), strictly increasing within the burst and
-/// strictly after every earlier stamp of the queue — also across a backward step of the clock.
+/// returns arrived, in order, between the previous poll and this one: the interval is cut into
+/// as many equal shares as there are frames and each frame is stamped at the middle of its
+/// share (for a single frame, the middle of the interval: the unbiased estimate, and two ports
+/// polled one after the other then keep the order of frames that arrived between their polls).
+/// Stamps are strictly increasing within the burst and strictly after every earlier stamp of
+/// the queue — also across a backward step of the clock — and never before the previous poll.
 #[derive(Clone, Debug)]
 pub struct BurstStamper {
     last_poll: i64,
@@ -202,15 +205,19 @@ impl BurstStamper {
     /// Stamps the `out.len()` frames of a poll that ended at `now` (ns).
     pub fn stamp(&mut self, now: i64, out: &mut [i64]) {
         let n = out.len() as i128;
-        let from = if self.last_poll == i64::MIN || self.last_poll > now {
-            now
-        } else {
-            self.last_poll
-        };
-        let gap = (now - from) as i128;
+        let first = self.last_poll == i64::MIN;
+        let from = if first { now } else { self.last_poll };
+        // a clock that stepped back leaves no interval: the frames go just after the last poll
+        let gap = (now.max(from) - from) as i128;
         for (i, o) in out.iter_mut().enumerate() {
-            let t = (from as i128 + gap * (i as i128 + 1) / n) as i64;
+            // the middle of the i-th of n equal shares of the interval
+            let t = (from as i128 + gap * (2 * i as i128 + 1) / (2 * n)) as i64;
             let t = t.max(self.last_stamp.saturating_add(1));
+            let t = if first {
+                t
+            } else {
+                t.max(from.saturating_add(1))
+            };
             *o = t;
             self.last_stamp = t;
         }
@@ -977,14 +984,14 @@ mod tests {
         let mut a = [0i64; 4];
         st.stamp(1_000_000, &mut a);
         assert_eq!(a, [1_000_000, 1_000_001, 1_000_002, 1_000_003]);
-        // an empty poll at 1.5 ms, then 32 frames in a poll ending at 1.82 ms: spread over
-        // (1.5 ms, 1.82 ms], 10 us apart, the last at the poll's time
+        // an empty poll at 1.5 ms, then 32 frames in a poll ending at 1.82 ms: 32 shares of
+        // 10 us each, every frame in the middle of its share
         st.empty_poll(1_500_000);
         assert_eq!(st.watermark(), 1_500_000);
         let mut b = [0i64; 32];
         st.stamp(1_820_000, &mut b);
-        assert_eq!(b[0], 1_510_000);
-        assert_eq!(b[31], 1_820_000);
+        assert_eq!(b[0], 1_505_000);
+        assert_eq!(b[31], 1_815_000);
         assert!(b.windows(2).all(|w| w[1] - w[0] == 10_000), "{b:?}");
         assert!(
             b[0] > 1_500_000,

@@ -613,7 +613,7 @@ fn dpdk_two_ports_one_direction_each_merge_into_the_single_file_capture() {
                 .unwrap();
             assert!(o.status.success(), "tcpdump {filter}: {}", stderr(&o));
         }
-        let whole = read_packets(&[input.clone()]);
+        let whole = read_packets(std::slice::from_ref(&input));
         let (a, b) = (read_packets(&halves[..1]), read_packets(&halves[1..]));
         assert!(
             a.len() > 100 && b.len() > 100 && a.len() + b.len() == whole.len(),

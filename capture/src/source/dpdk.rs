@@ -814,33 +814,19 @@ impl DpdkQueue {
     /// Hands on every held frame the merge can release (all of them with `flush`).
     fn emit(&mut self, sink: &mut FrameSink<'_>, flush: bool) -> usize {
         let mut emitted = 0;
+        let mut views: Vec<MergePort> = Vec::with_capacity(self.ports.len());
         loop {
-            let mut best: Option<(usize, i64)> = None;
-            for (i, p) in self.ports.iter().enumerate() {
-                if let Some(h) = p.held.front() {
-                    if best.is_none_or(|(_, t)| h.ts < t) {
-                        best = Some((i, h.ts));
-                    }
-                }
-            }
-            let Some((i, t)) = best else { break };
-            let confirmed = self
-                .ports
-                .iter()
-                .enumerate()
-                .all(|(j, q)| j == i || q.ended || !q.held.is_empty() || q.watermark >= t);
-            let p = &self.ports[i];
-            let live = !matches!(p.port.stamping, Stamping::File { .. });
-            let forced = !confirmed
-                && (flush
-                    || p.held.len() >= HOLD_MAX
-                    || (live
-                        && p.held
-                            .front()
-                            .is_some_and(|h| h.since.elapsed() >= HOLD_LIVE)));
-            if !confirmed && !forced {
+            views.clear();
+            views.extend(self.ports.iter().map(|p| MergePort {
+                head: p.held.front().map(|h| (h.ts, h.since.elapsed())),
+                held: p.held.len(),
+                ended: p.ended,
+                watermark: p.watermark,
+                live: !matches!(p.port.stamping, Stamping::File { .. }),
+            }));
+            let Some((i, forced)) = next_out(&views, flush) else {
                 break;
-            }
+            };
             let p = &mut self.ports[i];
             let h = p.held.pop_front().expect("head");
             if forced {
@@ -865,6 +851,44 @@ impl DpdkQueue {
     fn held(&self) -> usize {
         self.ports.iter().map(|p| p.held.len()).sum()
     }
+}
+
+/// What the merge knows about one port.
+#[derive(Clone, Copy, Debug)]
+struct MergePort {
+    /// The oldest held frame: its timestamp and how long it has waited.
+    head: Option<(i64, Duration)>,
+    held: usize,
+    ended: bool,
+    /// No later frame of the port is older than this.
+    watermark: i64,
+    /// Live ports let a frame go after [`HOLD_LIVE`]; file ports wait for the others to end.
+    live: bool,
+}
+
+/// The port whose head frame the merge hands on next, and whether it goes without every other
+/// port having confirmed that nothing older can come (`forced`). The oldest head (the lowest
+/// port on a tie) goes when each other port holds a frame, has a watermark at or past it, or has
+/// ended; else when it waited [`HOLD_LIVE`] (live), its port holds [`HOLD_MAX`], or on `flush`.
+fn next_out(ports: &[MergePort], flush: bool) -> Option<(usize, bool)> {
+    let mut best: Option<(usize, i64, Duration)> = None;
+    for (i, p) in ports.iter().enumerate() {
+        if let Some((t, waited)) = p.head {
+            if best.is_none_or(|(_, bt, _)| t < bt) {
+                best = Some((i, t, waited));
+            }
+        }
+    }
+    let (i, t, waited) = best?;
+    let confirmed = ports
+        .iter()
+        .enumerate()
+        .all(|(j, q)| j == i || q.ended || q.held > 0 || q.watermark >= t);
+    if confirmed {
+        return Some((i, false));
+    }
+    let p = &ports[i];
+    (flush || p.held >= HOLD_MAX || (p.live && waited >= HOLD_LIVE)).then_some((i, true))
 }
 
 /// Sets this thread's timer slack to 1 µs so short idle sleeps are not stretched to the
@@ -1052,6 +1076,73 @@ mod tests {
         assert_eq!(k.to_ns(5_000 + 3_125_000 + 156_250), 121_000_000);
         assert!(TickClock::calibrate((5, 10), (5, 20)).is_none());
         assert!(TickClock::calibrate((5, 10), (9, 10)).is_none());
+    }
+
+    fn port(head: Option<i64>, held: usize, watermark: i64) -> MergePort {
+        MergePort {
+            head: head.map(|t| (t, Duration::ZERO)),
+            held,
+            ended: false,
+            watermark,
+            live: true,
+        }
+    }
+
+    #[test]
+    fn merge_hands_on_the_oldest_frame_once_no_port_can_send_older() {
+        // A holds 10, B holds 20: 10 goes (B's next is at least 20)
+        assert_eq!(
+            next_out(&[port(Some(10), 2, 10), port(Some(20), 1, 20)], false),
+            Some((0, false))
+        );
+        // equal stamps: the lower port first
+        assert_eq!(
+            next_out(&[port(Some(20), 1, 20), port(Some(20), 1, 20)], false),
+            Some((0, false))
+        );
+        // B is empty and last polled (empty) at 25: A's 30 must wait, A's 20 may go
+        assert_eq!(
+            next_out(&[port(Some(30), 1, 30), port(None, 0, 25)], false),
+            None
+        );
+        assert_eq!(
+            next_out(&[port(Some(20), 1, 30), port(None, 0, 25)], false),
+            Some((0, false))
+        );
+        // an idle live port that keeps polling empty does not hold the other back
+        assert_eq!(
+            next_out(&[port(Some(30), 1, 30), port(None, 0, 31)], false),
+            Some((0, false))
+        );
+        // a file port that has not ended holds the others back; once ended it does not
+        let mut file = port(None, 0, 5);
+        file.live = false;
+        let mut a = port(Some(30), 1, 30);
+        a.live = false;
+        assert_eq!(next_out(&[a, file], false), None);
+        file.ended = true;
+        assert_eq!(next_out(&[a, file], false), Some((0, false)));
+        // nothing held: nothing to do
+        assert_eq!(next_out(&[port(None, 0, 5), port(None, 0, 9)], false), None);
+    }
+
+    #[test]
+    fn merge_lets_a_frame_go_after_the_reorder_window_or_when_the_buffer_is_full() {
+        let mut waited = port(Some(30), 1, 30);
+        waited.head = Some((30, HOLD_LIVE));
+        assert_eq!(
+            next_out(&[waited, port(None, 0, 25)], false),
+            Some((0, true))
+        );
+        // a file port never goes by time, only by a full buffer or a flush
+        waited.live = false;
+        assert_eq!(next_out(&[waited, port(None, 0, 25)], false), None);
+        assert_eq!(
+            next_out(&[waited, port(None, 0, 25)], true),
+            Some((0, true))
+        );
+        let full = port(Some(30), HOLD_MAX, 30);
+        assert_eq!(next_out(&[full, port(None, 0, 25)], false), Some((0, true)));
     }
 
     #[test]

@@ -724,6 +724,10 @@ impl DpdkQueue {
                 Stamping::Device => {
                     p.watermark = p.watermark.max(now_ns - DEVICE_SLACK_NS);
                 }
+                // a file-backed port polled empty is at the end of its file (it is declared
+                // ended only after FILE_IDLE_END): the other ports need not wait for it; a
+                // frame it still delivered would be counted in merge_late
+                Stamping::File { .. } if p.port.file_backed => p.watermark = i64::MAX,
                 Stamping::File { .. } => {}
             }
             let since = *p.idle_since.get_or_insert_with(Instant::now);
@@ -797,7 +801,9 @@ impl DpdkQueue {
                 buf.clear();
                 buf.extend_from_slice(data);
                 let p = &mut self.ports[i];
-                p.watermark = p.watermark.max(ts);
+                // a port's frames come in its own time order: nothing older than the last
+                // one follows (a file that steps back in time lowers it again)
+                p.watermark = if file { ts } else { p.watermark.max(ts) };
                 p.held.push_back(Held {
                     ts,
                     wire_len: len,

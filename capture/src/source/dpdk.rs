@@ -25,7 +25,8 @@
 //! its rate re-measured every 100 ms). Every other device is stamped per packet from the TSC
 //! (`rte_rdtsc`; `rte_get_tsc_hz` at first, then the rate measured against CLOCK_REALTIME
 //! over each 100 ms between re-anchorings): the packets of a burst are
-//! stamped at the middles of equal shares of the time since the previous poll of that queue, strictly increasing
+//! spread evenly over the time since the previous poll of that queue, the last at the poll's
+//! own time (never before it arrived), strictly increasing
 //! ([`BurstStamper`]). An idle worker busy-polls for [`SPIN_FOR`] after its last packet, then
 //! sleeps [`IDLE_SLEEP`] between polls with a 1 µs timer slack, so a burst arriving on an
 //! idle link is stamped at most about that late.
@@ -176,11 +177,15 @@ impl TickClock {
 
 /// Per-packet stamps for the frames of one RX queue polled in bursts. The frames a poll
 /// returns arrived, in order, between the previous poll and this one: the interval is cut into
-/// as many equal shares as there are frames and each frame is stamped at the middle of its
-/// share (for a single frame, the middle of the interval: the unbiased estimate, and two ports
-/// polled one after the other then keep the order of frames that arrived between their polls).
-/// Stamps are strictly increasing within the burst and strictly after every earlier stamp of
-/// the queue — also across a backward step of the clock — and never before the previous poll.
+/// as many equal shares as there are frames and each frame is stamped at the end of its share,
+/// so the last (or only) frame gets the poll's own time — a single frame is never stamped
+/// before it arrived, only late by at most the poll interval, as software stamps are; the
+/// earlier frames of a burst may be off either way by up to the interval (right when the ring
+/// filled steadily, early when they came in a clump at its end). (Middles of the shares were
+/// tried: an unbiased estimate, but a poller descheduled for 20 ms then stamped a lone packet
+/// 10 ms before the kernel saw it.) Stamps are strictly increasing within
+/// the burst and strictly after every earlier stamp of the queue — also across a backward step
+/// of the clock — and never before the previous poll.
 #[derive(Clone, Debug)]
 pub struct BurstStamper {
     last_poll: i64,
@@ -210,8 +215,8 @@ impl BurstStamper {
         // a clock that stepped back leaves no interval: the frames go just after the last poll
         let gap = (now.max(from) - from) as i128;
         for (i, o) in out.iter_mut().enumerate() {
-            // the middle of the i-th of n equal shares of the interval
-            let t = (from as i128 + gap * (2 * i as i128 + 1) / (2 * n)) as i64;
+            // the end of the i-th of n equal shares of the interval
+            let t = (from as i128 + gap * (i as i128 + 1) / n) as i64;
             let t = t.max(self.last_stamp.saturating_add(1));
             let t = if first {
                 t
@@ -1015,13 +1020,13 @@ mod tests {
         st.stamp(1_000_000, &mut a);
         assert_eq!(a, [1_000_000, 1_000_001, 1_000_002, 1_000_003]);
         // an empty poll at 1.5 ms, then 32 frames in a poll ending at 1.82 ms: 32 shares of
-        // 10 us each, every frame in the middle of its share
+        // 10 us each, every frame at the end of its share, the last at the poll's time
         st.empty_poll(1_500_000);
         assert_eq!(st.watermark(), 1_500_000);
         let mut b = [0i64; 32];
         st.stamp(1_820_000, &mut b);
-        assert_eq!(b[0], 1_505_000);
-        assert_eq!(b[31], 1_815_000);
+        assert_eq!(b[0], 1_510_000);
+        assert_eq!(b[31], 1_820_000);
         assert!(b.windows(2).all(|w| w[1] - w[0] == 10_000), "{b:?}");
         assert!(
             b[0] > 1_500_000,

@@ -10,5 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 scripts/deps.sh demo
 . scripts/cargo-env.sh
-cargo build --release --quiet
+# with the DPDK capture source (`mimic capture --source dpdk:"EAL ARGS"`); deps.sh installed
+# DPDK's libraries
+cargo build --release --quiet --features dpdk
 exec ./target/release/mimic demo "$@"

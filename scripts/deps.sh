@@ -8,11 +8,13 @@ group=${1:-demo}
 # Building mimic: a C toolchain (SQLite and mimalloc are compiled from source) and libpcap.
 build_pkgs=(build-essential pkg-config libpcap-dev)
 # What the product itself runs: namespaces, veth offload switches, sysctls, ping in the lab,
-# and a font for the text of `mimic compare --png` plots.
-demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core)
-# Testing: DPDK headers for the capture's DPDK source, and the peers the tests compare
-# against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
-test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
+# a font for the text of `mimic compare --png` plots, and DPDK 22.11 (Debian 12's libdpdk-dev
+# and dpdk-dev: the capture's `dpdk:` source, which scripts/demo.sh builds in).
+demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core
+  dpdk-dev libdpdk-dev)
+# Testing: the peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3,
+# chromium).
+test_pkgs=("${demo_pkgs[@]}" util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <time.h>
+
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -46,10 +49,34 @@ int mc_port_driver(uint16_t port, char *name, size_t len) {
     return 0;
 }
 
+/* The device's name (e.g. "net_pcap0", "0000:03:00.0"), for descriptions and errors. */
+int mc_port_name(uint16_t port, char *name, size_t len) {
+    char buf[RTE_ETH_NAME_MAX_LEN];
+    if (rte_eth_dev_get_name_by_port(port, buf) != 0) return -1;
+    snprintf(name, len, "%s", buf);
+    return 0;
+}
+
+/* How many RX queues the device can have (0 when it cannot be asked). */
+int mc_port_max_rx_queues(uint16_t port) {
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(port, &info) != 0) return 0;
+    return (int)info.max_rx_queues;
+}
+
+/* The device's raw clock (the unit of its RX timestamps), or a negative errno when the PMD
+ * cannot read it (-ENOTSUP). */
+int mc_read_clock(uint16_t port, uint64_t *ticks) { return rte_eth_read_clock(port, ticks); }
+
+/* The CPU's time-stamp counter and its rate, as the EAL measured it. */
+uint64_t mc_rdtsc(void) { return rte_rdtsc(); }
+uint64_t mc_tsc_hz(void) { return rte_get_tsc_hz(); }
+
 /* Configures and starts `port` with `*nb_queues` RX queues (lowered to what the device
  * supports; the value used is written back). Returns 0 or a negative errno.
  * *rss is set to 1 when a symmetric RSS key was programmed, *hw_ts to 1 when the device
- * delivers RX timestamps. */
+ * offers the RX timestamp offload (turned on), 2 when it does not but mbufs may still carry a
+ * timestamp (net_pcap stamps with the file's time without advertising the offload). */
 int mc_port_setup(uint16_t port, uint16_t *nb_queues, uint16_t nb_desc, uint32_t nb_mbufs,
                   int *rss, int *hw_ts, char *err, size_t errlen) {
     struct rte_eth_dev_info info;
@@ -123,9 +150,11 @@ int mc_port_setup(uint16_t port, uint16_t *nb_queues, uint16_t nb_desc, uint32_t
         if (off >= 0 && bit >= 0) {
             mc_ts_offset = off;
             mc_ts_flag = 1ULL << bit;
-            *hw_ts = 1;
         }
     }
+    /* 2: the device does not advertise RX timestamps but the field exists (another port or
+     * the PMD itself registered it); each mbuf's flag says whether it carries one */
+    if (*hw_ts == 0 && mc_ts_offset >= 0) *hw_ts = 2;
     return 0;
 }
 

@@ -158,6 +158,10 @@ pub struct CaptureSummary {
     pub input_error: Option<String>,
     /// The write error that stopped the capture, if any.
     pub output_error: Option<String>,
+    /// Per-port counters of a source with several ports (DPDK: received, NIC and kernel
+    /// drops, bursts, merge counters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<serde_json::Value>,
 }
 
 impl CaptureSummary {
@@ -296,7 +300,7 @@ fn settings_comments(cfg: &CaptureConfig, opened: &source::Opened) -> Vec<String
         "rotate_bytes": cfg.rotate_bytes,
         "rotate_seconds": cfg.rotate_time.map(|d| d.as_secs_f64()),
         "ring_files": cfg.max_files,
-        "timestamps": if opened.hw_timestamps { "source" } else { "host clock (kernel receive time)" },
+        "timestamps": opened.timestamps.as_deref().unwrap_or(if opened.hw_timestamps { "source" } else { "host clock (kernel receive time)" }),
     });
     vec![
         format!("mimic capture {} — source {} ({})", env!("CARGO_PKG_VERSION"), cfg.source, opened.description),
@@ -493,6 +497,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         files,
         input_error: shared.input_error.lock().expect("lock").clone(),
         output_error: shared.output_error.lock().expect("lock").clone(),
+        ports: opened.ports_report.as_ref().map(|r| r()),
     };
     let secs = last_report.elapsed().as_secs_f64().max(1e-3);
     let drops = d.0 + d.1;
@@ -596,9 +601,7 @@ fn worker_loop(
         }
         let stop_now = count_reached || (drain_rounds.is_some() && hw_ts);
         let mut full = Vec::new();
-        let res = if stop_now {
-            Ok(Poll::End)
-        } else {
+        let res = {
             let mut sink = |ts: Timestamp, link: LinkType, wire_len: u32, data: &[u8]| {
                 if count_reached {
                     return;
@@ -638,7 +641,13 @@ fn worker_loop(
                     }
                 }
             };
-            queue.poll(&mut sink)
+            if stop_now {
+                // what a merge buffer still holds goes out before the end
+                queue.flush(&mut sink);
+                Ok(Poll::End)
+            } else {
+                queue.poll(&mut sink)
+            }
         };
         pending.extend(full);
         let idle = matches!(res, Ok(Poll::Idle));

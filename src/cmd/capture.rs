@@ -40,7 +40,7 @@ pub enum Sub {
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Packet source: pcap:FILE (pcap/pcapng/gz), iface:NAME (libpcap live) or dpdk:"EAL ARGS" (build with --features dpdk).
+    /// Packet source: pcap:FILE (pcap/pcapng/gz), iface:NAME (libpcap live) or dpdk:"EAL ARGS" (build with --features dpdk; every port the EAL is given, e.g. both ports of a tap, merged in time order).
     #[arg(long, value_name = "SRC", required = true, value_parser = parse_source)]
     pub source: Option<SourceSpec>,
     /// Output directory (created if missing).
@@ -87,7 +87,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// Worker threads / receive queues (iface: PACKET_FANOUT by the kernel's symmetric hash;
-    /// dpdk: RX queues, give the PMD as many, e.g. qpairs=N for net_af_packet).
+    /// dpdk: RX queue q of every port per worker, give the PMD as many, e.g. qpairs=N for net_af_packet).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
     /// Do not put the interface into promiscuous mode.

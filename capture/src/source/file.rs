@@ -30,6 +30,8 @@ pub fn open(path: &Path, _opts: &OpenOptions) -> Result<Opened, SourceError> {
         global_drops: None,
         hw_timestamps: true,
         symmetric: true,
+        timestamps: None,
+        ports_report: None,
     })
 }
 

@@ -109,6 +109,8 @@ pub fn open(iface: &str, opts: &OpenOptions) -> Result<Opened, SourceError> {
         global_drops: None,
         hw_timestamps: false,
         symmetric: true,
+        timestamps: None,
+        ports_report: None,
     })
 }
 

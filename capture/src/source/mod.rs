@@ -92,6 +92,8 @@ pub type FrameSink<'a> = dyn FnMut(Timestamp, LinkType, u32, &[u8]) + 'a;
 pub trait Queue: Send {
     /// Hands the frames available now to `sink`, waiting at most about 100 ms for some.
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<Poll, SourceError>;
+    /// Hands on whatever the queue still holds (a merge buffer) before the capture stops.
+    fn flush(&mut self, _sink: &mut FrameSink<'_>) {}
     /// Loss counters since the queue was opened.
     fn drops(&mut self) -> Drops {
         Drops::default()
@@ -112,6 +114,11 @@ pub struct Opened {
     pub hw_timestamps: bool,
     /// Whether several workers share the traffic by a symmetric hash (so a connection stays on one).
     pub symmetric: bool,
+    /// How the timestamps are made, in words, when `hw_timestamps` does not say enough
+    /// (DPDK: per-packet TSC stamps, NIC clocks).
+    pub timestamps: Option<String>,
+    /// Per-port counters for the summary (DPDK: received, drops, merge counters per port).
+    pub ports_report: Option<Box<dyn Fn() -> serde_json::Value + Send>>,
 }
 
 /// Options that shape how a source is opened.
@@ -134,7 +141,7 @@ pub fn open(spec: &SourceSpec, opts: &OpenOptions) -> Result<Opened, SourceError
         SourceSpec::Dpdk(args) => dpdk::open(args, opts),
         #[cfg(not(feature = "dpdk"))]
         SourceSpec::Dpdk(_) => Err(SourceError::Dpdk(
-            "this mimic was built without DPDK support; rebuild with `cargo build --release --features dpdk` (needs libdpdk-dev)".into(),
+            "this mimic was built without DPDK support; scripts/demo.sh builds it in, or rebuild with `cargo build --release --features dpdk` (needs Debian's libdpdk-dev: scripts/deps.sh demo installs it)".into(),
         )),
     }
 }

@@ -183,7 +183,12 @@ impl TickClock {
 /// earlier frames of a burst may be off either way by up to the interval (right when the ring
 /// filled steadily, early when they came in a clump at its end). (Middles of the shares were
 /// tried: an unbiased estimate, but a poller descheduled for 20 ms then stamped a lone packet
-/// 10 ms before the kernel saw it.) Stamps are strictly increasing within
+/// 10 ms before the kernel saw it.) The interval spread over is at most [`MAX_SPREAD_NS`]
+/// before the poll: a longer gap means the poller was held up (descheduled, a late timer), and
+/// when in it the frames came is not known — spreading them over milliseconds would invent
+/// dispersion that the packet-pair estimator reads as a bottleneck, where frames clumped at
+/// the end of the gap (a request and its answer, compressed ACKs) look compressed instead,
+/// which it already filters. Stamps are strictly increasing within
 /// the burst and strictly after every earlier stamp of the queue — also across a backward step
 /// of the clock — and never before the previous poll.
 #[derive(Clone, Debug)]
@@ -191,6 +196,10 @@ pub struct BurstStamper {
     last_poll: i64,
     last_stamp: i64,
 }
+
+/// The longest interval before a poll that a burst's frames are spread over: the poll loop's
+/// own rhythm (busy polling, then 10 µs sleeps with their wake-up latency) stays well inside it.
+pub const MAX_SPREAD_NS: i64 = 50_000;
 
 impl Default for BurstStamper {
     fn default() -> Self {
@@ -211,7 +220,11 @@ impl BurstStamper {
     pub fn stamp(&mut self, now: i64, out: &mut [i64]) {
         let n = out.len() as i128;
         let first = self.last_poll == i64::MIN;
-        let from = if first { now } else { self.last_poll };
+        let from = if first {
+            now
+        } else {
+            self.last_poll.max(now.saturating_sub(MAX_SPREAD_NS))
+        };
         // a clock that stepped back leaves no interval: the frames go just after the last poll
         let gap = (now.max(from) - from) as i128;
         for (i, o) in out.iter_mut().enumerate() {
@@ -1013,23 +1026,38 @@ mod tests {
     }
 
     #[test]
+    fn a_poller_held_up_spreads_a_burst_over_the_last_50us_only() {
+        let mut st = BurstStamper::default();
+        st.empty_poll(1_000_000);
+        // the poller was away 4 ms: two frames (a request and its answer, say) go into the
+        // last 50 us before the poll, 25 us apart, not 2 ms apart
+        let mut a = [0i64; 2];
+        st.stamp(5_000_000, &mut a);
+        assert_eq!(a, [4_975_000, 5_000_000]);
+        // within the cap nothing changes: four frames over the 20 us since the last poll
+        let mut b = [0i64; 4];
+        st.stamp(5_020_000, &mut b);
+        assert_eq!(b, [5_005_000, 5_010_000, 5_015_000, 5_020_000]);
+    }
+
+    #[test]
     fn a_burst_is_spread_over_the_poll_interval_strictly_increasing() {
         let mut st = BurstStamper::default();
         // first poll: nothing known before it, so the burst sits at its time, 1 ns apart
         let mut a = [0i64; 4];
         st.stamp(1_000_000, &mut a);
         assert_eq!(a, [1_000_000, 1_000_001, 1_000_002, 1_000_003]);
-        // an empty poll at 1.5 ms, then 32 frames in a poll ending at 1.82 ms: 32 shares of
-        // 10 us each, every frame at the end of its share, the last at the poll's time
-        st.empty_poll(1_500_000);
-        assert_eq!(st.watermark(), 1_500_000);
+        // an empty poll at 1.78 ms, then 32 frames in a poll ending at 1.82 ms: 32 shares of
+        // 1.25 us each, every frame at the end of its share, the last at the poll's time
+        st.empty_poll(1_780_000);
+        assert_eq!(st.watermark(), 1_780_000);
         let mut b = [0i64; 32];
         st.stamp(1_820_000, &mut b);
-        assert_eq!(b[0], 1_510_000);
+        assert_eq!(b[0], 1_781_250);
         assert_eq!(b[31], 1_820_000);
-        assert!(b.windows(2).all(|w| w[1] - w[0] == 10_000), "{b:?}");
+        assert!(b.windows(2).all(|w| w[1] - w[0] == 1_250), "{b:?}");
         assert!(
-            b[0] > 1_500_000,
+            b[0] > 1_780_000,
             "a frame of this poll arrived after the empty one"
         );
         // the clock stepped back (re-anchoring): still strictly after the last stamp

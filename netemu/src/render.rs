@@ -115,6 +115,9 @@ pub struct RenderOptions {
     pub server_if: String,
     pub leaf: Leaf,
     pub ack_policies: AckPolicies,
+    /// dummynet: round delays to whole milliseconds (its resolution) instead of refusing
+    /// them; the script says how many and [`Script::delays_rounded`] counts them.
+    pub dummynet_round_delays: bool,
 }
 
 impl RenderOptions {
@@ -125,6 +128,7 @@ impl RenderOptions {
             server_if: server_if.into(),
             leaf: Leaf::Netem,
             ack_policies: AckPolicies::Refuse,
+            dummynet_round_delays: false,
         }
     }
 }
@@ -168,6 +172,8 @@ pub struct Script {
     pub needs_netem: bool,
     /// Pipes rendered without their ACK policy ([`AckPolicies::LeaveOut`]).
     pub ack_policies_left_out: usize,
+    /// dummynet pipes whose delay was rounded to whole milliseconds.
+    pub delays_rounded: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -282,7 +288,10 @@ pub fn teardown(
             ));
             s.cleanup(&format!("ipfw -q delete set {DN_SET}"));
             for i in 0..n {
-                s.cleanup(&format!("ipfw -q pipe {} delete", DN_PIPE_BASE as usize + i));
+                s.cleanup(&format!(
+                    "ipfw -q pipe {} delete",
+                    DN_PIPE_BASE as usize + i
+                ));
             }
         }
     }
@@ -461,7 +470,9 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
         needs_netem: opts.leaf == Leaf::Netem,
         ..Script::default()
     };
-    s.comment("mimic netemu render --backend netem: htb class + netem leaf per pipe, hashed u32 filters");
+    s.comment(
+        "mimic netemu render --backend netem: htb class + netem leaf per pipe, hashed u32 filters",
+    );
     s.comment(format!(
         "upstream pipes on {} egress, downstream pipes on {} egress",
         opts.server_if, opts.client_if
@@ -471,7 +482,9 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
     ));
     s.comment("netem has no seed: loss patterns differ from mimic's datapath run to run");
     if opts.leaf == Leaf::Pfifo {
-        s.comment("TEST LEAF: pfifo in place of netem (no delay, no loss): classes and filters only");
+        s.comment(
+            "TEST LEAF: pfifo in place of netem (no delay, no loss): classes and filters only",
+        );
     }
     let has_default = table.default.is_some();
     let mut left_out = 0usize;
@@ -652,6 +665,7 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
     s.cleanup(&format!("ipfw -q delete set {DN_SET}"));
     s.cmd("sysctl net.inet.ip.fw.one_pass=1");
     let mut left_out = 0usize;
+    let mut rounded = 0usize;
     let mut prefix_rule = DN_RULE_FLOWS + 1;
     for (i, (p, m, up)) in all.iter().enumerate() {
         if common_checks(p, opts)? {
@@ -659,7 +673,11 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
         }
         let c = p.cfg;
         let n = DN_PIPE_BASE as usize + i;
-        if c.delay % 1_000_000 != 0 {
+        let mut delay_ms = c.delay / 1_000_000;
+        if c.delay % 1_000_000 != 0 && opts.dummynet_round_delays {
+            delay_ms = (c.delay + 500_000) / 1_000_000;
+            rounded += 1;
+        } else if c.delay % 1_000_000 != 0 {
             return Err(unsupported(
                 &p.what,
                 &format!(
@@ -698,8 +716,7 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
         };
         s.comment(format!("{}: {}", p.what, c));
         s.cmd(&format!(
-            "ipfw -q pipe {n} config bw {bw} delay {} queue {queue}{plr}",
-            c.delay / 1_000_000
+            "ipfw -q pipe {n} config bw {bw} delay {delay_ms} queue {queue}{plr}"
         ));
         let (rule, m) = match m {
             Match::Flow { src, dst } => (
@@ -732,6 +749,15 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
         s.cmd(&format!("ipfw -q add {rule} set {DN_SET} pipe {n} {m}"));
     }
     note_left_out(&mut s, left_out);
+    s.delays_rounded = rounded;
+    if rounded > 0 {
+        s.lines.insert(
+            1,
+            Line::Comment(format!(
+                "NOTE: {rounded} pipes' delays rounded to whole milliseconds (dummynet's resolution)"
+            )),
+        );
+    }
     Ok(s)
 }
 
@@ -946,7 +972,10 @@ pub fn apply(
                 match r {
                     RootQdisc::KernelDefault(_) => {}
                     RootQdisc::Mimic => {
-                        tc_run(opts, &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE])?;
+                        tc_run(
+                            opts,
+                            &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE],
+                        )?;
                         report.replaced.push(dev.clone());
                     }
                     RootQdisc::Other { .. } => {
@@ -1025,7 +1054,10 @@ pub fn apply_teardown(
         Backend::Netem => {
             for dev in [&ropts.server_if, &ropts.client_if] {
                 if root_qdisc(dev, opts)? == RootQdisc::Mimic {
-                    tc_run(opts, &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE])?;
+                    tc_run(
+                        opts,
+                        &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE],
+                    )?;
                     report.replaced.push(dev.clone());
                     report.commands += 1;
                 }
@@ -1145,11 +1177,9 @@ mod tests {
     #[test]
     fn class_ids_skip_the_root_major_and_stop_at_the_last_minor() {
         let mut m = TC_FIRST_MINOR;
-        let ids: Vec<u32> = std::iter::from_fn(|| {
-            (m <= TC_LAST_MINOR).then(|| next_minor(&mut m))
-        })
-        .filter(|id| *id <= TC_LAST_MINOR)
-        .collect();
+        let ids: Vec<u32> = std::iter::from_fn(|| (m <= TC_LAST_MINOR).then(|| next_minor(&mut m)))
+            .filter(|id| *id <= TC_LAST_MINOR)
+            .collect();
         assert_eq!(ids.len(), TC_MAX_PIPES_PER_IF);
         assert!(!ids.contains(&TC_MAJOR));
         let flows = |n: usize| PipeTable {

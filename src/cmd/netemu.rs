@@ -275,17 +275,24 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
         let wl = mimic_replay::workload::load(db, a.select, a.limit)?;
         let addrs: Vec<Ipv4Addr> = if a.client_addr.is_empty() {
             let info = LabInfo::for_name("render")?;
-            (0..info.pool_len()).filter_map(|i| info.pool_addr(i)).collect()
+            (0..info.pool_len())
+                .filter_map(|i| info.pool_addr(i))
+                .collect()
         } else {
             a.client_addr.clone()
         };
         let server = a
             .server
             .unwrap_or_else(|| SocketAddr::new(lab::SERVER_ADDR.into(), 80));
-        let rules = orchestrate::flow_rules(&wl, &addrs, server, a.seed, a.queue.unwrap_or_default())
-            .with_context(|| format!("{}", db.display()))?;
+        let rules =
+            orchestrate::flow_rules(&wl, &addrs, server, a.seed, a.queue.unwrap_or_default())
+                .with_context(|| format!("{}", db.display()))?;
         if rules.is_empty() {
-            bail!("{}: no connection to render (--select {:?})", db.display(), a.select);
+            bail!(
+                "{}: no connection to render (--select {:?})",
+                db.display(),
+                a.select
+            );
         }
         table.flows.extend(rules);
     }
@@ -305,6 +312,8 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
         } else {
             AckPolicies::Refuse
         },
+        // a workload's one-way delays are microseconds; a hand-written table is refused
+        dummynet_round_delays: a.from.is_some(),
     };
     let empty = table.default.is_none() && table.prefixes.is_empty() && table.flows.is_empty();
     if a.teardown {
@@ -336,6 +345,12 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
             if a.backend == Backend::Netem { "netem" } else { "dummynet" }
         );
     }
+    if script.delays_rounded > 0 {
+        eprintln!(
+            "mimic: note: {} pipes' delays rounded to whole milliseconds (dummynet's resolution)",
+            script.delays_rounded
+        );
+    }
     if a.apply {
         let t0 = std::time::Instant::now();
         let r = render::apply(
@@ -357,7 +372,10 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
             if r.replaced.is_empty() {
                 String::new()
             } else {
-                format!(" (replacing mimic's previous pipes on {})", r.replaced.join(", "))
+                format!(
+                    " (replacing mimic's previous pipes on {})",
+                    r.replaced.join(", ")
+                )
             }
         );
     } else if a.batch {

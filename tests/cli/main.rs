@@ -6,4 +6,5 @@ mod common;
 mod analyze;
 mod capture;
 mod compare;
+mod netemu;
 mod replay;

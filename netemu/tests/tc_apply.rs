@@ -459,8 +459,9 @@ fn install_time_of_1000_and_10000_pipes() {
     let ns = g.ns(0);
     time_install(ns, 1_000);
     let ten_k = time_install(ns, 10_000);
-    // "10,000 pipes install in seconds, not minutes" (a loaded 2-core machine: generous bound)
-    assert!(ten_k < 20.0, "10,000 pipes took {ten_k:.1} s");
+    // "10,000 pipes install in seconds, not minutes": 7.7 s alone on this 2-core machine,
+    // 19.9 s beside a 65,536-pipe install; a minute means the batch or the hash is gone
+    assert!(ten_k < 60.0, "10,000 pipes took {ten_k:.1} s");
 }
 
 /// The kernel makes every new htb class walk all classes of its qdisc (reverse binding of

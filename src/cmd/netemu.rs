@@ -144,7 +144,7 @@ enum Cmd {
     /// Turn a pipe table, or the per-connection pipes a replay of a flows.db would register,
     /// into tc (htb + netem + hashed u32) or ipfw (dummynet) commands; print, apply or tear
     /// them down.
-    Render(Box<RenderArgs>),
+    Render(RenderArgs),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -197,7 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             connect.client()?.shutdown()?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Render(r) => run_render(*r),
+        Cmd::Render(r) => run_render(r),
     }
 }
 

@@ -325,8 +325,17 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
                     "mimic: nothing of mimic's on {} or {}",
                     opts.server_if, opts.client_if
                 );
+            } else if a.backend == Backend::Netem {
+                eprintln!(
+                    "mimic: removed mimic's root qdisc ({}) from {}",
+                    render::TC_HANDLE,
+                    r.replaced.join(" and ")
+                );
             } else {
-                eprintln!("mimic: removed mimic's pipes ({} commands)", r.commands);
+                eprintln!(
+                    "mimic: removed mimic's rule set and pipes ({} commands)",
+                    r.commands
+                );
             }
         } else {
             let s = render::teardown(a.backend, t, &opts)?;

@@ -11,9 +11,10 @@ build_pkgs=(build-essential pkg-config libpcap-dev)
 # and a font for the text of `mimic compare --png` plots.
 demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core)
 # Testing: DPDK headers for the capture's DPDK source, and the peers the tests compare
-# against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium).
+# against (tcptrace, tshark/capinfos, tcpdump, iperf3, chromium); curl opens connections from
+# chosen ports in netemu/tests/tc_apply.rs.
 test_pkgs=("${demo_pkgs[@]}" dpdk-dev libdpdk-dev util-linux
-  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3)
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 curl)
 bench_pkgs=("${test_pkgs[@]}" hyperfine)
 
 case "$group" in

@@ -1,32 +1,74 @@
 //! Backends for routers that have a kernel emulator: the same [`PipeTable`] rendered as `tc`
-//! commands (an htb class per pipe with a netem leaf, u32 filters) or as `ipfw` dummynet pipes
-//! and rules.
+//! commands (an htb class per pipe with a netem leaf, hashed u32 filters) or as `ipfw`
+//! dummynet pipes and rules, plus the teardown of what they install and a safe `apply`.
 //!
 //! Mapping and its limits (a feature a backend cannot express is an error, never silently
 //! dropped):
 //! * Upstream pipes shape the egress of the server-side interface, downstream pipes the egress
-//!   of the client-side interface. Flow rules become exact 5-tuple filters (priority 1), prefix
-//!   rules address filters in order (priority 2), the default pipe the htb default class (netem)
-//!   or a final `in recv IF` rule (dummynet).
+//!   of the client-side interface. IPv4 flow rules become exact 5-tuple u32 filters in a
+//!   256-bucket hash table keyed on the last octet of the client address (priority 1, so a
+//!   packet is compared with the flows of its bucket only), IPv6 flow rules plain u32 filters
+//!   (priority 2), prefix rules address filters in order (priority 3 and up), the default pipe
+//!   the htb default class (netem) or a final `in recv IF` rule (dummynet).
+//! * What mimic installs is its own and nothing else: the netem backend's root qdisc has the
+//!   handle [`TC_HANDLE`] (`6d69:`, "mi"), everything else hangs below it; the dummynet backend
+//!   puts its rules in set [`DN_SET`] and numbers its pipes from [`DN_PIPE_BASE`]. Rendering
+//!   first removes mimic's previous installation, so applying twice gives the same state;
+//!   [`teardown`] removes exactly that, and [`apply`] refuses a root qdisc mimic did not install.
 //! * Rate: mimic counts IP bytes (+ `overhead`). htb counts Ethernet frames, so the root qdisc
 //!   gets `stab overhead -14` and each class `overhead N`; dummynet counts IP bytes already and
-//!   has no overhead setting (`overhead` is an error there).
-//! * Queue: netem's `limit` counts every packet inside netem, including those in the delay line,
-//!   so it is rendered as queue + the packets the pipe holds in flight at full rate with
-//!   1500-byte packets. Byte queues have no netem equivalent (error); dummynet takes them.
+//!   has no overhead setting (`overhead` is an error there). A pipe without a rate gets an htb
+//!   class at [`UNLIMITED_TC_RATE_BPS`].
+//! * Queue: netem's `limit` counts every packet inside netem, including those in the delay line
+//!   (delay + jitter), so it is rendered as queue + the packets that can be in the delay line:
+//!   at the pipe's rate with 1500-byte packets, or, for a pipe without a rate, at the class's
+//!   10 Gbit/s with minimum-size (64-byte) frames, so netem never drops a packet that mimic's
+//!   unlimited pipe would pass (see [`netem_limit`]). Byte queues have no netem equivalent
+//!   (error); dummynet takes them.
 //! * Loss: netem `loss random` / `loss gemodel`; dummynet `plr` (no Gilbert–Elliott: error).
 //!   Neither backend takes a seed (noted in a comment).
 //! * Jitter: netem `delay D J` (netem may reorder jittered packets); dummynet has none (error).
-//!   ACK policies need mimic's datapath (error in both).
+//!   ACK policies need mimic's datapath: an error in both, unless the caller asks to leave them
+//!   out ([`AckPolicies::LeaveOut`]), which the script then says in a comment and counts.
 
 use std::fmt::Write as _;
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 use crate::classify::IpNet;
 use crate::config::{LossModel, PipeConfig, QueueLimit};
 use crate::engine::PipeTable;
 use crate::units::{fmt_duration, fmt_prob};
+
+/// Major number of the root qdisc the netem backend installs ("mi"); its marker.
+pub const TC_MAJOR: u32 = 0x6d69;
+/// The handle of mimic's root qdisc as `tc` writes it.
+pub const TC_HANDLE: &str = "6d69:";
+/// First class minor of a pipe (1 is the catch-all class, 2 the default pipe).
+const TC_FIRST_MINOR: u32 = 0x10;
+/// Last class minor of a pipe.
+const TC_LAST_MINOR: u32 = 0xfffe;
+/// The most pipes one interface can take (class minors 0x10..=0xfffe without 0x6d69, whose
+/// leaf handle would be the root's).
+pub const TC_MAX_PIPES_PER_IF: usize = (TC_LAST_MINOR - TC_FIRST_MINOR + 1) as usize - 1;
+/// Handle of the u32 hash table of IPv4 flow rules.
+const TC_FLOW_HT: u32 = 0x100;
+/// The htb rate of a pipe without a rate limit (and of the catch-all class).
+pub const UNLIMITED_TC_RATE_BPS: u64 = 10_000_000_000;
+/// The smallest Ethernet frame: the packet size the delay-line bound of an unlimited pipe
+/// assumes.
+const MIN_FRAME_BYTES: u128 = 64;
+/// ipfw rule set holding all of mimic's rules (`ipfw delete set 29` removes them).
+pub const DN_SET: u32 = 29;
+/// First dummynet pipe number mimic uses; pipes run up to [`DN_PIPE_LAST`].
+pub const DN_PIPE_BASE: u32 = 32_768;
+/// Last dummynet pipe number mimic uses.
+pub const DN_PIPE_LAST: u32 = 65_534;
+/// Rule number of the flow rules (their order does not matter: they are exact 5-tuples).
+const DN_RULE_FLOWS: u32 = 50_000;
+/// Rule number of the default pipes (after every prefix rule).
+const DN_RULE_DEFAULT: u32 = 59_999;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -45,10 +87,50 @@ impl FromStr for Backend {
     }
 }
 
+/// The leaf qdisc of each pipe's htb class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Leaf {
+    /// netem: the real thing.
+    #[default]
+    Netem,
+    /// `pfifo limit N` in place of netem, same classes and filters: for timing and testing the
+    /// install on a kernel without sch_netem (it does not delay or drop at random).
+    Pfifo,
+}
+
+/// What to do with a pipe's ACK policy, which neither backend can express.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AckPolicies {
+    /// An error naming the pipe.
+    #[default]
+    Refuse,
+    /// Render the pipe without it; the script says so and [`Script::ack_policies_left_out`]
+    /// counts them.
+    LeaveOut,
+}
+
 #[derive(Clone, Debug)]
 pub struct RenderOptions {
     pub client_if: String,
     pub server_if: String,
+    pub leaf: Leaf,
+    pub ack_policies: AckPolicies,
+    /// dummynet: round delays to whole milliseconds (its resolution) instead of refusing
+    /// them; the script says how many and [`Script::delays_rounded`] counts them.
+    pub dummynet_round_delays: bool,
+}
+
+impl RenderOptions {
+    /// netem leaves, ACK policies refused.
+    pub fn new(client_if: impl Into<String>, server_if: impl Into<String>) -> Self {
+        RenderOptions {
+            client_if: client_if.into(),
+            server_if: server_if.into(),
+            leaf: Leaf::Netem,
+            ack_policies: AckPolicies::Refuse,
+            dummynet_round_delays: false,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,31 +149,57 @@ pub enum RenderError {
     NoTool(String),
     #[error("`{cmd}` failed: {err} (commands before it were applied)")]
     Apply { cmd: String, err: String },
+    #[error("{dev}: {why}")]
+    Interface { dev: String, why: String },
+    #[error("{dev} has a root qdisc mimic did not install ({kind} {handle}); remove it first, or give --force to replace it")]
+    ForeignRoot {
+        dev: String,
+        kind: String,
+        handle: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
 }
 
-/// Rendered commands, each an argv, with comment lines interleaved.
+/// Rendered commands, each an argv, with comment lines interleaved. `cleanup` commands remove
+/// mimic's previous installation and may fail when there is none.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Script {
     pub lines: Vec<Line>,
     pub commands: Vec<Vec<String>>,
+    pub cleanup: Vec<Vec<String>>,
+    /// The script installs netem qdiscs (applying it needs a kernel with sch_netem).
+    pub needs_netem: bool,
+    /// Pipes rendered without their ACK policy ([`AckPolicies::LeaveOut`]).
+    pub ack_policies_left_out: usize,
+    /// dummynet pipes whose delay was rounded to whole milliseconds.
+    pub delays_rounded: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Line {
     Comment(String),
     Command(usize),
+    Cleanup(usize),
 }
 
 impl Script {
     fn comment(&mut self, c: impl Into<String>) {
         self.lines.push(Line::Comment(c.into()));
     }
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
     fn cmd(&mut self, s: &str) {
-        self.commands
-            .push(s.split_whitespace().map(String::from).collect());
+        self.commands.push(Self::argv(s));
         self.lines.push(Line::Command(self.commands.len() - 1));
     }
-    /// A shell script (`sh -e` runnable).
+    fn cleanup(&mut self, s: &str) {
+        self.cleanup.push(Self::argv(s));
+        self.lines.push(Line::Cleanup(self.cleanup.len() - 1));
+    }
+    /// A shell script (`sh -e` runnable). Cleanup lines tolerate failure (nothing of mimic's
+    /// installed yet); every other command stops the script when it fails.
     pub fn to_shell(&self) -> String {
         let mut out = String::from("#!/bin/sh -e\n");
         for l in &self.lines {
@@ -102,6 +210,28 @@ impl Script {
                 Line::Command(i) => {
                     let _ = writeln!(out, "{}", self.commands[*i].join(" "));
                 }
+                Line::Cleanup(i) => {
+                    let _ = writeln!(out, "{} 2>/dev/null || true", self.cleanup[*i].join(" "));
+                }
+            }
+        }
+        out
+    }
+    /// The commands for one `tc -batch FILE` (netem backend) or `ipfw -q FILE` (dummynet)
+    /// process: each line without the program name, comments kept (both tools skip `#`
+    /// lines). Cleanup commands are left out: a batch stops at the first error, so removing
+    /// the previous installation is [`apply`]'s job (or run [`teardown`] first).
+    pub fn to_batch(&self) -> String {
+        let mut out = String::new();
+        for l in &self.lines {
+            match l {
+                Line::Comment(c) => {
+                    let _ = writeln!(out, "# {c}");
+                }
+                Line::Command(i) => {
+                    let _ = writeln!(out, "{}", self.commands[*i][1..].join(" "));
+                }
+                Line::Cleanup(_) => {}
             }
         }
         out
@@ -126,12 +256,54 @@ pub fn render(
     }
 }
 
+/// The commands that remove what mimic installed, and nothing else. The netem backend needs
+/// no table (everything hangs below mimic's root handle); the dummynet backend deletes mimic's
+/// rule set and the pipes the table numbers (give it the table that was applied).
+pub fn teardown(
+    backend: Backend,
+    table: Option<&PipeTable>,
+    opts: &RenderOptions,
+) -> Result<Script, RenderError> {
+    let mut s = Script::default();
+    match backend {
+        Backend::Netem => {
+            s.comment(format!(
+                "mimic netemu render --backend netem --teardown: removes mimic's root qdisc (handle {TC_HANDLE}) and all below it"
+            ));
+            s.comment("a root qdisc with another handle is not mimic's: it is left alone");
+            for dev in [&opts.server_if, &opts.client_if] {
+                s.cleanup(&format!("tc qdisc del dev {dev} root handle {TC_HANDLE}"));
+            }
+        }
+        Backend::Dummynet => {
+            let Some(table) = table else {
+                return Err(RenderError::Invalid(
+                    "the dummynet teardown deletes the pipes of the table that was applied: give the same --pipes/--default/--from".into(),
+                ));
+            };
+            let n = pipes(table).len();
+            s.comment(format!(
+                "mimic netemu render --backend dummynet --teardown: deletes rule set {DN_SET} and pipes {DN_PIPE_BASE}-{}",
+                DN_PIPE_BASE as usize + n.max(1) - 1
+            ));
+            s.cleanup(&format!("ipfw -q delete set {DN_SET}"));
+            for i in 0..n {
+                s.cleanup(&format!(
+                    "ipfw -q pipe {} delete",
+                    DN_PIPE_BASE as usize + i
+                ));
+            }
+        }
+    }
+    Ok(s)
+}
+
 struct PipeRef<'a> {
     what: String,
     cfg: &'a PipeConfig,
 }
 
-/// (up pipes, down pipes) with a description each, plus matchers.
+/// How the packets of one pipe's direction are matched.
 enum Match {
     Default,
     Prefix {
@@ -216,19 +388,24 @@ fn pipes(table: &PipeTable) -> Vec<(PipeRef<'_>, Match, bool)> {
     v
 }
 
-fn common_checks(p: &PipeRef<'_>) -> Result<(), RenderError> {
+/// Checks what no backend can express; returns whether an ACK policy is left out.
+fn common_checks(p: &PipeRef<'_>, opts: &RenderOptions) -> Result<bool, RenderError> {
     if p.cfg.ack.is_some() {
-        return Err(unsupported(
-            &p.what,
-            "ACK policies need mimic's datapath (`mimic netemu run`)",
-        ));
+        return match opts.ack_policies {
+            AckPolicies::Refuse => Err(unsupported(
+                &p.what,
+                "ACK policies need mimic's datapath (`mimic netemu run`)",
+            )),
+            AckPolicies::LeaveOut => Ok(true),
+        };
     }
-    Ok(())
+    Ok(false)
 }
 
 fn tc_rate(bps: u64) -> String {
-    if bps == 0 {
-        "10gbit".into()
+    let bps = if bps == 0 { UNLIMITED_TC_RATE_BPS } else { bps };
+    if bps.is_multiple_of(1_000_000_000) {
+        format!("{}gbit", bps / 1_000_000_000)
     } else if bps.is_multiple_of(1_000_000) {
         format!("{}mbit", bps / 1_000_000)
     } else if bps.is_multiple_of(1_000) {
@@ -246,23 +423,71 @@ fn tc_time(ns: u64) -> String {
     }
 }
 
+/// netem's `limit` for a pipe with a packet queue of `queue`: netem counts the packets in its
+/// delay line too, so the limit is the queue plus the packets that can be inside the delay
+/// line (`delay + jitter` long): at the pipe's rate in 1500-byte packets (+1 for the one being
+/// sent), or — a pipe without a rate, where mimic's queue never fills — at the htb class's
+/// [`UNLIMITED_TC_RATE_BPS`] in minimum-size 64-byte frames, the most packets the class can
+/// pass in that time. The limit only caps netem's queue; it reserves no memory.
+pub fn netem_limit(c: &PipeConfig, queue: u32) -> u64 {
+    let line_ns = c.delay as u128 + c.jitter as u128;
+    let in_line = if c.rate_bps == 0 {
+        (UNLIMITED_TC_RATE_BPS as u128 * line_ns).div_ceil(8 * MIN_FRAME_BYTES * 1_000_000_000)
+    } else {
+        c.rate_bps as u128 * line_ns / 8 / 1500 / 1_000_000_000 + 1
+    };
+    (queue as u128 + in_line).min(u32::MAX as u128) as u64
+}
+
+/// The next class minor, skipping the one whose leaf handle would be mimic's root handle.
+fn next_minor(m: &mut u32) -> u32 {
+    if *m == TC_MAJOR {
+        *m += 1;
+    }
+    let id = *m;
+    *m += 1;
+    id
+}
+
+fn host(addr: std::net::IpAddr) -> IpNet {
+    IpNet {
+        addr,
+        prefix: if addr.is_ipv4() { 32 } else { 128 },
+    }
+}
+
 fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, RenderError> {
     let all = pipes(table);
-    if all.len() > 0xfff0 {
+    let per_if = all.iter().filter(|p| p.2).count().max(all.len() / 2);
+    if per_if > TC_MAX_PIPES_PER_IF {
         return Err(RenderError::TooMany {
-            backend: "tc/htb (class ids)",
-            n: all.len(),
-            max: 0xfff0,
+            backend: "tc/htb (class ids per interface)",
+            n: per_if,
+            max: TC_MAX_PIPES_PER_IF,
         });
     }
-    let mut s = Script::default();
-    s.comment("mimic netemu render --backend netem: htb class + netem leaf per pipe, u32 filters");
+    let mut s = Script {
+        needs_netem: opts.leaf == Leaf::Netem,
+        ..Script::default()
+    };
+    s.comment(
+        "mimic netemu render --backend netem: htb class + netem leaf per pipe, hashed u32 filters",
+    );
     s.comment(format!(
         "upstream pipes on {} egress, downstream pipes on {} egress",
         opts.server_if, opts.client_if
     ));
+    s.comment(format!(
+        "mimic's root qdisc is handle {TC_HANDLE} (re-applying replaces it); another root qdisc makes `qdisc add` fail: remove it, or use `mimic netemu render --apply --force`"
+    ));
     s.comment("netem has no seed: loss patterns differ from mimic's datapath run to run");
+    if opts.leaf == Leaf::Pfifo {
+        s.comment(
+            "TEST LEAF: pfifo in place of netem (no delay, no loss): classes and filters only",
+        );
+    }
     let has_default = table.default.is_some();
+    let mut left_out = 0usize;
     for (dev, up) in [(&opts.server_if, true), (&opts.client_if, false)] {
         s.comment(format!(
             "--- {dev} ({})",
@@ -272,28 +497,42 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 "server -> client"
             }
         ));
+        s.cleanup(&format!("tc qdisc del dev {dev} root handle {TC_HANDLE}"));
         s.cmd(&format!(
-            "tc qdisc replace dev {dev} root handle 1: stab overhead -14 htb default {}",
+            "tc qdisc add dev {dev} root handle {TC_HANDLE} stab overhead -14 htb default {}",
             if has_default { "2" } else { "1" }
         ));
         s.cmd(&format!(
-            "tc class add dev {dev} parent 1: classid 1:1 htb rate 10gbit"
+            "tc class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}1 htb rate {r} ceil {r} quantum 1514",
+            r = tc_rate(0)
         ));
-        let mut minor = 0x10u32;
-        let mut prefix_prio = 2;
-        for (p, m, is_up) in all.iter().filter(|x| x.2 == up) {
-            let _ = is_up;
-            common_checks(p)?;
+        let mine: Vec<_> = all.iter().filter(|x| x.2 == up).collect();
+        let v4_flows = mine
+            .iter()
+            .filter(|(_, m, _)| matches!(m, Match::Flow { src, .. } if src.is_ipv4()))
+            .count();
+        if v4_flows > 0 {
+            // the client is the source upstream (offset 12), the destination downstream (16)
+            let at = if up { 12 } else { 16 };
+            s.comment(format!(
+                "IPv4 flow rules: u32 hash table {TC_FLOW_HT:x}: with 256 buckets keyed on the last octet of the client address"
+            ));
+            s.cmd(&format!(
+                "tc filter add dev {dev} parent {TC_HANDLE} prio 1 handle {TC_FLOW_HT:x}: protocol ip u32 divisor 256"
+            ));
+            s.cmd(&format!(
+                "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {TC_FLOW_HT:x}:"
+            ));
+        }
+        let mut minor = TC_FIRST_MINOR;
+        let mut prefix_prio = 3;
+        for (p, m, _) in mine {
+            if common_checks(p, opts)? {
+                left_out += 1;
+            }
             let c = p.cfg;
             let limit = match c.queue {
-                QueueLimit::Packets(n) => {
-                    let in_flight = if c.rate_bps == 0 {
-                        0
-                    } else {
-                        (c.rate_bps as u128 * c.delay as u128 / 8 / 1500 / 1_000_000_000) as u64 + 1
-                    };
-                    n as u64 + in_flight
-                }
+                QueueLimit::Packets(n) => netem_limit(c, n),
                 QueueLimit::Bytes(_) => {
                     return Err(unsupported(
                         &p.what,
@@ -304,9 +543,7 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
             let id = if matches!(m, Match::Default) {
                 2
             } else {
-                let id = minor;
-                minor += 1;
-                id
+                next_minor(&mut minor)
             };
             s.comment(format!("{}: {}", p.what, c));
             let ov = if c.overhead > 0 {
@@ -315,47 +552,66 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 String::new()
             };
             s.cmd(&format!(
-                "tc class add dev {dev} parent 1: classid 1:{id:x} htb rate {r} ceil {r}{ov}",
+                "tc class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}{id:x} htb rate {r} ceil {r} quantum 1514{ov}",
                 r = tc_rate(c.rate_bps)
             ));
-            let mut netem = format!("tc qdisc add dev {dev} parent 1:{id:x} handle {id:x}: netem limit {limit} delay {}", tc_time(c.delay));
-            if c.jitter > 0 {
-                let _ = write!(netem, " {}", tc_time(c.jitter));
-            }
-            match c.loss {
-                LossModel::None => {}
-                LossModel::Iid(pr) => {
-                    let _ = write!(netem, " loss random {}", fmt_prob(pr));
-                }
-                LossModel::GilbertElliott {
-                    p_good_to_bad,
-                    p_bad_to_good,
-                    loss_bad,
-                    loss_good,
-                } => {
-                    let _ = write!(
-                        netem,
-                        " loss gemodel {} {} {} {}",
-                        fmt_prob(p_good_to_bad),
-                        fmt_prob(p_bad_to_good),
-                        fmt_prob(loss_bad),
-                        fmt_prob(loss_good)
+            match opts.leaf {
+                Leaf::Netem => {
+                    let mut netem = format!(
+                        "tc qdisc add dev {dev} parent {TC_HANDLE}{id:x} handle {id:x}: netem limit {limit} delay {}",
+                        tc_time(c.delay)
                     );
+                    if c.jitter > 0 {
+                        let _ = write!(netem, " {}", tc_time(c.jitter));
+                    }
+                    match c.loss {
+                        LossModel::None => {}
+                        LossModel::Iid(pr) => {
+                            let _ = write!(netem, " loss random {}", fmt_prob(pr));
+                        }
+                        LossModel::GilbertElliott {
+                            p_good_to_bad,
+                            p_bad_to_good,
+                            loss_bad,
+                            loss_good,
+                        } => {
+                            let _ = write!(
+                                netem,
+                                " loss gemodel {} {} {} {}",
+                                fmt_prob(p_good_to_bad),
+                                fmt_prob(p_bad_to_good),
+                                fmt_prob(loss_bad),
+                                fmt_prob(loss_good)
+                            );
+                        }
+                    }
+                    s.cmd(&netem);
                 }
+                Leaf::Pfifo => s.cmd(&format!(
+                    "tc qdisc add dev {dev} parent {TC_HANDLE}{id:x} handle {id:x}: pfifo limit {limit}"
+                )),
             }
-            s.cmd(&netem);
             match m {
                 Match::Default => {}
-                Match::Flow { src, dst } => {
-                    let (proto, fam) = if src.is_ipv4() {
-                        ("ip", "ip")
-                    } else {
-                        ("ipv6", "ip6")
+                Match::Flow { src, dst } if src.is_ipv4() => {
+                    let client = if up { src.ip() } else { dst.ip() };
+                    let bucket = match client {
+                        std::net::IpAddr::V4(a) => a.octets()[3],
+                        std::net::IpAddr::V6(_) => unreachable!("checked is_ipv4"),
                     };
                     s.cmd(&format!(
-                        "tc filter add dev {dev} parent 1: protocol {proto} prio 1 u32 match {fam} protocol 6 0xff match {fam} src {} match {fam} dst {} match {fam} sport {} 0xffff match {fam} dport {} 0xffff flowid 1:{id:x}",
-                        IpNet { addr: src.ip(), prefix: if src.is_ipv4() { 32 } else { 128 } },
-                        IpNet { addr: dst.ip(), prefix: if dst.is_ipv4() { 32 } else { 128 } },
+                        "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht {TC_FLOW_HT:x}:{bucket:x}: match ip src {} match ip dst {} match ip sport {} 0xffff match ip dport {} 0xffff flowid {TC_HANDLE}{id:x}",
+                        host(src.ip()),
+                        host(dst.ip()),
+                        src.port(),
+                        dst.port()
+                    ));
+                }
+                Match::Flow { src, dst } => {
+                    s.cmd(&format!(
+                        "tc filter add dev {dev} parent {TC_HANDLE} protocol ipv6 prio 2 u32 match ip6 protocol 6 0xff match ip6 src {} match ip6 dst {} match ip6 sport {} 0xffff match ip6 dport {} 0xffff flowid {TC_HANDLE}{id:x}",
+                        host(src.ip()),
+                        host(dst.ip()),
                         src.port(),
                         dst.port()
                     ));
@@ -366,33 +622,62 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                     } else {
                         ("ipv6", "ip6")
                     };
-                    s.cmd(&format!("tc filter add dev {dev} parent 1: protocol {proto} prio {prefix_prio} u32 match {fam} src {src} match {fam} dst {dst} flowid 1:{id:x}"));
+                    s.cmd(&format!("tc filter add dev {dev} parent {TC_HANDLE} protocol {proto} prio {prefix_prio} u32 match {fam} src {src} match {fam} dst {dst} flowid {TC_HANDLE}{id:x}"));
                     prefix_prio += 1;
                 }
             }
         }
     }
+    note_left_out(&mut s, left_out);
     Ok(s)
+}
+
+fn note_left_out(s: &mut Script, left_out: usize) {
+    s.ack_policies_left_out = left_out;
+    if left_out > 0 {
+        // at the top, after the title lines
+        s.lines.insert(
+            1,
+            Line::Comment(format!(
+                "WARNING: {left_out} pipes rendered WITHOUT their ACK policy (delayed-ACK shaping needs mimic's datapath)"
+            )),
+        );
+    }
 }
 
 fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, RenderError> {
     let all = pipes(table);
-    if all.len() > 65_534 {
+    let max = (DN_PIPE_LAST - DN_PIPE_BASE + 1) as usize;
+    if all.len() > max {
         return Err(RenderError::TooMany {
-            backend: "dummynet",
+            backend: "dummynet (pipe numbers 32768-65534)",
             n: all.len(),
-            max: 65_534,
+            max,
         });
     }
     let mut s = Script::default();
     s.comment("mimic netemu render --backend dummynet: one dummynet pipe per mimic pipe, ipfw rules in table order");
+    s.comment(format!(
+        "mimic's rules are in set {DN_SET} (flows {DN_RULE_FLOWS}, prefixes from {}, default {DN_RULE_DEFAULT}), its pipes numbered from {DN_PIPE_BASE}; re-applying replaces them",
+        DN_RULE_FLOWS + 1
+    ));
     s.comment("dummynet counts IP bytes for bw, as mimic does; plr is not seeded");
+    s.cleanup(&format!("ipfw -q delete set {DN_SET}"));
     s.cmd("sysctl net.inet.ip.fw.one_pass=1");
-    for (rule, (i, (p, m, up))) in (1000..).zip(all.iter().enumerate()) {
-        common_checks(p)?;
+    let mut left_out = 0usize;
+    let mut rounded = 0usize;
+    let mut prefix_rule = DN_RULE_FLOWS + 1;
+    for (i, (p, m, up)) in all.iter().enumerate() {
+        if common_checks(p, opts)? {
+            left_out += 1;
+        }
         let c = p.cfg;
-        let n = i + 1;
-        if c.delay % 1_000_000 != 0 {
+        let n = DN_PIPE_BASE as usize + i;
+        let mut delay_ms = c.delay / 1_000_000;
+        if c.delay % 1_000_000 != 0 && opts.dummynet_round_delays {
+            delay_ms = (c.delay + 500_000) / 1_000_000;
+            rounded += 1;
+        } else if c.delay % 1_000_000 != 0 {
             return Err(unsupported(
                 &p.what,
                 &format!(
@@ -431,28 +716,47 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
         };
         s.comment(format!("{}: {}", p.what, c));
         s.cmd(&format!(
-            "ipfw -q pipe {n} config bw {bw} delay {} queue {queue}{plr}",
-            c.delay / 1_000_000
+            "ipfw -q pipe {n} config bw {bw} delay {delay_ms} queue {queue}{plr}"
         ));
-        let m = match m {
-            Match::Flow { src, dst } => format!(
-                "tcp from {} {} to {} {} in",
-                src.ip(),
-                src.port(),
-                dst.ip(),
-                dst.port()
+        let (rule, m) = match m {
+            Match::Flow { src, dst } => (
+                DN_RULE_FLOWS,
+                format!(
+                    "tcp from {} {} to {} {} in",
+                    src.ip(),
+                    src.port(),
+                    dst.ip(),
+                    dst.port()
+                ),
             ),
-            Match::Prefix { src, dst } => format!("ip from {src} to {dst} in"),
-            Match::Default => format!(
-                "ip from any to any in recv {}",
-                if *up {
-                    &opts.client_if
-                } else {
-                    &opts.server_if
-                }
+            Match::Prefix { src, dst } => {
+                let r = prefix_rule;
+                prefix_rule += 1;
+                (r, format!("ip from {src} to {dst} in"))
+            }
+            Match::Default => (
+                DN_RULE_DEFAULT,
+                format!(
+                    "ip from any to any in recv {}",
+                    if *up {
+                        &opts.client_if
+                    } else {
+                        &opts.server_if
+                    }
+                ),
             ),
         };
-        s.cmd(&format!("ipfw -q add {rule} pipe {n} {m}"));
+        s.cmd(&format!("ipfw -q add {rule} set {DN_SET} pipe {n} {m}"));
+    }
+    note_left_out(&mut s, left_out);
+    s.delays_rounded = rounded;
+    if rounded > 0 {
+        s.lines.insert(
+            1,
+            Line::Comment(format!(
+                "NOTE: {rounded} pipes' delays rounded to whole milliseconds (dummynet's resolution)"
+            )),
+        );
     }
     Ok(s)
 }
@@ -470,6 +774,97 @@ fn dn_rate(bps: u64) -> String {
     } else {
         format!("{bps}bit/s")
     }
+}
+
+/// Where [`apply`] runs its commands.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyOptions {
+    /// Run `tc` inside this network namespace (`tc -n NS`).
+    pub netns: Option<String>,
+    /// Replace a root qdisc mimic did not install.
+    pub force: bool,
+}
+
+/// What one interface's root qdisc is, read back with `tc -j qdisc show`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootQdisc {
+    /// The kernel's default (handle `0:`: noqueue, pfifo_fast, fq_codel, mq …): nobody
+    /// installed it.
+    KernelDefault(String),
+    /// mimic's ([`TC_HANDLE`]).
+    Mimic,
+    /// Someone else's: kind and handle.
+    Other { kind: String, handle: String },
+}
+
+fn tc(opts: &ApplyOptions) -> Command {
+    let mut c = Command::new("tc");
+    if let Some(ns) = &opts.netns {
+        c.args(["-n", ns]);
+    }
+    c
+}
+
+fn tc_run(opts: &ApplyOptions, args: &[&str]) -> Result<String, RenderError> {
+    let out = tc(opts)
+        .args(args)
+        .output()
+        .map_err(|_| RenderError::NoTool("tc (iproute2)".into()))?;
+    if !out.status.success() {
+        return Err(RenderError::Apply {
+            cmd: format!("tc {}", args.join(" ")),
+            err: String::from_utf8_lossy(&out.stderr).trim().into(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Parses `tc -j qdisc show dev DEV` output: the root qdisc's kind and handle.
+pub fn parse_root_qdisc(json: &str) -> Result<RootQdisc, String> {
+    let v: serde_json::Value = serde_json::from_str(json.trim())
+        .map_err(|e| format!("unreadable `tc -j qdisc show` output: {e}"))?;
+    let arr = v
+        .as_array()
+        .ok_or("`tc -j qdisc show` did not give a list")?;
+    let root = arr
+        .iter()
+        .find(|q| q.get("root").and_then(|r| r.as_bool()) == Some(true))
+        .ok_or("no root qdisc in `tc -j qdisc show`")?;
+    let kind = root
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("?")
+        .to_string();
+    let handle = root
+        .get("handle")
+        .and_then(|k| k.as_str())
+        .unwrap_or("?")
+        .to_string();
+    Ok(if handle == TC_HANDLE && kind == "htb" {
+        RootQdisc::Mimic
+    } else if handle == "0:" {
+        RootQdisc::KernelDefault(kind)
+    } else {
+        RootQdisc::Other { kind, handle }
+    })
+}
+
+/// The root qdisc of `dev` (an error naming the interface when it does not exist).
+pub fn root_qdisc(dev: &str, opts: &ApplyOptions) -> Result<RootQdisc, RenderError> {
+    let out = tc(opts)
+        .args(["-j", "qdisc", "show", "dev", dev])
+        .output()
+        .map_err(|_| RenderError::NoTool("tc (iproute2)".into()))?;
+    if !out.status.success() {
+        return Err(RenderError::Interface {
+            dev: dev.into(),
+            why: String::from_utf8_lossy(&out.stderr).trim().into(),
+        });
+    }
+    parse_root_qdisc(&String::from_utf8_lossy(&out.stdout)).map_err(|why| RenderError::Interface {
+        dev: dev.into(),
+        why,
+    })
 }
 
 /// Whether the kernel has netem: tries one in a throwaway network namespace.
@@ -498,40 +893,186 @@ pub fn probe_netem() -> Result<(), RenderError> {
     }
 }
 
-/// Runs a rendered script. The netem backend first checks that the kernel has netem, so it
-/// stops before changing anything when it does not.
-pub fn apply(backend: Backend, script: &Script) -> Result<(), RenderError> {
-    match backend {
-        Backend::Netem => probe_netem()?,
-        Backend::Dummynet => {
-            let ok = Command::new("sh")
-                .args(["-c", "command -v ipfw"])
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            if !ok {
-                return Err(RenderError::NoTool(
-                    "ipfw (dummynet: FreeBSD, or Linux with the ipfw3 module)".into(),
-                ));
-            }
-        }
+/// What [`apply`] or [`apply_teardown`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Interfaces whose previous mimic installation was removed.
+    pub replaced: Vec<String>,
+    /// Interfaces whose foreign root qdisc was replaced (`--force`).
+    pub forced: Vec<String>,
+    /// Commands run (in the batch for netem).
+    pub commands: usize,
+}
+
+fn ensure_ipfw() -> Result<(), RenderError> {
+    let ok = Command::new("sh")
+        .args(["-c", "command -v ipfw"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(RenderError::NoTool(
+            "ipfw (dummynet: FreeBSD, or Linux with the ipfw3 module)".into(),
+        ))
     }
-    for c in &script.commands {
-        let out = Command::new(&c[0])
-            .args(&c[1..])
-            .output()
-            .map_err(|e| RenderError::Apply {
-                cmd: c.join(" "),
-                err: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(RenderError::Apply {
-                cmd: c.join(" "),
-                err: String::from_utf8_lossy(&out.stderr).trim().into(),
-            });
-        }
+}
+
+fn run_argv(c: &[String], tolerant: bool) -> Result<(), RenderError> {
+    let out = Command::new(&c[0])
+        .args(&c[1..])
+        .output()
+        .map_err(|e| RenderError::Apply {
+            cmd: c.join(" "),
+            err: e.to_string(),
+        })?;
+    if !out.status.success() && !tolerant {
+        return Err(RenderError::Apply {
+            cmd: c.join(" "),
+            err: String::from_utf8_lossy(&out.stderr).trim().into(),
+        });
     }
     Ok(())
+}
+
+/// Installs a rendered script. netem: checks that the kernel has netem (when the script needs
+/// it), that both interfaces exist and that neither has a root qdisc mimic did not install
+/// (unless `force`) — all before changing anything —, removes mimic's previous installation,
+/// then runs every command in one `tc -batch` process. dummynet: removes mimic's rule set and
+/// runs the commands one by one.
+pub fn apply(
+    backend: Backend,
+    script: &Script,
+    ropts: &RenderOptions,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, RenderError> {
+    let mut report = ApplyReport::default();
+    match backend {
+        Backend::Netem => {
+            if script.needs_netem {
+                probe_netem()?;
+            }
+            let devs = [&ropts.server_if, &ropts.client_if];
+            let mut roots = Vec::new();
+            for dev in devs {
+                let r = root_qdisc(dev, opts)?;
+                if let RootQdisc::Other { kind, handle } = &r {
+                    if !opts.force {
+                        return Err(RenderError::ForeignRoot {
+                            dev: dev.to_string(),
+                            kind: kind.clone(),
+                            handle: handle.clone(),
+                        });
+                    }
+                }
+                roots.push((dev, r));
+            }
+            for (dev, r) in roots {
+                match r {
+                    RootQdisc::KernelDefault(_) => {}
+                    RootQdisc::Mimic => {
+                        tc_run(
+                            opts,
+                            &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE],
+                        )?;
+                        report.replaced.push(dev.clone());
+                    }
+                    RootQdisc::Other { .. } => {
+                        tc_run(opts, &["qdisc", "del", "dev", dev, "root"])?;
+                        report.forced.push(dev.clone());
+                    }
+                }
+            }
+            run_tc_batch(&script.to_batch(), opts)?;
+            report.commands = script.commands.len();
+        }
+        Backend::Dummynet => {
+            ensure_ipfw()?;
+            for c in &script.cleanup {
+                run_argv(c, true)?;
+            }
+            for c in &script.commands {
+                run_argv(c, false)?;
+            }
+            report.commands = script.commands.len();
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `tc -batch -` with `batch` on its standard input; a failure names the line.
+pub fn run_tc_batch(batch: &str, opts: &ApplyOptions) -> Result<(), RenderError> {
+    let mut child = tc(opts)
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|_| RenderError::NoTool("tc (iproute2)".into()))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let text = batch.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| RenderError::Apply {
+        cmd: "tc -batch -".into(),
+        err: e.to_string(),
+    })?;
+    let _ = writer.join();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        // "Command failed -:N": name the line itself
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix("Command failed -:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .and_then(|n| batch.lines().nth(n.saturating_sub(1)))
+            .map(|l| format!("tc {l}"))
+            .unwrap_or_else(|| "tc -batch -".into());
+        let why: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.starts_with("Command failed") && !l.starts_with("Warning:"))
+            .collect();
+        return Err(RenderError::Apply {
+            cmd: line,
+            err: why.join("; "),
+        });
+    }
+    Ok(())
+}
+
+/// Removes what mimic installed and nothing else: the netem backend deletes a root qdisc only
+/// when it is mimic's (read back by handle); the dummynet backend runs [`teardown`]'s commands.
+/// Returns the interfaces (netem) it removed mimic's qdiscs from.
+pub fn apply_teardown(
+    backend: Backend,
+    table: Option<&PipeTable>,
+    ropts: &RenderOptions,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, RenderError> {
+    let mut report = ApplyReport::default();
+    match backend {
+        Backend::Netem => {
+            for dev in [&ropts.server_if, &ropts.client_if] {
+                if root_qdisc(dev, opts)? == RootQdisc::Mimic {
+                    tc_run(
+                        opts,
+                        &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE],
+                    )?;
+                    report.replaced.push(dev.clone());
+                    report.commands += 1;
+                }
+            }
+        }
+        Backend::Dummynet => {
+            let s = teardown(backend, table, ropts)?;
+            ensure_ipfw()?;
+            for c in &s.cleanup {
+                run_argv(c, true)?;
+            }
+            report.commands = s.cleanup.len();
+        }
+    }
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -540,21 +1081,19 @@ mod tests {
     use crate::engine::FlowRule;
 
     fn opts() -> RenderOptions {
-        RenderOptions {
-            client_if: "eth0".into(),
-            server_if: "eth1".into(),
+        RenderOptions::new("eth0", "eth1")
+    }
+
+    fn default_table(up: &str, down: &str) -> PipeTable {
+        PipeTable {
+            default: Some((up.parse().unwrap(), down.parse().unwrap())),
+            ..Default::default()
         }
     }
 
     #[test]
     fn unsupported_features_are_errors() {
-        let t = PipeTable {
-            default: Some((
-                "delay=1500us".parse().unwrap(),
-                "delay=1ms".parse().unwrap(),
-            )),
-            ..Default::default()
-        };
+        let t = default_table("delay=1500us", "delay=1ms");
         assert!(render(Backend::Dummynet, &t, &opts())
             .unwrap_err()
             .to_string()
@@ -574,15 +1113,168 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("ACK policies"));
+            // asked to leave them out: rendered, counted and said at the top of the script
+            let o = RenderOptions {
+                ack_policies: AckPolicies::LeaveOut,
+                ..opts()
+            };
+            let s = render(b, &t, &o).unwrap();
+            assert_eq!(s.ack_policies_left_out, 1);
+            assert!(s
+                .to_shell()
+                .lines()
+                .nth(2)
+                .unwrap()
+                .contains("1 pipes rendered WITHOUT their ACK policy"));
         }
-        let t = PipeTable {
-            default: Some(("queue=10kb".parse().unwrap(), PipeConfig::default())),
-            ..Default::default()
-        };
+        let t = default_table("queue=10kb", "rate=unlimited");
         assert!(render(Backend::Netem, &t, &opts())
             .unwrap_err()
             .to_string()
             .contains("byte queue"));
         assert!(render(Backend::Dummynet, &t, &opts()).is_ok());
+    }
+
+    /// Regression (issue 22): a pipe without a rate rendered `netem limit 10 delay 50ms`, so
+    /// netem dropped every packet beyond the tenth inside the 50 ms delay line — ACKs that
+    /// mimic's own unlimited pipe (whose queue never fills) passes.
+    #[test]
+    fn netem_limit_of_a_pipe_without_rate_counts_the_delay_line() {
+        let t = default_table("delay=50ms,queue=10", "delay=50ms,queue=10");
+        let sh = render(Backend::Netem, &t, &opts()).unwrap().to_shell();
+        assert!(!sh.contains("netem limit 10 delay"), "{sh}");
+        // 10 Gbit/s of 64-byte frames for 50 ms: 976,562.5 -> 976,563, plus the queue
+        assert!(sh.contains("netem limit 976573 delay 50ms"), "{sh}");
+        // a rate-limited pipe: 10 Mbit/s of 1500-byte packets for 20 ms (16.7 -> 16) + 1 + 50
+        let c: PipeConfig = "delay=20ms,rate=10mbit,queue=50".parse().unwrap();
+        assert_eq!(netem_limit(&c, 50), 67);
+        // jitter lengthens the delay line
+        let c: PipeConfig = "delay=20ms,jitter=10ms,rate=10mbit".parse().unwrap();
+        assert_eq!(netem_limit(&c, 50), 50 + 25 + 1);
+        let c: PipeConfig = "delay=0ms".parse().unwrap();
+        assert_eq!(netem_limit(&c, 7), 7);
+    }
+
+    #[test]
+    fn ipv4_flows_go_to_the_hash_bucket_of_the_client_address() {
+        let t = PipeTable {
+            flows: vec![FlowRule {
+                client: "198.19.3.200:20000".parse().unwrap(),
+                server: "198.18.0.1:80".parse().unwrap(),
+                up: "delay=5ms".parse().unwrap(),
+                down: "delay=5ms,rate=1mbit".parse().unwrap(),
+            }],
+            ..Default::default()
+        };
+        let sh = render(Backend::Netem, &t, &opts()).unwrap().to_shell();
+        // upstream: the client is the source (offset 12); downstream the destination (16)
+        assert!(sh.contains("dev eth1 parent 6d69: prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at 12 link 100:"));
+        assert!(sh.contains("dev eth0 parent 6d69: prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at 16 link 100:"));
+        assert!(sh.contains("dev eth1 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip src 198.19.3.200/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff flowid 6d69:10"));
+        assert!(sh.contains("dev eth0 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip src 198.18.0.1/32 match ip dst 198.19.3.200/32 match ip sport 80 0xffff match ip dport 20000 0xffff flowid 6d69:10"));
+    }
+
+    #[test]
+    fn class_ids_skip_the_root_major_and_stop_at_the_last_minor() {
+        let mut m = TC_FIRST_MINOR;
+        let ids: Vec<u32> = std::iter::from_fn(|| (m <= TC_LAST_MINOR).then(|| next_minor(&mut m)))
+            .filter(|id| *id <= TC_LAST_MINOR)
+            .collect();
+        assert_eq!(ids.len(), TC_MAX_PIPES_PER_IF);
+        assert!(!ids.contains(&TC_MAJOR));
+        let flows = |n: usize| PipeTable {
+            flows: (0..n)
+                .map(|i| FlowRule {
+                    client: std::net::SocketAddr::new(
+                        std::net::Ipv4Addr::from(0xc613_0000u32 + i as u32).into(),
+                        20_000,
+                    ),
+                    server: "198.18.0.1:80".parse().unwrap(),
+                    up: PipeConfig::default(),
+                    down: PipeConfig::default(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let s = render(Backend::Netem, &flows(TC_MAX_PIPES_PER_IF), &opts()).unwrap();
+        let sh = s.to_shell();
+        assert!(sh.contains("classid 6d69:fffe "));
+        assert!(!sh.contains("classid 6d69:6d69 "));
+        assert!(matches!(
+            render(Backend::Netem, &flows(TC_MAX_PIPES_PER_IF + 1), &opts()),
+            Err(RenderError::TooMany { .. })
+        ));
+    }
+
+    #[test]
+    fn batch_drops_the_program_name_and_the_cleanup() {
+        let t = default_table("delay=1ms", "delay=1ms");
+        let s = render(Backend::Netem, &t, &opts()).unwrap();
+        let b = s.to_batch();
+        assert!(b
+            .lines()
+            .all(|l| l.starts_with('#') || l.starts_with("qdisc ") || l.starts_with("class ")));
+        assert_eq!(
+            b.lines().filter(|l| !l.starts_with('#')).count(),
+            s.commands.len()
+        );
+        assert!(!b.contains(" del "));
+        assert!(s
+            .to_shell()
+            .contains("tc qdisc del dev eth1 root handle 6d69: 2>/dev/null || true\ntc qdisc add dev eth1 root handle 6d69: "));
+    }
+
+    #[test]
+    fn teardown_removes_only_mimics_handles_and_rule_set() {
+        let sh = teardown(Backend::Netem, None, &opts()).unwrap().to_shell();
+        let cmds: Vec<&str> = sh.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            cmds,
+            [
+                "tc qdisc del dev eth1 root handle 6d69: 2>/dev/null || true",
+                "tc qdisc del dev eth0 root handle 6d69: 2>/dev/null || true"
+            ]
+        );
+        assert!(teardown(Backend::Dummynet, None, &opts()).is_err());
+        let t = default_table("delay=1ms", "delay=1ms");
+        let sh = teardown(Backend::Dummynet, Some(&t), &opts())
+            .unwrap()
+            .to_shell();
+        let cmds: Vec<&str> = sh.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            cmds,
+            [
+                "ipfw -q delete set 29 2>/dev/null || true",
+                "ipfw -q pipe 32768 delete 2>/dev/null || true",
+                "ipfw -q pipe 32769 delete 2>/dev/null || true"
+            ]
+        );
+    }
+
+    #[test]
+    fn root_qdisc_is_told_by_its_handle() {
+        let j = r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]"#;
+        assert_eq!(
+            parse_root_qdisc(j).unwrap(),
+            RootQdisc::KernelDefault("noqueue".into())
+        );
+        let j = r#"[{"kind":"htb","handle":"6d69:","root":true,"options":{}},{"kind":"pfifo","handle":"10:","parent":"6d69:10"}]"#;
+        assert_eq!(parse_root_qdisc(j).unwrap(), RootQdisc::Mimic);
+        let j = r#"[{"kind":"tbf","handle":"5:","root":true}]"#;
+        assert_eq!(
+            parse_root_qdisc(j).unwrap(),
+            RootQdisc::Other {
+                kind: "tbf".into(),
+                handle: "5:".into()
+            }
+        );
+        // someone else's htb at 1: is not mimic's
+        let j = r#"[{"kind":"htb","handle":"1:","root":true}]"#;
+        assert!(matches!(
+            parse_root_qdisc(j).unwrap(),
+            RootQdisc::Other { .. }
+        ));
+        assert!(parse_root_qdisc("nonsense").is_err());
+        assert!(parse_root_qdisc("[]").is_err());
     }
 }

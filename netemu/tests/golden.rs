@@ -9,10 +9,7 @@ use mimic_netemu::render::{render, Backend, RenderOptions};
 fn check(name: &str, backend: Backend, tag: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let table = mimic_netemu::table::load(&dir.join(format!("{name}.toml"))).unwrap();
-    let opts = RenderOptions {
-        client_if: "eth0".into(),
-        server_if: "eth1".into(),
-    };
+    let opts = RenderOptions::new("eth0", "eth1");
     let (got, ext) = match render(backend, &table, &opts) {
         Ok(s) => (s.to_shell(), "sh"),
         Err(e) => (format!("{e}\n"), "err"),

@@ -380,6 +380,42 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
     (up, down)
 }
 
+/// The flow rules of a replay of `wl`: connection `i` (in the workload's order) from
+/// [`local_addr`]`(client_addrs, i)` to `server` with its two pipes ([`pipes_for`], seeded from
+/// `seed` and the original connection id). This is what [`run`] registers with the emulator
+/// before each SYN, and what `mimic netemu render --from` renders for tc or ipfw.
+pub fn flow_rules(
+    wl: &Workload,
+    client_addrs: &[Ipv4Addr],
+    server: SocketAddr,
+    seed: u64,
+    queue: QueueOverride,
+) -> Result<Vec<FlowRule>, ReplayError> {
+    if client_addrs.is_empty() {
+        return Err(ReplayError::Invalid(
+            "a replay needs at least one client address".into(),
+        ));
+    }
+    wl.conns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let local = local_addr(client_addrs, i)?;
+            let (up, down) = pipes_for(
+                c,
+                seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,
+                queue,
+            );
+            Ok(FlowRule {
+                client: SocketAddr::V4(local),
+                server,
+                up,
+                down,
+            })
+        })
+        .collect()
+}
+
 /// How long a connection may take before it is recorded as timed out.
 fn time_limit(c: &ConnSpec) -> Duration {
     let rtt = c.min_rtt_us.unwrap_or(0).max(0) as f64 / 1e6;
@@ -644,20 +680,14 @@ pub fn run(
     let max_owd = wl.conns.iter().map(|c| c.one_way_us()).max().unwrap_or(0);
     let lead = Duration::from_secs(1) + Duration::from_micros(max_owd.max(0) as u64);
     let mut planned = Vec::with_capacity(wl.conns.len());
-    let mut rules = Vec::with_capacity(wl.conns.len());
-    for (i, c) in wl.conns.iter().enumerate() {
-        let local = local_addr(&client_addrs, i)?;
-        let (up, down) = pipes_for(
-            c,
-            opts.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,
-            opts.queue,
-        );
-        rules.push(FlowRule {
-            client: SocketAddr::V4(local),
-            server,
-            up,
-            down,
-        });
+    let rules = flow_rules(&wl, &client_addrs, server, opts.seed, opts.queue)?;
+    for (c, r) in wl.conns.iter().zip(&rules) {
+        let SocketAddr::V4(local) = r.client else {
+            return Err(ReplayError::Invalid(format!(
+                "client address {} is not IPv4",
+                r.client
+            )));
+        };
         // the SYN left the client one one-way delay before the capture point saw it
         let rel_us = ((c.t_start_us - t_first) as f64 * opts.time_scale) as i64 - c.one_way_us();
         planned.push((local, rel_us, time_limit(c)));

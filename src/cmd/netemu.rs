@@ -1,6 +1,7 @@
 //! `mimic netemu`: run the per-flow emulator in the foreground, talk to a running one, or
 //! render a pipe table for tc/netem or ipfw/dummynet.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,8 +13,10 @@ use mimic_netemu::control::{self, Client, ControlAddr, RunStats};
 use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, Waker};
 use mimic_netemu::engine::{Engine, Limits, PipeCounters, PipeOwner, PipeTable};
 use mimic_netemu::lab::{self, LabInfo};
-use mimic_netemu::render::{self, Backend, RenderOptions};
+use mimic_netemu::render::{self, AckPolicies, ApplyOptions, Backend, Leaf, RenderOptions};
 use mimic_netemu::PipeConfig;
+use mimic_replay::orchestrate::{self, QueueOverride};
+use mimic_replay::workload::Select;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -142,23 +145,10 @@ enum Cmd {
         #[command(flatten)]
         connect: Connect,
     },
-    /// Turn a pipe table into tc (htb + netem + u32) or ipfw (dummynet) commands.
-    Render {
-        /// netem or dummynet.
-        #[arg(long)]
-        backend: Backend,
-        #[command(flatten)]
-        tables: Tables,
-        /// Interface towards the clients (downstream pipes shape its egress).
-        #[arg(long, default_value = "eth0")]
-        client_if: String,
-        /// Interface towards the servers (upstream pipes shape its egress).
-        #[arg(long, default_value = "eth1")]
-        server_if: String,
-        /// Run the commands (tc or ipfw must exist; netem needs a kernel with netem).
-        #[arg(long)]
-        apply: bool,
-    },
+    /// Turn a pipe table, or the per-connection pipes a replay of a flows.db would register,
+    /// into tc (htb + netem + hashed u32) or ipfw (dummynet) commands; print, apply or tear
+    /// them down.
+    Render(RenderArgs),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -213,28 +203,202 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             connect.client()?.shutdown()?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Render {
-            backend,
-            tables,
-            client_if,
-            server_if,
-            apply,
-        } => {
-            let table = tables.load()?;
-            let opts = RenderOptions {
-                client_if,
-                server_if,
-            };
-            let script = render::render(backend, &table, &opts)?;
-            if apply {
-                render::apply(backend, &script)?;
-                eprintln!("mimic: applied {} commands", script.commands.len());
-            } else {
-                print!("{}", script.to_shell());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Render(r) => run_render(r),
     }
+}
+
+#[derive(clap::Args)]
+struct RenderArgs {
+    /// netem or dummynet.
+    #[arg(long)]
+    backend: Backend,
+    #[command(flatten)]
+    tables: Tables,
+    /// Add the per-connection pipes a replay of this flows.db would register (the same
+    /// mapping as `mimic replay`: one-way delay, rate, random loss, queue by rate class),
+    /// keyed by the client address and port each connection gets in the replay.
+    #[arg(long, value_name = "FLOWS_DB")]
+    from: Option<PathBuf>,
+    /// With --from: the replay's client addresses (repeatable; default the lab's pool,
+    /// 198.19.0.1 and up, as `mimic replay --lab` uses).
+    #[arg(long, value_name = "IP", requires = "from")]
+    client_addr: Vec<Ipv4Addr>,
+    /// With --from: the server's address and port in the replay (default the lab's,
+    /// 198.18.0.1:80).
+    #[arg(long, value_name = "ADDR", requires = "from")]
+    server: Option<SocketAddr>,
+    /// With --from: which connections (complete or all), as `mimic replay --select`.
+    #[arg(long, default_value = "complete", value_parser = parse_select, requires = "from")]
+    select: Select,
+    /// With --from: only the first N connections, as `mimic replay --limit`.
+    #[arg(long, value_name = "N", requires = "from")]
+    limit: Option<usize>,
+    /// With --from: queue lengths instead of the rate classes, as `mimic replay --queue`.
+    #[arg(long, value_name = "N|up=N,down=M", value_parser = parse_queue, requires = "from")]
+    queue: Option<QueueOverride>,
+    /// With --from: the seed `mimic replay --seed` would use (only mimic's datapath uses it).
+    #[arg(long, default_value_t = 1, requires = "from")]
+    seed: u64,
+    /// Interface towards the clients (downstream pipes shape its egress); printing defaults
+    /// to eth0, --apply needs it named.
+    #[arg(long, value_name = "IF")]
+    client_if: Option<String>,
+    /// Interface towards the servers (upstream pipes shape its egress); printing defaults to
+    /// eth1, --apply needs it named.
+    #[arg(long, value_name = "IF")]
+    server_if: Option<String>,
+    /// Print the commands for one `tc -batch FILE` (or `ipfw -q FILE`) process instead of a
+    /// shell script.
+    #[arg(long, conflicts_with = "apply")]
+    batch: bool,
+    /// Run the commands (netem: one `tc -batch`, after checking that the kernel has netem and
+    /// that the root qdiscs are the kernel's default or mimic's; dummynet: ipfw must exist).
+    #[arg(long)]
+    apply: bool,
+    /// Remove what mimic installed (its root qdisc / its ipfw rule set and pipes) and nothing
+    /// else, instead of installing.
+    #[arg(long)]
+    teardown: bool,
+    /// With --apply: replace a root qdisc mimic did not install.
+    #[arg(long, requires = "apply")]
+    force: bool,
+    /// Testing only: pfifo leaves in place of netem (classes and filters without the
+    /// emulation), to time or check the install on a kernel without sch_netem.
+    #[arg(long, hide = true)]
+    test_pfifo_leaves: bool,
+}
+
+fn parse_select(s: &str) -> Result<Select, String> {
+    s.parse()
+}
+fn parse_queue(s: &str) -> Result<QueueOverride, String> {
+    s.parse()
+}
+
+fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
+    let mut table = a.tables.load()?;
+    if let Some(db) = &a.from {
+        let wl = mimic_replay::workload::load(db, a.select, a.limit)?;
+        let addrs: Vec<Ipv4Addr> = if a.client_addr.is_empty() {
+            let info = LabInfo::for_name("render")?;
+            (0..info.pool_len())
+                .filter_map(|i| info.pool_addr(i))
+                .collect()
+        } else {
+            a.client_addr.clone()
+        };
+        let server = a
+            .server
+            .unwrap_or_else(|| SocketAddr::new(lab::SERVER_ADDR.into(), 80));
+        let rules =
+            orchestrate::flow_rules(&wl, &addrs, server, a.seed, a.queue.unwrap_or_default())
+                .with_context(|| format!("{}", db.display()))?;
+        if rules.is_empty() {
+            bail!(
+                "{}: no connection to render (--select {:?})",
+                db.display(),
+                a.select
+            );
+        }
+        table.flows.extend(rules);
+    }
+    if a.apply && (a.client_if.is_none() || a.server_if.is_none()) {
+        bail!("--apply changes the interfaces' root qdiscs: name both with --client-if and --server-if");
+    }
+    let opts = RenderOptions {
+        client_if: a.client_if.clone().unwrap_or_else(|| "eth0".into()),
+        server_if: a.server_if.clone().unwrap_or_else(|| "eth1".into()),
+        leaf: if a.test_pfifo_leaves {
+            Leaf::Pfifo
+        } else {
+            Leaf::Netem
+        },
+        ack_policies: if a.from.is_some() {
+            AckPolicies::LeaveOut
+        } else {
+            AckPolicies::Refuse
+        },
+        // a workload's one-way delays are microseconds; a hand-written table is refused
+        dummynet_round_delays: a.from.is_some(),
+    };
+    let empty = table.default.is_none() && table.prefixes.is_empty() && table.flows.is_empty();
+    if a.teardown {
+        let t = (!empty).then_some(&table);
+        if a.apply {
+            let r = render::apply_teardown(a.backend, t, &opts, &ApplyOptions::default())?;
+            if a.backend == Backend::Netem && r.replaced.is_empty() {
+                eprintln!(
+                    "mimic: nothing of mimic's on {} or {}",
+                    opts.server_if, opts.client_if
+                );
+            } else if a.backend == Backend::Netem {
+                eprintln!(
+                    "mimic: removed mimic's root qdisc ({}) from {}",
+                    render::TC_HANDLE,
+                    r.replaced.join(" and ")
+                );
+            } else {
+                eprintln!(
+                    "mimic: removed mimic's rule set and pipes ({} commands)",
+                    r.commands
+                );
+            }
+        } else {
+            let s = render::teardown(a.backend, t, &opts)?;
+            print!("{}", if a.batch { s.to_batch() } else { s.to_shell() });
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if empty {
+        bail!("no pipes to render: give --pipes FILE, --default PIPE, --default-up/--default-down, or --from FLOWS_DB");
+    }
+    let script = render::render(a.backend, &table, &opts)?;
+    if script.ack_policies_left_out > 0 {
+        eprintln!(
+            "mimic: warning: {} connections' delayed-ACK shaping left out ({} cannot thin ACKs; mimic's datapath can)",
+            script.ack_policies_left_out,
+            if a.backend == Backend::Netem { "netem" } else { "dummynet" }
+        );
+    }
+    if script.delays_rounded > 0 {
+        eprintln!(
+            "mimic: note: {} pipes' delays rounded to whole milliseconds (dummynet's resolution)",
+            script.delays_rounded
+        );
+    }
+    if a.apply {
+        let t0 = std::time::Instant::now();
+        let r = render::apply(
+            a.backend,
+            &script,
+            &opts,
+            &ApplyOptions {
+                netns: None,
+                force: a.force,
+            },
+        )?;
+        for d in &r.forced {
+            eprintln!("mimic: replaced a root qdisc mimic did not install on {d} (--force)");
+        }
+        eprintln!(
+            "mimic: applied {} commands in {:.2} s{}",
+            r.commands,
+            t0.elapsed().as_secs_f64(),
+            if r.replaced.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (replacing mimic's previous pipes on {})",
+                    r.replaced.join(", ")
+                )
+            }
+        );
+    } else if a.batch {
+        print!("{}", script.to_batch());
+    } else {
+        print!("{}", script.to_shell());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[allow(clippy::too_many_arguments)]

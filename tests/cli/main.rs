@@ -11,4 +11,5 @@ mod capture;
 mod compare;
 mod export;
 mod metrics;
+mod netemu;
 mod replay;

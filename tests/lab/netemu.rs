@@ -838,6 +838,91 @@ fn netem_backend_refuses_to_half_apply_without_netem() {
     }
 }
 
+/// `mimic netemu render --apply` on the lab's emu interfaces, with pfifo leaves in place of
+/// netem (this kernel has none): a second apply replaces the first, someone else's root qdisc
+/// is refused until --force, and --teardown --apply removes mimic's qdiscs and nothing else.
+#[test]
+fn render_apply_replaces_its_own_refuses_others_and_tears_down_only_its_own() {
+    let lab = Lab::up();
+    let (cif, sif) = (lab.info.emu_cli_if.clone(), lab.info.emu_srv_if.clone());
+    let bin = crate::common::mimic_bin();
+    let bin = bin.to_str().unwrap();
+    let render = |extra: &[&str]| -> Output {
+        let mut a = vec![
+            "netemu",
+            "render",
+            "--backend",
+            "netem",
+            "--client-if",
+            &cif,
+            "--server-if",
+            &sif,
+        ];
+        a.extend_from_slice(extra);
+        lab.ns_cmd(&lab.info.ns_emu, bin, &a).output().unwrap()
+    };
+    let qdiscs = |dev: &str| {
+        stdout(
+            &lab.ns_cmd(&lab.info.ns_emu, "tc", &["qdisc", "show", "dev", dev])
+                .output()
+                .unwrap(),
+        )
+    };
+    let pipes = ["--default", "delay=5ms,rate=10mbit", "--test-pfifo-leaves"];
+    let o = render(&[&pipes[..], &["--apply"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = (qdiscs(&cif), qdiscs(&sif));
+    assert!(first.0.contains("htb 6d69:"), "{first:?}");
+    let o = render(&[&pipes[..], &["--apply"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("replacing mimic's previous pipes"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!((qdiscs(&cif), qdiscs(&sif)), first);
+    let o = render(&["--teardown", "--apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!qdiscs(&cif).contains("6d69:") && !qdiscs(&sif).contains("6d69:"));
+    // someone else's root qdisc
+    let o = lab
+        .ns_cmd(
+            &lab.info.ns_emu,
+            "tc",
+            &[
+                "qdisc", "add", "dev", &sif, "root", "handle", "5:", "tbf", "rate", "1gbit",
+                "burst", "64k", "latency", "10ms",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = render(&[&pipes[..], &["--apply"]].concat());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{sif} has a root qdisc mimic did not install (tbf 5:)"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !qdiscs(&cif).contains("6d69:"),
+        "refused, yet changed {cif}"
+    );
+    let o = render(&["--teardown", "--apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        qdiscs(&sif).contains("tbf 5:"),
+        "the teardown removed their qdisc"
+    );
+    let o = render(&[&pipes[..], &["--apply", "--force"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(qdiscs(&sif).contains("htb 6d69:"));
+    let o = render(&["--teardown", "--apply"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn ack_policy_thins_a_linux_clients_acks_to_one_per_four_segments() {
     let mut lab = Lab::up();

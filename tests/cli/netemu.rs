@@ -1,0 +1,217 @@
+//! `mimic netemu render` command-line tests (no root: nothing is applied here; applying is
+//! tested in netemu/tests/tc_apply.rs and tests/lab/netemu.rs).
+//! `MIMIC_BLESS=1` rewrites the expected files in tests/cli/golden/.
+
+use std::path::Path;
+
+use crate::common::{run, stderr, stdout, tempdir};
+
+fn golden(name: &str, got: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/cli/golden")
+        .join(name);
+    if std::env::var_os("MIMIC_BLESS").is_some() {
+        std::fs::write(&path, got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing (run with MIMIC_BLESS=1 once and review it)",
+            path.display()
+        )
+    });
+    assert_eq!(got, want, "{} differs", path.display());
+}
+
+/// A small synthetic workload, rendered for both backends: the pipes a replay of it in the lab
+/// would register (client addresses 198.19.0.1 and up, server 198.18.0.1:80).
+#[test]
+fn render_from_a_flows_db_gives_the_replays_pipes() {
+    let dir = tempdir();
+    let db = dir.path().join("synth.db");
+    let db_s = db.to_str().unwrap();
+    let o = run(&[
+        "-q",
+        "synth",
+        "--connections",
+        "6",
+        "--seed",
+        "7",
+        "-o",
+        db_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["netemu", "render", "--backend", "netem", "--from", db_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sh = stdout(&o);
+    // one flow per connection, client addresses in replay order
+    assert_eq!(
+        sh.matches("/32 match ip dst 198.18.0.1/32").count(),
+        6,
+        "{sh}"
+    );
+    assert!(sh.contains("match ip src 198.19.0.1/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff"), "{sh}");
+    golden("synth6.netem.sh", &sh);
+    // the delayed-ACK shaping netem cannot do is said, not dropped silently
+    let warned = stderr(&o);
+    if sh.contains("WITHOUT their ACK policy") {
+        assert!(warned.contains("delayed-ACK shaping left out"), "{warned}");
+    }
+    let o = run(&["netemu", "render", "--backend", "dummynet", "--from", db_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    golden("synth6.dummynet.sh", &stdout(&o));
+    // the batch form: the same commands without `tc`, for one `tc -batch` process
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        db_s,
+        "--batch",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let batch = stdout(&o);
+    let cmds = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.starts_with('#') && !l.contains("|| true"))
+            .map(|l| l.trim_start_matches("tc ").to_string())
+            .collect()
+    };
+    assert_eq!(cmds(&batch), cmds(&sh[sh.find('\n').unwrap() + 1..]));
+    // own addresses and server
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        db_s,
+        "--client-addr",
+        "10.1.0.1",
+        "--client-addr",
+        "10.1.0.2",
+        "--server",
+        "10.0.0.1:8080",
+        "--limit",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sh = stdout(&o);
+    assert_eq!(sh.matches("dport 8080 0xffff").count(), 3, "{sh}");
+    assert!(
+        sh.contains(
+            "match ip src 10.1.0.2/32 match ip dst 10.0.0.1/32 match ip sport 20000 0xffff"
+        ),
+        "{sh}"
+    );
+    assert!(
+        sh.contains(
+            "match ip src 10.1.0.1/32 match ip dst 10.0.0.1/32 match ip sport 20001 0xffff"
+        ),
+        "{sh}"
+    );
+}
+
+#[test]
+fn teardown_prints_the_removal_of_mimics_pipes_only() {
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--teardown",
+        "--client-if",
+        "c0",
+        "--server-if",
+        "s0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sh = stdout(&o);
+    let cmds: Vec<&str> = sh.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        cmds,
+        [
+            "tc qdisc del dev s0 root handle 6d69: 2>/dev/null || true",
+            "tc qdisc del dev c0 root handle 6d69: 2>/dev/null || true"
+        ]
+    );
+    let o = run(&["netemu", "render", "--backend", "dummynet", "--teardown"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("give the same --pipes"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "dummynet",
+        "--teardown",
+        "--default",
+        "delay=5ms",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("ipfw -q delete set 29"));
+}
+
+#[test]
+fn bad_render_requests_are_clear_errors() {
+    // --apply never picks interfaces by itself
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=5ms",
+        "--apply",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("name both with --client-if and --server-if"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=5ms",
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--apply"), "{}", stderr(&o));
+    let o = run(&["netemu", "render", "--backend", "netem"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no pipes to render"), "{}", stderr(&o));
+    let dir = tempdir();
+    let missing = dir.path().join("missing.db");
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("missing.db") && stderr(&o).contains("no such file"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--client-addr",
+        "10.0.0.1",
+        "--default",
+        "delay=1ms",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "--client-addr without --from");
+}

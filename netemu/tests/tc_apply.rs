@@ -453,21 +453,20 @@ fn time_install(ns: &str, pipes: usize) -> f64 {
 /// Install time with `tc -batch` and hashed filters (pfifo leaves: this kernel has no netem).
 /// Pipes are one direction each: N pipes = N/2 connections, N/2 classes + leaves + filters per
 /// interface.
+/// The times are printed, not asserted (timed assertions belong in benchmarks:
+/// `bench/netem-install.sh`); what is checked is that every class arrives and leaves.
 #[test]
-fn install_time_of_1000_and_10000_pipes() {
+fn install_1000_and_10000_pipes_in_one_batch() {
     let g = one_router();
     let ns = g.ns(0);
     time_install(ns, 1_000);
-    let ten_k = time_install(ns, 10_000);
-    // "10,000 pipes install in seconds, not minutes": 7.7 s alone on this 2-core machine,
-    // 19.9 s beside a 65,536-pipe install; a minute means the batch or the hash is gone
-    assert!(ten_k < 60.0, "10,000 pipes took {ten_k:.1} s");
+    time_install(ns, 10_000);
 }
 
 /// The kernel makes every new htb class walk all classes of its qdisc (reverse binding of
 /// filters), so one htb with N classes installs in O(N^2): minutes at 65,536 pipes.
 #[test]
-#[ignore = "benchmark, minutes: cargo test -p mimic-netemu --test tc_apply -- --ignored --nocapture"]
+#[ignore = "benchmark, minutes: bench/netem-install.sh"]
 fn install_time_of_65536_pipes() {
     let g = one_router();
     time_install(g.ns(0), 65_536);

@@ -58,6 +58,14 @@ struct Family {
 #[derive(Debug, Default)]
 pub struct Families(Vec<Family>);
 
+/// The samples of a family with one label: one `(label = value)` sample per entry.
+fn one_label(label: &str, values: &[(&str, u64)]) -> Vec<(Vec<(String, String)>, u64)> {
+    values
+        .iter()
+        .map(|(l, v)| (vec![(label.to_string(), l.to_string())], *v))
+        .collect()
+}
+
 impl Families {
     fn push(
         &mut self,
@@ -90,11 +98,7 @@ impl Families {
         label: &str,
         values: &[(&str, u64)],
     ) {
-        let samples = values
-            .iter()
-            .map(|(l, v)| (vec![(label.to_string(), l.to_string())], *v))
-            .collect();
-        self.push(Kind::Counter, name, help, unit, samples);
+        self.push(Kind::Counter, name, help, unit, one_label(label, values));
     }
 
     /// A counter family with any labels.
@@ -122,11 +126,7 @@ impl Families {
         label: &str,
         values: &[(&str, u64)],
     ) {
-        let samples = values
-            .iter()
-            .map(|(l, v)| (vec![(label.to_string(), l.to_string())], *v))
-            .collect();
-        self.push(Kind::Gauge, name, help, unit, samples);
+        self.push(Kind::Gauge, name, help, unit, one_label(label, values));
     }
 }
 

@@ -600,7 +600,7 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                         std::net::IpAddr::V6(_) => unreachable!("checked is_ipv4"),
                     };
                     s.cmd(&format!(
-                        "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht {TC_FLOW_HT:x}:{bucket:x}: match ip src {} match ip dst {} match ip sport {} 0xffff match ip dport {} 0xffff flowid {TC_HANDLE}{id:x}",
+                        "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht {TC_FLOW_HT:x}:{bucket:x}: match ip protocol 6 0xff match ip src {} match ip dst {} match ip sport {} 0xffff match ip dport {} 0xffff flowid {TC_HANDLE}{id:x}",
                         host(src.ip()),
                         host(dst.ip()),
                         src.port(),

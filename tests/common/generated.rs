@@ -5,7 +5,8 @@
 //! link type, a byte order, VLAN tags, IPv6, a snap length, losses, 1000 requests on one
 //! connection, a capture starting mid-flow, the addresses the anonymization test follows
 //! across files, the delays of the latency captures, a file cut short, …); the folders hold
-//! a smaller but varied set of the same kinds, plus malformed files made here.
+//! a smaller but varied set of the same kinds, plus malformed files made here and refused
+//! connection attempts (SYN answered by RST).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -195,6 +196,38 @@ fn anon_v4(pairs: &[(&str, &str)], close: Close) -> Vec<Conn> {
             k
         })
         .collect()
+}
+
+/// Refused connection attempts, as Ethernet frames: each SYN answered by the server's RST-ACK
+/// (no listener), the client trying again 0.5 s later.
+fn refused() -> Vec<(i64, Vec<u8>)> {
+    use etherparse::PacketBuilder;
+    let (client, server) = ([192, 168, 100, 5], [192, 168, 100, 7]);
+    let (cmac, smac) = ([0x02, 0, 0, 0, 0, 0x01], [0x02, 0, 0, 0, 0, 0x02]);
+    let mut frames = Vec::new();
+    for (i, dport) in [8080u16, 8080, 8080, 9000].into_iter().enumerate() {
+        let t = T0 + i as i64 * 500 * MS;
+        let sport = 50_000 + i as u16;
+        let isn = 1_000_000 * (i as u32 + 1);
+        let mut syn = Vec::new();
+        PacketBuilder::ethernet2(cmac, smac)
+            .ipv4(client, server, 64)
+            .tcp(sport, dport, isn, 64_240)
+            .syn()
+            .write(&mut syn, &[])
+            .unwrap();
+        let mut rst = Vec::new();
+        PacketBuilder::ethernet2(smac, cmac)
+            .ipv4(server, client, 64)
+            .tcp(dport, sport, 0, 0)
+            .rst()
+            .ack(isn.wrapping_add(1))
+            .write(&mut rst, &[])
+            .unwrap();
+        frames.push((t, syn));
+        frames.push((t + 150_000, rst));
+    }
+    frames
 }
 
 /// Every stand-in: its path under the corpus root, its format, and its connections.
@@ -637,6 +670,10 @@ pub fn write_all(root: &Path) {
     for (rel, cap, conns) in stand_ins() {
         write_atomic(&root.join(rel), &capture_bytes(&cap, &conns));
     }
+    write_atomic(
+        &root.join("edge/chrissanders_tcp_refuseconnection.pcapng"),
+        &write_frames(&cap(NG, ether()), &refused()),
+    );
     malformed(root);
 }
 

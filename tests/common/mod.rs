@@ -132,6 +132,17 @@ pub fn trace(rel: &str) -> PathBuf {
     p
 }
 
+/// `rel` from the public corpus; without it, the generated capture `instead`, which has the
+/// property the test needs from `rel` (noted, as [`trace`] notes every stand-in).
+pub fn trace_or(rel: &str, instead: &str) -> PathBuf {
+    if corpus_present() {
+        trace(rel)
+    } else {
+        note_generated(&format!("{rel} (in its place {instead})"));
+        trace(instead)
+    }
+}
+
 /// Every capture file in a folder of the public traces (of the generated ones without it).
 pub fn traces_in(dir: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = walk(&traces().join(dir))

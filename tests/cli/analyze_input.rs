@@ -131,15 +131,38 @@ fn gzip_copy(src: &Path, dst: &Path) {
 fn standard_input_gives_the_database_a_file_gives() {
     let tmp = tempdir();
     let gz = tmp.path().join("m57.pcap.gz");
-    gzip_copy(&trace("loss/zeek_http_m57-long-49583-80.pcap"), &gz);
+    // without the corpus: the generated captures of the same kinds (a lossy pcap, a
+    // nanosecond big-endian pcap, a second pcapng; none has several interfaces)
+    gzip_copy(
+        &trace_or(
+            "loss/zeek_http_m57-long-49583-80.pcap",
+            "loss/generated_losses.pcap",
+        ),
+        &gz,
+    );
     let ngz = tmp.path().join("espn.pcapng.gz");
     gzip_copy(&trace("web/chrissanders_http_espn.pcapng"), &ngz);
     let cases: Vec<(PathBuf, &[&str])> = vec![
         (trace("web/zeek_http_bro.org.pcap"), &[]),
         (trace("web/chrissanders_http_espn.pcapng"), &[]),
-        (trace("format/ndpi_sites_multi-if.pcapng"), &[]),
-        (trace("format/pcapplusplus_nanosecs_big_endian.pcap"), &[]),
-        (trace("web/ndpi_netflix.pcap"), &["--threads", "2"]),
+        (
+            trace_or(
+                "format/ndpi_sites_multi-if.pcapng",
+                "format/generated_nanosecond.pcapng",
+            ),
+            &[],
+        ),
+        (
+            trace_or(
+                "format/pcapplusplus_nanosecs_big_endian.pcap",
+                "format/generated_nanosecond_be.pcap",
+            ),
+            &[],
+        ),
+        (
+            trace_or("web/ndpi_netflix.pcap", "web/pcapplusplus_example.pcap"),
+            &["--threads", "2"],
+        ),
         (gz, &[]),
         (ngz, &[]),
     ];
@@ -339,7 +362,7 @@ type FilterPair = (
 /// `--filter` selects the frames tshark's equivalent display filter selects, on public
 /// captures of several link types (Ethernet, VLAN-tagged Ethernet, raw IP, Linux SLL, pcapng
 /// with several interfaces of one link type and of several, a capture whose frames were cut by
-/// a 96-byte snaplen): 109 comparisons.
+/// a 96-byte snaplen): 109 comparisons (107 on the generated captures without the corpus).
 ///
 /// The pairs mean the same only where BPF looks where tshark looks: BPF's `tcp port 80`,
 /// `ip net`, `tcp[tcpflags]` and `ip6` read the headers right after the link header, so they
@@ -364,33 +387,99 @@ fn filter_selects_what_tshark_selects() {
         .output()
         .unwrap();
     assert!(o.status.success(), "mergecap: {}", stderr(&o));
+    // without the corpus, the pcapngs with several interfaces are merged here too: one with a
+    // BSD NULL interface (written here, little-endian), Ethernet and raw IP; one with three
+    // Ethernet interfaces, one of them with nanosecond timestamps
+    let several = [
+        (MULTI_NULL, tmp.path().join(MULTI_NULL)),
+        (MULTI_ETH, tmp.path().join(MULTI_ETH)),
+    ];
+    if !corpus_present() {
+        let null = tmp.path().join("null.pcap");
+        write_null_capture(&null);
+        for (out, inputs) in [
+            (
+                &several[0].1,
+                vec![
+                    null,
+                    trace("web/zeek_http_bro.org.pcap"),
+                    trace("encap/pcapplusplus_four_ipv6_http_streams_rawip.pcap"),
+                ],
+            ),
+            (
+                &several[1].1,
+                vec![
+                    trace("web/zeek_echo-connections.pcap"),
+                    trace("edge/generated_rst-and-open.pcap"),
+                    trace("format/generated_nanosecond.pcapng"),
+                ],
+            ),
+        ] {
+            let o = Command::new("mergecap")
+                .args(["-F", "pcapng", "-w"])
+                .arg(out)
+                .args(&inputs)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "mergecap: {}", stderr(&o));
+        }
+    }
     let path_of = |f: &str| {
         if f == MIXED {
             mixed.clone()
+        } else if let Some((_, p)) = several.iter().find(|(n, _)| *n == f) {
+            p.clone()
         } else {
             trace(f)
         }
     };
-    let files = [
-        MIXED,
-        "format/pcapplusplus_many_interfaces-1.pcapng",
-        "web/zeek_http_bro.org.pcap",
-        "web/chrissanders_http_espn.pcapng",
-        "web/ndpi_netflix.pcap",
-        "web/pcapplusplus_many-protocols.pcap",
-        "web/chrissanders_ek_to_cryptowall4.pcapng",
-        "encap/zeek_http-vlan-0.pcap",
-        "encap/ndpi_reddit_ipv6.pcap",
-        "encap/chrissanders_http_ip4and6.pcapng",
-        "encap/pcapplusplus_raw_ip.pcap",
-        "encap/pcapplusplus_sll.pcap",
-        "format/ndpi_sites_multi-if.pcapng",
-        "format/zeek_tcp_timestamp_snaplen.pcap",
-        "loss/zeek_http_m57-long-49583-80.pcap",
-    ];
+    // the public captures; without them, generated ones with the same properties (VLAN tags,
+    // IPv6, SYNs, port 80 and other ports, 10.0.0.0/8, frames over 1000 bytes, snaplen-cut
+    // frames, raw IP, Linux SLL, BSD NULL, several interfaces)
+    let files: Vec<&str> = if corpus_present() {
+        vec![
+            MIXED,
+            "format/pcapplusplus_many_interfaces-1.pcapng",
+            "web/zeek_http_bro.org.pcap",
+            "web/chrissanders_http_espn.pcapng",
+            "web/ndpi_netflix.pcap",
+            "web/pcapplusplus_many-protocols.pcap",
+            "web/chrissanders_ek_to_cryptowall4.pcapng",
+            "encap/zeek_http-vlan-0.pcap",
+            "encap/ndpi_reddit_ipv6.pcap",
+            "encap/chrissanders_http_ip4and6.pcapng",
+            "encap/pcapplusplus_raw_ip.pcap",
+            "encap/pcapplusplus_sll.pcap",
+            "format/ndpi_sites_multi-if.pcapng",
+            "format/zeek_tcp_timestamp_snaplen.pcap",
+            "loss/zeek_http_m57-long-49583-80.pcap",
+        ]
+    } else {
+        vec![
+            MIXED,
+            MULTI_NULL,
+            MULTI_ETH,
+            "web/zeek_http_bro.org.pcap",
+            "web/chrissanders_http_espn.pcapng",
+            "web/pcapplusplus_example.pcap",
+            "web/zeek_echo-connections.pcap",
+            "format/generated_vlan.pcapng",
+            "encap/arkime_v6-http.pcap",
+            "encap/pcapplusplus_raw_ip.pcap",
+            "encap/pcapplusplus_four_ipv6_http_streams_rawip.pcap",
+            "encap/pcapplusplus_sll.pcap",
+            // not the big-endian BSD NULL stand-in (encap/tcptrace_dlt_null.dmp.pcap): its
+            // address family is in the file's byte order, which libpcap swaps when it reads
+            // the file (tcpdump matches its 6 SYNs) but --filter's program, compiled for the
+            // link type alone, does not (0 frames)
+            "format/generated_snaplen68.pcap",
+            "loss/generated_losses.pcap",
+            "edge/generated_rst-and-open.pcap",
+        ]
+    };
     // (BPF, display filter, captures left out and why)
     const VLAN_TAGGED: &str = "its frames are VLAN-tagged: BPF needs `vlan and …`";
-    const NO_VLAN: [(&str, &str); 4] = [
+    const NO_VLAN: [(&str, &str); 6] = [
         (
             "encap/pcapplusplus_raw_ip.pcap",
             "no VLAN on raw IP (libpcap refuses `vlan`)",
@@ -404,26 +493,45 @@ fn filter_selects_what_tshark_selects() {
             "format/pcapplusplus_many_interfaces-1.pcapng",
             "it has a BSD NULL interface (libpcap refuses `vlan`)",
         ),
+        // the generated ones
+        (
+            MULTI_NULL,
+            "it has a BSD NULL interface (libpcap refuses `vlan`)",
+        ),
+        (
+            "encap/pcapplusplus_four_ipv6_http_streams_rawip.pcap",
+            "no VLAN on raw IP (libpcap refuses `vlan`)",
+        ),
     ];
+    const GENERATED_VLAN: &str = "format/generated_vlan.pcapng";
     let pairs: [FilterPair; 8] = [
         (
             "tcp port 80",
             "tcp.port==80",
-            &[("encap/zeek_http-vlan-0.pcap", VLAN_TAGGED)],
+            &[
+                ("encap/zeek_http-vlan-0.pcap", VLAN_TAGGED),
+                (GENERATED_VLAN, VLAN_TAGGED),
+            ],
         ),
         ("vlan and tcp port 80", "vlan && tcp.port==80", &NO_VLAN),
         (
             "ip net 10.0.0.0/8",
             "ip.addr==10.0.0.0/8",
-            &[(
-                "web/pcapplusplus_many-protocols.pcap",
-                "24 of its frames are VLAN-tagged",
-            )],
+            &[
+                (
+                    "web/pcapplusplus_many-protocols.pcap",
+                    "24 of its frames are VLAN-tagged",
+                ),
+                (GENERATED_VLAN, VLAN_TAGGED),
+            ],
         ),
         (
             "tcp[tcpflags] & tcp-syn != 0",
             "ip && tcp.flags.syn==1",
-            &[("encap/zeek_http-vlan-0.pcap", VLAN_TAGGED)],
+            &[
+                ("encap/zeek_http-vlan-0.pcap", VLAN_TAGGED),
+                (GENERATED_VLAN, VLAN_TAGGED),
+            ],
         ),
         ("vlan", "vlan", &NO_VLAN),
         ("ip6", "ipv6", &[]),
@@ -439,7 +547,7 @@ fn filter_selects_what_tshark_selects() {
         .map(|f| (*f, tshark_count(&path_of(f), "frame")))
         .collect();
     for (bpf, df, left_out) in pairs {
-        for f in files {
+        for &f in &files {
             if left_out.iter().any(|(l, _)| *l == f) {
                 continue;
             }
@@ -464,10 +572,61 @@ fn filter_selects_what_tshark_selects() {
             nonzero += (ours > 0) as usize;
         }
     }
+    // 109 and 40 on the public captures
+    let (want_checked, want_nonzero) = if corpus_present() {
+        (109, 40)
+    } else {
+        (GEN_CHECKED, GEN_NONZERO)
+    };
     assert!(
-        checked >= 109 && nonzero >= 40,
+        checked >= want_checked && nonzero >= want_nonzero,
         "{checked} checked, {nonzero} non-zero"
     );
+}
+
+/// The generated pcapngs with several interfaces that the filter test merges.
+const MULTI_NULL: &str = "null-ethernet-raw-ip.pcapng";
+const MULTI_ETH: &str = "three-ethernet-interfaces.pcapng";
+/// The comparisons on the generated captures, and those where both select frames.
+const GEN_CHECKED: usize = 107;
+const GEN_NONZERO: usize = 60;
+
+/// A little-endian BSD NULL (loopback) pcap with IPv4 connections to port 80 and to other
+/// ports, from the 10.0.0.0/8 network and from outside it. No IPv6: libpcap compiles `ip6`
+/// on DLT_NULL for the host's AF_INET6 (10 on Linux), not the BSD values (24, 28, 30) that
+/// tshark reads, so the pairs would not mean the same.
+fn write_null_capture(path: &Path) {
+    use mimic_core::testcap::{write_capture, Capture, Close, Conn, Exchange, Format, Link};
+    let t0 = 1_700_000_000_000_000_000i64;
+    let conns: Vec<Conn> = [
+        ("10.1.2.3:40000", "10.1.2.4:80"),
+        ("192.168.5.1:40001", "192.168.5.2:8080"),
+        ("10.200.0.9:40002", "10.200.0.1:80"),
+        ("10.1.2.3:40003", "172.20.0.1:443"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (c, s))| {
+        let mut k = Conn::new(
+            c.parse().unwrap(),
+            s.parse().unwrap(),
+            t0 + i as i64 * 50_000_000,
+        );
+        k.exchanges
+            .push(Exchange::http_get("/", 4_000 + i * 1_000, 0, 2_000_000));
+        k.close = Close::Fin;
+        k
+    })
+    .collect();
+    let cap = Capture {
+        format: Format::Pcap {
+            big_endian: false,
+            nanos: false,
+        },
+        link: Link::Null,
+        snaplen: 262_144,
+    };
+    write_capture(path, &cap, &conns).unwrap();
 }
 
 #[test]
@@ -512,13 +671,43 @@ fn filter_errors_name_what_is_wrong() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    // 725 in the public capture; in the generated one, its frames without SYN, counted here
+    let rejected = if corpus_present() {
+        725
+    } else {
+        let (frames, syns) = frames_and_syns(&trace("web/zeek_http_bro.org.pcap"));
+        assert!(syns > 0 && syns < frames, "{syns} of {frames}");
+        frames - syns
+    };
     assert!(
-        stdout(&o).contains(
-            "capture filter \"tcp[tcpflags] & tcp-syn != 0\": 725 frames rejected (not analyzed, not counted above)"
-        ),
+        stdout(&o).contains(&format!(
+            "capture filter \"tcp[tcpflags] & tcp-syn != 0\": {} frames rejected (not analyzed, not counted above)",
+            group(rejected)
+        )),
         "{}",
         stdout(&o)
     );
+}
+
+/// The frames of a little-endian Ethernet pcap, and how many of them are TCP segments with
+/// SYN set, read with etherparse (not libpcap, which the filter uses).
+fn frames_and_syns(f: &Path) -> (u64, u64) {
+    let b = std::fs::read(f).unwrap();
+    assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "{}", f.display());
+    assert_eq!(b[20], 1, "{}: not Ethernet", f.display());
+    let (mut at, mut frames, mut syns) = (24, 0, 0);
+    while at + 16 <= b.len() {
+        let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &b[at + 16..at + 16 + caplen];
+        frames += 1;
+        if let Ok(p) = etherparse::SlicedPacket::from_ethernet(frame) {
+            if let Some(etherparse::TransportSlice::Tcp(t)) = p.transport {
+                syns += t.syn() as u64;
+            }
+        }
+        at += 16 + caplen;
+    }
+    (frames, syns)
 }
 
 /// `gzip notes.txt` was reported by its compressed magic bytes (`1f 8b 08 08`), which read as
@@ -634,7 +823,10 @@ fn capture_cut_inside_its_first_record() {
         .unwrap();
     assert!(n > 700, "{n}");
     assert!(
-        stderr(&o).contains(&format!("(the {n} frames before it were analyzed)")),
+        stderr(&o).contains(&format!(
+            "(the {} frames before it were analyzed)",
+            group(n)
+        )),
         "{}",
         stderr(&o)
     );
@@ -659,7 +851,7 @@ fn tcpdump_piped_into_standard_input() {
         c.arg("-c").arg(cmd);
         run_with_timeout(c, Duration::from_secs(60), "tcpdump | mimic analyze -")
     };
-    let f = trace("web/ndpi_netflix.pcap");
+    let f = trace_or("web/ndpi_netflix.pcap", "web/pcapplusplus_example.pcap");
     let (a, b) = (tmp.path().join("a.db"), tmp.path().join("b.db"));
     let o = piped(&f, "", &a);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -668,17 +860,31 @@ fn tcpdump_piped_into_standard_input() {
 
     let columns = "client_ip, client_port, server_ip, server_port, vlan, t_syn, t_end, \
                    complete, min_rtt_us, hs_rtt_us, retx_down, bw_bps, response_time_us";
-    for (file, expr) in [
-        ("web/ndpi_netflix.pcap", "'tcp port 80'"),
-        (
-            "web/pcapplusplus_many-protocols.pcap",
-            "'tcp and not port 80'",
-        ),
-        (
-            "web/chrissanders_ek_to_cryptowall4.pcapng",
-            "'tcp[tcpflags] & tcp-syn != 0 or greater 1000'",
-        ),
-    ] {
+    // without the corpus, generated captures where each expression rejects frames and keeps
+    // some: raw IP with port 80 and 443 connections, and an Ethernet capture of web traffic
+    let cases = if corpus_present() {
+        [
+            ("web/ndpi_netflix.pcap", "'tcp port 80'"),
+            (
+                "web/pcapplusplus_many-protocols.pcap",
+                "'tcp and not port 80'",
+            ),
+            (
+                "web/chrissanders_ek_to_cryptowall4.pcapng",
+                "'tcp[tcpflags] & tcp-syn != 0 or greater 1000'",
+            ),
+        ]
+    } else {
+        [
+            ("encap/pcapplusplus_raw_ip.pcap", "'tcp port 80'"),
+            ("encap/pcapplusplus_raw_ip.pcap", "'tcp and not port 80'"),
+            (
+                "web/zeek_http_bro.org.pcap",
+                "'tcp[tcpflags] & tcp-syn != 0 or greater 1000'",
+            ),
+        ]
+    };
+    for (file, expr) in cases {
         let f = trace(file);
         let what = format!("{file} {expr}");
         let (a, b) = (tmp.path().join("fa.db"), tmp.path().join("fb.db"));
@@ -703,6 +909,19 @@ fn tcpdump_piped_into_standard_input() {
         assert!(!ra.is_empty(), "{what}");
         assert_eq!(ra, rows_of(&db(&b), &q), "{what}");
     }
+}
+
+/// `n` with thousands separators, as mimic's messages print counts (1,267).
+fn group(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 fn rows_of(c: &Connection, sql: &str) -> Vec<String> {

@@ -98,7 +98,10 @@ impl CaptureFilter {
         let expr = &self.expr;
         let prog = self.programs.entry(d).or_insert_with(|| compile(expr, d));
         match prog {
-            Ok(p) => Ok(run(p, data, wire_len)),
+            Ok(p) => Ok(match null_header_in_host_order(link, data) {
+                Some(fixed) => run(p, &fixed, wire_len),
+                None => run(p, data, wire_len),
+            }),
             Err(message) => Err(FilterError::LinkType {
                 file: file.to_string(),
                 expr: self.expr.clone(),
@@ -107,6 +110,25 @@ impl CaptureFilter {
             }),
         }
     }
+}
+
+/// A BSD NULL frame whose address family is in the other byte order than this host's (written
+/// by a machine of the other endianness), with those four bytes swapped; `None` for every other
+/// frame. libpcap's programs for DLT_NULL test the family in host order and libpcap swaps it
+/// when it reads a byte-swapped file; a program compiled for the link type alone cannot know
+/// the file, so the header is put in host order here. Families are small numbers (2, 10, 24,
+/// 28, 30), so the order that gives one is the file's.
+fn null_header_in_host_order(link: LinkType, data: &[u8]) -> Option<Vec<u8>> {
+    if link != LinkType::Null {
+        return None;
+    }
+    let af = u32::from_ne_bytes(data.get(..4)?.try_into().ok()?);
+    if af <= 0xffff || af.swap_bytes() > 0xffff {
+        return None;
+    }
+    let mut fixed = data.to_vec();
+    fixed[..4].copy_from_slice(&af.swap_bytes().to_ne_bytes());
+    Some(fixed)
 }
 
 /// libpcap's `struct pcap_pkthdr`.
@@ -193,6 +215,21 @@ mod tests {
     }
 
     /// A frame cut by the snaplen is judged by its length on the wire.
+    #[test]
+    fn a_null_header_from_a_machine_of_the_other_byte_order_is_read_in_its_order() {
+        let mut f = CaptureFilter::new("tcp[tcpflags] & tcp-syn != 0 and ip").unwrap();
+        let ip = syn_frame(80)[14..].to_vec();
+        for af in [2u32.to_ne_bytes(), 2u32.swap_bytes().to_ne_bytes()] {
+            let frame = [af.as_slice(), &ip].concat();
+            let n = frame.len() as u32;
+            assert!(f.matches("a", LinkType::Null, &frame, n).unwrap(), "{af:?}");
+        }
+        // a family that is no family in either order is left alone (and not IPv4)
+        let frame = [[0x12, 0x34, 0x56, 0x78].as_slice(), &ip].concat();
+        let n = frame.len() as u32;
+        assert!(!f.matches("a", LinkType::Null, &frame, n).unwrap());
+    }
+
     #[test]
     fn length_tests_use_the_wire_length() {
         let mut f = CaptureFilter::new("greater 1000").unwrap();

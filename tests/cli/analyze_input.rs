@@ -468,10 +468,8 @@ fn filter_selects_what_tshark_selects() {
             "encap/pcapplusplus_raw_ip.pcap",
             "encap/pcapplusplus_four_ipv6_http_streams_rawip.pcap",
             "encap/pcapplusplus_sll.pcap",
-            // not the big-endian BSD NULL stand-in (encap/tcptrace_dlt_null.dmp.pcap): its
-            // address family is in the file's byte order, which libpcap swaps when it reads
-            // the file (tcpdump matches its 6 SYNs) but --filter's program, compiled for the
-            // link type alone, does not (0 frames)
+            // BSD NULL written big-endian: the address family in the file's byte order
+            "encap/tcptrace_dlt_null.dmp.pcap",
             "format/generated_snaplen68.pcap",
             "loss/generated_losses.pcap",
             "edge/generated_rst-and-open.pcap",
@@ -479,7 +477,7 @@ fn filter_selects_what_tshark_selects() {
     };
     // (BPF, display filter, captures left out and why)
     const VLAN_TAGGED: &str = "its frames are VLAN-tagged: BPF needs `vlan and …`";
-    const NO_VLAN: [(&str, &str); 6] = [
+    const NO_VLAN: [(&str, &str); 7] = [
         (
             "encap/pcapplusplus_raw_ip.pcap",
             "no VLAN on raw IP (libpcap refuses `vlan`)",
@@ -494,6 +492,10 @@ fn filter_selects_what_tshark_selects() {
             "it has a BSD NULL interface (libpcap refuses `vlan`)",
         ),
         // the generated ones
+        (
+            "encap/tcptrace_dlt_null.dmp.pcap",
+            "BSD NULL (libpcap refuses `vlan`)",
+        ),
         (
             MULTI_NULL,
             "it has a BSD NULL interface (libpcap refuses `vlan`)",

@@ -1170,8 +1170,8 @@ mod tests {
         // upstream: the client is the source (offset 12); downstream the destination (16)
         assert!(sh.contains("dev eth1 parent 6d69: prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at 12 link 100:"));
         assert!(sh.contains("dev eth0 parent 6d69: prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at 16 link 100:"));
-        assert!(sh.contains("dev eth1 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip src 198.19.3.200/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff flowid 6d69:10"));
-        assert!(sh.contains("dev eth0 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip src 198.18.0.1/32 match ip dst 198.19.3.200/32 match ip sport 80 0xffff match ip dport 20000 0xffff flowid 6d69:10"));
+        assert!(sh.contains("dev eth1 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip protocol 6 0xff match ip src 198.19.3.200/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff flowid 6d69:10"));
+        assert!(sh.contains("dev eth0 parent 6d69: prio 1 protocol ip u32 ht 100:c8: match ip protocol 6 0xff match ip src 198.18.0.1/32 match ip dst 198.19.3.200/32 match ip sport 80 0xffff match ip dport 20000 0xffff flowid 6d69:10"));
     }
 
     #[test]

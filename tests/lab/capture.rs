@@ -89,6 +89,22 @@ impl Drop for VethLab {
     }
 }
 
+/// After the traffic: gives the kernel half a second to hand over the last packets, stops the
+/// capture with SIGTERM (it must exit 0 within 20 s; `what` names it in the failure), then
+/// the reference tcpdump with SIGINT; returns tcpdump's output.
+fn stop_after_traffic(what: &str, cap: &mut Proc, tcpdump: &mut Proc) -> std::process::Output {
+    std::thread::sleep(Duration::from_millis(500));
+    cap.signal(libc::SIGTERM);
+    let out = cap.wait(Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{what} capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tcpdump.signal(libc::SIGINT);
+    tcpdump.wait(Duration::from_secs(10))
+}
+
 /// Kills a child process on drop (tests must not leave processes behind).
 pub struct Proc(pub Option<Child>);
 
@@ -439,16 +455,7 @@ fn live_source_matches_the_file_source(
     let mut cap = start_capture(lab, &lab.srv, &cap_dir, &args);
     let _server = start_server(lab, port, 3000);
     run_clients(lab, port, 300, 8);
-    std::thread::sleep(Duration::from_millis(500));
-    cap.signal(libc::SIGTERM);
-    let out = cap.wait(Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{what} capture: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    tcpdump.signal(libc::SIGINT);
-    let tcpdump_out = tcpdump.wait(Duration::from_secs(10));
+    let tcpdump_out = stop_after_traffic(what, &mut cap, &mut tcpdump);
     let tcpdump_said = String::from_utf8_lossy(&tcpdump_out.stderr).to_string();
 
     // the reference (tcpdump, everything) re-sampled through the file source
@@ -941,16 +948,7 @@ fn dpdk_af_packet_stamps_every_packet_strictly_increasing() {
     let port = 8086;
     let _server = start_server(&lab, port, 1_000_000);
     run_clients(&lab, port, 8, 2);
-    std::thread::sleep(Duration::from_millis(500));
-    cap.signal(libc::SIGTERM);
-    let out = cap.wait(Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "DPDK capture: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    tcpdump.signal(libc::SIGINT);
-    tcpdump.wait(Duration::from_secs(10));
+    stop_after_traffic("DPDK", &mut cap, &mut tcpdump);
 
     let got = read_packets(&pcapng_files(&cap_dir));
     let s = summary(&cap_dir);
@@ -1098,16 +1096,7 @@ fn dpdk_two_af_packet_ports_of_a_tap_merge_live_traffic_in_time_order() {
     let port = 8087;
     let _server = start_server(&lab, port, 20_000);
     run_clients(&lab, port, 150, 4);
-    std::thread::sleep(Duration::from_millis(500));
-    cap.signal(libc::SIGTERM);
-    let out = cap.wait(Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "DPDK two-port capture: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    tcpdump.signal(libc::SIGINT);
-    tcpdump.wait(Duration::from_secs(10));
+    stop_after_traffic("DPDK two-port", &mut cap, &mut tcpdump);
 
     let resampled = dir.path().join("resampled");
     let o = Command::new(mimic_bin())

@@ -1,0 +1,683 @@
+#!/usr/bin/env python3
+"""The independent-truth testbed's Python half (bench/independent.sh drives it).
+
+Subcommands:
+  plan          the workload: client classes, one connection per line with its configured
+                truth (truth.csv) and its requests (requests.csv); the files nginx serves
+  query-server  a small HTTP/1.1 query server (asyncio): per request, waits the response
+                delay, writes the header part, waits the query delay, writes the rest; logs
+                what it really did (server.csv)
+  clients       runs the plan's connections from the client namespace: curl and a Python
+                http.client client (keep-alive, several requests, think times), each from the
+                client address and port the plan gave it, one connection at a time per address
+  report        joins `mimic analyze`'s flows.db and the replay's replay.db with the truth and
+                writes the per-class tables (text, JSON, CSV; atomically)
+
+Only the standard library (Python 3.11, Debian 12's python3).
+"""
+
+import argparse
+import asyncio
+import csv
+import http.client
+import json
+import math
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# The eight client classes of issue 18: (name, down bit/s, up bit/s, one-way delay ms, loss).
+# Rates are IP-layer bits/s (the shaper counts IP bytes: see independent.sh's stab), as
+# mimic's bw_bps is.
+CLASSES = [
+    ("dialup-56k", 56_000, 33_600, 75, 0.0),
+    ("isdn-128k", 128_000, 64_000, 100, 0.0),
+    ("dsl-1m-loss", 1_000_000, 256_000, 30, 0.01),
+    ("dsl-4m", 4_000_000, 512_000, 20, 0.0),
+    ("dsl-6m", 6_000_000, 768_000, 15, 0.0),
+    ("cable-12m", 12_000_000, 2_000_000, 10, 0.0),
+    ("cable-25m", 25_000_000, 5_000_000, 5, 0.0),
+    ("fibre-50m", 50_000_000, 50_000_000, 2, 0.0),
+]
+QUICK_CLASSES = ["isdn-128k", "dsl-4m"]
+
+SERVER_IP = "198.18.0.1"
+NGINX_PORT = 80
+QUERY_PORT = 8080
+ADDRS_PER_CLASS = 32
+# bottleneck queue (packets) per direction and class: (down, up), by downstream rate
+QUEUES = {56_000: (20, 10), 128_000: (30, 15), 1_000_000: (50, 20)}
+MSS_SEGMENT = 1448  # payload of a full-size segment with timestamps on a 1500-byte MTU
+
+
+def queues(down):
+    return QUEUES.get(down, (100, 50) if down >= 12_000_000 else (64, 32))
+
+
+def class_addr(k, h):
+    """Client address h (0-based) of class k (0-based): 198.19.(k+1).(h+1)."""
+    return f"198.19.{k + 1}.{h + 1}"
+
+
+def write_atomic(path, text):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_csv_atomic(path, header, rows):
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
+# ---------------------------------------------------------------------------------------- plan
+
+
+def cmd_plan(a):
+    rng = random.Random(a.seed)
+    classes = [c for c in CLASSES if not a.classes or c[0] in a.classes.split(",")]
+    if not classes:
+        sys.exit(f"independent: --classes {a.classes}: no such class")
+    # --no-delay: rate-only classes; the delay and loss stay in the file as nominal values
+    size_grid = sorted({int(round(1000 * 1.15**i, -1)) for i in range(0, 60)})
+    www = a.www
+    os.makedirs(www, exist_ok=True)
+    used_sizes = set()
+    conns, reqs = [], []
+    per_class = [a.connections // len(classes)] * len(classes)
+    for i in range(a.connections - sum(per_class)):
+        per_class[i] += 1
+    conn_id = 0
+    for (name, down, up, delay, loss), n in zip(classes, per_class):
+        k = [c[0] for c in CLASSES].index(name)
+        qd_, qu_ = queues(down)
+        # responses: a median transfer of ~1.5 s at the class's rate, at least 8 KB, at most
+        # 10 s or 2 MB (log-normal), so slow classes still carry multi-segment transfers
+        med = max(8_000, min(down * 1.5 / 8, 400_000))
+        cap = max(16_000, min(down * 10 / 8, 2_000_000))
+        ports = {}
+        for j in range(n):
+            conn_id += 1
+            h = j % ADDRS_PER_CLASS
+            addr = class_addr(k, h)
+            ports[addr] = ports.get(addr, 20_000 + rng.randrange(0, 2000)) + 1
+            r = rng.random()
+            client, server = (
+                ("curl", "nginx") if r < 0.35 else
+                ("python", "nginx") if r < 0.60 else
+                ("python", "query") if r < 0.85 else
+                ("curl", "query")
+            )
+            nreq = 1 if rng.random() < 0.5 else rng.randint(2, 4)
+            # a connection's requests share the transfer budget, so it does not run for minutes
+            tot = 0
+            for s in range(nreq):
+                size = min(cap, max(300, rng.lognormvariate(math.log(med / nreq), 0.8)))
+                if server == "nginx":
+                    size = min(size_grid, key=lambda g: abs(g - size))
+                    used_sizes.add(size)
+                    rd = qd = hdr = 0
+                else:
+                    size = int(size)
+                    rd = int(rng.uniform(0.5, 20) * 1000)
+                    if size > 4000 and rng.random() < 0.6:
+                        qd = int(rng.lognormvariate(math.log(60_000), 0.9))
+                        qd = min(max(qd, 5_000), 400_000)
+                        hdr = rng.randint(600, 1400)
+                    else:
+                        qd, hdr = 0, 0
+                # think time before the request (curl sends its URLs back to back)
+                think = 0 if (s == 0 or client == "curl") else int(
+                    min(3e6, max(20_000, rng.lognormvariate(math.log(300_000), 0.8)))
+                )
+                reqs.append((conn_id, s, size, rd, qd, hdr, think))
+                tot += size
+            eff_delay = 0 if a.no_delay else delay
+            eff_loss = 0.0 if a.no_delay else loss
+            conns.append(
+                (conn_id, name, addr, ports[addr], SERVER_IP,
+                 NGINX_PORT if server == "nginx" else QUERY_PORT, client, server,
+                 down, up, eff_delay, eff_delay, eff_loss, qd_, qu_, nreq, tot, delay, loss)
+            )
+    with open(os.path.join(www, "probe"), "wb") as f:
+        f.write(os.urandom(1_000_000))  # the shaper-departure probe's download
+    for size in used_sizes:
+        p = os.path.join(www, str(size))
+        if not os.path.exists(p) or os.path.getsize(p) != size:
+            with open(p, "wb") as f:
+                f.write(os.urandom(size))
+    write_csv_atomic(
+        os.path.join(a.out, "truth.csv"),
+        ["conn", "class", "client_ip", "client_port", "server_ip", "server_port", "client",
+         "server", "rate_down_bps", "rate_up_bps", "delay_down_ms", "delay_up_ms", "loss",
+         "queue_down_pkts", "queue_up_pkts", "requests", "resp_body_bytes",
+         "nominal_delay_ms", "nominal_loss"],
+        conns,
+    )
+    write_csv_atomic(
+        os.path.join(a.out, "requests.csv"),
+        ["conn", "seq", "body_bytes", "response_delay_us", "query_delay_us", "header_body_bytes",
+         "think_us"],
+        reqs,
+    )
+    # the classes in use, for the shell's shaper
+    lines = []
+    for name, down, up, delay, loss in classes:
+        k = [c[0] for c in CLASSES].index(name)
+        qd_, qu_ = queues(down)
+        lines.append(f"{k + 1} {name} {down} {up} {0 if a.no_delay else delay} "
+                     f"{0 if a.no_delay else loss} {qd_} {qu_} {ADDRS_PER_CLASS}")
+    write_atomic(os.path.join(a.out, "classes.txt"), "\n".join(lines) + "\n")
+
+
+# -------------------------------------------------------------------------------- query server
+
+
+async def handle(reader, writer, log, lock):
+    peer = writer.get_extra_info("peername")
+    seq = 0
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            t_req = time.time()
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = line.split(" ")
+            if len(parts) < 2 or not parts[1].startswith("/q?"):
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                continue
+            q = dict(kv.split("=", 1) for kv in parts[1][3:].split("&") if "=" in kv)
+            size, rd, qd, hdr = (int(q.get(x, 0)) for x in ("size", "rd", "qd", "hdr"))
+            body = b"x" * size
+            headers = (f"HTTP/1.1 200 OK\r\nServer: mimic-bench-query\r\nContent-Type: "
+                       f"application/octet-stream\r\nContent-Length: {size}\r\n\r\n").encode()
+            if rd:
+                await asyncio.sleep(rd / 1e6)
+            t_first = time.time()
+            if qd and hdr:
+                writer.write(headers + body[:hdr])
+                await writer.drain()
+                await asyncio.sleep(qd / 1e6)
+                t_rest = time.time()
+                writer.write(body[hdr:])
+            else:
+                t_rest = t_first
+                writer.write(headers + body)
+            await writer.drain()
+            with lock:
+                log.writerow([peer[0], peer[1], seq, size, int((t_first - t_req) * 1e6),
+                              int((t_rest - t_first) * 1e6) if qd and hdr else 0])
+            seq += 1
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def cmd_query_server(a):
+    f = open(a.log, "w", newline="", buffering=1)
+    log = csv.writer(f, lineterminator="\n")
+    log.writerow(["client_ip", "client_port", "seq", "body_bytes", "response_delay_us",
+                  "query_delay_us"])
+    lock = threading.Lock()
+
+    async def main():
+        srv = await asyncio.start_server(lambda r, w: handle(r, w, log, lock), a.addr, a.port,
+                                         backlog=1024)
+        async with srv:
+            await srv.serve_forever()
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------------- clients
+
+
+def run_python(c, rq, errors):
+    conn = http.client.HTTPConnection(c["server_ip"], int(c["server_port"]), timeout=120,
+                                      source_address=(c["client_ip"], int(c["client_port"])))
+    for r in rq:
+        if int(r["think_us"]):
+            time.sleep(int(r["think_us"]) / 1e6)
+        conn.request("GET", url_path(c, r), headers={"Connection": "keep-alive"})
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200 or len(data) != int(r["body_bytes"]):
+            errors.append(f"conn {c['conn']}: status {resp.status}, {len(data)} bytes")
+    conn.close()
+
+
+def url_path(c, r):
+    if c["server"] == "nginx":
+        return f"/{r['body_bytes']}"
+    return (f"/q?size={r['body_bytes']}&rd={r['response_delay_us']}&qd={r['query_delay_us']}"
+            f"&hdr={r['header_body_bytes']}")
+
+
+def run_curl(c, rq):
+    args = ["curl", "-sS", "--fail", "--max-time", "120", "--interface", c["client_ip"],
+            "--local-port", c["client_port"], "-H", "Connection: keep-alive"]
+    for r in rq:
+        args += ["-o", "/dev/null", f"http://{c['server_ip']}:{c['server_port']}{url_path(c, r)}"]
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"curl exit {p.returncode}: {p.stderr.strip()[:200]}")
+
+
+def cmd_clients(a):
+    truth = list(csv.DictReader(open(os.path.join(a.dir, "truth.csv"))))
+    reqs = {}
+    for r in csv.DictReader(open(os.path.join(a.dir, "requests.csv"))):
+        reqs.setdefault(r["conn"], []).append(r)
+    by_addr = {}
+    for c in truth:
+        by_addr.setdefault(c["client_ip"], []).append(c)
+    rng = random.Random(a.seed)
+    status = {}
+    lock = threading.Lock()
+    t0 = time.time()
+
+    def worker(addr, conns, start, gaps):
+        time.sleep(start)
+        for c, gap in zip(conns, gaps):
+            t = time.time()
+            errors = []
+            try:
+                if c["client"] == "curl":
+                    run_curl(c, reqs[c["conn"]])
+                else:
+                    run_python(c, reqs[c["conn"]], errors)
+                st = "ok" if not errors else "bad_response: " + errors[0]
+            except Exception as e:  # a failed connection is recorded, not fatal
+                st = f"failed: {type(e).__name__}: {e}"
+            with lock:
+                status[c["conn"]] = (st, t - t0, time.time() - t)
+            time.sleep(gap)
+
+    threads = []
+    for addr, conns in sorted(by_addr.items()):
+        start = rng.uniform(0, a.spread)
+        gaps = [rng.expovariate(1 / a.gap) for _ in conns]
+        th = threading.Thread(target=worker, args=(addr, conns, start, gaps), daemon=True)
+        th.start()
+        threads.append(th)
+    for th in threads:
+        th.join()
+    rows = [(k, *status[k]) for k in sorted(status, key=int)]
+    write_csv_atomic(os.path.join(a.dir, "clients.csv"),
+                     ["conn", "status", "start_s", "duration_s"], rows)
+    bad = [r for r in rows if r[1] != "ok"]
+    print(f"clients: {len(rows) - len(bad)} of {len(rows)} connections ok in "
+          f"{time.time() - t0:.0f} s", file=sys.stderr)
+    for r in bad[:10]:
+        print(f"clients: conn {r[0]}: {r[1]}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------- departures
+
+
+def cmd_departures(a):
+    """How the shaper really releases packets: the arrival gaps of a backlogged download's
+    full-size segments at the client (tcpdump -tt reads the capture), against the link's
+    serialization time and against a timer tick grid."""
+    p = subprocess.run(["tcpdump", "-r", a.pcap, "-n", "-tt", "--nano", "-q",
+                        f"src host {SERVER_IP} and greater 1400"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"independent: tcpdump -r {a.pcap}: {p.stderr.strip()}")
+    ts = [float(l.split()[0]) for l in p.stdout.splitlines() if l.strip()]
+    gaps = [(b - x) * 1e3 for x, b in zip(ts, ts[1:])]
+    if len(gaps) < 50:
+        sys.exit(f"independent: {a.pcap}: {len(gaps) + 1} full-size packets, too few to judge "
+                 f"the shaper's departures")
+    ser = 1500 * 8 / a.rate * 1e3  # ms per full-size IP packet
+    # gaps while the queue was backlogged: the shaper's own spacing (drop the idle gaps)
+    busy = [g for g in gaps if g < 3 * ser]
+    tick = a.tick_ms
+    def on_grid(g):
+        r = g % tick
+        return min(r, tick - r) <= 0.05 * tick
+    doc = dict(rate_bps=a.rate, serialization_ms=ser, packets=len(ts), busy_gaps=len(busy),
+               median_gap_ms=pct(busy, 0.5), p10_gap_ms=pct(busy, 0.1),
+               p90_gap_ms=pct(busy, 0.9),
+               within_5pct_of_serialization=share(sum(abs(g - ser) <= 0.05 * ser for g in busy), len(busy)),
+               tick_ms=tick,
+               on_tick_grid=share(sum(on_grid(g) for g in busy), len(busy)),
+               on_tick_grid_by_chance=0.1)
+    write_atomic(a.out, json.dumps(doc, indent=1) + "\n")
+    print(f"shaper departures at {a.rate / 1e6:g} Mbit/s: median gap {doc['median_gap_ms']:.3f} ms "
+          f"(serialization {ser:.3f} ms; p10 {doc['p10_gap_ms']:.3f}, p90 {doc['p90_gap_ms']:.3f}), "
+          f"{100 * doc['within_5pct_of_serialization']:.0f}% within 5% of it; "
+          f"{100 * doc['on_tick_grid']:.0f}% of gaps on a {tick:g} ms grid (+-5%; 10% by chance)",
+          file=sys.stderr)
+
+
+# -------------------------------------------------------------------------------------- report
+
+
+def pct(xs, p):
+    """Linear-interpolated percentile (numpy's default, as mimic compare uses)."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    h = (len(xs) - 1) * p
+    lo = math.floor(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def share(ok, n):
+    return ok / n if n else None
+
+
+def fmt_share(ok, n):
+    return f"{100 * ok / n:5.1f}% ({ok}/{n})" if n else "    -"
+
+
+def cmd_report(a):
+    d = a.dir
+    truth = {}
+    for c in csv.DictReader(open(os.path.join(d, "truth.csv"))):
+        truth[(c["client_ip"], int(c["client_port"]))] = c
+    reqs = {}
+    for r in csv.DictReader(open(os.path.join(d, "requests.csv"))):
+        reqs.setdefault(r["conn"], []).append(r)
+    clients = {r["conn"]: r for r in csv.DictReader(open(os.path.join(d, "clients.csv")))}
+    served = {}
+    sp = os.path.join(d, "server.csv")
+    if os.path.exists(sp):
+        for r in csv.DictReader(open(sp)):
+            served[(r["client_ip"], int(r["client_port"]), int(r["seq"]))] = r
+    base_rtt_us = float(open(os.path.join(d, "base_rtt_us")).read().strip())
+    classes = [l.split()[1] for l in open(os.path.join(d, "classes.txt")) if l.strip()]
+    rates = {c[0]: c[1] for c in CLASSES}
+
+    db = sqlite3.connect(f"file:{a.flows}?mode=ro", uri=True)
+    rows = db.execute(
+        "SELECT id, client_ip, client_port, server_port, min_rtt_us, bw_bps, data_pkts_down, "
+        "complete, response_time_us, coalesce(mss_client, 0), coalesce(mss_server, 0) "
+        "FROM connections").fetchall()
+    exch = {}
+    for cid, seq, rd, qd, rb in db.execute(
+            "SELECT conn_id, seq, response_delay_us, query_delay_us, resp_bytes FROM exchanges "
+            "ORDER BY conn_id, seq"):
+        exch.setdefault(cid, []).append((rd, qd, rb))
+
+    # -- the analyzer against the truth, per class
+    per = {c: dict(n=0, unmatched=0, rtt=[], rd=[], qd=[], bw=[], bw_all=0, bw_none=0,
+                   bw_hi=0, bw_lo=0, ex_mismatch=0) for c in classes}
+    matched = set()
+    conn_rows = []
+    flows_by_id = {}
+    for (cid, ip, port, sport, rtt, bw, dpk, complete, rt, mssc, msss) in rows:
+        t = truth.get((ip, port))
+        if t is None:
+            continue
+        flows_by_id[cid] = t
+        if clients.get(t["conn"], {}).get("status") != "ok":
+            continue
+        matched.add(t["conn"])
+        p = per[t["class"]]
+        p["n"] += 1
+        true_rtt = 1000 * (float(t["delay_down_ms"]) + float(t["delay_up_ms"])) + base_rtt_us
+        rtt_ok = None
+        if rtt is not None:
+            rtt_ok = abs(rtt - true_rtt) <= max(0.1 * true_rtt, 1000)
+            p["rtt"].append((rtt_ok, (rtt - true_rtt) / 1000))
+        ex = exch.get(cid, [])
+        rq = reqs[t["conn"]]
+        if len(ex) == len(rq):
+            for s, ((rd, qd, rb), r) in enumerate(zip(ex, rq)):
+                sv = served.get((ip, port, s))
+                trd = int(sv["response_delay_us"]) if sv else int(r["response_delay_us"])
+                tqd = int(sv["query_delay_us"]) if sv else int(r["query_delay_us"])
+                if rd is not None:
+                    p["rd"].append((abs(rd - trd) <= 2000, (rd - trd) / 1000))
+                if qd is not None:
+                    p["qd"].append((abs(qd - tqd) <= 2000, (qd - tqd) / 1000))
+        else:
+            p["ex_mismatch"] += 1
+        # bandwidth: connections that carry at least 10 full-size data segments
+        true_bw = float(t["rate_down_bps"])
+        full = int(t["resp_body_bytes"]) >= 10 * MSS_SEGMENT and (dpk or 0) >= 10
+        err = None if bw is None else (bw - true_bw) / true_bw
+        if full:
+            p["bw_all"] += 1
+            if bw is None:
+                p["bw_none"] += 1
+            else:
+                p["bw"].append((abs(err) <= 0.2, 100 * err))
+                p["bw_hi"] += err > 0.2
+                p["bw_lo"] += err < -0.2
+        conn_rows.append((t["conn"], t["class"], ip, port, sport, t["client"], t["server"],
+                          true_rtt / 1000, None if rtt is None else rtt / 1000, rtt_ok,
+                          true_bw, bw, None if err is None else round(100 * err, 2), full,
+                          dpk, len(rq), len(ex), rt))
+    for c in truth.values():
+        if clients.get(c["conn"], {}).get("status") == "ok" and c["conn"] not in matched:
+            per[c["class"]]["unmatched"] += 1
+
+    def bw_summary(p):
+        ok = sum(1 for x in p["bw"] if x[0])
+        errs = [x[1] for x in p["bw"]]
+        return dict(connections=p["bw_all"], within_20=ok, share=share(ok, p["bw_all"]),
+                    with_estimate=p["bw_all"] - p["bw_none"], without_estimate=p["bw_none"],
+                    too_high=p["bw_hi"], too_low=p["bw_lo"],
+                    median_error_pct=pct(errs, 0.5))
+
+    def checks(p):
+        def ck(xs):
+            ok = sum(1 for x in xs if x[0])
+            return dict(n=len(xs), ok=ok, share=share(ok, len(xs)),
+                        median_error_ms=pct([x[1] for x in xs], 0.5))
+        return dict(connections=p["n"], not_in_capture=p["unmatched"],
+                    exchange_count_differs=p["ex_mismatch"], min_rtt=ck(p["rtt"]),
+                    response_delay=ck(p["rd"]), query_delay=ck(p["qd"]), bandwidth=bw_summary(p))
+
+    def pool(names):
+        q = dict(n=0, unmatched=0, rtt=[], rd=[], qd=[], bw=[], bw_all=0, bw_none=0, bw_hi=0,
+                 bw_lo=0, ex_mismatch=0)
+        for nm in names:
+            for k, v in per[nm].items():
+                q[k] = q[k] + v
+        return q
+
+    analyzer = {c: checks(per[c]) for c in classes}
+    analyzer["all"] = checks(pool(classes))
+    shaped = [c for c in classes if rates[c] <= 10_000_000]
+    analyzer["shaped <= 10 Mbit/s"] = checks(pool(shaped))
+
+    # -- replay fidelity, per class
+    replay = None
+    if a.replay:
+        rdb = sqlite3.connect(f"file:{a.replay}?mode=ro", uri=True)
+        rrt = dict(rdb.execute("SELECT id, response_time_us FROM connections"))
+        orig_rt = {r[0]: r[8] for r in rows}
+        rp = {c: dict(errs=[], failed=0, no_rt=0) for c in classes}
+        rep_rows = []
+        for o, rid, status in rdb.execute(
+                "SELECT orig_conn_id, replay_conn_id, status FROM replay_map"):
+            t = flows_by_id.get(o)
+            if t is None:
+                continue
+            q = rp[t["class"]]
+            ort = orig_rt.get(o)
+            if status != "ok" or rid is None:
+                q["failed"] += 1
+                rep_rows.append((o, t["conn"], t["class"], ort, None, None, status))
+                continue
+            rt = rrt.get(rid)
+            if not ort or rt is None:
+                q["no_rt"] += 1
+                rep_rows.append((o, t["conn"], t["class"], ort, rt, None, "no_response_time"))
+                continue
+            e = (rt - ort) / ort
+            q["errs"].append(e)
+            rep_rows.append((o, t["conn"], t["class"], ort, rt, round(100 * e, 2), "ok"))
+
+        def fid(q):
+            n = len(q["errs"]) + q["failed"]
+            ok = sum(1 for e in q["errs"] if abs(e) <= 0.2 + 1e-12)
+            return dict(replayed=n, paired=len(q["errs"]), failed=q["failed"],
+                        no_response_time=q["no_rt"], within_20=ok, share=share(ok, n),
+                        median_error_pct=pct([100 * e for e in q["errs"]], 0.5),
+                        p10_error_pct=pct([100 * e for e in q["errs"]], 0.1),
+                        p90_error_pct=pct([100 * e for e in q["errs"]], 0.9))
+        replay = {c: fid(rp[c]) for c in classes}
+        allq = dict(errs=sum((rp[c]["errs"] for c in classes), []),
+                    failed=sum(rp[c]["failed"] for c in classes),
+                    no_rt=sum(rp[c]["no_rt"] for c in classes))
+        replay["all"] = fid(allq)
+        write_csv_atomic(os.path.join(a.out, "replay.csv"),
+                         ["orig_conn_id", "truth_conn", "class", "orig_response_time_us",
+                          "replay_response_time_us", "error_pct", "status"], rep_rows)
+        if a.compare_json:
+            # mimic compare's own per-connection pairing (replay_map, consistency-checked),
+            # over the pairs it formed (failed replays left out), as a cross-check
+            cj = json.load(open(a.compare_json))
+            paired = (cj.get("comparisons") or [{}])[0].get("paired") or {}
+            ov = paired.get("overall") or {}
+            replay["mimic_compare"] = dict(pairs=ov.get("n", paired.get("pairs")),
+                                           within_20=ov.get("within_20"),
+                                           within_10=ov.get("within_10"),
+                                           consistent=paired.get("consistent"))
+        cl = os.path.join(d, "replay-delack-clamped")
+        if os.path.exists(cl):
+            replay["delack_timeout_clamped"] = int(open(cl).read().strip() or 0)
+
+    dep = os.path.join(d, "departures.json")
+    departures = json.load(open(dep)) if os.path.exists(dep) else None
+    doc = dict(truth_dir=d, shaper_departures=departures, flows=a.flows, replay=a.replay, base_rtt_us=base_rtt_us,
+               no_delay=a.no_delay, analyzer=analyzer, replay_fidelity=replay)
+    write_atomic(os.path.join(a.out, "table.json"), json.dumps(doc, indent=1, default=str) + "\n")
+    write_csv_atomic(os.path.join(a.out, "analyzer.csv"),
+                     ["truth_conn", "class", "client_ip", "client_port", "server_port",
+                      "client", "server", "true_min_rtt_ms", "min_rtt_ms", "min_rtt_ok",
+                      "true_bw_bps", "bw_bps", "bw_error_pct", "bw_counted", "data_pkts_down",
+                      "requests", "exchanges", "response_time_us"], conn_rows)
+    summary_rows = []
+    for c, v in analyzer.items():
+        b = v["bandwidth"]
+        summary_rows.append((c, v["connections"], v["min_rtt"]["share"],
+                             v["response_delay"]["share"], v["query_delay"]["share"],
+                             b["connections"], b["share"], b["with_estimate"],
+                             b["without_estimate"], b["too_high"], b["too_low"],
+                             b["median_error_pct"],
+                             *((replay[c]["share"], replay[c]["median_error_pct"],
+                                replay[c]["p10_error_pct"], replay[c]["p90_error_pct"])
+                               if replay and c in replay else (None,) * 4)))
+    write_csv_atomic(os.path.join(a.out, "table.csv"),
+                     ["class", "connections", "min_rtt_right", "response_delay_2ms",
+                      "query_delay_2ms", "bw_connections", "bw_within_20", "bw_with_estimate",
+                      "bw_without_estimate", "bw_too_high", "bw_too_low", "bw_median_error_pct",
+                      "replay_within_20", "replay_median_error_pct", "replay_p10_error_pct",
+                      "replay_p90_error_pct"], summary_rows)
+    text = render(analyzer, replay, base_rtt_us, a.no_delay)
+    write_atomic(os.path.join(a.out, "table.txt"), text)
+    print(text, end="")
+
+
+def render(analyzer, replay, base_rtt_us, no_delay):
+    def s(c):
+        return fmt_share(c["ok"], c["n"])
+
+    def f(x, w=6):
+        return f"{x:+{w}.1f}" if x is not None else " " * (w - 1) + "-"
+
+    out = [f"independent testbed: analyzer against the configured truth"
+           f" ({'rate-only classes, LAN RTT ' if no_delay else ''}base RTT {base_rtt_us / 1000:.3f} ms)",
+           f"{'class':20} {'conns':>5}  {'min RTT right':>19}  {'resp. delay 2 ms':>19}  "
+           f"{'query delay 2 ms':>19}  {'bandwidth within 20% (>= 10 full segs)':>38}  "
+           f"{'est/none':>9} {'hi/lo':>7} {'med err%':>8}"]
+    for c, v in analyzer.items():
+        b = v["bandwidth"]
+        out.append(f"{c:20} {v['connections']:5}  {s(v['min_rtt']):>19}  "
+                   f"{s(v['response_delay']):>19}  {s(v['query_delay']):>19}  "
+                   f"{fmt_share(b['within_20'], b['connections']):>38}  "
+                   f"{b['with_estimate']:>4}/{b['without_estimate']:<4} "
+                   f"{b['too_high']:>3}/{b['too_low']:<3} {f(b['median_error_pct'], 8)}")
+    miss = sum(v["not_in_capture"] for k, v in analyzer.items() if k not in ("all", "shaped <= 10 Mbit/s"))
+    if miss:
+        out.append(f"({miss} connections the clients completed are not in flows.db)")
+    if replay:
+        out.append("")
+        out.append("replay fidelity (mimic replay --lab of the analyzed flows.db): response time, "
+                   "replay against original")
+        out.append(f"{'class':20} {'replayed':>8} {'failed':>6}  {'within +-20%':>19}  "
+                   f"{'median%':>7} {'p10%':>7} {'p90%':>7}")
+        for c, v in replay.items():
+            if c in ("mimic_compare", "delack_timeout_clamped"):
+                continue
+            out.append(f"{c:20} {v['replayed']:8} {v['failed']:6}  "
+                       f"{fmt_share(v['within_20'], v['replayed']):>19}  "
+                       f"{f(v['median_error_pct'], 7)} {f(v['p10_error_pct'], 7)} "
+                       f"{f(v['p90_error_pct'], 7)}")
+        mc = replay.get("mimic_compare")
+        if mc and mc.get("within_20") is not None:
+            out.append(f"mimic compare, same pairs without the failed ones: "
+                       f"{100 * mc['within_20']:.1f}% within +-20%, {100 * mc['within_10']:.1f}% "
+                       f"within +-10% ({mc['pairs']} pairs)")
+        if replay.get("delack_timeout_clamped"):
+            out.append(f"({replay['delack_timeout_clamped']} connections' inferred delayed-ACK "
+                       f"timeout was over 2 s, which mimic replay refuses: replayed with its default)")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan")
+    p.add_argument("--out", required=True)
+    p.add_argument("--www", required=True, help="folder of the files nginx serves")
+    p.add_argument("--connections", type=int, default=2000)
+    p.add_argument("--classes", default="")
+    p.add_argument("--seed", type=int, default=18)
+    p.add_argument("--no-delay", action="store_true")
+    p = sub.add_parser("query-server")
+    p.add_argument("--addr", default=SERVER_IP)
+    p.add_argument("--port", type=int, default=QUERY_PORT)
+    p.add_argument("--log", required=True)
+    p = sub.add_parser("clients")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--seed", type=int, default=18)
+    p.add_argument("--spread", type=float, default=5.0, help="seconds over which addresses start")
+    p.add_argument("--gap", type=float, default=0.3, help="mean pause between an address's connections (s)")
+    p = sub.add_parser("departures")
+    p.add_argument("--pcap", required=True)
+    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--tick-ms", type=float, default=1.0)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--flows", required=True)
+    p.add_argument("--replay")
+    p.add_argument("--compare-json")
+    p.add_argument("--out", required=True)
+    p.add_argument("--no-delay", action="store_true")
+    a = ap.parse_args()
+    {"plan": cmd_plan, "query-server": cmd_query_server, "clients": cmd_clients,
+     "report": cmd_report, "departures": cmd_departures}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

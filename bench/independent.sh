@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The independent-truth testbed (issue 18): real clients (curl; Python's http.client with
+# keep-alive, several requests per connection and think times) and real servers (Debian's
+# nginx; a small asyncio query server whose replies wait the configured response and query
+# delays) in network namespaces this script builds, behind shapers mimic did not write (the
+# kernel's htb per client address, and netem for delay and loss where the kernel has it),
+# captured with tcpdump at the server. Each connection's configured truth is written beside the
+# capture (truth.csv, keyed by client address and port; requests.csv; server.csv: what the
+# query server really did). Then `mimic analyze` reads the capture, the analysis is joined with
+# the truth per connection, `mimic replay --lab` replays the analyzed flows.db and `mimic
+# compare` pairs the replay with it; the per-class tables (analyzer accuracy, replay fidelity)
+# are printed and written to OUT/table.{txt,json,csv} (atomically).
+#
+# Usage (root): bench/independent.sh [--connections N] [--quick] [--no-delay] [--coarse-tick]
+#                                    [--classes A,B] [--seed S] [--no-replay] [--out DIR]
+#   --connections N  connections in all (default 2000), spread evenly over the classes
+#   --quick          100 connections on two classes (isdn-128k, dsl-4m): checks the harness
+#   --no-delay       rate-only classes (the LAN's own RTT, no loss): what runs where the kernel
+#                    has no netem. Without it a class with delay or loss needs netem, and the
+#                    script stops with an error naming what is missing.
+#   --coarse-tick    packets leave the shapers on the kernel's timer tick (dummynet-like); needs
+#                    a kernel whose hrtimers run at tick resolution (booted with highres=off):
+#                    refused, saying so, where timers are high-resolution. See GUIDE.md.
+#   --classes A,B    only these classes (names in bench/independent.py: CLASSES)
+#   --no-replay      the analyzer table only
+#   --out DIR        output folder (default bench/out/independent; replaced)
+# MIMIC=path/to/mimic uses that binary instead of building target/release/mimic.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1
+out=bench/out/independent
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --connections) connections=${2:?--connections needs a number}; shift ;;
+    --quick) quick=1 ;;
+    --no-delay) no_delay=1 ;;
+    --coarse-tick) coarse=1 ;;
+    --classes) classes=${2:?--classes needs a list}; shift ;;
+    --seed) seed=${2:?--seed needs a number}; shift ;;
+    --no-replay) replay=0 ;;
+    --out) out=${2:?--out needs a folder}; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "independent: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$connections" in ''|*[!0-9]*) echo "independent: --connections $connections: not a number" >&2; exit 2 ;; esac
+if [ "$quick" = 1 ]; then
+  [ -n "$classes" ] || classes=isdn-128k,dsl-4m
+  [ "$connections" != 2000 ] || connections=100
+fi
+[ "$(id -u)" -eq 0 ] || { echo "independent: needs root (namespaces, tc, tcpdump)" >&2; exit 2; }
+missing=()
+for cmd in ip tc ethtool tcpdump nginx curl python3 sqlite3 ping; do
+  command -v "$cmd" >/dev/null || missing+=("$cmd")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "independent: missing ${missing[*]} (scripts/deps.sh bench installs them)" >&2
+  exit 2
+fi
+if [ -n "${MIMIC:-}" ]; then
+  m=$MIMIC
+else
+  cargo build --release -q -p mimic
+  m=./target/release/mimic
+fi
+[ -x "$m" ] || { echo "independent: $m: no mimic binary" >&2; exit 2; }
+py=bench/independent.py
+
+if [ "$coarse" = 1 ]; then
+  # hrtimer resolution of CPU 0's clocks: 1 ns with high-resolution timers, the tick
+  # (1/HZ) with highres=off. The qdisc watchdogs of htb, tbf and netem are hrtimers.
+  res=$(awk '/\.resolution:/ {print $2; exit}' /proc/timer_list 2>/dev/null || echo "")
+  if [ -z "$res" ] || [ "$res" -lt 1000000 ]; then
+    echo "independent: --coarse-tick: this kernel's timers are high-resolution (hrtimer resolution ${res:-unknown} ns)," >&2
+    echo "  so htb/tbf/netem release packets at their exact times, not on a tick; run the testbed in a guest" >&2
+    echo "  booted with highres=off (a HZ=1000 kernel gives 1 ms ticks; Debian's stock kernel is HZ=250: 4 ms)" >&2
+    exit 2
+  fi
+fi
+
+rm -rf "$out"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tag=ind$$
+# what the servers read and write lives in memory (tmpfs): on a busy machine a write to disk
+# can wait hundreds of ms on dirty-page throttling, which would add a server delay the truth
+# does not have
+mem=$(mktemp -d /dev/shm/mimic-independent.XXXXXX)
+C=$tag-c R=$tag-r S=$tag-s
+echo "independent: namespaces $C $R $S" >&2
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [ -f "$mem/nginx/nginx.pid" ]; then kill "$(cat "$mem/nginx/nginx.pid")" 2>/dev/null || true; fi
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for n in "$C" "$R" "$S"; do ip netns del "$n" 2>/dev/null || true; done
+  "$m" lab down "$tag" >/dev/null 2>&1 || true
+  rm -rf "$mem"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+python3 "$py" plan --out "$out" --www "$mem/www" --connections "$connections" --seed "$seed" \
+  ${classes:+--classes "$classes"} $([ "$no_delay" = 1 ] && echo --no-delay)
+
+# ---- topology: clients (C) — router (R) — server (S); 198.19.0.0/16 clients, 198.18.0.0/24 server
+for n in "$C" "$R" "$S"; do ip netns add "$n"; ip -n "$n" link set lo up; done
+ip link add "$tag-c0" netns "$C" type veth peer name "$tag-r0" netns "$R"
+ip link add "$tag-s0" netns "$S" type veth peer name "$tag-r1" netns "$R"
+ip -n "$C" link set "$tag-c0" name c0
+ip -n "$R" link set "$tag-r0" name r0
+ip -n "$R" link set "$tag-r1" name r1
+ip -n "$S" link set "$tag-s0" name s0
+ip -n "$R" addr add 198.19.255.254/16 dev r0
+ip -n "$R" addr add 198.18.0.254/24 dev r1
+ip -n "$S" addr add "198.18.0.1/24" dev s0
+ip -n "$C" addr add 198.19.255.1/16 dev c0 # unshaped: the base RTT probe
+while read -r k name down up delay loss qdown qup naddr; do
+  for h in $(seq 1 "$naddr"); do ip -n "$C" addr add "198.19.$k.$h/16" dev c0; done
+done <"$out/classes.txt"
+for pair in "$C c0" "$R r0" "$R r1" "$S s0"; do
+  set -- $pair
+  ip -n "$1" link set "$2" up
+  # real packets at the tap and at the shapers, as mimic's lab does: no segmentation offloads,
+  # and (end hosts) checksums computed in software so tcpdump sees them right
+  ip netns exec "$1" ethtool -K "$2" tso off gso off gro off >/dev/null 2>&1 || true
+  case "$2" in c0|s0) ip netns exec "$1" ethtool -K "$2" tx off >/dev/null 2>&1 || true ;; esac
+done
+ip -n "$C" route add default via 198.19.255.254
+ip -n "$S" route add 198.19.0.0/16 via 198.18.0.254
+ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+
+has_netem() {
+  ip -n "$R" link add nmchk0 type veth peer name nmchk1
+  local ok=0
+  tc -n "$R" qdisc add dev nmchk0 root netem delay 1ms 2>/dev/null && ok=1
+  ip -n "$R" link del nmchk0
+  [ "$ok" = 1 ]
+}
+
+# shape DEV MATCH(src|dst) CLASSNUM RATE_BPS DELAY_MS LOSS QUEUE NADDR
+# One htb class per client address (each client has its own access link of the class's rate;
+# a client address runs one connection at a time), rate counted on IP bytes (stab overhead
+# -14 takes the Ethernet header off), burst one packet so back-to-back packets leave at the
+# link rate. The leaf is netem (delay, loss, queue limit) when the class has delay or loss,
+# else a pfifo of QUEUE packets.
+shape() {
+  local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8
+  for h in $(seq 1 "$naddr"); do
+    local id=$((k * 256 + h))
+    local cid
+    cid=$(printf '%x' "$id")
+    tc -n "$R" class add dev "$dev" parent 1: classid "1:$cid" htb rate "${rate}bit" ceil "${rate}bit" \
+      burst 1600 cburst 1600 quantum 1514
+    if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then
+      local l
+      l=$(python3 -c "print(f'{$loss * 100:g}%')")
+      tc -n "$R" qdisc add dev "$dev" parent "1:$cid" handle "$cid:" netem delay "${delay}ms" \
+        loss "$l" limit "$queue"
+    else
+      tc -n "$R" qdisc add dev "$dev" parent "1:$cid" handle "$cid:" pfifo limit "$queue"
+    fi
+    tc -n "$R" filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
+      match ip "$match" "198.19.$k.$h/32" flowid "1:$cid"
+  done
+}
+
+needs_netem=0
+while read -r k name down up delay loss qdown qup naddr; do
+  if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then needs_netem=1; fi
+done <"$out/classes.txt"
+if [ "$needs_netem" = 1 ] && ! has_netem; then
+  echo "independent: the classes need delay and loss, and this kernel has no netem qdisc" >&2
+  echo "  (tc qdisc add ... netem: unknown qdisc kind); run it where netem exists (a guest on" >&2
+  echo "  Debian's stock kernel), or give --no-delay for rate-only classes with the LAN's RTT" >&2
+  exit 2
+fi
+for dev in r0 r1; do
+  tc -n "$R" qdisc add dev "$dev" root handle 1: stab overhead -14 htb default 1
+  tc -n "$R" class add dev "$dev" parent 1: classid 1:1 htb rate 10gbit quantum 60000
+done
+while read -r k name down up delay loss qdown qup naddr; do
+  # one-way delay split evenly: down on r0 (towards the clients), up on r1
+  shape r0 dst "$k" "$down" "$delay" "$loss" "$qdown" "$naddr"
+  shape r1 src "$k" "$up" "$delay" 0 "$qup" "$naddr"
+done <"$out/classes.txt"
+# the departure probe's address: one 3.3 Mbit/s downlink (3.636 ms per full-size packet, not a
+# whole number of ms, so a tick grid would show)
+probe_rate=3300000
+ip -n "$C" addr add 198.19.254.1/16 dev c0
+shape r0 dst 254 "$probe_rate" 0 0 100 1
+
+# base RTT of the LAN (unshaped address): the truth's RTT is 2 x one-way delay + this
+ip netns exec "$C" ping -q -c 20 -i 0.01 -I 198.19.255.1 198.18.0.1 |
+  awk -F'[/ =]+' '/^rtt/ {printf "%d\n", $6 * 1000}' >"$out/base_rtt_us"
+
+# ---- servers and the tap
+# servers and the tap run at a higher priority than the clients (nice -10), so a loaded
+# machine delays them less; what the query server really did is logged, and is the truth
+mkdir -p "$mem/nginx" "$out/nginx"
+cat >"$out/nginx/nginx.conf" <<EOF
+user root;
+worker_processes 1;
+daemon on;
+pid $mem/nginx/nginx.pid;
+error_log $out/nginx/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_timeout 120s;
+  keepalive_requests 100000;
+  default_type application/octet-stream;
+  open_file_cache max=1000;
+  server { listen 198.18.0.1:80 backlog=4096; root $mem/www; location / { } }
+}
+EOF
+ip netns exec "$S" nice -n -10 nginx -p "$mem/nginx" -c "$out/nginx/nginx.conf" -e "$out/nginx/error.log"
+ip netns exec "$S" nice -n -10 python3 "$py" query-server --log "$mem/server.csv" 2>"$out/query-server.log" &
+pids+=($!)
+ip netns exec "$S" nice -n -10 tcpdump -i s0 -s 256 -B 65536 -n -w "$out/cap.pcap" 'tcp' 2>"$out/tcpdump.log" &
+tcpdump_pid=$!
+pids+=("$tcpdump_pid")
+for _ in $(seq 50); do
+  if ip netns exec "$C" curl -s -o /dev/null --interface 198.19.255.1 http://198.18.0.1:8080/ &&
+    grep -q listening "$out/tcpdump.log"; then break; fi
+  sleep 0.1
+done
+
+# how the shaper really releases packets (the coarse-tick question): a backlogged 1 MB download
+# through the probe's link, captured at the client
+ip netns exec "$C" tcpdump -i c0 -s 96 -n -w "$out/departures.pcap" 'host 198.19.254.1' 2>"$out/departures-tcpdump.log" &
+probe_pid=$!
+pids+=("$probe_pid")
+for _ in $(seq 50); do grep -q listening "$out/departures-tcpdump.log" && break; sleep 0.1; done
+ip netns exec "$C" curl -sS -o /dev/null --interface 198.19.254.1 http://198.18.0.1/probe
+sleep 0.5
+kill -INT "$probe_pid"; wait "$probe_pid" || true
+python3 "$py" departures --pcap "$out/departures.pcap" --rate "$probe_rate" --out "$out/departures.json"
+
+echo "independent: $(wc -l <"$out/truth.csv" | awk '{print $1 - 1}') connections," \
+  "classes $(awk '{printf "%s%s", s, $2; s=","}' "$out/classes.txt")$([ "$no_delay" = 1 ] && echo ' (rate only)')" >&2
+ip netns exec "$C" python3 "$py" clients --dir "$out" --seed "$seed"
+sleep 2
+cp "$mem/server.csv" "$out/server.csv"
+kill -INT "$tcpdump_pid"
+wait "$tcpdump_pid" || true
+cat "$out/tcpdump.log" >&2
+dropped=$(awk '/dropped by kernel/ {print $1}' "$out/tcpdump.log")
+if [ "${dropped:-0}" != 0 ]; then
+  echo "independent: tcpdump dropped $dropped packets: the capture is not whole" >&2
+fi
+# the tc counters, for the record (drops per class show queue overflows)
+for dev in r0 r1; do tc -n "$R" -s qdisc show dev "$dev" >"$out/tc-$dev.txt"; done
+
+echo "independent: analyzing the capture" >&2
+# (the readiness probe from 198.19.255.1 and the departure probe are not part of the workload)
+"$m" -q analyze "$out/cap.pcap" -o "$out/flows.db" --filter 'not host 198.19.255.1 and not host 198.19.254.1' \
+  --json >"$out/analyze.json"
+report_args=()
+if [ "$replay" = 1 ]; then
+  echo "independent: replaying flows.db in mimic's lab" >&2
+  # mimic replay refuses a whole workload when one connection's inferred delayed-ACK timeout
+  # is outside the emulator's (0, 2 s] (the analyzer can infer several seconds from a client
+  # that ACKed late): those connections replay with the emulator's default timeout instead,
+  # counted here, so one bad estimate does not cost the table
+  cp "$out/flows.db" "$out/replay-input.db"
+  clamped=$(sqlite3 "$out/replay-input.db" "UPDATE connections SET delack_timeout_us = NULL
+    WHERE delack_timeout_us > 2000000; SELECT changes();")
+  echo "$clamped" >"$out/replay-delack-clamped"
+  [ "$clamped" = 0 ] || echo "independent: $clamped connections' delayed-ACK timeout (> 2 s) replayed as the default" >&2
+  "$m" -q replay "$out/replay-input.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
+  "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
+  report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")
+fi
+python3 "$py" report --dir "$out" --flows "$out/flows.db" --out "$out" \
+  $([ "$no_delay" = 1 ] && echo --no-delay) "${report_args[@]}"
+echo "independent: tables in $out/table.{txt,json,csv}; per connection in $out/analyzer.csv" \
+  "$([ "$replay" = 1 ] && echo "and $out/replay.csv")" >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The independent-truth testbed (issue 18): real clients (curl; Python's http.client with
 # keep-alive, several requests per connection and think times) and real servers (Debian's
-# nginx; a small asyncio query server whose replies wait the configured response and query
+# nginx; a small threaded query server whose replies wait the configured response and query
 # delays) in network namespaces this script builds, behind shapers mimic did not write (the
 # kernel's htb per client address, and netem for delay and loss where the kernel has it),
 # captured with tcpdump at the server. Each connection's configured truth is written beside the

@@ -184,7 +184,9 @@ for dev in r0 r1; do
   tc -n "$R" class add dev "$dev" parent 1: classid 1:1 htb rate 10gbit quantum 60000
 done
 while read -r k name down up delay loss qdown qup naddr; do
-  # one-way delay split evenly: down on r0 (towards the clients), up on r1
+  # the class's one-way delay in each direction (down on r0, towards the clients; up on r1),
+  # its loss downstream only (what mimic infers and replays); netem's limit counts the
+  # packets in its delay line too
   shape r0 dst "$k" "$down" "$delay" "$loss" "$qdown" "$naddr"
   shape r1 src "$k" "$up" "$delay" 0 "$qup" "$naddr"
 done <"$out/classes.txt"

@@ -9,6 +9,7 @@ mod prom;
 
 mod capture;
 mod demo;
+mod independent;
 mod metrics;
 mod netemu;
 mod replay;

@@ -66,6 +66,12 @@ def class_addr(k, h):
     return f"198.19.{k + 1}.{h + 1}"
 
 
+def die(msg):
+    """An error: one line on stderr, exit 2 (the CLI's convention)."""
+    print(f"independent: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def write_atomic(path, text):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-" + os.path.basename(path))
@@ -98,7 +104,7 @@ def cmd_plan(a):
     rng = random.Random(a.seed)
     classes = [c for c in CLASSES if not a.classes or c[0] in a.classes.split(",")]
     if not classes:
-        sys.exit(f"independent: --classes {a.classes}: no such class")
+        die(f"--classes {a.classes}: no such class")
     # --no-delay: rate-only classes; the delay and loss stay in the file as nominal values
     size_grid = sorted({int(round(1000 * 1.15**i, -1)) for i in range(0, 60)})
     www = a.www
@@ -356,12 +362,12 @@ def cmd_departures(a):
                         f"src host {SERVER_IP} and greater 1400"],
                        capture_output=True, text=True)
     if p.returncode != 0:
-        sys.exit(f"independent: tcpdump -r {a.pcap}: {p.stderr.strip()}")
+        die(f"tcpdump -r {a.pcap}: {p.stderr.strip()}")
     ts = [float(l.split()[0]) for l in p.stdout.splitlines() if l.strip()]
     gaps = [(b - x) * 1e3 for x, b in zip(ts, ts[1:])]
     if len(gaps) < 50:
-        sys.exit(f"independent: {a.pcap}: {len(gaps) + 1} full-size packets, too few to judge "
-                 f"the shaper's departures")
+        die(f"{a.pcap}: {len(gaps) + 1} full-size packets, too few to judge the shaper's "
+            f"departures")
     ser = 1500 * 8 / a.rate * 1e3  # ms per full-size IP packet
     # gaps while the queue was backlogged: the shaper's own spacing (drop the idle gaps)
     busy = [g for g in gaps if g < 3 * ser]

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import sqlite3
 import struct
@@ -292,17 +293,31 @@ def url_path(c, r):
             f"&hdr={r['header_body_bytes']}")
 
 
+RUNNING = set()  # curl processes running now, stopped with the clients on SIGTERM
+
+
 def run_curl(c, rq):
     args = ["curl", "-sS", "--fail", "--max-time", "120", "--interface", c["client_ip"],
             "--local-port", c["client_port"], "-H", "Connection: keep-alive"]
     for r in rq:
         args += ["-o", "/dev/null", f"http://{c['server_ip']}:{c['server_port']}{url_path(c, r)}"]
-    p = subprocess.run(args, capture_output=True, text=True)
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    RUNNING.add(p)
+    try:
+        _, err = p.communicate()
+    finally:
+        RUNNING.discard(p)
     if p.returncode != 0:
-        raise RuntimeError(f"curl exit {p.returncode}: {p.stderr.strip()[:200]}")
+        raise RuntimeError(f"curl exit {p.returncode}: {err.strip()[:200]}")
 
 
 def cmd_clients(a):
+    def stop(signum, frame):
+        for p in list(RUNNING):
+            p.kill()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     truth = list(csv.DictReader(open(os.path.join(a.dir, "truth.csv"))))
     reqs = {}
     for r in csv.DictReader(open(os.path.join(a.dir, "requests.csv"))):
@@ -590,7 +605,12 @@ def cmd_report(a):
 
     dep = os.path.join(d, "departures.json")
     departures = json.load(open(dep)) if os.path.exists(dep) else None
-    doc = dict(truth_dir=d, shaper_departures=departures, flows=a.flows, replay=a.replay, base_rtt_us=base_rtt_us,
+    load = {}
+    for k in ("start", "end"):
+        lp = os.path.join(d, f"loadavg-{k}")
+        if os.path.exists(lp):
+            load[k] = open(lp).read().strip()
+    doc = dict(truth_dir=d, host_loadavg=load, shaper_departures=departures, flows=a.flows, replay=a.replay, base_rtt_us=base_rtt_us,
                no_delay=a.no_delay, analyzer=analyzer, replay_fidelity=replay)
     write_atomic(os.path.join(a.out, "table.json"), json.dumps(doc, indent=1, default=str) + "\n")
     write_csv_atomic(os.path.join(a.out, "analyzer.csv"),
@@ -619,6 +639,14 @@ def cmd_report(a):
                       "replay_within_20", "replay_median_error_pct", "replay_p10_error_pct",
                       "replay_p90_error_pct"], summary_rows)
     text = render(analyzer, replay, base_rtt_us, a.no_delay)
+    if load:
+        text += (f"host load average (1/5/15 min) when the clients started: "
+                 f"{load.get('start', '-')}, when they ended: {load.get('end', '-')}\n")
+    if departures:
+        text += (f"shaper departures (htb, {departures['rate_bps'] / 1e6:g} Mbit/s): median gap "
+                 f"{departures['median_gap_ms']:.3f} ms for {departures['serialization_ms']:.3f} ms "
+                 f"of serialization, {100 * departures['on_tick_grid']:.0f}% of gaps on a "
+                 f"{departures['tick_ms']:g} ms grid\n")
     write_atomic(os.path.join(a.out, "table.txt"), text)
     print(text, end="")
 

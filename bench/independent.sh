@@ -90,9 +90,10 @@ tag=ind$$
 mem=$(mktemp -d /dev/shm/mimic-independent.XXXXXX)
 C=$tag-c R=$tag-r S=$tag-s
 echo "independent: namespaces $C $R $S" >&2
-pids=()
+pids=() fg_pid=""
 cleanup() {
   local rc=$?
+  if [ -n "$fg_pid" ]; then kill -TERM "$fg_pid" 2>/dev/null || true; wait "$fg_pid" 2>/dev/null || true; fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   if [ -f "$mem/nginx/nginx.pid" ]; then kill "$(cat "$mem/nginx/nginx.pid")" 2>/dev/null || true; fi
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -103,6 +104,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# a long step runs in the background and is waited for, so Ctrl-C or a TERM reaches the trap
+# at once (not when the step ends) and the cleanup stops the step
+run() { "$@" & fg_pid=$!; wait "$fg_pid"; fg_pid=""; }
 
 python3 "$py" plan --out "$out" --www "$mem/www" --connections "$connections" --seed "$seed" \
   ${classes:+--classes "$classes"} $([ "$no_delay" = 1 ] && echo --no-delay)
@@ -246,7 +250,11 @@ python3 "$py" departures --pcap "$out/departures.pcap" --rate "$probe_rate" --ou
 
 echo "independent: $(wc -l <"$out/truth.csv" | awk '{print $1 - 1}') connections," \
   "classes $(awk '{printf "%s%s", s, $2; s=","}' "$out/classes.txt")$([ "$no_delay" = 1 ] && echo ' (rate only)')" >&2
-ip netns exec "$C" python3 "$py" clients --dir "$out" --seed "$seed"
+# the host's load around the workload: servers on a busy machine answer later, which the
+# query server's log accounts for and nginx's nominal 0 does not
+cut -d' ' -f1-3 /proc/loadavg >"$out/loadavg-start"
+run ip netns exec "$C" python3 "$py" clients --dir "$out" --seed "$seed"
+cut -d' ' -f1-3 /proc/loadavg >"$out/loadavg-end"
 sleep 2
 cp "$mem/server.csv" "$out/server.csv"
 kill -INT "$tcpdump_pid"
@@ -261,7 +269,7 @@ for dev in r0 r1; do tc -n "$R" -s qdisc show dev "$dev" >"$out/tc-$dev.txt"; do
 
 echo "independent: analyzing the capture" >&2
 # (the readiness probe from 198.19.255.1 and the departure probe are not part of the workload)
-"$m" -q analyze "$out/cap.pcap" -o "$out/flows.db" --filter 'not host 198.19.255.1 and not host 198.19.254.1' \
+run "$m" -q analyze "$out/cap.pcap" -o "$out/flows.db" --filter 'not host 198.19.255.1 and not host 198.19.254.1' \
   --json >"$out/analyze.json"
 report_args=()
 if [ "$replay" = 1 ]; then
@@ -275,7 +283,7 @@ if [ "$replay" = 1 ]; then
     WHERE delack_timeout_us > 2000000; SELECT changes();")
   echo "$clamped" >"$out/replay-delack-clamped"
   [ "$clamped" = 0 ] || echo "independent: $clamped connections' delayed-ACK timeout (> 2 s) replayed as the default" >&2
-  "$m" -q replay "$out/replay-input.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
+  run "$m" -q replay "$out/replay-input.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
   "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
   report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")
 fi

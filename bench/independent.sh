@@ -149,8 +149,11 @@ has_netem() {
 # shape DEV MATCH(src|dst) CLASSNUM RATE_BPS DELAY_MS LOSS QUEUE NADDR
 # One htb class per client address (each client has its own access link of the class's rate;
 # a client address runs one connection at a time), rate counted on IP bytes (stab overhead
-# -14 takes the Ethernet header off), burst one packet so back-to-back packets leave at the
-# link rate. The leaf is netem (delay, loss, queue limit) when the class has delay or loss,
+# -14 takes the Ethernet header off), a burst of 100 bytes so back-to-back packets leave at the
+# link rate. Like every token bucket, htb sends the first packet of a busy period at once (the
+# next one pays its tokens back): that packet leaves at the start of its transmission slot, not
+# at its end as on a store-and-forward link (or mimic's pipes); with a burst of a full packet
+# two would. The leaf is netem (delay, loss, queue limit) when the class has delay or loss,
 # else a pfifo of QUEUE packets.
 shape() {
   local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8
@@ -159,7 +162,7 @@ shape() {
     local cid
     cid=$(printf '%x' "$id")
     tc -n "$R" class add dev "$dev" parent 1: classid "1:$cid" htb rate "${rate}bit" ceil "${rate}bit" \
-      burst 1600 cburst 1600 quantum 1514
+      burst 100 cburst 100 quantum 1514
     if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then
       local l
       l=$(python3 -c "print(f'{$loss * 100:g}%')")

@@ -80,6 +80,11 @@ if [ "$coarse" = 1 ]; then
   fi
 fi
 
+# the output folder is replaced, but only when it is one of ours (or empty)
+if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/truth.csv" ]; then
+  echo "independent: $out: exists and is not an earlier output of this script; give another --out" >&2
+  exit 2
+fi
 rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

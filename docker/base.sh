@@ -46,7 +46,7 @@ root=$(mktemp -d "${TMPDIR:-/var/tmp}/mimic-base.XXXXXX")
 cleanup() {
   # debootstrap may leave /proc or /sys mounted inside the tree when it is interrupted
   for m in "$root/proc" "$root/sys" "$root/dev/pts" "$root/dev"; do
-    mountpoint -q "$m" 2>/dev/null && umount -l "$m" || true
+    if mountpoint -q "$m" 2>/dev/null; then umount -l "$m" || true; fi
   done
   rm -rf --one-file-system "$root"
 }

@@ -61,7 +61,8 @@ data_if() {
 offloads_off() { # DEV [tx]
   local f=(tso off gso off gro off)
   [ "${2:-}" = tx ] && f+=(tx off)
-  ethtool -K "$1" "${f[@]}" 2>/dev/null || die "$role: cannot switch offloads off on $1 (ethtool -K; needs NET_ADMIN)"
+  local out
+  out=$(ethtool -K "$1" "${f[@]}" 2>&1) || die "$role: cannot switch offloads off on $1 (ethtool -K; needs NET_ADMIN): $out"
 }
 
 control_addr() {

@@ -41,15 +41,20 @@ t_start=$(date +%s)
 docker=docker
 if [ -x /usr/bin/docker ] && ! docker buildx version >/dev/null 2>&1; then docker=/usr/bin/docker; fi
 docker() { command "$docker" "$@"; }
+export DOCKER_BUILDKIT=1
 
 dc() { docker-compose -f "$repo/docker/compose.yaml" -p "$run" "$@"; }
+# Long steps run in the background and are waited for: bash runs a trap at once during `wait`,
+# but after a foreground child that handled Ctrl-C itself (docker-compose does) it runs none
+bgw() { "$@" & wait $!; }
 
+# shellcheck disable=SC2317 # (called by the EXIT trap)
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
   if [ -n "$compose_up" ]; then
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then
+    if [ "$rc" -eq 2 ]; then
       for r in router server capture client; do
         say "--- log of $r ---"
         dc logs --no-color --tail 30 "$r" 2>&1 | sed 's/^/  /' >&2
@@ -85,19 +90,31 @@ if ! docker info >/dev/null 2>&1; then
   say "starting dockerd (log: $work/dockerd.log)"
   # no default bridge and no iptables/forwarding changes on this host: the LAN's networks are
   # internal (no NAT), and image builds use the host's network (--network host)
-  dockerd --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
+  # (a session of its own: Ctrl-C in this terminal must not stop it before the cleanup)
+  setsid dockerd --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
     --pidfile "$work/dockerd.pid" >"$work/dockerd.log" 2>&1 &
   started_dockerd=$!
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   docker info >/dev/null 2>&1 || { tail -5 "$work/dockerd.log" >&2; die "dockerd did not come up in 30 s"; }
 fi
 
+# the LANs of earlier runs that were killed before their cleanup (kill -9, a crash)
+for p in $(docker ps -a --format '{{.Names}}' --filter name=mimiclan; docker network ls --format '{{.Name}}' --filter name=mimiclan); do
+  p=${p%%_*}
+  pid=${p#mimiclan}
+  case "$pid" in '' | *[!0-9]*) continue ;; esac
+  if [ "$pid" = $$ ] || kill -0 "$pid" 2>/dev/null; then continue; fi
+  say "removing the LAN left by an earlier run ($p)"
+  docker-compose -f "$repo/docker/compose.yaml" -p "$p" down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+  docker image rm -f "mimic-lan:$p" >/dev/null 2>&1 || true
+done
+
 # ---- the image: base, then the runtime with this host's binary ----
 t0=$(date +%s)
-docker/base.sh
+bgw docker/base.sh
 if [ -z "${MIMIC_BIN:-}" ]; then
   . scripts/cargo-env.sh
-  cargo build -q --profile test-build -p mimic --features dpdk
+  bgw cargo build -q --profile test-build -p mimic --features dpdk
   MIMIC_BIN=${CARGO_TARGET_DIR:-target}/test-build/mimic
 fi
 [ -x "$MIMIC_BIN" ] || die "$MIMIC_BIN: not an executable mimic binary"
@@ -105,13 +122,14 @@ mkdir -p "docker/bin/$run"
 # debug info is not needed in the image
 strip -o "docker/bin/$run/mimic" "$MIMIC_BIN"
 say "building $tag from $MIMIC_BIN"
-DOCKER_BUILDKIT=1 docker build -q --network host -f docker/Dockerfile \
+bgw docker build -q --network host -f docker/Dockerfile \
   --build-arg MIMIC_BINARY=host --build-arg "MIMIC_HOST_BINARY=docker/bin/$run/mimic" \
   -t "$tag" . >/dev/null
 t_build=$(($(date +%s) - t0))
 say "image $tag: $(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'), built in ${t_build} s"
 
 # ---- the LAN: a /24 of 198.18.0.0/15 that no route and no Docker network uses yet ----
+# shellcheck disable=SC2046 # one argument per network
 used=$( (ip -4 route show; docker network inspect -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' $(docker network ls -q) 2>/dev/null) | tr ' ' '\n')
 prefix=
 for i in $(seq 0 199); do
@@ -125,7 +143,7 @@ chmod 0600 "$work/token"
 
 t0=$(date +%s)
 compose_up=1
-dc up -d --no-build --quiet-pull >/dev/null 2>&1 || { dc up -d --no-build || true; die "docker-compose up failed"; }
+bgw dc up -d --no-build --quiet-pull >/dev/null 2>&1 || { dc up -d --no-build || true; die "docker-compose up failed"; }
 # a tap sees both directions of every conversation on the server's segment: the segment's
 # bridge floods every frame to every port (a hub) instead of learning where the server is
 servers_id=$(docker network inspect -f '{{.Id}}' "${run}_servers")
@@ -143,9 +161,9 @@ say "LAN $prefix.0/24 up in ${t_up} s (clients .0/26, servers .64/26 as a hub, c
 cif=$(dc exec -T client cat /run/mimic-data-if)
 pool=()
 for i in 1 2 3 4; do pool+=(--client-addr "198.19.0.$i"); done
-dc exec -T client mimic -q synth --connections "$conns" --seed "$seed" -o /work/synth.db
+bgw dc exec -T client mimic -q synth --connections "$conns" --seed "$seed" -o /work/synth.db
 t0=$(date +%s)
-dc exec -T client mimic -q replay /work/synth.db -o /work/replay.db \
+bgw dc exec -T client mimic -q replay /work/synth.db -o /work/replay.db \
   --server "$prefix.74:80" --server-control "tcp:$prefix.138:7001" \
   --netemu "tcp:$prefix.130:7002" --token-file /work/token \
   --capture-iface "$cif" "${pool[@]}" --json >"$work/replay.json" \
@@ -158,10 +176,18 @@ print("lan-test: replay: " + ", ".join(f"{k} {r[k]}" for k in ("connections", "o
 PY
 
 # the capture node closes its files on SIGINT (compose's stop_signal) and writes its summary
-dc stop --timeout 30 capture >/dev/null 2>&1
+bgw dc stop --timeout 30 capture >/dev/null 2>&1
 [ -s "$work/capture/capture-summary.json" ] || die "the capture node left no capture-summary.json"
-dc exec -T client sh -c 'mimic -q analyze /work/capture/*.pcapng -o /work/server-side.db --server-port 80' \
+bgw dc exec -T client sh -c 'mimic -q analyze /work/capture/*.pcapng -o /work/server-side.db --server-port 80' \
   || die "analyzing the server-side capture failed"
+
+# the router and the server print their counters when stopped; their logs go with the results
+bgw dc stop --timeout 15 router server >/dev/null 2>&1
+for r in router server capture; do dc logs --no-color "$r" 2>&1 | sed 's/^[^|]*| //' >"$work/$r.log"; done
+{
+  grep -iE 'warn|error|not granted' "$work/router.log" "$work/server.log" | sed 's/^/  /' || true
+  grep -E '^ *total (up|down)' "$work/router.log" | sed 's/^/  router: /' || true
+} >&2
 
 # pair the server-side capture's connections with the workload by the 4-tuple the replay used
 cp "$work/server-side.db" "$work/server-replay.db"
@@ -184,7 +210,7 @@ status=0
 for side in server client; do
   db=$([ $side = server ] && echo server-replay.db || echo replay.db)
   set +e
-  dc exec -T client mimic synth check --json /work/synth.db "/work/$db" >"$work/check-$side.json"
+  bgw dc exec -T client mimic synth check --json /work/synth.db "/work/$db" >"$work/check-$side.json"
   set -e
   echo
   if [ $side = server ]; then
@@ -226,5 +252,5 @@ PY
 done
 echo
 say "build ${t_build} s, LAN up ${t_up} s, replay ${t_replay} s, total $(($(date +%s) - t_start)) s"
-[ "$status" -eq 0 ] && say "PASS" || say "FAIL: a criterion of the server-side capture was missed"
+if [ "$status" -eq 0 ]; then say "PASS"; else say "FAIL: a criterion of the server-side capture was missed"; fi
 exit "$status"

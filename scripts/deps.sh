@@ -13,9 +13,11 @@ build_pkgs=(build-essential pkg-config libpcap-dev)
 demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core
   dpdk-dev libdpdk-dev)
 # Testing: the peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3,
-# chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs.
+# chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs; Docker
+# (Debian's engine and compose v1) and debootstrap for docker/lan-test.sh's container LAN.
 test_pkgs=("${demo_pkgs[@]}" util-linux
-  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl)
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl
+  docker.io docker-compose debootstrap)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)

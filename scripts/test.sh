@@ -52,3 +52,6 @@ cargo test "${profile[@]}" --workspace --exclude mimic "${lib_features[@]}"
 cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --bins --test cli
 # lab tests: network namespaces, real TCP stacks, timing; one process, one test at a time
 cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --test lab -- --test-threads=1 --show-output
+# the container LAN (docker/): the image from this build's binary, the four roles on three
+# Docker networks, a 300-connection replay judged on the capture node's capture (~2 minutes)
+docker/lan-test.sh

@@ -18,6 +18,9 @@
 #   MIMIC_LAN_CONNECTIONS, MIMIC_LAN_SEED   the workload (default 300, 1)
 #   MIMIC_LAN_KEEP=DIR  keep the databases and captures in DIR (default: removed)
 set -euo pipefail
+# paths given relative to where the script was started
+[ -z "${MIMIC_BIN:-}" ] || MIMIC_BIN=$(realpath -m -- "$MIMIC_BIN")
+[ -z "${MIMIC_LAN_KEEP:-}" ] || MIMIC_LAN_KEEP=$(realpath -m -- "$MIMIC_LAN_KEEP")
 cd "$(dirname "$0")/.."
 repo=$PWD
 

@@ -23,6 +23,7 @@
 #   MIMIC_CLIENT_POOL    the client's source addresses (CIDR, local to the client)
 #   MIMIC_TOKEN_FILE     the control channels' shared token (default /work/token)
 #   MIMIC_SERVE_CONTROL_PORT, MIMIC_NETEMU_CONTROL_PORT    default 7001, 7002
+#   MIMIC_ROUTER_CPU, MIMIC_SERVER_TIMER_CPUS   optional: netemu run --cpu, serve --timer-cpus
 set -euo pipefail
 
 say() { echo "mimic-role: $*" >&2; }
@@ -101,8 +102,10 @@ case "$role" in
     ip route replace "$MIMIC_CLIENT_POOL" via "$MIMIC_CLIENT_ADDR" dev "$dev"
     addr=$(addr_of "$dev")
     say "server: $dev $addr, control $ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}, pool $MIMIC_CLIENT_POOL via $MIMIC_CLIENT_ADDR"
+    extra=()
+    [ -z "${MIMIC_SERVER_TIMER_CPUS:-}" ] || extra=(--timer-cpus "$MIMIC_SERVER_TIMER_CPUS")
     exec mimic serve --listen "$addr:${MIMIC_SERVER_PORT:-80}" \
-      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --token-file "$token" "$@"
+      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --token-file "$token" "${extra[@]}" "$@"
     ;;
   router)
     need MIMIC_CLIENT_NET; need MIMIC_SERVER_NET
@@ -116,8 +119,10 @@ case "$role" in
       ip addr flush dev "$d"
     done
     say "router: client side $cdev, server side $sdev, control $ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}"
+    extra=()
+    [ -z "${MIMIC_ROUTER_CPU:-}" ] || extra=(--cpu "$MIMIC_ROUTER_CPU")
     exec mimic netemu run --client-if "$cdev" --server-if "$sdev" \
-      --control "tcp:$ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}" --token-file "$token" "$@"
+      --control "tcp:$ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}" --token-file "$token" "${extra[@]}" "$@"
     ;;
   capture)
     net=${MIMIC_CAPTURE_NET:-${MIMIC_SERVER_NET:-}}

@@ -114,7 +114,9 @@ else
   # no default bridge and no iptables/forwarding changes on this host: the LAN's networks are
   # internal (no NAT), and image builds use the host's network (--network host)
   # (a session of its own: Ctrl-C in this terminal must not stop it before the cleanup)
+  # (a real-time budget for the containers to share: see the LAN's placement below)
   setsid dockerd --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
+    --cpu-rt-runtime=900000 \
     --pidfile "$work/dockerd.pid" >"$work/dockerd.log" 2>&1 &
   started_dockerd=$!
   echo "$$ $started_dockerd" >"$owner"
@@ -161,6 +163,19 @@ for i in $(seq 0 199); do
 done
 [ -n "$prefix" ] || die "no free /24 in 198.18.40.0-198.18.239.0 for the LAN"
 export MIMIC_IMAGE=$tag MIMIC_WORK=$work MIMIC_NET_PREFIX=$prefix
+# placement as in the lab: real-time scheduling where the engine grants a budget (cgroup v1
+# cpu.rt_runtime_us of Docker's parent group; dockerd --cpu-rt-runtime)
+# (Docker writes the budget to its group when the first container asks for one)
+rt_budget=$(cat /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us 2>/dev/null || echo 0)
+if [ -n "$started_dockerd" ] || [ "$rt_budget" -ge 900000 ]; then
+  export MIMIC_RT_ROUTER=500000us MIMIC_RT_SERVER=200000us MIMIC_RT_CLIENT=200000us
+  rt_note="real-time budgets 500/200/200 ms per s (router/server/client)"
+elif [ -e /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us ]; then
+  rt_note="no real-time budget for containers (dockerd without --cpu-rt-runtime): timing may suffer on a loaded host"
+else
+  rt_note="real-time scheduling as the host allows"
+fi
+# (MIMIC_ROUTER_CPU and MIMIC_SERVER_TIMER_CPUS, if set, pin them as the lab does)
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 chmod 0600 "$work/token"
 
@@ -178,7 +193,7 @@ for r in router server client; do
   [ "$(docker inspect -f '{{.State.Running}}' "${run}_${r}_1")" = true ] || die "the $r container is not running"
 done
 t_up=$(($(date +%s) - t0))
-say "LAN $prefix.0/24 up in ${t_up} s (clients .0/26, servers .64/26 as a hub, control .128/26)"
+say "LAN $prefix.0/24 up in ${t_up} s (clients .0/26, servers .64/26 as a hub, control .128/26); $rt_note"
 
 # ---- the replay ----
 cif=$(dc exec -T client cat /run/mimic-data-if)

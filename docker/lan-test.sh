@@ -16,7 +16,9 @@
 #   MIMIC_BIN           the mimic binary to put in the image (default: build --profile
 #                       test-build --features dpdk, as scripts/test.sh does, and take that)
 #   MIMIC_LAN_CONNECTIONS, MIMIC_LAN_SEED   the workload (default 300, 1)
-#   MIMIC_LAN_KEEP=DIR  keep the databases and captures in DIR (default: removed)
+#   MIMIC_LAN_KEEP=DIR  keep the databases, captures and role logs in DIR (default: removed)
+#   MIMIC_LAN_LAB=0     skip the namespace-lab replay of the same workload
+# One run at a time when it has to start the engine itself.
 set -euo pipefail
 # paths given relative to where the script was started
 [ -z "${MIMIC_BIN:-}" ] || MIMIC_BIN=$(realpath -m -- "$MIMIC_BIN")

@@ -127,13 +127,17 @@ else
 fi
 
 # the LANs of earlier runs that were killed before their cleanup (kill -9, a crash)
-for p in $( (docker ps -a --format '{{.Names}}' --filter name=mimiclan; docker network ls --format '{{.Name}}' --filter name=mimiclan) | sed 's/_.*//' | sort -u); do
+for p in $( (docker ps -a --format '{{.Names}}' --filter name=mimiclan
+  docker network ls --format '{{.Name}}' --filter name=mimiclan
+  docker image ls --format '{{.Tag}}' mimic-lan
+  ls docker/bin 2>/dev/null) | grep '^mimiclan[0-9]' | sed 's/_.*//' | sort -u); do
   pid=${p#mimiclan}
   case "$pid" in '' | *[!0-9]*) continue ;; esac
   if [ "$pid" = $$ ] || kill -0 "$pid" 2>/dev/null; then continue; fi
-  say "removing the LAN left by an earlier run ($p)"
+  say "removing what an earlier, killed run left ($p)"
   docker-compose -f "$repo/docker/compose.yaml" -p "$p" down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
   docker image rm -f "mimic-lan:$p" >/dev/null 2>&1 || true
+  rm -rf "docker/bin/$p"
 done
 
 # ---- the image: base, then the runtime with this host's binary ----

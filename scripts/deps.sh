@@ -14,9 +14,11 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
   dpdk-dev libdpdk-dev)
 # Testing: the peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3,
 # chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs; nginx-light
-# is the real web server of the independent testbed (bench/independent.sh, its lab test).
+# is the real web server of the independent testbed (bench/independent.sh, its lab test); Docker
+# (Debian's engine and compose v1) and debootstrap for docker/lan-test.sh's container LAN.
 test_pkgs=("${demo_pkgs[@]}" util-linux
-  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl nginx-light)
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl nginx-light
+  docker.io docker-compose debootstrap)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)

@@ -234,6 +234,9 @@ impl Conn {
                 Err(e) => {
                     return refuse(match tls_error(&e) {
                         Some(t) => explain(t),
+                        None if e.kind() == io::ErrorKind::UnexpectedEof => {
+                            "the peer gave up during the handshake (it does not trust this role's certificate: another PKI's CA, or it expected another role)".into()
+                        }
                         None => format!("handshake: {e}"),
                     })
                 }

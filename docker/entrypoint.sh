@@ -21,7 +21,7 @@
 #   MIMIC_CLIENT_ADDR, MIMIC_CLIENT_MAC                     the client's data address and MAC
 #   MIMIC_SERVER_ADDR, MIMIC_SERVER_MAC, MIMIC_SERVER_PORT  the server's (port default 80)
 #   MIMIC_CLIENT_POOL    the client's source addresses (CIDR, local to the client)
-#   MIMIC_TOKEN_FILE     the control channels' shared token (default /work/token)
+#   MIMIC_PKI_DIR        the control channels' certificates from `mimic pki init` (default /work/pki)
 #   MIMIC_SERVE_CONTROL_PORT, MIMIC_NETEMU_CONTROL_PORT    default 7001, 7002
 #   MIMIC_ROUTER_CPU, MIMIC_SERVER_TIMER_CPUS   optional: netemu run --cpu, serve --timer-cpus
 set -euo pipefail
@@ -73,7 +73,7 @@ control_addr() {
 
 role=${1:-help}
 shift || true
-token=${MIMIC_TOKEN_FILE:-/work/token}
+pki=${MIMIC_PKI_DIR:-/work/pki}
 
 case "$role" in
   client)
@@ -105,7 +105,7 @@ case "$role" in
     extra=()
     [ -z "${MIMIC_SERVER_TIMER_CPUS:-}" ] || extra=(--timer-cpus "$MIMIC_SERVER_TIMER_CPUS")
     exec mimic serve --listen "$addr:${MIMIC_SERVER_PORT:-80}" \
-      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --token-file "$token" "${extra[@]}" "$@"
+      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --pki "$pki" "${extra[@]}" "$@"
     ;;
   router)
     need MIMIC_CLIENT_NET; need MIMIC_SERVER_NET
@@ -122,7 +122,7 @@ case "$role" in
     extra=()
     [ -z "${MIMIC_ROUTER_CPU:-}" ] || extra=(--cpu "$MIMIC_ROUTER_CPU")
     exec mimic netemu run --client-if "$cdev" --server-if "$sdev" \
-      --control "tcp:$ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}" --token-file "$token" "${extra[@]}" "$@"
+      --control "tcp:$ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}" --pki "$pki" "${extra[@]}" "$@"
     ;;
   capture)
     net=${MIMIC_CAPTURE_NET:-${MIMIC_SERVER_NET:-}}

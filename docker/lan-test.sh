@@ -182,8 +182,9 @@ else
   rt_note="real-time scheduling as the host allows"
 fi
 # (MIMIC_ROUTER_CPU and MIMIC_SERVER_TIMER_CPUS, if set, pin them as the lab does)
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
-chmod 0600 "$work/token"
+# the control channels' certificates (TLS 1.3, mutual): one PKI in the shared work folder, so
+# every container finds its own pair there (a real deployment hands each host only its own)
+"$MIMIC_BIN" -q pki init "$work/pki" >/dev/null || die "mimic pki init failed"
 
 t0=$(date +%s)
 compose_up=1
@@ -209,7 +210,7 @@ bgw dc exec -T client mimic -q synth --connections "$conns" --seed "$seed" -o /w
 t0=$(date +%s)
 bgw dc exec -T client mimic -q replay /work/synth.db -o /work/replay.db \
   --server "$prefix.74:80" --server-control "tcp:$prefix.138:7001" \
-  --netemu "tcp:$prefix.130:7002" --token-file /work/token \
+  --netemu "tcp:$prefix.130:7002" --pki /work/pki \
   --capture-iface "$cif" "${pool[@]}" --json >"$work/replay.json" \
   || die "mimic replay failed"
 t_replay=$(($(date +%s) - t0))

@@ -44,6 +44,8 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Run the server emulator alone (for a server host whose kernel you changed).
     Serve(cmd::serve::Args),
+    /// Make the certificates and keys of the roles' control channel.
+    Pki(cmd::pki::Args),
     /// Generate a synthetic workload with known per-connection truth.
     Synth(cmd::synth::Args),
     /// Compare response-time distributions of databases and write the report.
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Netemu(a) => cmd::netemu::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Pki(a) => cmd::pki::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         Command::Export(a) => cmd::export::run(a),

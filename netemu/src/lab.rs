@@ -80,8 +80,9 @@ pub struct LabInfo {
     pub runtime_dir: PathBuf,
     /// Where `mimic netemu run --lab NAME` listens by default (`unix:PATH`).
     pub control: String,
-    /// The control channel's token (created by `up`, mode 0600).
-    pub token_file: PathBuf,
+    /// The control channel's PKI (`mimic pki init` run by `up`: the CA certificate, the
+    /// controller's and each role's certificate and key).
+    pub pki_dir: PathBuf,
 }
 
 impl LabInfo {
@@ -104,7 +105,7 @@ impl LabInfo {
                 prefix: CLIENT_POOL_PREFIX,
             },
             control: format!("unix:{}", dir.join("netemu.sock").display()),
-            token_file: dir.join("netemu.token"),
+            pki_dir: dir.join("pki"),
             runtime_dir: dir,
         })
     }
@@ -123,27 +124,13 @@ impl LabInfo {
         [&self.ns_cli, &self.ns_emu, &self.ns_srv]
     }
 
-    /// Reads the control token.
-    pub fn token(&self) -> Result<String, LabError> {
-        read_token(&self.token_file)
+    /// The controller's side of the lab's control channel.
+    pub fn controller_tls(&self) -> Result<mimic_control::ControllerTls, LabError> {
+        mimic_control::ControllerTls::load(&self.pki_dir).map_err(|e| LabError::Io(e.to_string()))
     }
 }
 
-/// Reads a token file (the first line, trimmed; it must not be empty).
-pub fn read_token(path: &Path) -> Result<String, LabError> {
-    let t = std::fs::read_to_string(path)
-        .map_err(|e| LabError::Io(format!("reading token file {}: {e}", path.display())))?;
-    let t = t.lines().next().unwrap_or("").trim().to_string();
-    if t.is_empty() {
-        return Err(LabError::Io(format!(
-            "token file {} is empty",
-            path.display()
-        )));
-    }
-    Ok(t)
-}
-
-/// Per-lab directory for sockets, tokens and pid files.
+/// Per-lab directory for sockets, the control channel's PKI and pid files.
 pub fn runtime_dir(name: &str) -> PathBuf {
     Path::new("/run/mimic").join(name)
 }
@@ -234,29 +221,25 @@ fn ethtool(ns: &str, dev: &str, features: &[&str]) -> Result<(), LabError> {
     run(crate::netns::command(ns, "ethtool", args)).map(|_| ())
 }
 
-fn write_token(info: &LabInfo) -> Result<(), LabError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    if info.token_file.exists() {
+/// Makes the lab's PKI (once: a lab that is up keeps its files, so running roles stay
+/// reachable).
+fn make_pki(info: &LabInfo) -> Result<(), LabError> {
+    if mimic_control::ControllerTls::load(&info.pki_dir).is_ok()
+        && mimic_control::pki::ROLES
+            .iter()
+            .all(|r| mimic_control::RoleTls::load(&info.pki_dir, r).is_ok())
+    {
         return Ok(());
     }
-    let mut raw = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| LabError::Io(format!("/dev/urandom: {e}")))?;
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    let tmp = info.token_file.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
-    use std::io::Write;
-    writeln!(f, "{hex}").map_err(|e| LabError::Io(format!("{}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, &info.token_file)
-        .map_err(|e| LabError::Io(format!("{}: {e}", info.token_file.display())))
+    mimic_control::pki::init(
+        &info.pki_dir,
+        &mimic_control::pki::InitOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .map(|_| ())
+    .map_err(|e| LabError::Io(format!("making the lab's control channel PKI: {e}")))
 }
 
 /// Builds the lab (or checks that it is built). Idempotent: when the lab is complete it is
@@ -377,7 +360,7 @@ fn build(info: &LabInfo) -> Result<(), LabError> {
             info.srv_if
         ),
     )?;
-    write_token(info)?;
+    make_pki(info)?;
     std::fs::write(marker(info), b"ok\n")
         .map_err(|e| LabError::Io(format!("{}: {e}", marker(info).display())))?;
     Ok(())

@@ -1,232 +1,346 @@
-//! The server emulator's control channel: newline-delimited JSON over `unix:PATH` or
-//! `tcp:HOST:PORT`, authenticated by a shared token, the same framing as the network
-//! emulator's. The first request must be `{"op":"hello","token":...}`; then `stats`,
-//! `reset_stats` and `shutdown`, each answered by `{"ok":true,"result":...}` or
-//! `{"ok":false,"error":...}`.
+//! The server emulator's commands on the control channel (`mimic-control`: TLS 1.3 with
+//! mutual certificate authentication, newline-delimited JSON, the same channel as the network
+//! emulator's): `stats`, `reset_stats`, `allow {ranges}` (the client address ranges the
+//! replay port serves; connections from elsewhere are reset and counted) and `shutdown`, each
+//! answered by `{"ok":true,"result":...}` or `{"ok":false,"error":...}`.
 
-use std::io::{self, BufRead, BufReader, Write};
-use std::time::Duration;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use mimic_netemu::control::ControlAddr;
+pub use mimic_control::{ControlAddr, ControlError, ControllerTls, Listener, RoleTls};
+use mimic_netemu::classify::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::server::{ServerStats, Stats};
+use crate::server::{AllowList, ServerStats, Stats};
+
+/// The server emulator's role name: its certificate is `serve.crt` / `serve.key`.
+pub const ROLE: &str = "serve";
 
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Request {
-    Hello { token: String },
     Stats,
     ResetStats,
+    Allow { ranges: Vec<IpNet> },
     Shutdown,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    #[error("server control channel {addr}: {err}")]
-    Io { addr: String, err: io::Error },
-    #[error("server control channel: refused: {0}")]
-    Refused(String),
-    #[error("server control channel: bad response: {0}")]
-    Protocol(String),
+/// A running control server of `mimic serve`.
+pub struct ControlServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+impl ControlServer {
+    /// Stops serving and waits for the server's thread.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
-/// Serves the control channel until `stop` turns true (a `shutdown` request turns it).
-pub async fn serve(
-    addr: ControlAddr,
-    token: String,
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Serves the control channel on a thread of its own: a `shutdown` request turns `stop_tx`,
+/// an `allow` request replaces `allow`'s ranges.
+pub fn spawn(
+    listener: Listener,
+    tls: RoleTls,
     stats: Stats,
+    allow: AllowList,
     stop_tx: watch::Sender<bool>,
-) -> io::Result<()> {
-    let mut stop = stop_tx.subscribe();
-    match addr {
-        ControlAddr::Unix(p) => {
-            if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            let _ = std::fs::remove_file(&p);
-            let l = tokio::net::UnixListener::bind(&p)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
-            loop {
-                tokio::select! {
-                    r = l.accept() => if let Ok((s, _)) = r {
-                        let (r, w) = s.into_split();
-                        tokio::spawn(connection(r, w, token.clone(), stats.clone(), stop_tx.clone()));
-                    },
-                    _ = stop.changed() => if *stop.borrow() { break },
+) -> io::Result<ControlServer> {
+    let handler: mimic_control::Handler =
+        Arc::new(move |v: Value| {
+            match serde_json::from_value::<Request>(v).map_err(|e| format!("bad request: {e}"))? {
+                Request::Stats => Ok(json!(stats.snapshot())),
+                Request::ResetStats => {
+                    stats.reset();
+                    Ok(Value::Null)
+                }
+                Request::Allow { ranges } => {
+                    tracing::info!(
+                        "serving clients from {}",
+                        ranges
+                            .iter()
+                            .map(|r| r.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    allow.set(ranges);
+                    Ok(Value::Null)
+                }
+                Request::Shutdown => {
+                    let _ = stop_tx.send(true);
+                    Ok(Value::Null)
                 }
             }
-            let _ = std::fs::remove_file(&p);
-        }
-        ControlAddr::Tcp(a) => {
-            let l = tokio::net::TcpListener::bind(&a)
-                .await
-                .map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}")))?;
-            loop {
-                tokio::select! {
-                    r = l.accept() => if let Ok((s, _)) = r {
-                        let _ = s.set_nodelay(true);
-                        let (r, w) = s.into_split();
-                        tokio::spawn(connection(r, w, token.clone(), stats.clone(), stop_tx.clone()));
-                    },
-                    _ = stop.changed() => if *stop.borrow() { break },
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn connection<R, W>(r: R, mut w: W, token: String, stats: Stats, stop: watch::Sender<bool>)
-where
-    R: tokio::io::AsyncRead + Unpin,
-    W: tokio::io::AsyncWrite + Unpin,
-{
-    let mut lines = tokio::io::BufReader::new(r).lines();
-    let mut authed = false;
-    while let Ok(Ok(Some(line))) =
-        tokio::time::timeout(Duration::from_secs(3600), lines.next_line()).await
-    {
-        if line.len() > 1 << 16 {
-            break;
-        }
-        let reply = match serde_json::from_str::<Request>(&line) {
-            Ok(Request::Hello { token: t }) => {
-                authed = ct_eq(t.as_bytes(), token.as_bytes());
-                if authed {
-                    json!({"ok": true, "result": {"server": "mimic serve", "version": env!("CARGO_PKG_VERSION")}})
-                } else {
-                    json!({"ok": false, "error": "wrong token"})
-                }
-            }
-            Ok(_) if !authed => json!({"ok": false, "error": "say hello with the token first"}),
-            Ok(Request::Stats) => json!({"ok": true, "result": stats.snapshot()}),
-            Ok(Request::ResetStats) => {
-                stats.reset();
-                json!({"ok": true, "result": null})
-            }
-            Ok(Request::Shutdown) => {
-                let _ = stop.send(true);
-                json!({"ok": true, "result": null})
-            }
-            Err(e) => json!({"ok": false, "error": format!("bad request: {e}")}),
-        };
-        let mut out = reply.to_string();
-        out.push('\n');
-        if w.write_all(out.as_bytes()).await.is_err() || !authed {
-            break;
-        }
-    }
-}
-
-enum Stream {
-    Unix(std::os::unix::net::UnixStream),
-    Tcp(std::net::TcpStream),
-}
-
-impl io::Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(b),
-            Stream::Tcp(s) => s.read(b),
-        }
-    }
-}
-
-impl io::Write for Stream {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(b),
-            Stream::Tcp(s) => s.write(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+        });
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = mimic_control::Server::new(listener, tls, handler, stop.clone()).spawn()?;
+    Ok(ControlServer {
+        stop,
+        thread: Some(thread),
+    })
 }
 
 /// A blocking client of a running server emulator.
-pub struct ServeClient {
-    addr: String,
-    r: BufReader<Stream>,
-    w: Stream,
-}
+pub struct ServeClient(mimic_control::Client);
 
 impl ServeClient {
-    pub fn connect(addr: &ControlAddr, token: &str) -> Result<ServeClient, ControlError> {
-        let name = addr.to_string();
-        let ioe = |err: io::Error| ControlError::Io {
-            addr: name.clone(),
-            err,
-        };
-        let (r, w) = match addr {
-            ControlAddr::Unix(p) => {
-                let s = std::os::unix::net::UnixStream::connect(p).map_err(ioe)?;
-                (Stream::Unix(s.try_clone().map_err(ioe)?), Stream::Unix(s))
-            }
-            ControlAddr::Tcp(a) => {
-                let s = std::net::TcpStream::connect(a).map_err(ioe)?;
-                let _ = s.set_nodelay(true);
-                (Stream::Tcp(s.try_clone().map_err(ioe)?), Stream::Tcp(s))
-            }
-        };
-        let mut c = ServeClient {
-            addr: name,
-            r: BufReader::new(r),
-            w,
-        };
-        c.call(&Request::Hello {
-            token: token.into(),
-        })?;
-        Ok(c)
-    }
-
-    fn call(&mut self, req: &Request) -> Result<Value, ControlError> {
-        let addr = self.addr.clone();
-        let ioe = |err: io::Error| ControlError::Io {
-            addr: addr.clone(),
-            err,
-        };
-        let mut line =
-            serde_json::to_string(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        line.push('\n');
-        self.w.write_all(line.as_bytes()).map_err(ioe)?;
-        let mut resp = String::new();
-        if self.r.read_line(&mut resp).map_err(ioe)? == 0 {
-            return Err(ControlError::Refused(
-                "the server closed the control connection".into(),
-            ));
-        }
-        let v: Value = serde_json::from_str(&resp)
-            .map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
-        if v["ok"] == Value::Bool(true) {
-            Ok(v["result"].clone())
-        } else {
-            Err(ControlError::Refused(
-                v["error"].as_str().unwrap_or("unknown error").to_string(),
-            ))
-        }
+    /// Connects to the server emulator at `addr` and authenticates both sides.
+    pub fn connect(addr: &ControlAddr, tls: &ControllerTls) -> Result<ServeClient, ControlError> {
+        mimic_control::Client::connect(addr, tls, ROLE).map(ServeClient)
     }
 
     pub fn stats(&mut self) -> Result<ServerStats, ControlError> {
-        serde_json::from_value(self.call(&Request::Stats)?)
+        serde_json::from_value(self.0.call(&Request::Stats)?)
             .map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
     pub fn reset_stats(&mut self) -> Result<(), ControlError> {
-        self.call(&Request::ResetStats).map(|_| ())
+        self.0.call(&Request::ResetStats).map(|_| ())
+    }
+
+    /// Announces the client address ranges the replay port is to serve (replacing any
+    /// earlier announcement); connections from other addresses are refused.
+    pub fn allow(&mut self, ranges: &[IpNet]) -> Result<(), ControlError> {
+        self.0
+            .call(&Request::Allow {
+                ranges: ranges.to_vec(),
+            })
+            .map(|_| ())
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {
-        self.call(&Request::Shutdown).map(|_| ())
+        self.0.call(&Request::Shutdown).map(|_| ())
+    }
+}
+
+/// The fewest IPv4 prefixes that cover exactly `addrs` (in any order, repeats allowed): what
+/// a controller announces for its client address pool.
+pub fn ranges_of(addrs: &[std::net::Ipv4Addr]) -> Vec<IpNet> {
+    let mut a: Vec<u64> = addrs.iter().map(|&x| u32::from(x) as u64).collect();
+    a.sort_unstable();
+    a.dedup();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < a.len() {
+        // a run of consecutive addresses [lo, hi]
+        let mut j = i;
+        while j + 1 < a.len() && a[j + 1] == a[j] + 1 {
+            j += 1;
+        }
+        let (mut lo, hi) = (a[i], a[j]);
+        while lo <= hi {
+            // the largest aligned block starting at lo that stays inside the run
+            let mut size = if lo == 0 {
+                1u64 << 32
+            } else {
+                lo & lo.wrapping_neg()
+            };
+            while lo + size - 1 > hi {
+                size >>= 1;
+            }
+            out.push(IpNet {
+                addr: std::net::IpAddr::V4((lo as u32).into()),
+                prefix: 32 - size.trailing_zeros() as u8,
+            });
+            lo += size;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn strs(r: &[IpNet]) -> Vec<String> {
+        r.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn ranges_cover_exactly_the_pool() {
+        let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(
+            strs(&ranges_of(&[a("10.0.0.1")])),
+            ["10.0.0.1/32"],
+            "a single address"
+        );
+        // the lab's pool: 198.19.0.1 .. 198.19.31.254
+        let pool: Vec<Ipv4Addr> = (1..8191u32)
+            .map(|i| Ipv4Addr::from(u32::from(a("198.19.0.0")) + i))
+            .collect();
+        let r = ranges_of(&pool);
+        let n: u64 = r.iter().map(|n| 1u64 << (32 - n.prefix)).sum();
+        assert_eq!(n, 8190, "{:?}", strs(&r));
+        assert!(r.len() <= 26, "{:?}", strs(&r));
+        for ip in [a("198.19.0.1"), a("198.19.17.3"), a("198.19.31.254")] {
+            assert!(r.iter().any(|n| n.contains(IpAddr::V4(ip))));
+        }
+        for ip in [a("198.19.0.0"), a("198.19.31.255"), a("198.18.0.1")] {
+            assert!(!r.iter().any(|n| n.contains(IpAddr::V4(ip))), "{ip}");
+        }
+        assert_eq!(
+            strs(&ranges_of(&[
+                a("10.0.0.3"),
+                a("10.0.0.2"),
+                a("10.0.0.2"),
+                a("10.0.0.9")
+            ])),
+            ["10.0.0.2/31", "10.0.0.9/32"]
+        );
+        assert_eq!(strs(&ranges_of(&[a("0.0.0.0")])), ["0.0.0.0/32"]);
+        assert!(ranges_of(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_allow_list_admits_only_the_announced_ranges() {
+        let allow = AllowList::anyone();
+        assert!(allow.allows("203.0.113.9".parse().unwrap()));
+        allow.set(vec!["198.19.0.0/19".parse().unwrap()]);
+        assert!(allow.allows("198.19.3.4".parse().unwrap()));
+        assert!(allow.allows("::ffff:198.19.3.4".parse().unwrap()));
+        assert!(!allow.allows("198.18.0.2".parse().unwrap()));
+        assert!(!AllowList::only(vec![]).allows("198.19.3.4".parse().unwrap()));
+    }
+
+    /// `mimic serve` in miniature: the replay port refuses every client until the controller
+    /// announces its ranges, then only those outside them; a controller without the right
+    /// key is refused; the legitimate controller and clients are served throughout.
+    #[test]
+    fn the_replay_port_serves_only_announced_clients() {
+        use crate::preamble::{After, Preamble};
+        use std::io::{Read, Write};
+        use std::net::SocketAddr;
+
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-serve-")
+            .tempdir()
+            .unwrap();
+        let pki = tmp.path().join("pki");
+        mimic_control::pki::init(&pki, &Default::default()).unwrap();
+        let ctl_addr = ControlAddr::Unix(tmp.path().join("serve.sock"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(async { crate::server::bind("127.0.0.1:0".parse().unwrap()) })
+            .unwrap();
+        let data: SocketAddr = listener.local_addr().unwrap();
+        let stats = Stats::default();
+        // what `mimic serve --control` starts with: nobody
+        let allow = AllowList::only(vec![]);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let ctl = spawn(
+            Listener::bind(&ctl_addr).unwrap(),
+            RoleTls::load(&pki, ROLE).unwrap(),
+            stats.clone(),
+            allow.clone(),
+            stop_tx.clone(),
+        )
+        .unwrap();
+        let srv = {
+            let (stats, allow) = (stats.clone(), allow.clone());
+            std::thread::spawn(move || {
+                rt.block_on(crate::server::serve_allowed(
+                    listener, stats, allow, stop_rx,
+                ))
+            })
+        };
+
+        // one exchange from `from`: the response bytes it got
+        let exchange = |from: &str| -> Vec<u8> {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&SocketAddr::new(from.parse().unwrap(), 0).into())
+                .unwrap();
+            s.connect(&data.into()).unwrap();
+            let mut s: std::net::TcpStream = s.into();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let p = Preamble {
+                conn_id: 1,
+                seq: 0,
+                after: After::Fin,
+                req_bytes: 52,
+                resp_bytes: 100,
+                header_bytes: 0,
+                response_delay_us: 0,
+                query_delay_us: 0,
+            };
+            let _ = s.write_all(&p.encode());
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            got
+        };
+        let tls = ControllerTls::load(&pki).unwrap();
+        let refused = || {
+            ServeClient::connect(&ctl_addr, &tls)
+                .unwrap()
+                .stats()
+                .unwrap()
+                .refused
+        };
+
+        assert!(
+            exchange("127.0.0.1").is_empty(),
+            "served before any announcement"
+        );
+        assert_eq!(refused(), 1);
+
+        // a controller without the right key cannot open the port
+        let other = tmp.path().join("other");
+        mimic_control::pki::init(&other, &Default::default()).unwrap();
+        std::fs::copy(pki.join("ca.crt"), other.join("ca.crt")).unwrap();
+        let e = ServeClient::connect(&ctl_addr, &ControllerTls::load(&other).unwrap())
+            .err()
+            .expect("refused");
+        assert!(matches!(e, ControlError::Auth { .. }), "{e}");
+        assert_eq!(allow.ranges(), Some(vec![]));
+
+        let mut c = ServeClient::connect(&ctl_addr, &tls).unwrap();
+        c.allow(&ranges_of(&["127.0.0.2".parse().unwrap()]))
+            .unwrap();
+        assert_eq!(
+            exchange("127.0.0.2").len(),
+            100,
+            "an announced client is served"
+        );
+        assert!(
+            exchange("127.0.0.1").is_empty(),
+            "an address outside the ranges"
+        );
+        assert_eq!(exchange("127.0.0.2").len(), 100, "and serving goes on");
+        let st = c.stats().unwrap();
+        assert_eq!(
+            (st.refused, st.connections, st.exchanges),
+            (2, 2, 2),
+            "{st:?}"
+        );
+
+        c.shutdown().unwrap();
+        let fin = srv.join().unwrap();
+        assert_eq!(fin.refused, 2);
+        ctl.stop();
+        assert!(!tmp.path().join("serve.sock").exists());
     }
 }

@@ -17,9 +17,7 @@ use mimic_analyze::driver::{self as analysis, RunOptions, Summary as AnalysisSum
 use mimic_core::cpu;
 use mimic_core::db::{set_meta, DbError};
 use mimic_netemu::config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
-use mimic_netemu::control::{
-    Client as NetemuClient, ControlAddr, ControlError as NetemuError, RunStats,
-};
+use mimic_netemu::control::{Client as NetemuClient, ControlAddr, ControlError, RunStats};
 use mimic_netemu::engine::{FlowRule, RuleId};
 use mimic_netemu::lab::{self, LabError, LabInfo, LabOptions};
 use mimic_netemu::netns;
@@ -27,7 +25,7 @@ use mimic_netemu::stack::{self, StackProfile};
 use serde::Serialize;
 
 use crate::client::{self, Outcome, Planned};
-use crate::control::{ControlError as ServeError, ServeClient};
+use crate::control::{ControllerTls, ServeClient};
 use crate::hrtimer::HrTimer;
 use crate::server::ServerStats;
 use crate::workload::{
@@ -41,9 +39,7 @@ pub enum ReplayError {
     #[error(transparent)]
     Lab(#[from] LabError),
     #[error(transparent)]
-    Netemu(#[from] NetemuError),
-    #[error(transparent)]
-    Serve(#[from] ServeError),
+    Control(#[from] ControlError),
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("analysis of the replay capture: {0}")]
@@ -69,7 +65,8 @@ pub enum Target {
         server: SocketAddr,
         server_control: ControlAddr,
         netemu: ControlAddr,
-        token_file: PathBuf,
+        /// The controller's PKI files (`mimic pki init`): ca.crt, controller.crt, controller.key.
+        pki_dir: PathBuf,
         capture_iface: String,
         client_addrs: Vec<Ipv4Addr>,
     },
@@ -480,7 +477,7 @@ pub fn run(
     // ---- roles ----
     progress.stage("lab");
     let mut cpu_split: Option<CpuSplit> = None;
-    let (server, netemu_addr, serve_addr, token, client_addrs, client_ns, lab_name, stack_in_force) =
+    let (server, netemu_addr, serve_addr, tls, client_addrs, client_ns, lab_name, stack_in_force) =
         match &opts.target {
             Target::Lab { name, keep } => {
                 let info = LabInfo::for_name(name)?;
@@ -503,7 +500,7 @@ pub fn run(
                     }
                 }
                 let stack_in_force = stack::read_back(name).ok();
-                let token = info.token()?;
+                let tls = info.controller_tls()?;
                 let serve_ctl: ControlAddr =
                     format!("unix:{}", info.runtime_dir.join("serve.sock").display())
                         .parse()
@@ -511,7 +508,7 @@ pub fn run(
                 let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
                 let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
                 progress.stage("roles");
-                let tf = info.token_file.display().to_string();
+                let pki = info.pki_dir.display().to_string();
                 // the real-time datapath gets a CPU of its own, the timer threads the others
                 cpu_split = opts
                     .cpu_split
@@ -527,8 +524,8 @@ pub fn run(
                     name,
                     "--control",
                     &netemu_ctl.to_string(),
-                    "--token-file",
-                    &tf,
+                    "--pki",
+                    &pki,
                 ]
                 .map(String::from)
                 .into();
@@ -539,8 +536,8 @@ pub fn run(
                     &server.to_string(),
                     "--control",
                     &serve_ctl.to_string(),
-                    "--token-file",
-                    &tf,
+                    "--pki",
+                    &pki,
                 ]
                 .map(String::from)
                 .into();
@@ -587,7 +584,7 @@ pub fn run(
                     server,
                     netemu_ctl,
                     serve_ctl,
-                    token,
+                    tls,
                     pool,
                     Some(info.ns_cli.clone()),
                     Some(name.clone()),
@@ -598,11 +595,11 @@ pub fn run(
                 server,
                 server_control,
                 netemu,
-                token_file,
+                pki_dir,
                 capture_iface,
                 client_addrs,
             } => {
-                let token = lab::read_token(token_file)?;
+                let tls = ControllerTls::load(pki_dir).map_err(ControlError::from)?;
                 if client_addrs.is_empty() {
                     return Err(ReplayError::Invalid(
                         "a remote replay needs at least one --client-addr".into(),
@@ -628,7 +625,7 @@ pub fn run(
                     *server,
                     netemu.clone(),
                     server_control.clone(),
-                    token,
+                    tls,
                     client_addrs.clone(),
                     None,
                     None,
@@ -637,16 +634,17 @@ pub fn run(
             }
         };
 
-    // a refused handshake (wrong token) ends the wait at once; an absent listener is retried
+    // a refused handshake (a certificate not from this PKI) ends the wait at once; an absent
+    // listener is retried
     let remote = opts.target_is_remote();
     let mut netemu = wait_for(
         "network emulator",
         Duration::from_secs(15),
         stop,
         || roles.alive("network emulator") || remote,
-        || match NetemuClient::connect(&netemu_addr, &token) {
+        || match NetemuClient::connect(&netemu_addr, &tls) {
             Ok(c) => Ok(Some(c)),
-            Err(e @ NetemuError::Refused(_)) => Err(e.into()),
+            Err(e) if e.is_refusal() => Err(e.into()),
             Err(_) => Ok(None),
         },
     )
@@ -656,9 +654,9 @@ pub fn run(
         Duration::from_secs(15),
         stop,
         || roles.alive("server emulator") || remote,
-        || match ServeClient::connect(&serve_addr, &token) {
+        || match ServeClient::connect(&serve_addr, &tls) {
             Ok(c) => Ok(Some(c)),
-            Err(e @ ServeError::Refused(_)) => Err(e.into()),
+            Err(e) if e.is_refusal() => Err(e.into()),
             Err(_) => Ok(None),
         },
     )
@@ -672,6 +670,8 @@ pub fn run(
         || Ok(ready.exists().then_some(())),
     )
     .map_err(|e| annotate(e, &work.0.join("capture.log")))?;
+    // the replay port serves only the client addresses this replay uses
+    serve.allow(&crate::control::ranges_of(&client_addrs))?;
     serve.reset_stats()?;
 
     // ---- plan and pipes ----

@@ -3,11 +3,12 @@
 //! delay, writes the rest, and closes as recorded. Delays are kept by [`HrTimer`]; how late
 //! each wake-up was is kept in the statistics the control channel reports.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use mimic_netemu::classify::IpNet;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,6 +49,10 @@ pub struct ServerStats {
     pub client_resets: u64,
     /// Connections the client closed in the middle of an exchange.
     pub early_close: u64,
+    /// Connections refused (reset at once) because the client's address is outside the ranges
+    /// the controller announced.
+    #[serde(default)]
+    pub refused: u64,
     pub response_delay_error: DelayError,
     pub query_delay_error: DelayError,
     /// Whether the timer thread that keeps the delays ran real-time within its budget
@@ -69,6 +74,7 @@ impl ServerStats {
             io_errors: self.io_errors - base.io_errors,
             client_resets: self.client_resets - base.client_resets,
             early_close: self.early_close - base.early_close,
+            refused: self.refused - base.refused,
             ..ServerStats::default()
         }
     }
@@ -170,16 +176,75 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(s.into())
 }
 
-/// Serves until `stop` turns true; returns the final statistics.
+/// The client address ranges the replay port accepts connections from: the controller
+/// announces them over the control channel (`allow`), or `mimic serve --allow` sets them.
+/// `None` accepts anyone (a `mimic serve` without a control channel or `--allow`).
+#[derive(Clone, Debug, Default)]
+pub struct AllowList(Arc<RwLock<Option<Vec<IpNet>>>>);
+
+impl AllowList {
+    /// Accepts connections from anyone.
+    pub fn anyone() -> AllowList {
+        AllowList::default()
+    }
+
+    /// Accepts connections only from `ranges` (none at all when it is empty).
+    pub fn only(ranges: Vec<IpNet>) -> AllowList {
+        AllowList(Arc::new(RwLock::new(Some(ranges))))
+    }
+
+    /// Replaces the ranges.
+    pub fn set(&self, ranges: Vec<IpNet>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(ranges);
+    }
+
+    /// The ranges in force (`None`: anyone).
+    pub fn ranges(&self) -> Option<Vec<IpNet>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether a connection from `ip` is served (an IPv4-mapped IPv6 address counts as the
+    /// IPv4 address).
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match &*self.0.read().unwrap_or_else(|p| p.into_inner()) {
+            None => true,
+            Some(r) => r.iter().any(|n| n.contains(ip)),
+        }
+    }
+}
+
+/// Serves everyone until `stop` turns true; returns the final statistics.
 pub async fn serve(
     listener: TcpListener,
     stats: Stats,
+    stop: watch::Receiver<bool>,
+) -> ServerStats {
+    serve_allowed(listener, stats, AllowList::anyone(), stop).await
+}
+
+/// Serves the clients `allow` admits until `stop` turns true; a connection from any other
+/// address is reset at once and counted (`refused`). Returns the final statistics.
+pub async fn serve_allowed(
+    listener: TcpListener,
+    stats: Stats,
+    allow: AllowList,
     mut stop: watch::Receiver<bool>,
 ) -> ServerStats {
     let timer = HrTimer::global();
     loop {
         tokio::select! {
             r = listener.accept() => match r {
+                Ok((sock, peer)) if !allow.allows(peer.ip()) => {
+                    stats.with(|i| i.stats.refused += 1);
+                    tracing::debug!("refused a connection from {peer}: outside the allowed client ranges");
+                    // a reset, not an orderly close: nothing was served
+                    let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
+                    drop(sock);
+                }
                 Ok((sock, _peer)) => {
                     let stats = stats.clone();
                     stats.with(|i| { i.stats.connections += 1; i.stats.active += 1; });

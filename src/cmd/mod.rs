@@ -8,6 +8,7 @@ pub mod demo;
 pub mod export;
 pub mod lab;
 pub mod netemu;
+pub mod pki;
 pub mod replay;
 pub mod serve;
 pub mod synth;

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc};
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use mimic_netemu::control::{self, Client, ControlAddr, RunStats};
+use mimic_netemu::control::{self, Client, ControlAddr, ControllerTls, RoleTls, RunStats};
 use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, Waker};
 use mimic_netemu::engine::{Engine, Limits, PipeCounters, PipeOwner, PipeTable};
 use mimic_netemu::lab::{self, LabInfo};
@@ -58,15 +58,16 @@ impl Tables {
 
 #[derive(clap::Args, Clone)]
 struct Connect {
-    /// Lab whose emulator to reach (its default control socket and token).
+    /// Lab whose emulator to reach (its default control socket and PKI).
     #[arg(long)]
     lab: Option<String>,
     /// Control address: unix:PATH or tcp:HOST:PORT.
     #[arg(long)]
     control: Option<ControlAddr>,
-    /// File holding the control token.
-    #[arg(long)]
-    token_file: Option<PathBuf>,
+    /// Directory of the control channel's certificates (`mimic pki init`): ca.crt, and
+    /// netemu.crt/.key for `run`, controller.crt/.key for the commands that talk to it.
+    #[arg(long, value_name = "DIR")]
+    pki: Option<PathBuf>,
 }
 
 impl Connect {
@@ -77,17 +78,17 @@ impl Connect {
             (None, Some(i)) => i.control.parse().map_err(anyhow::Error::msg)?,
             (None, None) => bail!("give --lab NAME or --control ADDR"),
         };
-        let token = match (&self.token_file, &info) {
+        let pki = match (&self.pki, &info) {
             (Some(t), _) => t.clone(),
-            (None, Some(i)) => i.token_file.clone(),
-            (None, None) => bail!("give --token-file FILE (or --lab NAME)"),
+            (None, Some(i)) => i.pki_dir.clone(),
+            (None, None) => bail!("give --pki DIR (or --lab NAME)"),
         };
-        Ok((addr, token))
+        Ok((addr, pki))
     }
     fn client(&self) -> anyhow::Result<Client> {
-        let (addr, token_file) = self.resolve()?;
-        let token = lab::read_token(&token_file)?;
-        Ok(Client::connect(&addr, &token)?)
+        let (addr, pki) = self.resolve()?;
+        let tls = ControllerTls::load(&pki)?;
+        Ok(Client::connect(&addr, &tls)?)
     }
 }
 
@@ -427,8 +428,8 @@ fn run_emulator(
             bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
         }
     }
-    let (addr, token_file) = connect.resolve()?;
-    let token = lab::read_token(&token_file)?;
+    let (addr, pki) = connect.resolve()?;
+    let tls = RoleTls::load(&pki, control::ROLE)?;
     let engine: Engine<u32> = Engine::new(
         &table,
         Limits {
@@ -480,7 +481,7 @@ fn run_emulator(
         let stop = stop.clone();
         std::thread::Builder::new()
             .name("netemu-control".into())
-            .spawn(move || control::serve(listener, token, jtx, waker, stop))?
+            .spawn(move || control::serve(listener, tls, jtx, waker, stop))?
     };
     eprintln!("mimic: netemu bridging {cif} <-> {sif}; control {addr}");
     let dpt = std::thread::Builder::new()

@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long)]
     pub no_cpu_split: bool,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
-    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "token_file", "capture_iface", "client_addr"])]
+    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki", "capture_iface", "client_addr"])]
     pub server: Option<SocketAddr>,
     /// Control channel of the remote server emulator (unix:PATH or tcp:HOST:PORT).
     #[arg(long, value_name = "ADDR", value_parser = parse_control)]
@@ -71,9 +71,10 @@ pub struct Args {
     /// Control channel of the remote network emulator.
     #[arg(long, value_name = "ADDR", value_parser = parse_control)]
     pub netemu: Option<ControlAddr>,
-    /// Shared token of the control channels (first line of the file).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    /// Directory with the controller's control-channel files from `mimic pki init`
+    /// (ca.crt, controller.crt, controller.key).
+    #[arg(long, value_name = "DIR")]
+    pub pki: Option<PathBuf>,
     /// Local interface on the path to the server, where the replay is captured.
     #[arg(long, value_name = "IF")]
     pub capture_iface: Option<String>,
@@ -115,7 +116,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             server,
             server_control: a.server_control.clone().expect("required by clap"),
             netemu: a.netemu.clone().expect("required by clap"),
-            token_file: a.token_file.clone().expect("required by clap"),
+            pki_dir: a.pki.clone().expect("required by clap"),
             capture_iface: a.capture_iface.clone().expect("required by clap"),
             client_addrs: a.client_addr.clone(),
         },

@@ -1,26 +1,35 @@
 //! `mimic serve --listen ADDR`: the server emulator alone, for a server host whose kernel you
 //! changed. Requests carry a preamble saying what to answer; `--control` opens the
-//! authenticated control channel `mimic replay --server-control` talks to.
+//! authenticated, encrypted control channel `mimic replay --server-control` talks to, and the
+//! replay port then serves only the client ranges the controller announces there.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use mimic_netemu::control::ControlAddr;
-use mimic_replay::server::{self, Stats};
+use mimic_netemu::classify::IpNet;
+use mimic_replay::control::{self, ControlAddr, Listener, RoleTls};
+use mimic_replay::server::{self, AllowList, Stats};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Address and port to serve replayed connections on, e.g. 198.18.1.1:80.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Control channel: unix:PATH or tcp:HOST:PORT (needs --token-file).
-    #[arg(long, value_name = "ADDR", value_parser = parse_control, requires = "token_file")]
+    /// Control channel: unix:PATH or tcp:HOST:PORT (needs --pki). With it, the replay port
+    /// refuses every client until the controller announces the client address ranges.
+    #[arg(long, value_name = "ADDR", value_parser = parse_control, requires = "pki")]
     pub control: Option<ControlAddr>,
-    /// File whose first line is the control channel's shared token.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    /// Directory with this role's control-channel files from `mimic pki init`: ca.crt,
+    /// serve.crt, serve.key (mode 0600).
+    #[arg(long, value_name = "DIR")]
+    pub pki: Option<PathBuf>,
+    /// Serve replay connections only from this client range, e.g. 198.19.0.0/19
+    /// (repeatable; a controller's announcement replaces the list). Without --allow and
+    /// without --control, the replay port serves anyone.
+    #[arg(long, value_name = "CIDR")]
+    pub allow: Vec<IpNet>,
     /// Keep the timer thread (which keeps the response and query delays) on these CPUs,
     /// e.g. `0` or `0,2-3`: off the CPU of a real-time network emulator on the same machine.
     #[arg(long, value_name = "LIST")]
@@ -38,8 +47,20 @@ fn parse_control(s: &str) -> Result<ControlAddr, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let token = match &a.token_file {
-        Some(f) => Some(mimic_netemu::lab::read_token(f)?),
+    // everything that can be wrong with the flags or the files, before serving
+    let tls = match &a.pki {
+        Some(dir) => Some(RoleTls::load(dir, control::ROLE)?),
+        None => None,
+    };
+    let allow = if !a.allow.is_empty() || a.control.is_some() {
+        AllowList::only(a.allow.clone())
+    } else {
+        AllowList::anyone()
+    };
+    let ctl_listener = match &a.control {
+        Some(addr) => {
+            Some(Listener::bind(addr).with_context(|| format!("binding control channel {addr}"))?)
+        }
         None => None,
     };
     if let Some(list) = &a.timer_cpus {
@@ -69,15 +90,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let listener =
             server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        if let (Some(addr), Some(token)) = (a.control.clone(), token) {
-            let (s, tx) = (stats.clone(), stop_tx.clone());
-            // bind before serving so a caller that waits for the socket finds it
-            tokio::spawn(async move {
-                if let Err(e) = mimic_replay::control::serve(addr, token, s, tx).await {
-                    eprintln!("mimic: error: control channel: {e}");
-                }
-            });
-        }
+        let ctl = match (ctl_listener, tls) {
+            (Some(l), Some(tls)) => Some(
+                control::spawn(l, tls, stats.clone(), allow.clone(), stop_tx.clone())
+                    .context("starting the control channel")?,
+            ),
+            _ => None,
+        };
         let tx = stop_tx.clone();
         // registered here, before serving: a SIGTERM right after start stops cleanly too
         use tokio::signal::unix::{signal, SignalKind};
@@ -87,14 +106,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = tx.send(true);
         });
-        anyhow::Ok(server::serve(listener, stats, stop_rx).await)
+        let fin = server::serve_allowed(listener, stats, allow, stop_rx).await;
+        if let Some(c) = ctl {
+            c.stop();
+        }
+        anyhow::Ok(fin)
     })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else if !crate::progress::quiet() {
         eprintln!(
-            "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} client resets between exchanges, {} I/O errors",
-            stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.client_resets, stats.io_errors
+            "served {} connections, {} exchanges; response delay kept to p50 {} µs / p99 {} µs late; {} bad preambles, {} client resets between exchanges, {} I/O errors; {} connections refused (client outside the allowed ranges)",
+            stats.connections, stats.exchanges, stats.response_delay_error.p50_us, stats.response_delay_error.p99_us, stats.bad_preamble, stats.client_resets, stats.io_errors, stats.refused
         );
         let t = totals.totals();
         if t.connections != stats.connections || t.exchanges != stats.exchanges {
@@ -152,5 +175,11 @@ fn serve_metrics(s: &server::ServerStats, f: &mut mimic_metrics::Families) {
             ("early_close", s.early_close),
             ("client_reset", s.client_resets),
         ],
+    );
+    f.counter(
+        "mimic_serve_refused_connections",
+        "Connections refused (reset at once) because the client's address is outside the ranges the controller announced or --allow gave.",
+        None,
+        s.refused,
     );
 }

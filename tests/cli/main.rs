@@ -12,4 +12,5 @@ mod compare;
 mod export;
 mod metrics;
 mod netemu;
+mod pki;
 mod replay;

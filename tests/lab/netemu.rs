@@ -66,10 +66,10 @@ impl Lab {
             .unwrap();
         self.emu = Some(child);
         let addr: ControlAddr = self.info.control.parse().unwrap();
-        let token = self.info.token().unwrap();
+        let tls = self.info.controller_tls().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(c) = Client::connect(&addr, &token) {
+            if let Ok(c) = Client::connect(&addr, &tls) {
                 return c;
             }
             if let Some(st) = self.emu.as_mut().unwrap().try_wait().unwrap() {

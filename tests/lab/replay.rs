@@ -232,7 +232,10 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
 }
 
 /// The three roles as separate processes started by hand, driven over their control channels
-/// (the remote path): the replay runs in the client namespace like a remote client host.
+/// (the remote path): the replay runs in the client namespace like a remote client host. A
+/// controller with another PKI's key is refused; the server's replay port refuses (and
+/// counts) a client outside the ranges the controller announced; both roles go on serving
+/// the legitimate controller.
 #[test]
 fn remote_roles_over_authenticated_control_channels() {
     preflight();
@@ -256,7 +259,7 @@ fn remote_roles_over_authenticated_control_channels() {
     let _down = LabDown(name.clone());
     ok(&["lab", "up", &name]);
     let info = LabInfo::for_name(&name).unwrap();
-    let token = info.token_file.display().to_string();
+    let pki = info.pki_dir.display().to_string();
     let serve_ctl = format!("unix:{}", d.join("serve.sock").display());
     let server = format!("{}:8080", info.server_addr);
     let spawn = |ns: &str, args: &[&str]| {
@@ -276,8 +279,8 @@ fn remote_roles_over_authenticated_control_channels() {
             &server,
             "--control",
             &serve_ctl,
-            "--token-file",
-            &token,
+            "--pki",
+            &pki,
         ],
     );
     let until = Instant::now() + Duration::from_secs(10);
@@ -288,7 +291,7 @@ fn remote_roles_over_authenticated_control_channels() {
     let addrs: Vec<String> = (0..4)
         .map(|i| info.pool_addr(i).unwrap().to_string())
         .collect();
-    let remote = |out: &str, token_file: &str, port: &str, extra: &[&str]| -> Output {
+    let remote = |out: &str, pki_dir: &str, port: &str, extra: &[&str]| -> Output {
         let mut args = vec![
             "replay".to_string(),
             p("synth.db"),
@@ -302,8 +305,8 @@ fn remote_roles_over_authenticated_control_channels() {
             serve_ctl.clone(),
             "--netemu".into(),
             info.control.clone(),
-            "--token-file".into(),
-            token_file.into(),
+            "--pki".into(),
+            pki_dir.into(),
             "--capture-iface".into(),
             info.cli_if.clone(),
             "--json".into(),
@@ -317,25 +320,58 @@ fn remote_roles_over_authenticated_control_channels() {
             .output()
             .unwrap()
     };
-    // a wrong token is refused, clearly
-    let bad = d.join("bad.token");
-    std::fs::write(&bad, "not-the-token\n").unwrap();
+    // a controller whose certificate and key come from another `pki init` (the lab's CA
+    // copied in, so the roles' certificates check out and the roles must refuse us)
+    let bad = d.join("bad-pki");
+    ok(&["pki", "init", bad.to_str().unwrap()]);
+    std::fs::copy(info.pki_dir.join("ca.crt"), bad.join("ca.crt")).unwrap();
     let o = remote("x.db", bad.to_str().unwrap(), "8080", &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("refused") && stderr(&o).contains("token"),
+        stderr(&o).contains("not authenticated") && stderr(&o).contains("refused our certificate"),
         "{}",
         stderr(&o)
     );
     assert!(!d.join("x.db").exists());
-    // the real token: every connection replayed
-    let o = remote("r.db", &token, "8080", &[]);
+    // the lab's own PKI: every connection replayed
+    let o = remote("r.db", &pki, "8080", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r = json(&o);
     assert_eq!(r["ok"].as_u64(), Some(30), "{r}");
     assert_eq!(r["analysis"]["connections"].as_u64(), Some(30));
+    // the replay announced its four client addresses: a client from the client host's own
+    // address (outside them) is reset and counted, never served
+    let tls = mimic_control::ControllerTls::load(&info.pki_dir).unwrap();
+    let ctl: mimic_control::ControlAddr = serve_ctl.parse().unwrap();
+    let refused = || {
+        mimic_replay::control::ServeClient::connect(&ctl, &tls)
+            .unwrap()
+            .stats()
+            .unwrap()
+            .refused
+    };
+    let before = refused();
+    let probe = netns::command(
+        &info.ns_cli,
+        "bash",
+        [
+            "-c",
+            &format!(
+                "exec 3<>/dev/tcp/{}/8080 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+                info.server_addr
+            ),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        probe.stdout.is_empty(),
+        "an address outside the announced ranges was answered: {:?}",
+        String::from_utf8_lossy(&probe.stdout)
+    );
+    assert_eq!(refused(), before + 1, "the refusal is counted");
     // a port nothing listens on: every connection fails as refused, and the run finishes
-    let o = remote("f.db", &token, "8081", &[]);
+    let o = remote("f.db", &pki, "8081", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r = json(&o);
     assert_eq!(r["failed"].as_u64(), Some(30), "{r}");
@@ -352,7 +388,7 @@ fn remote_roles_over_authenticated_control_channels() {
     // the workload and pipe options reach the replay and its database
     let o = remote(
         "q.db",
-        &token,
+        &pki,
         "8080",
         &[
             "--queue",

@@ -1,0 +1,410 @@
+//! The channel end to end over loopback TCP: every kind of unauthenticated peer is refused
+//! before any command runs, and the role keeps serving the legitimate controller.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::pki::{self, InitOptions};
+use crate::*;
+
+fn pki_dir() -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("mimic-pki-")
+        .tempdir()
+        .unwrap();
+    pki::init(d.path(), &InitOptions::default()).unwrap();
+    d
+}
+
+/// A role `netemu` on 127.0.0.1 whose handler counts `bump`s and echoes everything else.
+struct Role {
+    addr: ControlAddr,
+    bumps: Arc<AtomicU64>,
+    counters: Arc<ServerCounters>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Role {
+    fn start(dir: &Path, role: &str) -> Role {
+        let l = Listener::bind(&"tcp:127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let bumps = Arc::new(AtomicU64::new(0));
+        let b = bumps.clone();
+        let handler: Handler = Arc::new(move |v: Value| match v["op"].as_str() {
+            Some("bump") => Ok(json!(b.fetch_add(1, Ordering::SeqCst) + 1)),
+            Some("fail") => Err("as asked".into()),
+            _ => Ok(v),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = Server::new(l, RoleTls::load(dir, role).unwrap(), handler, stop.clone());
+        let counters = s.counters();
+        let thread = Some(s.spawn().unwrap());
+        Role {
+            addr,
+            bumps,
+            counters,
+            stop,
+            thread,
+        }
+    }
+
+    fn tcp(&self) -> String {
+        match &self.addr {
+            ControlAddr::Tcp(a) => a.clone(),
+            ControlAddr::Unix(_) => unreachable!(),
+        }
+    }
+
+    /// Waits for the server's connection thread to count a refusal.
+    fn wait_refused(&self, n: u64) {
+        for _ in 0..200 {
+            if self.counters.refused.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "the role counted {} refusals, expected {n}",
+            self.counters.refused.load(Ordering::SeqCst)
+        );
+    }
+
+    /// The legitimate controller still gets through, and its command runs.
+    fn still_serves(&self, dir: &Path) {
+        let before = self.bumps.load(Ordering::SeqCst);
+        let mut c = Client::connect(&self.addr, &ControllerTls::load(dir).unwrap(), "netemu")
+            .expect("the legitimate controller is served");
+        assert_eq!(c.call(&json!({"op": "bump"})).unwrap(), json!(before + 1));
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn auth_error(r: Result<Client, ControlError>) -> String {
+    match r {
+        Err(ControlError::Auth { why, .. }) => why,
+        Err(e) => panic!("expected an authentication error, got {e}"),
+        Ok(_) => panic!("expected an authentication error, the connection was accepted"),
+    }
+}
+
+#[test]
+fn addresses() {
+    assert_eq!(
+        "unix:/run/x.sock".parse::<ControlAddr>(),
+        Ok(ControlAddr::Unix("/run/x.sock".into()))
+    );
+    assert_eq!(
+        "tcp:127.0.0.1:7070".parse::<ControlAddr>(),
+        Ok(ControlAddr::Tcp("127.0.0.1:7070".into()))
+    );
+    assert!("127.0.0.1:7070".parse::<ControlAddr>().is_err());
+    assert!("tcp:7070".parse::<ControlAddr>().is_err());
+}
+
+#[test]
+fn init_writes_private_keys_0600_and_refuses_to_overwrite() {
+    let d = tempfile::Builder::new()
+        .prefix("mimic-pki-")
+        .tempdir()
+        .unwrap();
+    let dir = d.path().join("pki");
+    let opts = InitOptions {
+        extra_roles: vec!["capture".into()],
+        ..InitOptions::default()
+    };
+    let files = pki::init(&dir, &opts).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for n in [
+        "ca.crt",
+        "controller.crt",
+        "controller.key",
+        "netemu.crt",
+        "netemu.key",
+        "serve.crt",
+        "serve.key",
+        "capture.crt",
+        "capture.key",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} written: {names:?}");
+    }
+    assert!(!dir.join("ca.key").exists(), "the CA key is never written");
+    for f in &files {
+        let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        if f.extension().unwrap() == "key" {
+            assert_eq!(mode, 0o600, "{}", f.display());
+        } else {
+            assert_eq!(mode & 0o077, 0o044, "{}", f.display());
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let e = pki::init(&dir, &opts).unwrap_err().to_string();
+    assert!(e.contains("--force") && e.contains("ca.crt"), "{e}");
+    assert_eq!(std::fs::read(dir.join("ca.crt")).unwrap(), ca, "left alone");
+    pki::init(
+        &dir,
+        &InitOptions {
+            force: true,
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    assert_ne!(std::fs::read(dir.join("ca.crt")).unwrap(), ca, "replaced");
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains(".tmp")));
+    assert!(pki::init(
+        &dir,
+        &InitOptions {
+            extra_roles: vec!["Bad Name".into()],
+            force: true,
+            ..InitOptions::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn loading_names_the_missing_or_unsafe_file() {
+    let d = pki_dir();
+    std::fs::remove_file(d.path().join("serve.key")).unwrap();
+    let e = RoleTls::load(d.path(), "serve").err().unwrap().to_string();
+    assert!(e.contains("serve.key") && e.contains("pki init"), "{e}");
+    std::fs::set_permissions(
+        d.path().join("controller.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let e = ControllerTls::load(d.path()).err().unwrap().to_string();
+    assert!(
+        e.contains("controller.key") && e.contains("chmod 600"),
+        "{e}"
+    );
+    std::fs::write(d.path().join("netemu.crt"), "not pem").unwrap();
+    let e = RoleTls::load(d.path(), "netemu").err().unwrap().to_string();
+    assert!(e.contains("netemu.crt"), "{e}");
+}
+
+#[test]
+fn the_controller_is_served_over_tls_and_unix_sockets() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let tls = ControllerTls::load(d.path()).unwrap();
+    let mut c = Client::connect(&role.addr, &tls, "netemu").unwrap();
+    assert_eq!(c.call(&json!({"op": "bump"})).unwrap(), json!(1));
+    assert_eq!(
+        c.call(&json!({"op": "echo", "x": [1, 2]})).unwrap(),
+        json!({"op": "echo", "x": [1, 2]})
+    );
+    assert!(matches!(
+        c.call(&json!({"op": "fail"})),
+        Err(ControlError::Refused { msg, .. }) if msg == "as asked"
+    ));
+    // the connection survives a refused command
+    assert_eq!(c.call(&json!({"op": "bump"})).unwrap(), json!(2));
+
+    let t = tempfile::Builder::new()
+        .prefix("mimic-ctl-")
+        .tempdir()
+        .unwrap();
+    let addr = ControlAddr::Unix(t.path().join("serve.sock"));
+    let l = Listener::bind(&addr).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let h: Handler = Arc::new(|_| Ok(json!("pong")));
+    let srv = Server::new(
+        l,
+        RoleTls::load(d.path(), "serve").unwrap(),
+        h,
+        stop.clone(),
+    )
+    .spawn()
+    .unwrap();
+    let mut c = Client::connect(&addr, &tls, "serve").unwrap();
+    assert_eq!(c.call(&json!({"op": "ping"})).unwrap(), json!("pong"));
+    // the emulator's certificate does not answer for the server
+    let e = auth_error(Client::connect(&role.addr, &tls, "serve"));
+    assert!(e.contains("another role"), "{e}");
+    stop.store(true, Ordering::SeqCst);
+    srv.join().unwrap();
+    assert!(!t.path().join("serve.sock").exists(), "socket removed");
+}
+
+#[test]
+fn a_controller_with_a_key_from_another_pki_is_refused() {
+    let d = pki_dir();
+    let other = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let e = auth_error(Client::connect(
+        &role.addr,
+        &ControllerTls::load(other.path()).unwrap(),
+        "netemu",
+    ));
+    // our side does not trust the role's CA either: it refuses first
+    assert!(e.contains("not signed by this PKI's CA"), "{e}");
+
+    // the same CA as the role trusts, but the certificate and key of another PKI's
+    // controller: the role refuses it
+    std::fs::copy(d.path().join("ca.crt"), other.path().join("ca.crt")).unwrap();
+    let e = auth_error(Client::connect(
+        &role.addr,
+        &ControllerTls::load(other.path()).unwrap(),
+        "netemu",
+    ));
+    assert!(e.contains("refused our certificate"), "{e}");
+    role.wait_refused(2);
+    assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+    assert_eq!(role.bumps.load(Ordering::SeqCst), 0);
+    role.still_serves(d.path());
+}
+
+#[test]
+fn a_controller_without_a_key_is_refused() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let e = auth_error(Client::connect(
+        &role.addr,
+        &ControllerTls::without_identity(d.path()).unwrap(),
+        "netemu",
+    ));
+    assert!(e.contains("certificate"), "{e}");
+    role.wait_refused(1);
+    assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+    role.still_serves(d.path());
+}
+
+#[test]
+fn a_role_key_cannot_give_commands() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let e = auth_error(Client::connect(
+        &role.addr,
+        &ControllerTls::load_identity(d.path(), "serve").unwrap(),
+        "netemu",
+    ));
+    assert!(e.contains("refused our certificate"), "{e}");
+    role.wait_refused(1);
+    assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+    role.still_serves(d.path());
+}
+
+#[test]
+fn a_plaintext_client_is_refused() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let mut s = TcpStream::connect(role.tcp()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // what a client of the former token channel sent
+    s.write_all(b"{\"op\":\"hello\",\"token\":\"sesame\"}\n{\"op\":\"bump\"}\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        !String::from_utf8_lossy(&got).contains("\"ok\""),
+        "no JSON answer: {got:?}"
+    );
+    role.wait_refused(1);
+    assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+    assert_eq!(role.bumps.load(Ordering::SeqCst), 0);
+    role.still_serves(d.path());
+}
+
+#[test]
+fn a_replayed_handshake_is_refused() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    // a recording proxy in front of the role
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let paddr = proxy.local_addr().unwrap();
+    let target = role.tcp();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let rec = recorded.clone();
+    let p = std::thread::spawn(move || {
+        let (mut c, _) = proxy.accept().unwrap();
+        let mut s = TcpStream::connect(target).unwrap();
+        let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+        let down = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut s2, &mut c2);
+            let _ = c2.shutdown(std::net::Shutdown::Write);
+        });
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    rec.lock().unwrap().extend_from_slice(&buf[..n]);
+                    if s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        down.join().unwrap();
+    });
+    {
+        let mut c = Client::connect(
+            &ControlAddr::Tcp(paddr.to_string()),
+            &ControllerTls::load(d.path()).unwrap(),
+            "netemu",
+        )
+        .unwrap();
+        assert_eq!(c.call(&json!({"op": "bump"})).unwrap(), json!(1));
+    }
+    p.join().unwrap();
+    let bytes = recorded.lock().unwrap().clone();
+    assert!(bytes.len() > 500, "recorded {} bytes", bytes.len());
+    assert_eq!(role.counters.authenticated.load(Ordering::SeqCst), 1);
+
+    // the legitimate controller's bytes, replayed to the role (a fresh handshake)
+    let mut s = TcpStream::connect(role.tcp()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&bytes).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    role.wait_refused(1);
+    assert_eq!(role.counters.authenticated.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        role.bumps.load(Ordering::SeqCst),
+        1,
+        "the replayed command did not run"
+    );
+    role.still_serves(d.path());
+}
+
+#[test]
+fn a_role_with_a_certificate_from_another_pki_is_not_trusted() {
+    let d = pki_dir();
+    let other = pki_dir();
+    let role = Role::start(other.path(), "netemu");
+    let e = auth_error(Client::connect(
+        &role.addr,
+        &ControllerTls::load(d.path()).unwrap(),
+        "netemu",
+    ));
+    assert!(e.contains("not signed by this PKI's CA"), "{e}");
+    assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+}

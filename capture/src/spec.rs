@@ -235,6 +235,19 @@ impl CaptureSpec {
         Ok(())
     }
 
+    /// A file source must exist (the other sources are checked when they open).
+    pub fn check_source(&self) -> Result<(), CaptureRunError> {
+        if let SourceSpec::File(p) = &self.source {
+            if !p.is_file() {
+                return Err(CaptureRunError::Invalid(format!(
+                    "{}: no such file",
+                    p.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `DIR/capture.ready`.
     pub fn ready_path(&self) -> PathBuf {
         self.dir.join(READY_FILE)
@@ -262,14 +275,7 @@ impl CaptureSpec {
     /// `stop_reason` says so); the caller decides the exit status.
     pub fn run(&self, hooks: RunHooks) -> Result<CaptureSummary, CaptureRunError> {
         self.validate()?;
-        if let SourceSpec::File(p) = &self.source {
-            if !p.is_file() {
-                return Err(CaptureRunError::Invalid(format!(
-                    "{}: no such file",
-                    p.display()
-                )));
-            }
-        }
+        self.check_source()?;
         let key_given = self.key.as_deref().map(CaptureKey::load).transpose()?;
         let dir = &self.dir;
         std::fs::create_dir_all(dir).map_err(|source| CaptureRunError::Io {

@@ -216,6 +216,7 @@ impl RunArgs {
 fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     // validate everything before touching the system
     let spec = a.into_spec()?;
+    spec.check_source()?;
     // a taken port fails here, before anything is written
     let metrics = spec.metrics.map(mimic_metrics::bind).transpose()?;
     let quiet = crate::progress::quiet();

@@ -415,3 +415,36 @@ fn annotate(e: ReplayError, log: &Path) -> ReplayError {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replay_capture_keeps_every_packet_with_real_addresses_and_the_preamble() {
+        let c = capture_spec(SourceSpec::Iface("t-srv".into()), Path::new("/w/capture"));
+        let args: Vec<String> = quiet(c.to_args())
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "-q",
+                "capture",
+                "--source",
+                "iface:t-srv",
+                "-o",
+                "/w/capture",
+                "--payload-bytes",
+                "64",
+                "--no-anonymize"
+            ]
+        );
+        assert!(c.settings.rate.is_all());
+        // the request preamble (52 bytes) fits in what is kept
+        assert!(
+            matches!(c.settings.payload, PayloadPolicy::Bytes(n) if n as usize >= crate::preamble::LEN)
+        );
+    }
+}

@@ -42,7 +42,7 @@ pub enum CaptureError {
     Other(String),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     EndOfInput,
@@ -108,7 +108,7 @@ pub struct CaptureConfig {
 
 /// Every counter of a capture at one moment: what the exit summary reports and what
 /// `/metrics` exposes, both from [`Shared::totals_now`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     #[serde(flatten)]
     pub counters: Counters,
@@ -145,7 +145,8 @@ impl CaptureProbe {
     }
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+/// Written as `capture-summary.json` ([`crate::spec::write_summary`]) and read back from it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CaptureSummary {
     pub source: String,
     pub stop_reason: StopReason,
@@ -160,7 +161,7 @@ pub struct CaptureSummary {
     pub output_error: Option<String>,
     /// Per-port counters of a source with several ports (DPDK: received, NIC and kernel
     /// drops, bursts, merge counters).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ports: Option<serde_json::Value>,
 }
 

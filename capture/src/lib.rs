@@ -8,6 +8,8 @@
 //! * [`pcapng`], [`output`] — pcapng blocks and the rotating `.part`-then-rename writer.
 //! * [`source`] — file, libpcap live and (feature `dpdk`) DPDK sources.
 //! * [`capture`] — threads, stop conditions, statistics: what `mimic capture` runs.
+//! * [`spec`] — the role's launch contract: [`CaptureSpec`] (settings, command line, `run`)
+//!   and the `capture.ready` / `capture-summary.json` files it writes and callers read.
 
 pub mod anon;
 pub mod capture;
@@ -18,8 +20,10 @@ pub mod pcapng;
 pub mod process;
 pub mod sample;
 pub mod source;
+pub mod spec;
 
 pub use capture::{run_capture, CaptureConfig, CaptureProbe, CaptureSummary, StopReason, Totals};
 pub use key::CaptureKey;
 pub use process::{NonTcp, PayloadPolicy, Settings};
 pub use sample::{Rate, Rule};
+pub use spec::{CaptureRunError, CaptureSpec};

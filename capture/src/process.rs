@@ -46,7 +46,7 @@ impl PayloadPolicy {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub rate: Rate,
     pub rule: Rule,
@@ -68,7 +68,7 @@ impl Settings {
 }
 
 /// Counters of one processor (summed over workers for reporting).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub received: u64,
     pub received_bytes: u64,

@@ -3,7 +3,8 @@
 //!
 //! The core is pure and takes time as an argument ([`pipe`], [`wheel`], [`classify`], [`ack`],
 //! [`engine`]); everything that touches sockets, namespaces or the clock is a thin driver
-//! around it ([`datapath`], [`control`], [`lab`], [`stack`], [`netns`]).
+//! around it ([`datapath`], [`control`], [`lab`], [`stack`], [`netns`]). [`spec`] is the
+//! emulator role's launch contract: `mimic netemu run`'s settings and command line.
 
 pub mod ack;
 pub mod classify;
@@ -16,6 +17,7 @@ pub mod netns;
 pub mod pipe;
 pub mod render;
 pub mod rng;
+pub mod spec;
 pub mod stack;
 pub mod table;
 pub mod units;

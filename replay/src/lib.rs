@@ -4,7 +4,10 @@
 //! * [`synth`] — synthetic workloads with known truth.
 //! * [`server`] — the server emulator (`mimic serve`) and [`control`], its control channel.
 //! * [`client`] — the client emulator, one task per connection.
-//! * [`orchestrate`] — a whole replay: lab roles, per-connection pipes, capture, analysis.
+//! * [`spec`] — the launch contracts of `mimic serve` ([`spec::ServeSpec`]) and `mimic replay`
+//!   ([`spec::ReplayOptions`]): typed settings and the one place that writes their command lines.
+//! * [`orchestrate`] — a whole replay, by stage: plan, roles (started from their crates'
+//!   specs), the client emulator, the replay database.
 //! * [`accuracy`] — inferred parameters of a replay against a synthetic workload's truth.
 //! * [`hrtimer`] — sub-millisecond sleeps for async tasks.
 
@@ -15,6 +18,7 @@ pub mod hrtimer;
 pub mod orchestrate;
 pub mod preamble;
 pub mod server;
+pub mod spec;
 pub mod synth;
 mod sys;
 pub mod workload;

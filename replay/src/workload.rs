@@ -41,6 +41,16 @@ impl std::str::FromStr for Select {
     }
 }
 
+impl std::fmt::Display for Select {
+    /// The `--select` value, as [`Select::from_str`](std::str::FromStr) reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Select::Complete => "complete",
+            Select::All => "all",
+        })
+    }
+}
+
 /// When the client emulator sends each request of a connection.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -7,17 +7,21 @@
 //! * `capture.key` — the key generated when `--key` was not given (mode 0600);
 //! * `capture.ready` — written once the source is capturing (callers wait for it);
 //! * `capture-summary.json` — the final counters, written when the capture ends.
+//!
+//! The flags map to a [`CaptureSpec`] ([`RunArgs::into_spec`]), which runs the capture and
+//! owns those two files and the command line (`mimic_capture::spec`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use mimic_capture::capture::{self, parse_duration, parse_rotate, Rotate, StatsSink};
+use mimic_capture::capture::{self, parse_duration, parse_rotate, Rotate};
 use mimic_capture::source::SourceSpec;
+use mimic_capture::spec::RunHooks;
 use mimic_capture::{
-    CaptureConfig, CaptureKey, CaptureProbe, NonTcp, PayloadPolicy, Rate, Rule, Settings,
-    StopReason, Totals,
+    CaptureKey, CaptureProbe, CaptureSpec, NonTcp, PayloadPolicy, Rate, Rule, Settings, StopReason,
+    Totals,
 };
 
 #[derive(clap::Args)]
@@ -154,119 +158,69 @@ fn keygen(file: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+impl RunArgs {
+    /// The capture these flags describe (checked against each other; nothing is touched).
+    pub fn into_spec(self) -> anyhow::Result<CaptureSpec> {
+        let source = self.source.context("--source is required")?;
+        let dir = self.output.context("-o DIR is required")?;
+        let mut rotate_bytes = None;
+        let mut rotate_time = None;
+        for r in &self.rotate {
+            match r {
+                Rotate::Size(b) if rotate_bytes.is_none() => rotate_bytes = Some(*b),
+                Rotate::Time(t) if rotate_time.is_none() => rotate_time = Some(*t),
+                _ => anyhow::bail!("--rotate: give at most one size and one time"),
+            }
+        }
+        let rule = match self.sample_rule.as_str() {
+            "last-octet" => Rule::LastOctet {
+                server_ports: self.server_ports,
+            },
+            _ => Rule::Keyed,
+        };
+        let spec = CaptureSpec {
+            source,
+            dir,
+            settings: Settings {
+                rate: self.sample,
+                rule,
+                payload: self.payload_bytes,
+                non_tcp: if self.non_tcp == "keep" {
+                    NonTcp::Keep
+                } else {
+                    NonTcp::Drop
+                },
+                anonymize: !self.no_anonymize,
+            },
+            key: self.key,
+            filter: self.filter,
+            rotate_bytes,
+            rotate_time,
+            ring: self.ring,
+            metrics: self.metrics,
+            duration: self.duration,
+            count: self.count,
+            workers: self.workers,
+            promisc: !self.no_promisc,
+            buffer_bytes: self.buffer,
+            stats_json: self.stats_json,
+            stats_interval_secs: self.stats_interval,
+            prefix: self.prefix,
+            fail_on_drop: self.fail_on_drop,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
 fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
     // validate everything before touching the system
-    let source = a.source.clone().context("--source is required")?;
-    let dir = a.output.clone().context("-o DIR is required")?;
-    if a.filter.is_some() && !matches!(source, SourceSpec::Iface(_)) {
-        anyhow::bail!("--filter applies to iface: sources only");
-    }
-    let mut rotate_bytes = None;
-    let mut rotate_time = None;
-    for r in &a.rotate {
-        match r {
-            Rotate::Size(b) if rotate_bytes.is_none() => rotate_bytes = Some(*b),
-            Rotate::Time(t) if rotate_time.is_none() => rotate_time = Some(*t),
-            _ => anyhow::bail!("--rotate: give at most one size and one time"),
-        }
-    }
-    if rotate_bytes.is_some_and(|b| b < 4096) {
-        anyhow::bail!("--rotate size must be at least 4KiB");
-    }
-    if a.ring.is_some() && a.rotate.is_empty() {
-        anyhow::bail!("--ring needs --rotate SIZE and/or --rotate TIME (with one file there is nothing to delete)");
-    }
-    if a.count == Some(0) {
-        anyhow::bail!("--count must be at least 1");
-    }
-    if a.prefix.is_empty() || a.prefix.contains('/') {
-        anyhow::bail!("--prefix must be a plain file name prefix");
-    }
-    if let SourceSpec::File(p) = &source {
-        if !p.is_file() {
-            anyhow::bail!("{}: no such file", p.display());
-        }
-    }
-    let rule = match a.sample_rule.as_str() {
-        "last-octet" => Rule::LastOctet {
-            server_ports: a.server_ports.clone(),
-        },
-        _ => Rule::Keyed,
-    };
-    let settings = Settings {
-        rate: a.sample,
-        rule,
-        payload: a.payload_bytes,
-        non_tcp: if a.non_tcp == "keep" {
-            NonTcp::Keep
-        } else {
-            NonTcp::Drop
-        },
-        anonymize: !a.no_anonymize,
-    };
-    let key_given = match &a.key {
-        Some(p) => Some(CaptureKey::load(p)?),
-        None => None,
-    };
+    let spec = a.into_spec()?;
+    spec.check_source()?;
     // a taken port fails here, before anything is written
-    let metrics = a.metrics.map(mimic_metrics::bind).transpose()?;
-
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let ready = dir.join("capture.ready");
-    let summary_path = dir.join("capture-summary.json");
-    for stale in [&ready, &summary_path] {
-        match std::fs::remove_file(stale) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing stale {}", stale.display())),
-        }
-    }
-    // Space for the summary, held from the start: a capture that fills its disk still has
-    // room to say what it wrote and lost. Released just before the summary is written.
-    let reserve = SummaryReserve::create(&dir)?;
-    let (key, key_origin) = match key_given {
-        Some(k) => (
-            k,
-            format!("key file {}", a.key.as_ref().expect("given").display()),
-        ),
-        None => {
-            let p = dir.join("capture.key");
-            if p.exists() {
-                anyhow::bail!(
-                    "{} exists from an earlier capture: pass --key {} to reuse it, or remove it",
-                    p.display(),
-                    p.display()
-                );
-            }
-            let k = CaptureKey::generate().context("reading /dev/urandom")?;
-            k.save_new(&p)?;
-            (k, "key generated for this capture".to_string())
-        }
-    };
-
+    let metrics = spec.metrics.map(mimic_metrics::bind).transpose()?;
     let quiet = crate::progress::quiet();
-    let json: Option<Box<dyn std::io::Write + Send>> = match &a.stats_json {
-        None => None,
-        Some(p) if p.as_os_str() == "-" => Some(Box::new(std::io::stdout())),
-        Some(p) => Some(Box::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-    };
     let stop = capture::stop_on_signals().context("installing SIGINT/SIGTERM handlers")?;
-    let ready_path = ready.clone();
-    let src_text = source.to_string();
-    let on_ready: Box<dyn FnOnce() + Send> = Box::new(move || {
-        let text = format!("pid {}\nsource {src_text}\n", std::process::id());
-        if let Err(e) = mimic_core::db::write_atomic(&ready_path, text.as_bytes()) {
-            eprintln!(
-                "mimic capture: warning: could not write {}: {e}",
-                ready_path.display()
-            );
-        }
-        if !quiet {
-            eprintln!("mimic capture: ready ({src_text})");
-        }
-    });
     let probe = CaptureProbe::new();
     if let Some(m) = metrics {
         let p = probe.clone();
@@ -279,40 +233,11 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("mimic capture: metrics at http://{addr}/metrics");
         }
     }
-    let cfg = CaptureConfig {
-        source,
-        settings,
-        key,
-        key_origin,
-        dir: dir.clone(),
-        prefix: a.prefix.clone(),
-        rotate_bytes,
-        rotate_time,
-        max_files: a.ring.map(|n| n as usize),
-        duration: a.duration,
-        count: a.count,
-        workers: a.workers as usize,
-        filter: a.filter.clone(),
-        promisc: !a.no_promisc,
-        buffer_bytes: a.buffer as usize,
-        stats: StatsSink {
-            text: !quiet,
-            json,
-            interval: std::time::Duration::from_secs_f64(a.stats_interval),
-        },
+    let summary = spec.run(RunHooks {
+        quiet,
         stop: Arc::clone(&stop),
-        on_ready: Some(on_ready),
         probe: Some(probe),
-    };
-    let summary = mimic_capture::run_capture(cfg)?;
-    let text = serde_json::to_string_pretty(&summary)? + "\n";
-    drop(reserve);
-    if let Err(e) = mimic_core::db::write_atomic(&summary_path, text.as_bytes()) {
-        eprintln!(
-            "mimic capture: warning: could not write {}: {e}",
-            summary_path.display()
-        );
-    }
+    })?;
     if let Some(e) = &summary.input_error {
         eprintln!("mimic capture: warning: input ended early: {e}");
     }
@@ -338,7 +263,7 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
             t.capture_dropped,
             t.written,
             summary.files.len(),
-            dir.display()
+            spec.dir.display()
         );
     }
     match summary.stop_reason {
@@ -352,7 +277,7 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    if a.fail_on_drop && summary.lost() > 0 {
+    if spec.fail_on_drop && summary.lost() > 0 {
         eprintln!(
             "mimic capture: {} packets were lost (--fail-on-drop)",
             summary.lost()
@@ -457,28 +382,61 @@ fn capture_metrics(t: &Totals, f: &mut mimic_metrics::Families) {
     );
 }
 
-/// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
-/// a full disk cannot leave the capture without its summary. Removed when dropped.
-struct SummaryReserve(PathBuf);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
 
-impl SummaryReserve {
-    /// Larger than the summary of a capture with a few hundred rotated files.
-    const BYTES: usize = 64 * 1024;
-
-    fn create(dir: &Path) -> anyhow::Result<Self> {
-        use std::io::Write;
-        let p = dir.join(".capture-summary.reserve");
-        let r = SummaryReserve(p.clone());
-        // written, not fallocated: every filesystem counts written blocks
-        std::fs::File::create(&p)
-            .and_then(|mut f| f.write_all(&[0u8; Self::BYTES]).and_then(|()| f.sync_all()))
-            .with_context(|| format!("reserving space for the summary in {}", p.display()))?;
-        Ok(r)
+    /// The spec's command line, parsed by the real parser and mapped back, is the spec.
+    fn round_trip(spec: &CaptureSpec) -> CaptureSpec {
+        match crate::cmd::parse_role_args(spec.to_args()) {
+            crate::Command::Capture(Args { command: None, run }) => run.into_spec().unwrap(),
+            _ => panic!("{:?} is not `mimic capture`", spec.to_args()),
+        }
     }
-}
 
-impl Drop for SummaryReserve {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+    #[test]
+    fn spec_survives_its_command_line() {
+        let every_field = CaptureSpec {
+            source: SourceSpec::Iface("eth7".into()),
+            dir: "/srv/cap dir".into(),
+            settings: Settings {
+                rate: Rate { keep: 3, of: 90 },
+                rule: Rule::LastOctet {
+                    server_ports: vec![80, 8443],
+                },
+                payload: PayloadPolicy::Bytes(64),
+                non_tcp: NonTcp::Keep,
+                anonymize: false,
+            },
+            key: Some("/etc/mimic/capture.key".into()),
+            filter: Some("tcp port 80".into()),
+            rotate_bytes: Some(1 << 30),
+            rotate_time: Some(Duration::from_secs(600)),
+            ring: Some(200),
+            metrics: Some("127.0.0.1:9464".parse::<SocketAddr>().unwrap()),
+            duration: Some(Duration::from_millis(90_500)),
+            count: Some(1_000_000),
+            workers: 4,
+            promisc: false,
+            buffer_bytes: 128 << 20,
+            stats_json: Some("-".into()),
+            stats_interval_secs: 0.25,
+            prefix: "tap".into(),
+            fail_on_drop: true,
+        };
+        assert_eq!(round_trip(&every_field), every_field);
+
+        let mut other = every_field.clone();
+        other.source = SourceSpec::Dpdk("-l 0 --vdev=net_pcap0,iface=eth0".into());
+        other.filter = None;
+        other.settings.rule = Rule::Keyed;
+        other.settings.payload = PayloadPolicy::All;
+        other.rotate_bytes = None;
+        assert_eq!(round_trip(&other), other);
+
+        let defaults = CaptureSpec::new(SourceSpec::File("/x.pcapng".into()), "out");
+        assert_eq!(round_trip(&defaults), defaults);
     }
 }

@@ -21,3 +21,19 @@ pub(crate) fn positive_number(s: &str) -> Result<f64, String> {
         _ => Err("must be a positive, finite number".into()),
     }
 }
+
+/// Parses `mimic ARGS…` with the binary's own clap parser, as a started role would; for the
+/// tests that turn each role's spec into its command line and back.
+#[cfg(test)]
+pub(crate) fn parse_role_args(args: Vec<std::ffi::OsString>) -> crate::Command {
+    use clap::Parser;
+    let line = args
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    match crate::Cli::try_parse_from(std::iter::once("mimic".into()).chain(args)) {
+        Ok(cli) => cli.command,
+        Err(e) => panic!("`mimic {line}` does not parse: {e}"),
+    }
+}

@@ -14,6 +14,7 @@ use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, Waker};
 use mimic_netemu::engine::{Engine, Limits, PipeCounters, PipeOwner, PipeTable};
 use mimic_netemu::lab::{self, LabInfo};
 use mimic_netemu::render::{self, AckPolicies, ApplyOptions, Backend, Leaf, RenderOptions};
+use mimic_netemu::spec::{self, Bridge, DefaultPipes, EmulatorSpec};
 use mimic_netemu::PipeConfig;
 use mimic_replay::orchestrate::{self, QueueOverride};
 use mimic_replay::workload::Select;
@@ -92,48 +93,87 @@ impl Connect {
     }
 }
 
+/// `mimic netemu run`'s flags; [`RunArgs::into_spec`] maps them to the role's
+/// [`EmulatorSpec`], which owns its command line.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// Client-side interface (instead of --lab).
+    #[arg(long, conflicts_with = "lab", requires = "server_if")]
+    client_if: Option<String>,
+    /// Server-side interface (instead of --lab).
+    #[arg(long, conflicts_with = "lab", requires = "client_if")]
+    server_if: Option<String>,
+    #[command(flatten)]
+    tables: Tables,
+    /// Busy-wait this many microseconds before each departure instead of sleeping.
+    #[arg(long, default_value_t = spec::DEFAULT_SPIN_US)]
+    spin_us: u64,
+    /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
+    #[arg(long, default_value_t = spec::DEFAULT_RT_PRIORITY)]
+    rt_priority: i32,
+    /// Pin the datapath thread to this CPU (keep the emulated hosts' timer threads off
+    /// it: `mimic serve --timer-cpus`); `mimic replay --lab` does this by itself.
+    #[arg(long, value_name = "N")]
+    cpu: Option<usize>,
+    /// Frame buffers for packets inside pipes (2 KiB each).
+    #[arg(long, default_value_t = spec::DEFAULT_BUFFERS)]
+    buffers: u32,
+    /// Most flow rules at once.
+    #[arg(long, default_value_t = spec::DEFAULT_MAX_FLOWS)]
+    max_flows: usize,
+    /// Base of the seeds of pipes that name none.
+    #[arg(long, default_value_t = spec::DEFAULT_SEED)]
+    seed: u64,
+    /// Counters at exit as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (bound in the namespace the
+    /// command starts in, like --control), e.g. 127.0.0.1:9465.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+}
+
+impl RunArgs {
+    pub fn into_spec(self) -> anyhow::Result<EmulatorSpec> {
+        let bridge = match (self.connect.lab, self.client_if, self.server_if) {
+            (Some(name), _, _) => Bridge::Lab(name),
+            (None, Some(client_if), Some(server_if)) => Bridge::Interfaces {
+                client_if,
+                server_if,
+            },
+            _ => bail!("give --lab NAME, or --client-if and --server-if"),
+        };
+        let t = self.tables;
+        let default = match (t.default, t.default_up, t.default_down) {
+            (Some(d), _, _) => DefaultPipes::Both(d),
+            (None, Some(up), Some(down)) => DefaultPipes::Split { up, down },
+            _ => DefaultPipes::None,
+        };
+        Ok(EmulatorSpec {
+            bridge,
+            control: self.connect.control,
+            pki: self.connect.pki,
+            pipes: t.pipes,
+            default,
+            spin_us: self.spin_us,
+            rt_priority: self.rt_priority,
+            cpu: self.cpu,
+            buffers: self.buffers,
+            max_flows: self.max_flows,
+            seed: self.seed,
+            json: self.json,
+            metrics: self.metrics,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the emulator in the foreground, bridging the lab's emu interfaces (or two given
     /// interfaces); stops on SIGINT/SIGTERM or a control `shutdown` and prints its counters.
-    Run {
-        #[command(flatten)]
-        connect: Connect,
-        /// Client-side interface (instead of --lab).
-        #[arg(long, conflicts_with = "lab", requires = "server_if")]
-        client_if: Option<String>,
-        /// Server-side interface (instead of --lab).
-        #[arg(long, conflicts_with = "lab", requires = "client_if")]
-        server_if: Option<String>,
-        #[command(flatten)]
-        tables: Tables,
-        /// Busy-wait this many microseconds before each departure instead of sleeping.
-        #[arg(long, default_value_t = 100)]
-        spin_us: u64,
-        /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
-        #[arg(long, default_value_t = 10)]
-        rt_priority: i32,
-        /// Pin the datapath thread to this CPU (keep the emulated hosts' timer threads off
-        /// it: `mimic serve --timer-cpus`); `mimic replay --lab` does this by itself.
-        #[arg(long, value_name = "N")]
-        cpu: Option<usize>,
-        /// Frame buffers for packets inside pipes (2 KiB each).
-        #[arg(long, default_value_t = 65_536)]
-        buffers: u32,
-        /// Most flow rules at once.
-        #[arg(long, default_value_t = 262_144)]
-        max_flows: usize,
-        /// Base of the seeds of pipes that name none.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Counters at exit as JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Serve Prometheus metrics at http://ADDR/metrics (bound in the namespace the
-        /// command starts in, like --control), e.g. 127.0.0.1:9465.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-    },
+    Run(RunArgs),
     /// Print the per-pipe counters of a running emulator.
     Counters {
         #[command(flatten)]
@@ -154,36 +194,7 @@ enum Cmd {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
-        Cmd::Run {
-            connect,
-            client_if,
-            server_if,
-            tables,
-            spin_us,
-            rt_priority,
-            cpu,
-            buffers,
-            max_flows,
-            seed,
-            json,
-            metrics,
-        } => {
-            let table = tables.load()?;
-            run_emulator(
-                connect,
-                client_if,
-                server_if,
-                table,
-                spin_us,
-                rt_priority,
-                cpu,
-                buffers,
-                max_flows,
-                seed,
-                json,
-                metrics,
-            )
-        }
+        Cmd::Run(r) => run_emulator(r.into_spec()?),
         Cmd::Counters { connect, json } => {
             let mut c = connect.client()?;
             let rows = c.counters()?;
@@ -402,34 +413,38 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_emulator(
-    connect: Connect,
-    client_if: Option<String>,
-    server_if: Option<String>,
-    table: PipeTable,
-    spin_us: u64,
-    rt_priority: i32,
-    cpu: Option<usize>,
-    buffers: u32,
-    max_flows: usize,
-    seed: u64,
-    json: bool,
-    metrics: Option<std::net::SocketAddr>,
-) -> anyhow::Result<ExitCode> {
-    let info = connect.lab.as_deref().map(LabInfo::for_name).transpose()?;
-    let (cif, sif) = match (&info, client_if, server_if) {
-        (Some(i), _, _) => (i.emu_cli_if.clone(), i.emu_srv_if.clone()),
-        (None, Some(c), Some(s)) => (c, s),
-        _ => bail!("give --lab NAME, or --client-if and --server-if"),
+fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
+    let table = spec.pipe_table()?;
+    let info = spec.lab()?;
+    let (cif, sif) = match (&info, &spec.bridge) {
+        (Some(i), _) => (i.emu_cli_if.clone(), i.emu_srv_if.clone()),
+        (
+            None,
+            Bridge::Interfaces {
+                client_if,
+                server_if,
+            },
+        ) => (client_if.clone(), server_if.clone()),
+        (None, Bridge::Lab(_)) => unreachable!("a lab bridge has its LabInfo"),
     };
     if let Some(i) = &info {
         if !mimic_netemu::netns::exists(&i.ns_emu) {
             bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
         }
     }
-    let (addr, pki) = connect.resolve()?;
+    let (addr, pki) = spec.control_and_pki()?;
     let tls = RoleTls::load(&pki, control::ROLE)?;
+    let EmulatorSpec {
+        spin_us,
+        rt_priority,
+        cpu,
+        buffers,
+        max_flows,
+        seed,
+        json,
+        metrics,
+        ..
+    } = spec;
     let engine: Engine<u32> = Engine::new(
         &table,
         Limits {
@@ -673,4 +688,52 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
         e.flow_rules,
         e.pipes
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(spec: &EmulatorSpec) -> EmulatorSpec {
+        match crate::cmd::parse_role_args(spec.to_args()) {
+            crate::Command::Netemu(Args { cmd: Cmd::Run(r) }) => r.into_spec().unwrap(),
+            _ => panic!("{:?} is not `mimic netemu run`", spec.to_args()),
+        }
+    }
+
+    /// The spec's command line, parsed by the real parser and mapped back, is the spec.
+    #[test]
+    fn spec_survives_its_command_line() {
+        let every_field = EmulatorSpec {
+            bridge: Bridge::Interfaces {
+                client_if: "eth0".into(),
+                server_if: "eth1".into(),
+            },
+            control: Some("tcp:10.9.0.2:7002".parse().unwrap()),
+            pki: Some("/etc/mimic/pki".into()),
+            pipes: Some("/etc/mimic/pipes.toml".into()),
+            default: DefaultPipes::Split {
+                up: "delay=10ms,queue=20".parse().unwrap(),
+                down: "delay=10ms,rate=2mbit,loss=1%,queue=30,seed=5"
+                    .parse()
+                    .unwrap(),
+            },
+            spin_us: 25,
+            rt_priority: 0,
+            cpu: Some(3),
+            buffers: 4096,
+            max_flows: 1000,
+            seed: 77,
+            json: true,
+            metrics: Some("127.0.0.1:9465".parse().unwrap()),
+        };
+        assert_eq!(round_trip(&every_field), every_field);
+
+        let mut lab = every_field.clone();
+        lab.bridge = Bridge::Lab("t1".into());
+        lab.default = DefaultPipes::Both("delay=1ms,rate=100mbit,ack_every=2".parse().unwrap());
+        assert_eq!(round_trip(&lab), lab);
+        let defaults = EmulatorSpec::new(Bridge::Lab("t1".into()));
+        assert_eq!(round_trip(&defaults), defaults);
+    }
 }

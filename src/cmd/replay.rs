@@ -1,9 +1,13 @@
 //! `mimic replay flows.db -o replay.db --lab NAME`: replays a workload through per-flow pipes
 //! against the server emulator, captures the server side and analyzes it into replay.db.
+//! The flags map to the client's spec ([`Args::into_spec`] → [`ReplayOptions`]); the replay
+//! starts the other roles from their own crates' specs.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::Context;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -12,6 +16,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target,
 };
+use mimic_replay::spec;
 use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
@@ -47,13 +52,13 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
     /// Multiply the gaps between connection starts by X (2 = half the arrival rate).
-    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = super::positive_number)]
+    #[arg(long, value_name = "X", default_value_t = spec::DEFAULT_TIME_SCALE, value_parser = super::positive_number)]
     pub time_scale: f64,
     /// Seed of the pipes' loss models.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = spec::DEFAULT_SEED)]
     pub seed: u64,
     /// Port of the server emulator.
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = spec::DEFAULT_SERVER_PORT)]
     pub server_port: u16,
     /// Keep the replay's capture files in DIR.
     #[arg(long, value_name = "DIR")]
@@ -100,6 +105,47 @@ fn parse_control(s: &str) -> Result<ControlAddr, String> {
     s.parse()
 }
 
+impl Args {
+    /// The replay these flags describe; `exe` is the mimic executable that runs the roles.
+    pub fn into_spec(self, exe: PathBuf) -> anyhow::Result<ReplayOptions> {
+        let target = match (self.lab, self.server) {
+            (Some(name), _) => Target::Lab {
+                name,
+                keep: self.keep_lab,
+            },
+            (None, Some(server)) => Target::Remote {
+                server,
+                server_control: self
+                    .server_control
+                    .context("--server needs --server-control")?,
+                netemu: self.netemu.context("--server needs --netemu")?,
+                pki_dir: self.pki.context("--server needs --pki")?,
+                capture_iface: self
+                    .capture_iface
+                    .context("--server needs --capture-iface")?,
+                client_addrs: self.client_addr,
+            },
+            (None, None) => anyhow::bail!("give --lab NAME or --server ADDR"),
+        };
+        Ok(ReplayOptions {
+            input: self.input,
+            output: self.output,
+            target,
+            stack: self.stack,
+            queue: self.queue.unwrap_or_default(),
+            request_timing: self.request_timing,
+            select: self.select,
+            limit: self.limit,
+            time_scale: self.time_scale,
+            seed: self.seed,
+            server_port: self.server_port,
+            keep_capture: self.keep_capture,
+            cpu_split: !self.no_cpu_split,
+            exe,
+        })
+    }
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // SAFETY: geteuid has no preconditions.
     if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {
@@ -107,37 +153,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "a lab replay needs root (it runs processes in network namespaces); run it with sudo"
         );
     }
-    let target = match (&a.lab, a.server) {
-        (Some(name), _) => Target::Lab {
-            name: name.clone(),
-            keep: a.keep_lab,
-        },
-        (None, Some(server)) => Target::Remote {
-            server,
-            server_control: a.server_control.clone().expect("required by clap"),
-            netemu: a.netemu.clone().expect("required by clap"),
-            pki_dir: a.pki.clone().expect("required by clap"),
-            capture_iface: a.capture_iface.clone().expect("required by clap"),
-            client_addrs: a.client_addr.clone(),
-        },
-        (None, None) => anyhow::bail!("give --lab NAME or --server ADDR"),
-    };
-    let opts = ReplayOptions {
-        input: a.input.clone(),
-        output: a.output.clone(),
-        target,
-        stack: a.stack.clone(),
-        queue: a.queue.unwrap_or_default(),
-        request_timing: a.request_timing,
-        select: a.select,
-        limit: a.limit,
-        time_scale: a.time_scale,
-        seed: a.seed,
-        server_port: a.server_port,
-        keep_capture: a.keep_capture.clone(),
-        cpu_split: !a.no_cpu_split,
-        exe: std::env::current_exe()?,
-    };
+    let json = a.json;
+    let opts = a.into_spec(std::env::current_exe()?)?;
     let summary = match replay_with_progress(&opts) {
         Ok(s) => s,
         Err(ReplayError::Interrupted) => {
@@ -148,7 +165,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    if a.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_summary(&summary);
@@ -240,4 +257,71 @@ fn print_summary(s: &ReplaySummary) {
         "analysis: {} connections ({} complete), {} exchanges; wrote {}",
         s.analysis.connections, s.analysis.complete, s.analysis.exchanges, s.output
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(spec: &ReplayOptions) -> ReplayOptions {
+        match crate::cmd::parse_role_args(spec.to_args()) {
+            crate::Command::Replay(a) => a.into_spec(spec.exe.clone()).unwrap(),
+            _ => panic!("{:?} is not `mimic replay`", spec.to_args()),
+        }
+    }
+
+    /// The spec's command line, parsed by the real parser and mapped back, is the spec.
+    #[test]
+    fn spec_survives_its_command_line() {
+        let remote = ReplayOptions {
+            input: "flows.db".into(),
+            output: "out/replay.db".into(),
+            target: Target::Remote {
+                server: "10.0.0.1:8080".parse().unwrap(),
+                server_control: "tcp:10.9.0.1:7001".parse().unwrap(),
+                netemu: "tcp:10.9.0.2:7002".parse().unwrap(),
+                pki_dir: "/etc/mimic/pki".into(),
+                capture_iface: "eth3".into(),
+                client_addrs: vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()],
+            },
+            // --stack is refused with --server: see the lab case below
+            stack: None,
+            queue: QueueOverride {
+                up: Some(7),
+                down: Some(64),
+            },
+            request_timing: RequestTiming::Think,
+            select: Select::All,
+            limit: Some(500),
+            time_scale: 2.5,
+            seed: 42,
+            server_port: 8080,
+            keep_capture: Some("caps".into()),
+            cpu_split: false,
+            exe: "/usr/bin/mimic".into(),
+        };
+        assert_eq!(round_trip(&remote), remote);
+
+        let mut lab = remote.clone();
+        lab.target = Target::Lab {
+            name: "t9".into(),
+            keep: true,
+        };
+        lab.stack = Some("initcwnd=10,cc=cubic,sack=0,rto_min=50ms".parse().unwrap());
+        lab.queue = QueueOverride {
+            up: None,
+            down: Some(100),
+        };
+        assert_eq!(round_trip(&lab), lab);
+        let defaults = ReplayOptions::new(
+            "a.db".into(),
+            "b.db".into(),
+            Target::Lab {
+                name: "t".into(),
+                keep: false,
+            },
+            "/usr/bin/mimic".into(),
+        );
+        assert_eq!(round_trip(&defaults), defaults);
+    }
 }

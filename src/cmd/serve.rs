@@ -1,7 +1,8 @@
 //! `mimic serve --listen ADDR`: the server emulator alone, for a server host whose kernel you
 //! changed. Requests carry a preamble saying what to answer; `--control` opens the
 //! authenticated, encrypted control channel `mimic replay --server-control` talks to, and the
-//! replay port then serves only the client ranges the controller announces there.
+//! replay port then serves only the client ranges the controller announces there. The flags map
+//! to the role's spec ([`Args::into_spec`] → [`ServeSpec`]), which owns its command line.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use anyhow::Context;
 use mimic_netemu::classify::IpNet;
 use mimic_replay::control::{self, ControlAddr, Listener, RoleTls};
 use mimic_replay::server::{self, AllowList, Stats};
+use mimic_replay::spec::ServeSpec;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -46,7 +48,35 @@ fn parse_control(s: &str) -> Result<ControlAddr, String> {
     s.parse()
 }
 
+impl Args {
+    /// The server emulator these flags describe (checked; nothing is touched).
+    pub fn into_spec(self) -> anyhow::Result<ServeSpec> {
+        let timer_cpus = self
+            .timer_cpus
+            .as_deref()
+            .map(mimic_core::cpu::parse_list)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))?;
+        let spec = ServeSpec {
+            listen: self.listen,
+            control: self.control,
+            pki: self.pki,
+            allow: self.allow,
+            timer_cpus,
+            json: self.json,
+            metrics: self.metrics,
+        };
+        spec.validate().map_err(anyhow::Error::msg)?;
+        Ok(spec)
+    }
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    run_spec(a.into_spec()?)
+}
+
+/// Runs the server emulator `a` describes until SIGINT, SIGTERM or a control `shutdown`.
+pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
     // everything that can be wrong with the flags or the files, before serving
     let tls = match &a.pki {
         Some(dir) => Some(RoleTls::load(dir, control::ROLE)?),
@@ -63,12 +93,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    if let Some(list) = &a.timer_cpus {
-        let cpus =
-            mimic_core::cpu::parse_list(list).map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))?;
+    if let Some(cpus) = &a.timer_cpus {
         mimic_replay::hrtimer::HrTimer::global()
-            .pin(&cpus)
-            .with_context(|| format!("keeping the timer thread on CPUs {list}"))?;
+            .pin(cpus)
+            .with_context(|| {
+                format!(
+                    "keeping the timer thread on CPUs {}",
+                    mimic_core::cpu::format_list(cpus)
+                )
+            })?;
     }
     let metrics = a.metrics.map(mimic_metrics::bind).transpose()?;
     let stats = Stats::default();
@@ -182,4 +215,36 @@ fn serve_metrics(s: &server::ServerStats, f: &mut mimic_metrics::Families) {
         None,
         s.refused,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(spec: &ServeSpec) -> ServeSpec {
+        match crate::cmd::parse_role_args(spec.to_args()) {
+            crate::Command::Serve(a) => a.into_spec().unwrap(),
+            _ => panic!("{:?} is not `mimic serve`", spec.to_args()),
+        }
+    }
+
+    /// The spec's command line, parsed by the real parser and mapped back, is the spec.
+    #[test]
+    fn spec_survives_its_command_line() {
+        let every_field = ServeSpec {
+            listen: "198.18.0.1:8080".parse().unwrap(),
+            control: Some("tcp:10.9.0.1:7001".parse().unwrap()),
+            pki: Some("/etc/mimic/pki".into()),
+            allow: vec![
+                "198.19.0.0/19".parse().unwrap(),
+                "10.1.0.7".parse().unwrap(),
+            ],
+            timer_cpus: Some(vec![0, 2, 3]),
+            json: true,
+            metrics: Some("127.0.0.1:9466".parse().unwrap()),
+        };
+        assert_eq!(round_trip(&every_field), every_field);
+        let defaults = ServeSpec::new("[::1]:80".parse().unwrap());
+        assert_eq!(round_trip(&defaults), defaults);
+    }
 }

@@ -1,0 +1,128 @@
+//! The replay itself: the client emulator runs every planned connection (in the lab's client
+//! namespace), each on its own task, at its planned time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mimic_core::cpu;
+use mimic_netemu::netns;
+
+use super::{Progress, ReplayError};
+use crate::client::{self, Outcome, Planned};
+use crate::hrtimer::HrTimer;
+
+/// Runs every planned connection (in the client namespace when given) and returns the
+/// outcomes in plan order.
+pub(super) fn run_clients(
+    plans: Vec<Planned>,
+    ns: Option<String>,
+    timer_cpus: Option<Vec<usize>>,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<Vec<Outcome>, ReplayError> {
+    let n = plans.len();
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new([
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ]);
+    let handle = {
+        let stop_flag = stop_flag.clone();
+        let counters = counters.clone();
+        std::thread::Builder::new()
+            .name("mimic-clients".into())
+            .spawn(move || -> Result<Vec<Outcome>, ReplayError> {
+                if let Some(ns) = &ns {
+                    // threads started from here (the runtime's workers) inherit the namespace
+                    netns::enter(ns).map_err(|e| ReplayError::Io(e.to_string()))?;
+                }
+                raise_fd_limit();
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ReplayError::Io(format!("client runtime: {e}")))?;
+                rt.block_on(async move {
+                    let timer = HrTimer::global();
+                    if let Some(c) = &timer_cpus {
+                        if let Err(e) = timer.pin(c) {
+                            tracing::warn!(
+                                "keeping the client timer thread on CPUs {}: {e}",
+                                cpu::format_list(c)
+                            );
+                        }
+                    }
+                    let mut set = tokio::task::JoinSet::new();
+                    for p in plans {
+                        let counters = counters.clone();
+                        set.spawn(async move {
+                            tokio::time::sleep_until((p.start - Duration::from_millis(5)).into())
+                                .await;
+                            let now = counters[2].fetch_add(1, Ordering::Relaxed) + 1;
+                            counters[3].fetch_max(now, Ordering::Relaxed);
+                            let o = client::run(p, timer).await;
+                            counters[2].fetch_sub(1, Ordering::Relaxed);
+                            counters[if o.result.is_ok() { 0 } else { 1 }]
+                                .fetch_add(1, Ordering::Relaxed);
+                            o
+                        });
+                    }
+                    let mut outcomes: Vec<Outcome> = Vec::with_capacity(n);
+                    loop {
+                        tokio::select! {
+                            r = set.join_next() => match r {
+                                Some(Ok(o)) => outcomes.push(o),
+                                // tasks aborted by Ctrl-C are expected, not worth a warning
+                                Some(Err(e)) if e.is_cancelled() => {}
+                                Some(Err(e)) => tracing::warn!("client task: {e}"),
+                                None => break,
+                            },
+                            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                                if stop_flag.load(Ordering::Relaxed) {
+                                    set.abort_all();
+                                }
+                            }
+                        }
+                    }
+                    outcomes.sort_by_key(|o| o.index);
+                    Ok(outcomes)
+                })
+            })
+            .map_err(|e| ReplayError::Io(e.to_string()))?
+    };
+    let publish = || {
+        let c = |k: usize| counters[k].load(Ordering::Relaxed);
+        progress.done.store(c(0), Ordering::Relaxed);
+        progress.failed.store(c(1), Ordering::Relaxed);
+        progress.in_flight.store(c(2), Ordering::Relaxed);
+        progress.max_in_flight.store(c(3), Ordering::Relaxed);
+    };
+    while !handle.is_finished() {
+        publish();
+        if stop.load(Ordering::Relaxed) {
+            stop_flag.store(true, Ordering::Relaxed);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    publish();
+    handle
+        .join()
+        .map_err(|_| ReplayError::Io("client thread panicked".into()))?
+}
+
+fn raise_fd_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! A whole replay (`mimic replay`): the server emulator, the network emulator and a capture of
+//! the server side run as separate processes (in the lab's namespaces, or on remote hosts
+//! reached over their authenticated control channels); every replayed connection gets its own
+//! pair of pipes, registered before its SYN; the client emulator runs here; at the end the
+//! capture is analyzed into the replay database, with `replay_map` pairing each replayed
+//! connection with the original.
+//!
+//! By stage: [`plan`] (pipes, 4-tuples, start times), `roles` (starting the other roles from
+//! their specs, waiting for them, stopping them), `clients` (the replay), `db` (the replay
+//! database), [`error`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mimic_analyze::driver::Summary as AnalysisSummary;
+use mimic_capture::CaptureSummary;
+use mimic_core::cpu;
+use mimic_netemu::config::PipeConfig;
+use mimic_netemu::control::RunStats;
+use mimic_netemu::engine::RuleId;
+use mimic_netemu::stack::StackProfile;
+use serde::Serialize;
+
+use crate::hrtimer::HrTimer;
+use crate::server::ServerStats;
+use crate::workload;
+
+mod clients;
+mod db;
+pub mod error;
+pub mod plan;
+mod roles;
+
+pub use crate::spec::{ReplayOptions, Target};
+pub use error::ReplayError;
+pub use plan::{flow_rules, pipes_for, QueueOverride};
+
+/// Live counters for a progress display.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub total: AtomicU64,
+    pub done: AtomicU64,
+    pub failed: AtomicU64,
+    pub in_flight: AtomicU64,
+    /// Most connections open at once.
+    pub max_in_flight: AtomicU64,
+    pub stage: Mutex<String>,
+}
+
+impl Progress {
+    fn stage(&self, s: &str) {
+        *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = s.to_string();
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplaySummary {
+    pub input: String,
+    pub output: String,
+    pub lab: Option<String>,
+    pub connections: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub failures: BTreeMap<String, u64>,
+    /// Replayed without error but not found in the capture.
+    pub missing: u64,
+    pub skipped_by_select: u64,
+    /// How late connections started compared with the plan (p50, p99, max; µs).
+    pub start_lateness_us: [u64; 3],
+    /// The 99.9th percentile of that lateness (µs), and the connections that started more
+    /// than 1 ms late.
+    pub start_lateness_p999_us: u64,
+    pub starts_over_1ms: u64,
+    /// Whether the client emulator's timer thread ran real-time within its budget (None: it
+    /// never started).
+    pub client_timer_realtime: Option<bool>,
+    /// Most replayed connections open at once.
+    pub max_concurrent: u64,
+    pub server: ServerStats,
+    pub netemu: Option<RunStats>,
+    /// What the capture reported when it stopped (None: it wrote no summary).
+    pub capture: Option<CaptureSummary>,
+    pub stack: Option<StackProfile>,
+    /// In the lab: the CPU the network emulator's datapath had to itself, and the CPUs the
+    /// client and server emulators' timer threads were kept on (None: `--no-cpu-split`, a
+    /// remote replay, or a single CPU).
+    pub cpu_split: Option<CpuSplit>,
+    pub analysis: AnalysisSummary,
+    pub duration_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuSplit {
+    pub datapath: usize,
+    /// Written as a CPU list (`0,2-3`), the form `mimic serve --timer-cpus` takes.
+    #[serde(serialize_with = "cpu_list")]
+    pub timers: Vec<usize>,
+}
+
+fn cpu_list<S: serde::Serializer>(cpus: &[usize], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&cpu::format_list(cpus))
+}
+
+/// Removes the working directory when dropped.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `Err(Interrupted)` once Ctrl-C (or SIGTERM) has set `stop`.
+fn interrupted(stop: &AtomicBool) -> Result<(), ReplayError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(ReplayError::Interrupted);
+    }
+    Ok(())
+}
+
+pub fn run(
+    opts: &ReplayOptions,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> Result<ReplaySummary, ReplayError> {
+    let started = Instant::now();
+    if !opts.time_scale.is_finite() || opts.time_scale <= 0.0 {
+        return Err(ReplayError::Invalid(
+            "--time-scale must be a positive number".into(),
+        ));
+    }
+    progress.stage("load");
+    let wl = workload::load(&opts.input, opts.select, opts.limit)?;
+    progress
+        .total
+        .store(wl.conns.len() as u64, Ordering::Relaxed);
+
+    let out_dir = opts
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let work = WorkDir(out_dir.join(format!(".mimic-replay-{}", std::process::id())));
+    let capdir = work.0.join("capture");
+    std::fs::create_dir_all(&capdir)
+        .map_err(|e| ReplayError::Io(format!("{}: {e}", capdir.display())))?;
+
+    // ---- roles ----
+    progress.stage("lab");
+    let mut roles = roles::Roles::start(opts, &work.0, &capdir, progress)?;
+    let mut ctl = roles.connect(opts.target_is_remote(), stop)?;
+    // the replay port serves only the client addresses this replay uses
+    ctl.serve
+        .allow(&crate::control::ranges_of(&roles.endpoints.client_addrs))?;
+    ctl.serve.reset_stats()?;
+    let ep = &roles.endpoints;
+    let server = ep.server;
+
+    // ---- plan and pipes ----
+    progress.stage("pipes");
+    let rules = flow_rules(&wl, &ep.client_addrs, server, opts.seed, opts.queue)?;
+    let configs: Vec<(PipeConfig, PipeConfig)> = rules
+        .iter()
+        .map(|r| (r.up.clone(), r.down.clone()))
+        .collect();
+    let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
+    for batch in rules.chunks(2000) {
+        rule_ids.extend(ctl.netemu.add_flows(batch)?);
+        interrupted(stop)?;
+    }
+
+    // ---- replay ----
+    progress.stage("replay");
+    let plans = plan::plans(&wl, &rules, opts.time_scale, opts.request_timing)?;
+    let timer_cpus = ep.cpu_split.as_ref().map(|c| c.timers.clone());
+    let outcomes = clients::run_clients(plans, ep.client_ns.clone(), timer_cpus, progress, stop)?;
+    interrupted(stop)?;
+
+    // ---- wind down: trailing packets, role statistics, capture closed ----
+    progress.stage("collect");
+    std::thread::sleep(Duration::from_millis(500));
+    let server_stats = ctl.serve.stats()?;
+    let netemu_stats = ctl.netemu.stats().ok();
+    let mut pipe_counters = std::collections::HashMap::new();
+    for ids in rule_ids.chunks(2000) {
+        for f in ctl.netemu.remove_flows(ids)? {
+            pipe_counters.insert(f.id, (f.up, f.down));
+        }
+    }
+    let pipes: Vec<db::PipeRecord> = configs
+        .into_iter()
+        .zip(&rule_ids)
+        .map(|((up, down), id)| db::PipeRecord {
+            up,
+            down,
+            counters: pipe_counters.remove(id),
+        })
+        .collect();
+    let capture_summary = roles.stop(ctl, !opts.target_is_remote());
+    interrupted(stop)?;
+
+    // ---- analysis into the replay database ----
+    progress.stage("analysis");
+    let files = roles.capture_files()?;
+    let staged = work.0.join("replay.db");
+    let analysis = db::analyze(&files, &staged, opts.server_port)?;
+    // the analysis is not cut short; a Ctrl-C during it still leaves no output
+    interrupted(stop)?;
+
+    let ep = &roles.endpoints;
+    let finished = db::finish_db(
+        &staged,
+        opts,
+        &wl,
+        &outcomes,
+        &pipes,
+        server,
+        ep.stack_in_force.as_ref(),
+        ep.lab.as_deref(),
+    )?;
+    if let Some(keep) = &opts.keep_capture {
+        std::fs::create_dir_all(keep)
+            .map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;
+        for f in &files {
+            let to = keep.join(f.file_name().unwrap_or_default());
+            std::fs::rename(f, &to)
+                .or_else(|_| std::fs::copy(f, &to).map(|_| ()))
+                .map_err(|e| ReplayError::Io(format!("{}: {e}", to.display())))?;
+        }
+    }
+    std::fs::rename(&staged, &opts.output)
+        .map_err(|e| ReplayError::Io(format!("{}: {e}", opts.output.display())))?;
+    let lab = ep.lab.clone();
+    let stack_in_force = ep.stack_in_force.clone();
+    let cpu_split = ep.cpu_split.clone();
+    drop(roles);
+
+    let mut late: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.start_lateness.as_micros() as u64)
+        .collect();
+    late.sort_unstable();
+    let q = |f: f64| {
+        late.get(((late.len() as f64 - 1.0) * f).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    let mut failures = BTreeMap::new();
+    for o in &outcomes {
+        if let Err(f) = &o.result {
+            *failures.entry(f.as_str()).or_default() += 1;
+        }
+    }
+    Ok(ReplaySummary {
+        input: opts.input.display().to_string(),
+        output: opts.output.display().to_string(),
+        lab,
+        connections: outcomes.len() as u64,
+        ok: outcomes.iter().filter(|o| o.result.is_ok()).count() as u64,
+        failed: outcomes.iter().filter(|o| o.result.is_err()).count() as u64,
+        failures,
+        missing: finished.missing,
+        skipped_by_select: wl.skipped,
+        start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
+        start_lateness_p999_us: q(0.999),
+        starts_over_1ms: late.iter().filter(|&&l| l > 1000).count() as u64,
+        client_timer_realtime: HrTimer::realtime(),
+        max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
+        server: server_stats,
+        netemu: netemu_stats,
+        capture: capture_summary,
+        stack: stack_in_force,
+        cpu_split,
+        analysis,
+        duration_s: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,305 @@
+//! The plan of a replay: each connection's two pipes, its 4-tuple, when its SYN leaves and how
+//! long it may take. Pure: a workload and the options in, flow rules and plans out.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mimic_netemu::config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
+use mimic_netemu::engine::FlowRule;
+use serde::Serialize;
+
+use super::ReplayError;
+use crate::client::Planned;
+use crate::workload::{ConnSpec, RequestTiming, Workload, DEFAULT_DELACK_TIMEOUT_US};
+
+/// Queue lengths (packets) given on the command line instead of Monkey's rate classes
+/// (`mimic_core::model::queue_packets`); a direction left `None` keeps its class's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueOverride {
+    pub up: Option<u32>,
+    pub down: Option<u32>,
+}
+
+impl std::str::FromStr for QueueOverride {
+    type Err = String;
+
+    /// `N` (both directions) or `up=N`, `down=N`, `up=N,down=M`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let packets = |v: &str| -> Result<u32, String> {
+            match v.parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(format!(
+                    "queue length `{v}` is not a whole number of packets >= 1"
+                )),
+            }
+        };
+        let s = s.trim();
+        if !s.contains('=') {
+            let n = packets(s)?;
+            return Ok(QueueOverride {
+                up: Some(n),
+                down: Some(n),
+            });
+        }
+        let mut q = QueueOverride::default();
+        for (k, v) in mimic_netemu::units::key_values(s)? {
+            match k {
+                "up" => q.up = Some(packets(v)?),
+                "down" => q.down = Some(packets(v)?),
+                _ => return Err(format!("unknown queue direction `{k}` (up, down)")),
+            }
+        }
+        Ok(q)
+    }
+}
+
+impl QueueOverride {
+    /// The `--queue` value that parses back to this override (None: the rate classes).
+    pub fn to_arg(&self) -> Option<String> {
+        match (self.up, self.down) {
+            (None, None) => None,
+            (Some(u), Some(d)) if u == d => Some(u.to_string()),
+            (u, d) => Some(
+                [("up", u), ("down", d)]
+                    .iter()
+                    .filter_map(|(k, v)| v.map(|n| format!("{k}={n}")))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for QueueOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = |n: Option<u32>| n.map_or("by rate class".to_string(), |n| n.to_string());
+        write!(f, "up={},down={}", side(self.up), side(self.down))
+    }
+}
+
+/// The two pipes of one replayed connection.
+pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
+    let owd_ns = c.one_way_us() as u64 * 1000;
+    let (class_up, class_down) = mimic_core::model::queue_packets(c.bw_bps);
+    let (q_up, q_down) = (
+        queue.up.unwrap_or(class_up),
+        queue.down.unwrap_or(class_down),
+    );
+    let up = PipeConfig {
+        delay: owd_ns,
+        queue: QueueLimit::Packets(q_up),
+        ack: c.delack_every.map(|every| AckPolicy {
+            every,
+            timeout: c
+                .delack_timeout_us
+                .filter(|t| *t > 0)
+                .unwrap_or(DEFAULT_DELACK_TIMEOUT_US) as u64
+                * 1000,
+        }),
+        seed: Some(seed),
+        ..PipeConfig::default()
+    };
+    let down = PipeConfig {
+        delay: owd_ns,
+        rate_bps: c.bw_bps.map_or(0, |b| b.round().max(1.0) as u64),
+        queue: QueueLimit::Packets(q_down),
+        loss: if c.loss_rate_down > 0.0 {
+            LossModel::Iid(c.loss_rate_down)
+        } else {
+            LossModel::None
+        },
+        seed: Some(seed ^ 0x5bd1_e995),
+        ..PipeConfig::default()
+    };
+    (up, down)
+}
+
+/// The flow rules of a replay of `wl`: connection `i` (in the workload's order) from
+/// [`local_addr`]`(client_addrs, i)` to `server` with its two pipes ([`pipes_for`], seeded from
+/// `seed` and the original connection id). This is what [`run`] registers with the emulator
+/// before each SYN, and what `mimic netemu render --from` renders for tc or ipfw.
+pub fn flow_rules(
+    wl: &Workload,
+    client_addrs: &[Ipv4Addr],
+    server: SocketAddr,
+    seed: u64,
+    queue: QueueOverride,
+) -> Result<Vec<FlowRule>, ReplayError> {
+    if client_addrs.is_empty() {
+        return Err(ReplayError::Invalid(
+            "a replay needs at least one client address".into(),
+        ));
+    }
+    wl.conns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let local = local_addr(client_addrs, i)?;
+            let (up, down) = pipes_for(
+                c,
+                seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,
+                queue,
+            );
+            Ok(FlowRule {
+                client: SocketAddr::V4(local),
+                server,
+                up,
+                down,
+            })
+        })
+        .collect()
+}
+
+/// How long a connection may take before it is recorded as timed out.
+fn time_limit(c: &ConnSpec) -> Duration {
+    let rtt = c.min_rtt_us.unwrap_or(0).max(0) as f64 / 1e6;
+    let mut est = 4.0 * rtt;
+    for e in &c.exchanges {
+        est += (e.think_time_us + e.response_delay_us + e.query_delay_us) as f64 / 1e6 + 4.0 * rtt;
+        if let Some(bw) = c.bw_bps {
+            est += (e.resp_bytes + e.req_bytes) as f64 * 8.0 * 1.1 / bw;
+        }
+    }
+    // retransmission timeouts back off: allow more time on lossy paths
+    Duration::from_secs_f64(3.0 * est * (1.0 + 20.0 * c.loss_rate_down) + 30.0)
+}
+
+/// Source addresses and ports: connection `i` gets address `i mod n`, port 20000 + `i div n`,
+/// so every replayed 4-tuple is distinct and known before its SYN.
+fn local_addr(addrs: &[Ipv4Addr], i: usize) -> Result<SocketAddrV4, ReplayError> {
+    let port = 20_000 + i / addrs.len();
+    if port > 65_000 {
+        return Err(ReplayError::Invalid(format!(
+            "{i} connections do not fit the {} client addresses (20000-65000 ports each)",
+            addrs.len()
+        )));
+    }
+    Ok(SocketAddrV4::new(addrs[i % addrs.len()], port as u16))
+}
+
+/// When each connection starts and how long it may take: its SYN leaves `lead` after the
+/// replay begins plus its recorded offset from the first connection (scaled by `time_scale`),
+/// less one one-way delay (the SYN left the client that long before the capture point saw it).
+pub(super) fn plans(
+    wl: &Workload,
+    rules: &[FlowRule],
+    time_scale: f64,
+    request_timing: RequestTiming,
+) -> Result<Vec<Planned>, ReplayError> {
+    let t_first = wl.conns.iter().map(|c| c.t_start_us).min().unwrap_or(0);
+    let max_owd = wl.conns.iter().map(|c| c.one_way_us()).max().unwrap_or(0);
+    let lead = Duration::from_secs(1) + Duration::from_micros(max_owd.max(0) as u64);
+    let mut planned = Vec::with_capacity(wl.conns.len());
+    for (c, r) in wl.conns.iter().zip(rules) {
+        let SocketAddr::V4(local) = r.client else {
+            return Err(ReplayError::Invalid(format!(
+                "client address {} is not IPv4",
+                r.client
+            )));
+        };
+        // the SYN left the client one one-way delay before the capture point saw it
+        let rel_us = ((c.t_start_us - t_first) as f64 * time_scale) as i64 - c.one_way_us();
+        planned.push((local, r.server, rel_us, time_limit(c)));
+    }
+    let t0 = Instant::now() + lead;
+    Ok(wl
+        .conns
+        .iter()
+        .zip(planned)
+        .enumerate()
+        .map(|(i, (c, (local, server, rel_us, limit)))| Planned {
+            index: i,
+            spec: Arc::new(c.clone()),
+            local,
+            server,
+            start: if rel_us >= 0 {
+                t0 + Duration::from_micros(rel_us as u64)
+            } else {
+                t0 - Duration::from_micros((-rel_us) as u64)
+            },
+            limit,
+            request_timing,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Close;
+
+    fn conn(bw_bps: Option<f64>, loss: f64, delack: Option<u32>) -> ConnSpec {
+        ConnSpec {
+            orig_id: 7,
+            t_start_us: 0,
+            min_rtt_us: Some(40_000),
+            bw_bps,
+            loss_rate_down: loss,
+            delack_every: delack,
+            delack_timeout_us: None,
+            rwin_bytes: None,
+            mss_client: None,
+            server_port: 80,
+            close: Close::ClientFin,
+            exchanges: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn pipes_follow_the_connection_and_monkeys_queue_classes() {
+        let (up, down) = pipes_for(&conn(Some(1e6), 0.02, Some(2)), 9, QueueOverride::default());
+        assert_eq!(up.delay, 20_000_000);
+        assert_eq!(down.delay, 20_000_000);
+        assert_eq!(up.rate_bps, 0, "upstream is not rate-limited");
+        assert_eq!(down.rate_bps, 1_000_000);
+        assert_eq!(up.queue, QueueLimit::Packets(10));
+        assert_eq!(down.queue, QueueLimit::Packets(30));
+        assert!(matches!(up.loss, LossModel::None), "no upstream loss");
+        assert!(matches!(down.loss, LossModel::Iid(p) if p == 0.02));
+        let ack = up.ack.expect("delayed-ACK shaping");
+        assert_eq!(ack.every, 2);
+        assert_eq!(ack.timeout, DEFAULT_DELACK_TIMEOUT_US as u64 * 1000);
+
+        let (up, down) = pipes_for(&conn(Some(28e3), 0.0, None), 9, QueueOverride::default());
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(5), QueueLimit::Packets(5))
+        );
+        assert!(up.ack.is_none() && matches!(down.loss, LossModel::None));
+        let (up, down) = pipes_for(&conn(None, 0.0, None), 9, QueueOverride::default());
+        assert_eq!(down.rate_bps, 0, "unknown bandwidth: no rate limit");
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(40), QueueLimit::Packets(40))
+        );
+    }
+
+    #[test]
+    fn queue_override_replaces_the_class_per_direction() {
+        let c = conn(Some(1e6), 0.0, None);
+        let q: QueueOverride = "100".parse().unwrap();
+        let (up, down) = pipes_for(&c, 1, q);
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(100), QueueLimit::Packets(100))
+        );
+        let q: QueueOverride = "down=64".parse().unwrap();
+        let (up, down) = pipes_for(&c, 1, q);
+        assert_eq!(
+            (up.queue, down.queue),
+            (QueueLimit::Packets(10), QueueLimit::Packets(64))
+        );
+        assert_eq!(q.to_string(), "up=by rate class,down=64");
+        let q: QueueOverride = " up=3 , down=4 ".parse().unwrap();
+        assert_eq!((q.up, q.down), (Some(3), Some(4)));
+        for q in ["7", "up=3", "down=64", "up=3,down=4"] {
+            let parsed: QueueOverride = q.parse().unwrap();
+            assert_eq!(parsed.to_arg().as_deref(), Some(q));
+        }
+        assert_eq!(QueueOverride::default().to_arg(), None);
+        for bad in ["0", "-1", "x", "up=0", "side=3", "up=3,up=4", "up"] {
+            assert!(bad.parse::<QueueOverride>().is_err(), "{bad} accepted");
+        }
+    }
+}

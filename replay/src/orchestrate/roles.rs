@@ -1,0 +1,451 @@
+//! The other roles of a replay: in the lab, the network emulator, the server emulator and the
+//! capture of the server side, each started as a process from its crate's spec
+//! ([`EmulatorSpec`], [`ServeSpec`], [`CaptureSpec`]) in its namespace; remote, the capture on
+//! a local interface, the emulators being already up. Then waiting until each is ready,
+//! and at the end stopping them and reading what the capture reports.
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use mimic_capture::source::SourceSpec;
+use mimic_capture::{CaptureSpec, CaptureSummary, PayloadPolicy, Rate};
+use mimic_core::cpu;
+use mimic_netemu::control::{Client as NetemuClient, ControlAddr, ControlError};
+use mimic_netemu::lab::{self, LabInfo, LabOptions};
+use mimic_netemu::netns;
+use mimic_netemu::spec::{Bridge, EmulatorSpec};
+use mimic_netemu::stack::{self, StackProfile};
+
+use super::{interrupted, CpuSplit, Progress, ReplayError};
+use crate::control::{ControllerTls, ServeClient};
+use crate::spec::{ReplayOptions, ServeSpec, Target};
+
+const NETEMU: &str = "network emulator";
+const SERVE: &str = "server emulator";
+const CAPTURE: &str = "capture";
+
+/// Where the roles of a running replay are and what they were given.
+pub(super) struct Endpoints {
+    /// The server emulator's data address.
+    pub server: SocketAddr,
+    pub netemu: ControlAddr,
+    pub serve: ControlAddr,
+    /// The controller's side of the control channels.
+    pub tls: ControllerTls,
+    /// Source addresses of the replayed connections.
+    pub client_addrs: Vec<Ipv4Addr>,
+    /// The namespace the client emulator runs in (the lab's client host).
+    pub client_ns: Option<String>,
+    pub lab: Option<String>,
+    /// The server's stack as read back after it was set.
+    pub stack_in_force: Option<StackProfile>,
+    pub cpu_split: Option<CpuSplit>,
+}
+
+/// The started roles: processes stopped (TERM, then KILL) and a lab the replay built torn
+/// down when dropped, in that order.
+pub(super) struct Roles {
+    processes: Processes,
+    _lab: LabGuard,
+    capture: CaptureSpec,
+    work: PathBuf,
+    pub endpoints: Endpoints,
+}
+
+/// The control channels of the two emulators, once they answer.
+pub(super) struct Controls {
+    pub netemu: NetemuClient,
+    pub serve: ServeClient,
+}
+
+/// The capture of a replay: every packet, real addresses, the first 64 payload bytes (the
+/// request preamble), into `dir`.
+fn capture_spec(source: SourceSpec, dir: &Path) -> CaptureSpec {
+    let mut c = CaptureSpec::new(source, dir);
+    c.settings.rate = Rate::ALL;
+    c.settings.anonymize = false;
+    c.settings.payload = PayloadPolicy::Bytes(64);
+    c
+}
+
+/// `-q` and the role's own arguments.
+fn quiet(args: Vec<OsString>) -> Vec<OsString> {
+    std::iter::once(OsString::from("-q")).chain(args).collect()
+}
+
+impl Roles {
+    /// Brings up the lab when needed and starts (lab) or finds (remote) the roles; their logs
+    /// go to `work`, the capture files to `capdir`.
+    pub fn start(
+        opts: &ReplayOptions,
+        work: &Path,
+        capdir: &Path,
+        progress: &Progress,
+    ) -> Result<Roles, ReplayError> {
+        // declared in this order so that on an error the processes stop before the lab goes
+        let mut lab_guard = LabGuard(None);
+        let mut processes = Processes::default();
+        let exe = opts.exe.as_os_str();
+        let (endpoints, capture) = match &opts.target {
+            Target::Lab { name, keep } => {
+                let info = LabInfo::for_name(name)?;
+                if !netns::exists(&info.ns_cli) {
+                    let (_, notes) = lab::up(
+                        name,
+                        &LabOptions {
+                            stack: opts.stack.clone(),
+                        },
+                    )?;
+                    for n in notes {
+                        tracing::info!("{n}");
+                    }
+                    if !keep {
+                        lab_guard.0 = Some(name.clone());
+                    }
+                } else if let Some(p) = &opts.stack {
+                    for n in stack::apply(name, p)? {
+                        tracing::info!("{n}");
+                    }
+                }
+                let stack_in_force = stack::read_back(name).ok();
+                let tls = info.controller_tls()?;
+                let serve_ctl: ControlAddr =
+                    format!("unix:{}", info.runtime_dir.join("serve.sock").display())
+                        .parse()
+                        .map_err(ReplayError::Invalid)?;
+                let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
+                let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
+                progress.stage("roles");
+                // the real-time datapath gets a CPU of its own, the timer threads the others
+                let cpu_split = opts
+                    .cpu_split
+                    .then(cpu::allowed_cpus)
+                    .and_then(Result::ok)
+                    .and_then(|a| cpu::lab_split(&a))
+                    .map(|(datapath, timers)| CpuSplit { datapath, timers });
+                let mut emu = EmulatorSpec::new(Bridge::Lab(name.clone()));
+                emu.control = Some(netemu_ctl.clone());
+                emu.pki = Some(info.pki_dir.clone());
+                emu.cpu = cpu_split.as_ref().map(|c| c.datapath);
+                let mut serve = ServeSpec::new(server);
+                serve.control = Some(serve_ctl.clone());
+                serve.pki = Some(info.pki_dir.clone());
+                serve.timer_cpus = cpu_split.as_ref().map(|c| c.timers.clone());
+                let capture = capture_spec(SourceSpec::Iface(info.srv_if.clone()), capdir);
+                processes.spawn(
+                    NETEMU,
+                    netns::command(&info.ns_emu, exe, quiet(emu.to_args())),
+                    &work.join("netemu.log"),
+                )?;
+                processes.spawn(
+                    SERVE,
+                    netns::command(&info.ns_srv, exe, quiet(serve.to_args())),
+                    &work.join("serve.log"),
+                )?;
+                processes.spawn(
+                    CAPTURE,
+                    netns::command(&info.ns_srv, exe, quiet(capture.to_args())),
+                    &work.join("capture.log"),
+                )?;
+                let pool: Vec<Ipv4Addr> = (0..info.pool_len())
+                    .filter_map(|i| info.pool_addr(i))
+                    .collect();
+                let endpoints = Endpoints {
+                    server,
+                    netemu: netemu_ctl,
+                    serve: serve_ctl,
+                    tls,
+                    client_addrs: pool,
+                    client_ns: Some(info.ns_cli.clone()),
+                    lab: Some(name.clone()),
+                    stack_in_force,
+                    cpu_split,
+                };
+                (endpoints, capture)
+            }
+            Target::Remote {
+                server,
+                server_control,
+                netemu,
+                pki_dir,
+                capture_iface,
+                client_addrs,
+            } => {
+                let tls = ControllerTls::load(pki_dir).map_err(ControlError::from)?;
+                if client_addrs.is_empty() {
+                    return Err(ReplayError::Invalid(
+                        "a remote replay needs at least one --client-addr".into(),
+                    ));
+                }
+                let capture = capture_spec(SourceSpec::Iface(capture_iface.clone()), capdir);
+                let mut c = Command::new(exe);
+                c.args(quiet(capture.to_args()));
+                processes.spawn(CAPTURE, c, &work.join("capture.log"))?;
+                let endpoints = Endpoints {
+                    server: *server,
+                    netemu: netemu.clone(),
+                    serve: server_control.clone(),
+                    tls,
+                    client_addrs: client_addrs.clone(),
+                    client_ns: None,
+                    lab: None,
+                    stack_in_force: None,
+                    cpu_split: None,
+                };
+                (endpoints, capture)
+            }
+        };
+        Ok(Roles {
+            processes,
+            _lab: lab_guard,
+            capture,
+            work: work.to_path_buf(),
+            endpoints,
+        })
+    }
+
+    /// Waits until both emulators answer on their control channels and the capture is
+    /// capturing. A refused handshake (a certificate not from this PKI) ends the wait at once; an absent listener
+    /// is retried; a role that exits ends it with the tail of its log.
+    pub fn connect(&mut self, remote: bool, stop: &AtomicBool) -> Result<Controls, ReplayError> {
+        let (ep, processes) = (&self.endpoints, &mut self.processes);
+        let netemu = wait_for(
+            NETEMU,
+            Duration::from_secs(15),
+            stop,
+            || processes.alive(NETEMU) || remote,
+            || match NetemuClient::connect(&ep.netemu, &ep.tls) {
+                Ok(c) => Ok(Some(c)),
+                Err(e) if e.is_refusal() => Err(e.into()),
+                Err(_) => Ok(None),
+            },
+        )
+        .map_err(|e| annotate(e, &self.work.join("netemu.log")))?;
+        let serve = wait_for(
+            SERVE,
+            Duration::from_secs(15),
+            stop,
+            || processes.alive(SERVE) || remote,
+            || match ServeClient::connect(&ep.serve, &ep.tls) {
+                Ok(c) => Ok(Some(c)),
+                Err(e) if e.is_refusal() => Err(e.into()),
+                Err(_) => Ok(None),
+            },
+        )
+        .map_err(|e| annotate(e, &self.work.join("serve.log")))?;
+        let capture = &self.capture;
+        wait_for(
+            CAPTURE,
+            Duration::from_secs(15),
+            stop,
+            || processes.alive(CAPTURE),
+            || Ok(capture.ready().map(|_| ())),
+        )
+        .map_err(|e| annotate(e, &self.work.join("capture.log")))?;
+        Ok(Controls { netemu, serve })
+    }
+
+    /// Ends the roles: in the lab both emulators are shut down over their control channels
+    /// (remote ones keep serving), the capture is stopped and its summary read, then the
+    /// emulator processes are stopped. None when the capture wrote no summary.
+    pub fn stop(&mut self, mut ctl: Controls, lab: bool) -> Option<CaptureSummary> {
+        if lab {
+            let _ = ctl.serve.shutdown();
+            let _ = ctl.netemu.shutdown();
+        }
+        self.processes.stop(CAPTURE, Duration::from_secs(30));
+        let summary = match self.capture.read_summary() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("the replay's capture: {e}");
+                None
+            }
+        };
+        self.processes.stop(SERVE, Duration::from_secs(5));
+        self.processes.stop(NETEMU, Duration::from_secs(5));
+        summary
+    }
+
+    /// The capture's closed pcapng files, in name order (which is time order).
+    pub fn capture_files(&self) -> Result<Vec<PathBuf>, ReplayError> {
+        let dir = &self.capture.dir;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| ReplayError::Io(format!("{}: {e}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "pcapng"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(ReplayError::Role {
+                role: CAPTURE,
+                why: format!(
+                    "no capture file ({})",
+                    log_tail(&self.work.join("capture.log"))
+                ),
+            });
+        }
+        Ok(files)
+    }
+}
+
+/// Child processes that are stopped (TERM, then KILL) when dropped.
+#[derive(Default)]
+struct Processes {
+    children: Vec<(&'static str, Child)>,
+}
+
+impl Processes {
+    fn spawn(
+        &mut self,
+        role: &'static str,
+        mut cmd: Command,
+        log: &Path,
+    ) -> Result<(), ReplayError> {
+        let f = std::fs::File::create(log)
+            .map_err(|e| ReplayError::Io(format!("{}: {e}", log.display())))?;
+        let f2 = f.try_clone().map_err(|e| ReplayError::Io(e.to_string()))?;
+        cmd.stdin(Stdio::null()).stdout(f).stderr(f2);
+        let child = cmd.spawn().map_err(|e| ReplayError::Role {
+            role,
+            why: e.to_string(),
+        })?;
+        self.children.push((role, child));
+        Ok(())
+    }
+
+    fn alive(&mut self, role: &str) -> bool {
+        self.children
+            .iter_mut()
+            .find(|(r, _)| *r == role)
+            .is_some_and(|(_, c)| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends SIGTERM to `role` and waits for it (KILL after `grace`).
+    fn stop(&mut self, role: &str, grace: Duration) {
+        if let Some(i) = self.children.iter().position(|(r, _)| *r == role) {
+            let (_, mut c) = self.children.remove(i);
+            terminate(&mut c, grace);
+        }
+    }
+}
+
+fn terminate(c: &mut Child, grace: Duration) {
+    // SAFETY: sending SIGTERM to a child we spawned and have not reaped.
+    unsafe {
+        libc::kill(c.id() as i32, libc::SIGTERM);
+    }
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, c) in self.children.iter_mut() {
+            terminate(c, Duration::from_secs(2));
+        }
+    }
+}
+
+/// Tears the lab down when a replay that built it ends (however it ends).
+struct LabGuard(Option<String>);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            if let Err(e) = lab::down(&n) {
+                tracing::warn!("tearing down lab {n}: {e}");
+            }
+        }
+    }
+}
+
+/// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait (and so
+/// does Ctrl-C).
+fn wait_for<T>(
+    what: &'static str,
+    limit: Duration,
+    stop: &AtomicBool,
+    mut alive: impl FnMut() -> bool,
+    mut f: impl FnMut() -> Result<Option<T>, ReplayError>,
+) -> Result<T, ReplayError> {
+    let until = Instant::now() + limit;
+    loop {
+        interrupted(stop)?;
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        if !alive() {
+            return Err(ReplayError::Role {
+                role: what,
+                why: "it exited (see its log)".into(),
+            });
+        }
+        if Instant::now() > until {
+            return Err(ReplayError::Role {
+                role: what,
+                why: format!("not ready within {limit:?}"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn log_tail(p: &Path) -> String {
+    let s = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().rev().take(5).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+fn annotate(e: ReplayError, log: &Path) -> ReplayError {
+    match e {
+        ReplayError::Role { role, why } => ReplayError::Role {
+            role,
+            why: format!("{why}; log: {}", log_tail(log)),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replay_capture_keeps_every_packet_with_real_addresses_and_the_preamble() {
+        let c = capture_spec(SourceSpec::Iface("t-srv".into()), Path::new("/w/capture"));
+        let args: Vec<String> = quiet(c.to_args())
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "-q",
+                "capture",
+                "--source",
+                "iface:t-srv",
+                "-o",
+                "/w/capture",
+                "--payload-bytes",
+                "64",
+                "--no-anonymize"
+            ]
+        );
+        assert!(c.settings.rate.is_all());
+        // the request preamble (52 bytes) fits in what is kept
+        assert!(
+            matches!(c.settings.payload, PayloadPolicy::Bytes(n) if n as usize >= crate::preamble::LEN)
+        );
+    }
+}

@@ -13,9 +13,12 @@ build_pkgs=(build-essential pkg-config libpcap-dev)
 demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca-certificates fonts-dejavu-core
   dpdk-dev libdpdk-dev)
 # Testing: the peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3,
-# chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs.
+# chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs; QEMU,
+# Debian's static busybox and cpio run lab hosts as guests on Debian's stock kernel
+# (tests/lab/guest.rs; the kernel itself is fetched with apt-get download, not installed).
 test_pkgs=("${demo_pkgs[@]}" util-linux
-  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl)
+  tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl
+  qemu-system-x86 busybox-static cpio)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)

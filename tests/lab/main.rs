@@ -9,6 +9,7 @@ mod prom;
 
 mod capture;
 mod demo;
+mod guest;
 mod metrics;
 mod netemu;
 mod replay;

@@ -309,8 +309,8 @@ pub fn up(name: &str, opts: &LabOptions) -> Result<(LabInfo, Vec<String>), LabEr
 }
 
 /// [`up`], with the router host on the kernel `guests` names (a QEMU guest, see
-/// [`crate::guest`]). A complete lab whose hosts are what `guests` asks for is left as it is;
-/// otherwise it is rebuilt.
+/// [`crate::guest`]). A complete lab is left as it is unless `guests` names a kernel its router
+/// does not run (then it is rebuilt); a half-built one is rebuilt.
 pub fn up_with_guests(
     name: &str,
     opts: &LabOptions,
@@ -320,7 +320,9 @@ pub fn up_with_guests(
     let mut notes = Vec::new();
     let have = crate::guest::load_record(&info.runtime_dir, "emu").map(|r| r.kernel.image);
     let want = guests.router_kernel.as_ref().map(|k| k.image.clone());
-    if !complete(&info) || have != want {
+    // A plain `up` (no kernel named) leaves a complete guest lab as it is, as it leaves a
+    // running emulator: only a kernel asked for and not running rebuilds.
+    if !complete(&info) || (want.is_some() && have != want) {
         down(name)?;
         let built = build(&info).and_then(|_| match &guests.router_kernel {
             Some(k) => boot_router(&info, k, guests),

@@ -338,6 +338,18 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     let text = ok(&["lab", "status", &name]);
     assert!(text.contains(&format!("kernel {want}")), "{text}");
 
+    // A plain `lab up` leaves the guest lab as it is (the same QEMU); mimic's own datapath is
+    // refused on veths that are joined to the guest's taps.
+    let pid = emu["guest"]["pid"].as_i64().unwrap();
+    ok(&["lab", "up", &name]);
+    assert_eq!(qemu_pids(&name), vec![pid as i32]);
+    let o = mimic()
+        .args(["netemu", "run", "--lab", &name, "--default", "delay=1ms"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("is a QEMU guest"), "{}", stderr(&o));
+
     // lab exec: exit status and both streams come back, namespace or guest alike.
     let o = mimic()
         .args([

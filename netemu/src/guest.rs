@@ -1022,6 +1022,16 @@ pub struct Agent {
 
 impl Agent {
     pub fn connect(sock: &Path, host: &str) -> Result<Agent, GuestError> {
+        Self::connect_within(sock, host, None)
+    }
+
+    /// Like [`Agent::connect`], but waits at most `wait` for a caller before us to finish
+    /// (None: as long as it takes).
+    pub fn connect_within(
+        sock: &Path,
+        host: &str,
+        wait: Option<Duration>,
+    ) -> Result<Agent, GuestError> {
         use std::os::fd::AsRawFd;
         let lp = sock.with_extension("lock");
         let lock = std::fs::OpenOptions::new()
@@ -1030,8 +1040,25 @@ impl Agent {
             .write(true)
             .open(&lp)
             .map_err(|e| io_err(&lp, e))?;
-        // SAFETY: flock on a file descriptor we own; blocks until the lock is ours.
-        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        let deadline = wait.map(|w| Instant::now() + w);
+        loop {
+            let how = if deadline.is_some() {
+                libc::LOCK_EX | libc::LOCK_NB
+            } else {
+                libc::LOCK_EX
+            };
+            // SAFETY: flock on a file descriptor we own.
+            if unsafe { libc::flock(lock.as_raw_fd(), how) } == 0 {
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(GuestError::Agent {
+                    host: host.into(),
+                    why: "busy with another command (lab exec) for too long".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let s = UnixStream::connect(sock).map_err(|e| GuestError::Agent {
             host: host.into(),
             why: format!("{}: {e}", sock.display()),
@@ -1132,9 +1159,35 @@ pub fn exec(
     a.call(argv, timeout, timeout.map(|t| t + Duration::from_secs(5)))
 }
 
+/// Like [`exec`], but a non-zero exit is an error carrying its stderr. Gives up after
+/// `limit` (waiting for another caller included).
+pub fn exec_ok_within(
+    rec: &GuestRecord,
+    argv: &[&str],
+    limit: Duration,
+) -> Result<String, GuestError> {
+    if !alive(rec.pid) {
+        return Err(GuestError::Agent {
+            host: rec.netns.clone(),
+            why: format!("QEMU (pid {}) is not running", rec.pid),
+        });
+    }
+    let t0 = Instant::now();
+    let mut a = Agent::connect_within(&rec.agent, &rec.netns, Some(limit))?;
+    let left = limit
+        .saturating_sub(t0.elapsed())
+        .max(Duration::from_millis(100));
+    let r = a.call(argv, Some(left), Some(left))?;
+    check_ok(rec, argv, r)
+}
+
 /// Like [`exec`], but a non-zero exit is an error carrying its stderr.
 pub fn exec_ok(rec: &GuestRecord, argv: &[&str]) -> Result<String, GuestError> {
     let r = exec(rec, argv, Some(Duration::from_secs(120)))?;
+    check_ok(rec, argv, r)
+}
+
+fn check_ok(rec: &GuestRecord, argv: &[&str], r: ExecReply) -> Result<String, GuestError> {
     if let Some(e) = r.error {
         return Err(GuestError::Agent {
             host: rec.netns.clone(),

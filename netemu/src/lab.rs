@@ -568,9 +568,14 @@ pub fn host_kernel(h: &Host) -> Result<String, LabError> {
         Host::Namespace(_) => std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .map_err(|e| LabError::Io(format!("/proc/sys/kernel/osrelease: {e}"))),
-        Host::Guest(r) => Ok(crate::guest::exec_ok(r, &["uname", "-r"])?
-            .trim()
-            .to_string()),
+        // Bounded: `lab status` must not hang behind a long `lab exec`.
+        Host::Guest(r) => {
+            Ok(
+                crate::guest::exec_ok_within(r, &["uname", "-r"], Duration::from_secs(10))?
+                    .trim()
+                    .to_string(),
+            )
+        }
     }
 }
 

@@ -48,6 +48,8 @@ pub enum LabError {
     Io(String),
     #[error("{0}")]
     Profile(String),
+    #[error(transparent)]
+    Guest(#[from] crate::guest::GuestError),
 }
 
 /// Options of [`up`].
@@ -56,6 +58,34 @@ pub struct LabOptions {
     /// Applied to the server namespace after the lab is built (or, when it already is, again).
     pub stack: Option<StackProfile>,
 }
+
+/// Lab hosts to run as QEMU guests (see [`crate::guest`]) instead of namespaces.
+#[derive(Clone, Debug)]
+pub struct GuestOptions {
+    /// The kernel the router host (`emu`) boots; `None`: the emu host stays a namespace.
+    pub router_kernel: Option<crate::guest::KernelImage>,
+    /// How long a guest may take to answer on its command channel after QEMU starts.
+    pub boot_timeout: Duration,
+    /// Guest memory (MiB).
+    pub memory_mb: u32,
+    /// SCHED_FIFO priority of the guests' QEMU threads once booted (None: normal scheduling).
+    pub fifo_priority: Option<i32>,
+}
+
+impl Default for GuestOptions {
+    fn default() -> Self {
+        GuestOptions {
+            router_kernel: None,
+            boot_timeout: Duration::from_secs(90),
+            memory_mb: 768,
+            fifo_priority: Some(20),
+        }
+    }
+}
+
+/// MACs of the router guest's NICs (towards the client, towards the server).
+const MAC_GUEST_C: &str = "02:6d:69:00:01:02";
+const MAC_GUEST_S: &str = "02:6d:69:00:01:03";
 
 /// Names and addresses of a lab (pure: computed from the name).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -70,6 +100,10 @@ pub struct LabInfo {
     pub emu_cli_if: String,
     /// Emulator's interface towards the server (in `ns_emu`).
     pub emu_srv_if: String,
+    /// When the emu host is a guest: the taps of its NICs in `ns_emu` (towards the client,
+    /// towards the server); inside the guest the NICs are named `emu_cli_if`/`emu_srv_if`.
+    pub emu_cli_tap: String,
+    pub emu_srv_tap: String,
     /// Server's interface (in `ns_srv`): capture here to see what the server sees.
     pub srv_if: String,
     pub server_addr: Ipv4Addr,
@@ -97,6 +131,8 @@ impl LabInfo {
             cli_if: format!("{name}-c"),
             emu_cli_if: format!("{name}-ec"),
             emu_srv_if: format!("{name}-es"),
+            emu_cli_tap: format!("{name}-tc"),
+            emu_srv_tap: format!("{name}-ts"),
             srv_if: format!("{name}-s"),
             server_addr: SERVER_ADDR,
             client_addr: CLIENT_ADDR,
@@ -205,9 +241,15 @@ fn marker(info: &LabInfo) -> PathBuf {
     info.runtime_dir.join("lab.ok")
 }
 
-/// Whether every namespace and interface of the lab exists and the build completed.
+/// Whether every namespace and interface of the lab exists and the build completed (and its
+/// guest, if it has one, still runs).
 fn complete(info: &LabInfo) -> bool {
-    marker(info).exists()
+    let guest_ok = match crate::guest::load_record(&info.runtime_dir, "emu") {
+        Some(r) => crate::guest::alive(r.pid),
+        None => true,
+    };
+    guest_ok
+        && marker(info).exists()
         && info.namespaces().iter().all(|n| exists_ns(n))
         && link_exists(&info.ns_cli, &info.cli_if)
         && link_exists(&info.ns_emu, &info.emu_cli_if)
@@ -246,14 +288,39 @@ fn make_pki(info: &LabInfo) -> Result<(), LabError> {
 /// left as it is (a running emulator keeps running) and only the stack profile is applied.
 /// A half-built lab (e.g. after a crash) is torn down and rebuilt.
 pub fn up(name: &str, opts: &LabOptions) -> Result<(LabInfo, Vec<String>), LabError> {
+    up_with_guests(name, opts, &GuestOptions::default())
+}
+
+/// [`up`], with the router host on the kernel `guests` names (a QEMU guest, see
+/// [`crate::guest`]). A complete lab is left as it is unless `guests` names a kernel its router
+/// does not run (then it is rebuilt); a half-built one is rebuilt.
+pub fn up_with_guests(
+    name: &str,
+    opts: &LabOptions,
+    guests: &GuestOptions,
+) -> Result<(LabInfo, Vec<String>), LabError> {
     let info = LabInfo::for_name(name)?;
     let mut notes = Vec::new();
-    if !complete(&info) {
+    let have = crate::guest::load_record(&info.runtime_dir, "emu").map(|r| r.kernel.image);
+    let want = guests.router_kernel.as_ref().map(|k| k.image.clone());
+    // A plain `up` (no kernel named) leaves a complete guest lab as it is, as it leaves a
+    // running emulator: only a kernel asked for and not running rebuilds.
+    if !complete(&info) || (want.is_some() && have != want) {
         down(name)?;
-        if let Err(e) = build(&info) {
+        let built = build(&info).and_then(|_| match &guests.router_kernel {
+            Some(k) => boot_router(&info, k, guests),
+            None => Ok(()),
+        });
+        if let Err(e) = built {
             let _ = down(name);
             return Err(e);
         }
+    }
+    if let Some(r) = crate::guest::load_record(&info.runtime_dir, "emu") {
+        notes.push(format!(
+            "router host {} is a {} guest on kernel {} (booted in {:.1} s; {})",
+            info.ns_emu, r.accel, r.kernel.version, r.boot_secs, r.accel_why
+        ));
     }
     if let Some(p) = &opts.stack {
         notes.extend(stack::apply(name, p)?);
@@ -366,10 +433,141 @@ fn build(info: &LabInfo) -> Result<(), LabError> {
     Ok(())
 }
 
+/// Boots the router guest in the emu namespace: its taps are joined to the emu veths by tc
+/// mirred redirects (both ways, every frame), and inside the guest a bridge joins its two
+/// NICs, renamed after the veths they stand for, so pipes go on their egress.
+fn boot_router(
+    info: &LabInfo,
+    kernel: &crate::guest::KernelImage,
+    opts: &GuestOptions,
+) -> Result<(), LabError> {
+    use crate::guest::{self, GuestNic, GuestSpec};
+    let spec = GuestSpec {
+        role: "emu".into(),
+        netns: info.ns_emu.clone(),
+        kernel: kernel.clone(),
+        nics: vec![
+            GuestNic {
+                tap: info.emu_cli_tap.clone(),
+                guest_name: info.emu_cli_if.clone(),
+                mac: MAC_GUEST_C.into(),
+            },
+            GuestNic {
+                tap: info.emu_srv_tap.clone(),
+                guest_name: info.emu_srv_if.clone(),
+                mac: MAC_GUEST_S.into(),
+            },
+        ],
+        memory_mb: opts.memory_mb,
+        boot_timeout: opts.boot_timeout,
+        runtime_dir: info.runtime_dir.clone(),
+        fifo_priority: opts.fifo_priority,
+    };
+    let ns = info.ns_emu.clone();
+    let pairs = [
+        (info.emu_cli_if.clone(), info.emu_cli_tap.clone()),
+        (info.emu_srv_if.clone(), info.emu_srv_tap.clone()),
+    ];
+    let mut wire = || -> Result<(), String> {
+        for (_, tap) in &pairs {
+            ethtool(&ns, tap, &["tso", "off", "gso", "off", "gro", "off"])
+                .map_err(|e| e.to_string())?;
+            ipn(&ns, &format!("link set {tap} up")).map_err(|e| e.to_string())?;
+        }
+        for (a, b) in [
+            (&pairs[0].0, &pairs[0].1),
+            (&pairs[0].1, &pairs[0].0),
+            (&pairs[1].0, &pairs[1].1),
+            (&pairs[1].1, &pairs[1].0),
+        ] {
+            let tc = |args: &str| {
+                let v: Vec<&str> = args.split_whitespace().collect();
+                run(crate::netns::command(&ns, "tc", v)).map_err(|e| e.to_string())
+            };
+            tc(&format!("qdisc add dev {a} handle ffff: ingress"))?;
+            tc(&format!(
+                "filter add dev {a} parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev {b}"
+            ))?;
+        }
+        Ok(())
+    };
+    let rec = guest::boot(&spec, &mut wire)?;
+    let mut script = String::from(
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1\n\
+         ip link set lo up\n\
+         ip link add br0 type bridge stp_state 0 forward_delay 0\n",
+    );
+    for n in &rec.nics {
+        script.push_str(&format!(
+            "d=''; for p in /sys/class/net/*; do [ \"$(cat $p/address)\" = {mac} ] && d=${{p##*/}}; done\n\
+             [ -n \"$d\" ] || {{ echo 'no NIC with MAC {mac}' >&2; exit 1; }}\n\
+             ip link set dev $d name {name}\n\
+             ethtool -K {name} tso off gso off gro off\n\
+             ip link set {name} master br0\n\
+             ip link set {name} up\n",
+            mac = n.mac,
+            name = n.guest_name
+        ));
+    }
+    script.push_str("ip link set br0 up\n");
+    guest::exec_ok(&rec, &["sh", "-ec", &script])?;
+    Ok(())
+}
+
+/// What runs a lab host's commands.
+#[derive(Clone, Debug)]
+pub enum Host {
+    /// A network namespace of this machine (`ip netns exec`).
+    Namespace(String),
+    /// A QEMU guest (its command channel).
+    Guest(Box<crate::guest::GuestRecord>),
+}
+
+/// The host of `role` (`cli`, `emu` or `srv`) in lab `name`.
+pub fn host(name: &str, role: &str) -> Result<Host, LabError> {
+    let info = LabInfo::for_name(name)?;
+    let ns = match role {
+        "cli" => &info.ns_cli,
+        "emu" => &info.ns_emu,
+        "srv" => &info.ns_srv,
+        _ => {
+            return Err(LabError::Io(format!(
+                "unknown lab host `{role}` (use cli, emu or srv)"
+            )))
+        }
+    };
+    if !exists_ns(ns) {
+        return Err(LabError::NotUp(name.into()));
+    }
+    Ok(match crate::guest::load_record(&info.runtime_dir, role) {
+        Some(r) => Host::Guest(Box::new(r)),
+        None => Host::Namespace(ns.clone()),
+    })
+}
+
+/// The kernel release a host runs (`uname -r` there).
+pub fn host_kernel(h: &Host) -> Result<String, LabError> {
+    match h {
+        Host::Namespace(_) => std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .map_err(|e| LabError::Io(format!("/proc/sys/kernel/osrelease: {e}"))),
+        // Bounded: `lab status` must not hang behind a long `lab exec`.
+        Host::Guest(r) => {
+            Ok(
+                crate::guest::exec_ok_within(r, &["uname", "-r"], Duration::from_secs(10))?
+                    .trim()
+                    .to_string(),
+            )
+        }
+    }
+}
+
 /// What [`down`] removed.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DownReport {
     pub killed: Vec<i32>,
+    /// QEMU processes of the lab's guests that were killed.
+    pub guests: Vec<i32>,
     pub namespaces: Vec<String>,
 }
 
@@ -384,6 +582,11 @@ fn alive(pid: i32) -> bool {
 pub fn down(name: &str) -> Result<DownReport, LabError> {
     let info = LabInfo::for_name(name)?;
     let mut report = DownReport::default();
+    for role in ["cli", "emu", "srv"] {
+        report
+            .guests
+            .extend(crate::guest::kill(&info.runtime_dir, role));
+    }
     let me = std::process::id() as i32;
     let mut victims: Vec<i32> = Vec::new();
     for ns in info.namespaces() {
@@ -459,7 +662,22 @@ pub struct LabStatus {
     /// Pid of a `mimic netemu run --lab NAME` that is running, if any.
     pub netemu_pid: Option<i32>,
     pub processes: Vec<i32>,
+    /// Each host: namespace or guest, and its kernel.
+    pub hosts: Vec<HostStatus>,
     pub info: LabInfo,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HostStatus {
+    pub role: String,
+    pub namespace: String,
+    /// `namespace` or `guest`.
+    pub kind: String,
+    /// `uname -r` on the host (None when it could not be asked: see `error`).
+    pub kernel: Option<String>,
+    pub error: Option<String>,
+    pub guest: Option<crate::guest::GuestRecord>,
+    pub guest_running: Option<bool>,
 }
 
 fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
@@ -550,6 +768,37 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         .collect();
     processes.sort();
     processes.dedup();
+    let mut hosts = Vec::new();
+    for (role, ns) in [
+        ("cli", &info.ns_cli),
+        ("emu", &info.ns_emu),
+        ("srv", &info.ns_srv),
+    ] {
+        let rec = crate::guest::load_record(&info.runtime_dir, role);
+        let running = rec.as_ref().map(|r| crate::guest::alive(r.pid));
+        let (kernel, error) = if !exists_ns(ns) {
+            (None, Some("namespace missing".to_string()))
+        } else {
+            let h = match &rec {
+                Some(r) => Host::Guest(Box::new(r.clone())),
+                None => Host::Namespace(ns.clone()),
+            };
+            match host_kernel(&h) {
+                Ok(k) => (Some(k), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        };
+        hosts.push(HostStatus {
+            role: role.into(),
+            namespace: ns.clone(),
+            kind: if rec.is_some() { "guest" } else { "namespace" }.into(),
+            kernel,
+            error,
+            guest: rec,
+            guest_running: running,
+        });
+    }
+    let up = up && hosts.iter().all(|h| h.guest_running != Some(false));
     Ok(LabStatus {
         name: name.into(),
         up,
@@ -561,6 +810,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         stack,
         netemu_pid,
         processes,
+        hosts,
         info,
     })
 }

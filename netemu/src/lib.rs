@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod engine;
+pub mod guest;
 pub mod lab;
 pub mod netns;
 pub mod pipe;

@@ -4,7 +4,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use mimic_netemu::lab::{self, LabOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mimic_netemu::guest;
+use mimic_netemu::lab::{self, GuestOptions, LabOptions};
 use mimic_netemu::stack::{self, StackProfile};
 
 #[derive(clap::Args)]
@@ -24,7 +28,54 @@ enum Cmd {
         /// "initcwnd=10,cc=cubic,sack=1,rto_min=200ms,rmem=4096/87380/6291456".
         #[arg(long)]
         stack: Option<StackProfile>,
+        /// Run the router host (NAME-emu) as a QEMU guest booting this kernel image (a
+        /// bzImage, e.g. the `boot/vmlinuz-*` that `mimic lab fetch-kernel` prints): KVM where
+        /// a probe boot shows it works, TCG otherwise. The guest reads the host's files.
+        #[arg(long, value_name = "IMAGE")]
+        kernel: Option<PathBuf>,
+        /// The kernel's modules (`lib/modules` or `lib/modules/VERSION`); default: beside
+        /// the image (`IMAGE/../../lib/modules/VERSION`), then `/lib/modules/VERSION`.
+        #[arg(long, value_name = "DIR", requires = "kernel")]
+        modules: Option<PathBuf>,
+        /// How long a guest may take from QEMU's start to answering on its command channel;
+        /// past it the guest is killed and the lab removed.
+        #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_timeout)]
+        boot_timeout: Duration,
+        /// Guest memory in MiB.
+        #[arg(long, value_name = "MIB", default_value_t = 768, value_parser = clap::value_parser!(u32).range(128..=65536))]
+        guest_memory: u32,
+        /// SCHED_FIFO priority of the guest's QEMU threads once it is up (0: normal
+        /// scheduling). A TCG guest's timers fire only when QEMU runs: on a loaded machine
+        /// normal scheduling adds tens of ms to netem's delays. The default is above mimic's
+        /// own datapath thread (10).
+        #[arg(long, value_name = "PRIO", default_value_t = 20, value_parser = clap::value_parser!(i32).range(0..=99))]
+        guest_priority: i32,
     },
+    /// Run a command on a lab host — a namespace (`ip netns exec`) or a guest (its command
+    /// channel) alike — with its exit status; a guest's stdout and stderr come back when it ends.
+    Exec {
+        name: String,
+        /// cli, emu or srv.
+        #[arg(value_parser = ["cli", "emu", "srv"])]
+        host: String,
+        /// Kill the command after this long (guests only; e.g. 30s).
+        #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+        timeout: Option<Duration>,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Download a Debian kernel package with apt (`apt-get download` + `dpkg-deb -x`) into
+    /// the cache (/var/cache/mimic/kernels/VERSION, or $MIMIC_CACHE_DIR/kernels) and print
+    /// the image's path for `lab up --kernel`. Nothing is installed into /boot.
+    FetchKernel {
+        /// The package (a meta package such as linux-image-amd64 is followed to its image).
+        #[arg(default_value = "linux-image-amd64")]
+        package: String,
+    },
+    /// (Internal) the command channel's guest side, run as a guest's PID 1.
+    #[command(hide = true)]
+    GuestAgent,
     /// Kill every process in the lab's namespaces and remove the namespaces, veths and
     /// runtime files (also after a crash, and for half-built labs).
     Down { name: String },
@@ -42,27 +93,91 @@ enum Cmd {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
-        Cmd::Up { name, stack } => {
-            let (info, notes) = lab::up(&name, &LabOptions { stack })
+        Cmd::Up {
+            name,
+            stack,
+            kernel,
+            modules,
+            boot_timeout,
+            guest_memory,
+            guest_priority,
+        } => {
+            let router_kernel = match &kernel {
+                Some(k) => Some(guest::inspect_kernel(k, modules.as_deref())?),
+                None => None,
+            };
+            let guests = GuestOptions {
+                router_kernel,
+                boot_timeout,
+                memory_mb: guest_memory,
+                fifo_priority: (guest_priority > 0).then_some(guest_priority),
+            };
+            let (info, notes) = lab::up_with_guests(&name, &LabOptions { stack }, &guests)
                 .with_context(|| format!("building lab {name}"))?;
-            for n in notes {
+            for n in &notes {
                 eprintln!("mimic: note: {n}");
             }
             println!(
                 "lab {} is up: client {} (pool {}) in {}, emulator {} <-> {} in {}, server {} on {} in {}",
                 info.name, info.client_addr, info.client_pool, info.ns_cli, info.emu_cli_if, info.emu_srv_if, info.ns_emu, info.server_addr, info.srv_if, info.ns_srv
             );
-            println!("start the emulator with: mimic netemu run --lab {} --default \"delay=20ms,rate=10mbit\"", info.name);
+            if notes.iter().any(|n| n.starts_with("router host")) {
+                println!(
+                    "install kernel pipes in the router guest with: mimic lab exec {0} emu -- mimic netemu render --backend netem --default \"delay=20ms,rate=10mbit\" --client-if {1} --server-if {2} --apply",
+                    info.name, info.emu_cli_if, info.emu_srv_if
+                );
+            } else {
+                println!("start the emulator with: mimic netemu run --lab {} --default \"delay=20ms,rate=10mbit\"", info.name);
+            }
         }
+        Cmd::Exec {
+            name,
+            host,
+            timeout,
+            command,
+        } => {
+            let argv: Vec<&str> = command.iter().map(String::as_str).collect();
+            let code = match lab::host(&name, &host)? {
+                lab::Host::Namespace(ns) => {
+                    let st = mimic_netemu::netns::command(&ns, argv[0], &argv[1..])
+                        .status()
+                        .with_context(|| format!("running ip netns exec {ns} {}", argv[0]))?;
+                    use std::os::unix::process::ExitStatusExt;
+                    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+                }
+                lab::Host::Guest(rec) => {
+                    let r = guest::exec(&rec, &argv, timeout)?;
+                    use std::io::Write;
+                    std::io::stdout().write_all(r.stdout.as_bytes())?;
+                    std::io::stderr().write_all(r.stderr.as_bytes())?;
+                    if let Some(e) = &r.error {
+                        eprintln!("mimic: {}: {e}", rec.netns);
+                    }
+                    r.code()
+                }
+            };
+            return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+        }
+        Cmd::FetchKernel { package } => {
+            let k = guest::fetch_debian_kernel(&package)?;
+            eprintln!(
+                "mimic: kernel {} (modules {})",
+                k.version,
+                k.modules.display()
+            );
+            println!("{}", k.image.display());
+        }
+        Cmd::GuestAgent => guest::agent_main(),
         Cmd::Down { name } => {
             let r = lab::down(&name).with_context(|| format!("tearing down lab {name}"))?;
             if r.namespaces.is_empty() {
                 println!("lab {name} was not up; nothing left behind");
             } else {
                 println!(
-                    "lab {name} removed ({} namespaces, {} processes stopped)",
+                    "lab {name} removed ({} namespaces, {} processes stopped, {} guests killed)",
                     r.namespaces.len(),
-                    r.killed.len()
+                    r.killed.len(),
+                    r.guests.len()
                 );
             }
         }
@@ -106,6 +221,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "  server {} , client {} , client pool {}",
                     st.server_addr, st.client_addr, st.client_pool
                 );
+                for h in &st.hosts {
+                    let k = match (&h.kernel, &h.error) {
+                        (Some(k), _) => format!("kernel {k}"),
+                        (None, Some(e)) => format!("kernel unknown ({e})"),
+                        (None, None) => "kernel unknown".into(),
+                    };
+                    match &h.guest {
+                        Some(g) => println!(
+                            "  host {} ({}): {} guest, pid {} {}, {k}, image {}",
+                            h.role,
+                            h.namespace,
+                            g.accel,
+                            g.pid,
+                            if h.guest_running == Some(true) {
+                                "running"
+                            } else {
+                                "NOT running"
+                            },
+                            g.kernel.image.display()
+                        ),
+                        None => println!("  host {} ({}): namespace, {k}", h.role, h.namespace),
+                    }
+                }
                 if let Some(p) = &st.stack {
                     println!("  server stack in force: {p}");
                 }
@@ -128,4 +266,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let ns = mimic_netemu::units::parse_duration(s)?;
+    if ns == 0 {
+        return Err("must be longer than 0".into());
+    }
+    Ok(Duration::from_nanos(ns))
 }

@@ -431,6 +431,16 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
         if !mimic_netemu::netns::exists(&i.ns_emu) {
             bail!("lab {} is not up (run `mimic lab up {}`)", i.name, i.name);
         }
+        // The veths there are joined to a guest's taps: a datapath on them would forward
+        // every frame a second time.
+        if mimic_netemu::guest::load_record(&i.runtime_dir, "emu").is_some() {
+            bail!(
+                "lab {0}'s router host is a QEMU guest (lab up --kernel): install pipes in it with `mimic lab exec {0} emu -- mimic netemu render --backend netem ... --client-if {1} --server-if {2} --apply`",
+                i.name,
+                i.emu_cli_if,
+                i.emu_srv_if
+            );
+        }
     }
     let (addr, pki) = spec.control_and_pki()?;
     let tls = RoleTls::load(&pki, control::ROLE)?;

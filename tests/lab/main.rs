@@ -9,6 +9,7 @@ mod prom;
 
 mod capture;
 mod demo;
+mod guest;
 mod independent;
 mod metrics;
 mod netemu;

@@ -108,6 +108,20 @@ pub struct Column {
 }
 
 impl Column {
+    /// The doc on one line.
+    pub fn doc_line(&self) -> String {
+        self.doc.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Unit and doc, for a comment: `µs; SYN -> …`.
+    fn note(&self) -> String {
+        match (self.unit.as_str(), self.doc_line()) {
+            ("", d) => d,
+            (u, d) if d.is_empty() => u.to_string(),
+            (u, d) => format!("{u}; {d}"),
+        }
+    }
+
     /// The column's definition in `CREATE TABLE` / `ALTER TABLE … ADD COLUMN`.
     pub fn ddl(&self) -> String {
         let mut s = format!("{} {}", self.name, self.sql_type.as_str());
@@ -213,16 +227,28 @@ impl Table {
         names.join(", ")
     }
 
-    /// `CREATE TABLE` with the columns of migration `level` and before.
+    /// `CREATE TABLE` with the columns of migration `level` and before, each with its unit and
+    /// doc as a comment (SQLite keeps the text: `sqlite3 flows.db .schema` shows them).
     pub fn create_sql(&self, level: u32) -> String {
-        let mut defs: Vec<String> = self
-            .columns
-            .iter()
-            .filter(|c| c.since <= level)
-            .map(|c| format!("    {}", c.ddl()))
-            .collect();
-        defs.extend(self.constraints.iter().map(|c| format!("    {c}")));
-        format!("CREATE TABLE {} (\n{}\n);\n", self.name, defs.join(",\n"))
+        let cols: Vec<&Column> = self.columns.iter().filter(|c| c.since <= level).collect();
+        let mut sql = format!("CREATE TABLE {} (\n", self.name);
+        let items = cols.len() + self.constraints.len();
+        for (i, c) in cols.iter().enumerate() {
+            let sep = if i + 1 < items { "," } else { "" };
+            let def = format!("    {}{sep}", c.ddl());
+            let note = c.note();
+            if note.is_empty() {
+                let _ = writeln!(sql, "{def}");
+            } else {
+                let _ = writeln!(sql, "{def:<56} -- {note}");
+            }
+        }
+        for (i, c) in self.constraints.iter().enumerate() {
+            let sep = if cols.len() + i + 1 < items { "," } else { "" };
+            let _ = writeln!(sql, "    {c}{sep}");
+        }
+        sql.push_str(");\n");
+        sql
     }
 
     /// `INSERT OR FAIL INTO table (every column) VALUES (?, …), …` for `rows` rows, the
@@ -409,7 +435,9 @@ tables! {
     /// Key/value facts about the database: schema version and migration level, the tool and
     /// its version, the inputs, the role (`original`, `synth`, `replay`), analysis settings.
     pub struct MetaRow in "meta" since 1 {
+        /// The fact's name (`schema_version`, `role`, …).
         key: Text => col(Unit::None).primary_key(),
+        /// Its value, as text.
         value: Option<Text> => col(Unit::None),
     }
 
@@ -417,8 +445,11 @@ tables! {
     pub struct ConnectionRow in "connections" since 1 {
         /// Connection id, unique in the database (exchanges and samples refer to it).
         id: i64 => col(Unit::None).primary_key(),
+        /// Client address (IPv4 dotted, IPv6 RFC 5952 text); the client is the side that
+        /// opened the connection, or as `server_by` says.
         client_ip: Text => col(Unit::None),
         client_port: i64 => col(Unit::None),
+        /// Server address.
         server_ip: Text => col(Unit::None),
         server_port: i64 => col(Unit::None),
         /// Outermost VLAN id, NULL when untagged.
@@ -449,7 +480,9 @@ tables! {
         mss_client: Option<i64> => col(Unit::Bytes),
         /// MSS option of the server's SYN-ACK.
         mss_server: Option<i64> => col(Unit::Bytes),
+        /// Window-scale option of the client's SYN.
         wscale_client: Option<i64> => col(Unit::Shift),
+        /// Window-scale option of the server's SYN-ACK.
         wscale_server: Option<i64> => col(Unit::Shift),
         /// Both SYNs carried SACK-permitted.
         sack_ok: Option<i64> => col(Unit::Flag),
@@ -522,14 +555,21 @@ tables! {
 
     /// One row per request/response exchange (an application data unit each way).
     pub struct ExchangeRow in "exchanges" since 1, constraint "PRIMARY KEY (conn_id, seq)" {
+        /// The connection (`connections.id`).
         conn_id: i64 => col(Unit::None).references("connections(id)"),
         /// 0-based order within the connection.
         seq: i64 => col(Unit::None),
+        /// First request packet.
         t_req_first: Option<i64> => col(Unit::EpochMicros),
+        /// Last request packet.
         t_req_last: Option<i64> => col(Unit::EpochMicros),
+        /// Request payload.
         req_bytes: i64 => col(Unit::Bytes),
+        /// First response packet.
         t_resp_first: Option<i64> => col(Unit::EpochMicros),
+        /// Last response packet.
         t_resp_last: Option<i64> => col(Unit::EpochMicros),
+        /// Response payload.
         resp_bytes: i64 => col(Unit::Bytes),
         /// Last request packet -> first response packet.
         response_delay_us: Option<i64> => col(Unit::Micros),
@@ -552,6 +592,7 @@ tables! {
         conn_id: i64 => col(Unit::None).references("connections(id)"),
         /// Time of the second ACK of the pair.
         t_us: i64 => col(Unit::EpochMicros),
+        /// The pair's rate.
         bps: f64 => col(Unit::BitsPerSecond),
         /// Bytes newly acknowledged by the second ACK.
         bytes: i64 => col(Unit::Bytes),
@@ -564,7 +605,9 @@ tables! {
     /// RTT samples: the first ones and the minimum per direction.
     pub struct RttSampleRow in "rtt_samples" since 1 {
         conn_id: i64 => col(Unit::None).references("connections(id)"),
+        /// When the sample was taken (the acknowledgement).
         t_us: i64 => col(Unit::EpochMicros),
+        /// The round trip measured.
         rtt_us: i64 => col(Unit::Micros),
         /// handshake (SYN -> client's ACK of the SYN-ACK), data (server data -> client ACK),
         /// upstream (client data -> server ACK).
@@ -573,8 +616,9 @@ tables! {
 
     /// Replay databases: which replayed connection reproduces which original one.
     pub struct ReplayMapRow in "replay_map" since 1 {
+        /// The connection of the replayed workload (`connections.id` there).
         orig_conn_id: i64 => col(Unit::None).primary_key(),
-        /// NULL when the replayed connection failed or was not seen.
+        /// This database's connection that replays it; NULL when the replayed connection failed or was not seen.
         replay_conn_id: Option<i64> => col(Unit::None),
         /// ok / failed / missing.
         status: Text => col(Unit::None),
@@ -591,23 +635,37 @@ tables! {
     /// network emulator counted them (packets accepted, dropped by the queue limit, dropped by
     /// the loss model).
     pub struct ReplayPipeRow in "replay_pipes" since 1 {
+        /// The connection of the replayed workload.
         orig_conn_id: i64 => col(Unit::None).primary_key(),
+        /// Delay added each way.
         one_way_delay_us: i64 => col(Unit::Micros),
-        /// NULL: no rate limit.
+        /// Downstream rate limit; NULL: none.
         down_rate_bps: Option<f64> => col(Unit::BitsPerSecond),
+        /// Downstream i.i.d. loss rate.
         down_loss: f64 => col(Unit::Fraction),
+        /// Upstream queue limit.
         queue_up: i64 => col(Unit::Packets),
+        /// Downstream queue limit.
         queue_down: i64 => col(Unit::Packets),
         /// Delayed-ACK shaping of the client's pure ACKs: one ACK per this many.
         ack_every: Option<i64> => col(Unit::Count),
+        /// The delayed-ACK shaping's timer.
         ack_timeout_us: Option<i64> => col(Unit::Micros),
+        /// Upstream packets the emulator accepted; NULL: not counted.
         up_packets: Option<i64> => col(Unit::Packets),
+        /// Upstream packets dropped by the queue limit.
         up_queue_drops: Option<i64> => col(Unit::Packets),
+        /// Upstream packets dropped by the loss model.
         up_loss_drops: Option<i64> => col(Unit::Packets),
+        /// Downstream packets the emulator accepted.
         down_packets: Option<i64> => col(Unit::Packets),
+        /// Downstream bytes the emulator accepted (IP packets).
         down_bytes: Option<i64> => col(Unit::Bytes),
+        /// Downstream packets dropped by the queue limit.
         down_queue_drops: Option<i64> => col(Unit::Packets),
+        /// Downstream packets dropped by the loss model.
         down_loss_drops: Option<i64> => col(Unit::Packets),
+        /// Longest downstream queue seen.
         down_max_queue: Option<i64> => col(Unit::Packets),
     }
 }
@@ -653,8 +711,13 @@ pub fn markdown() -> String {
                 c.sql_type.as_str(),
                 if c.not_null { " NOT NULL" } else { "" }
             );
-            let doc = c.doc.trim().replace("\n ", " ");
-            let _ = writeln!(s, "| `{}` | {ty} | {} | {doc} |", c.name, c.unit.as_str());
+            let _ = writeln!(
+                s,
+                "| `{}` | {ty} | {} | {} |",
+                c.name,
+                c.unit.as_str(),
+                c.doc_line()
+            );
         }
         s.push('\n');
     }

@@ -704,12 +704,23 @@ pub fn markdown() -> String {
             t.name,
             t.doc.trim().replace("\n ", " ")
         );
-        let _ = writeln!(s, "| column | type | unit | |\n|---|---|---|---|");
+        let _ = writeln!(s, "| column | type | unit | meaning |\n|---|---|---|---|");
         for c in t.columns {
             let ty = format!(
-                "{}{}",
+                "{}{}{}",
                 c.sql_type.as_str(),
-                if c.not_null { " NOT NULL" } else { "" }
+                if c.primary_key {
+                    " PRIMARY KEY"
+                } else if c.not_null {
+                    " NOT NULL"
+                } else {
+                    ""
+                },
+                if c.since > 1 {
+                    format!(" (migration {})", c.since)
+                } else {
+                    String::new()
+                }
             );
             let _ = writeln!(
                 s,
@@ -1071,6 +1082,33 @@ mod tests {
         // a version-1 reader still reads the table (by name, the older columns)
         let old_reader = v1::ThingRow::read_all(&migrated, "id").unwrap();
         assert_eq!(old_reader.len(), 2);
+    }
+
+    /// `schemas/COLUMNS.md`, the column reference for people who do not read Rust, is this
+    /// module's [`markdown`]: regenerate it with `MIMIC_BLESS=1 cargo test -p mimic-core
+    /// column_reference` after changing a list.
+    #[test]
+    fn the_column_reference_is_up_to_date() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/COLUMNS.md");
+        let want = format!(
+            "# The data contract: tables and columns\n\n\
+             Generated from the column lists in `core/src/schema.rs` (do not edit here: change \
+             the list, then run\n`MIMIC_BLESS=1 cargo test -p mimic-core column_reference`). \
+             Times are µs since the Unix epoch, durations µs,\nrates IP-layer bits per second, \
+             byte counts TCP payload bytes unless a column says otherwise; NULL means\n\
+             \"not known / not measurable\". Indexes and the operator views are in \
+             `schemas/NNNN_*.sql`.\n\n{}",
+            markdown()
+        );
+        if std::env::var_os("MIMIC_BLESS").is_some() {
+            crate::db::write_atomic(&path, want.as_bytes()).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} is not what the column lists say: regenerate it with MIMIC_BLESS=1 cargo test -p mimic-core column_reference",
+            path.display()
+        );
     }
 
     #[test]

@@ -1,17 +1,22 @@
 //! Writing connection records into a mimic database (schema `schemas/`: the tables of
 //! `0001_init.sql`, the indexes and views of `0002_operator.sql`).
 //!
-//! Bulk loading is the expensive part of an analysis (a busy trace yields millions of
-//! exchange and sample rows), so rows are buffered and inserted many per statement with
-//! pre-bound parameters, and the indexes are built once at the end.
+//! The columns are the lists of `mimic_core::schema`: a record becomes one row struct per table
+//! ([`connection_row`], [`exchange_row`], …) and the rows bind themselves to the generated
+//! INSERT. Bulk loading is the expensive part of an analysis (a busy trace yields millions of
+//! exchange and sample rows), so rows are buffered and inserted many per statement, and the
+//! indexes are built once at the end.
 
 use std::path::{Path, PathBuf};
 
 use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::schema::{
+    BwSampleRow, ConnectionRow, ExchangeRow, RttSampleRow, Table, TableRow, Text,
+};
 use mimic_core::Timestamp;
-use rusqlite::{Connection, ToSql};
+use rusqlite::Connection;
 
-use crate::record::ConnectionRecord;
+use crate::record::{BwSample, ConnectionRecord, Exchange, RttSample};
 
 /// Inserts records into a database being written atomically; everything happens in one
 /// transaction and the file takes its final name only in [`RecordStore::commit`].
@@ -24,34 +29,9 @@ pub struct RecordStore {
     pub bw_samples: u64,
 }
 
-const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vlan, ip_version, t_syn, t_first, t_end,
-    complete, prune_reason, server_by, min_rtt_us, hs_rtt_us, rtt_samples, mss_client, mss_server, wscale_client,
-    wscale_server, sack_ok, ts_ok, ecn_ok, syn_retx, synack_retx, rwin_bytes, rwin_syn_bytes, zero_window, data_pkts_down,
-    data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, loss_random_down, data_pkts_up, data_bytes_up, retx_up,
-    fin_retx, zwnd_probes, dup_frames,
-    bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
-    response_time_us, holes_down, holes_up, frames";
-const CONN_N: usize = 53;
-const EXCH_COLS: &str =
-    "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
-    response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
-const EXCH_N: usize = 14;
-const RTT_COLS: &str = "conn_id, t_us, rtt_us, kind";
-const RTT_N: usize = 4;
-const BW_COLS: &str = "conn_id, t_us, bps, bytes, gap_us, used";
-const BW_N: usize = 6;
-
 /// Rows per multi-row INSERT, and records buffered before a flush.
 const CHUNK: usize = 64;
 const BUFFER_RECORDS: usize = 512;
-
-fn insert_sql(table: &str, cols: &str, n: usize, rows: usize) -> String {
-    let one = format!("({})", vec!["?"; n].join(","));
-    format!(
-        "INSERT OR FAIL INTO {table} ({cols}) VALUES {}",
-        vec![one.as_str(); rows].join(",")
-    )
-}
 
 /// The rows of one child table across `recs`, each with its connection's id, and their number.
 fn rows_of<'a, T: 'a>(
@@ -70,41 +50,137 @@ fn us(t: Option<Timestamp>) -> Option<i64> {
     t.map(|t| t.as_micros())
 }
 
-/// Binds and executes `count` rows from `rows` through multi-row statements of CHUNK rows, the
-/// rest one by one. The rows are bound as the iterator yields them: nothing is collected first
-/// (a flush's rows used to be gathered into a vector per table first: 3.3% of the writer's
-/// instructions, and the page faults of the vectors' growth).
-fn load<R>(
+fn flag(x: Option<bool>) -> Option<i64> {
+    x.map(i64::from)
+}
+
+/// The `connections` row of a record (columns: `mimic_core::schema::ConnectionRow`).
+pub fn connection_row(r: &ConnectionRecord) -> ConnectionRow {
+    ConnectionRow {
+        id: r.id as i64,
+        client_ip: Text::Owned(r.client_ip.to_string()),
+        client_port: r.client_port.into(),
+        server_ip: Text::Owned(r.server_ip.to_string()),
+        server_port: r.server_port.into(),
+        vlan: r.vlan.map(i64::from),
+        ip_version: r.ip_version().into(),
+        t_syn: us(r.t_syn),
+        t_first: r.t_first.as_micros(),
+        t_end: r.t_end.as_micros(),
+        complete: r.complete().into(),
+        prune_reason: r.prune_reason().map(Text::Owned),
+        server_by: r.server_by.as_str().into(),
+        min_rtt_us: r.min_rtt_us,
+        hs_rtt_us: r.hs_rtt_us,
+        rtt_samples: r.rtt_sample_count.into(),
+        mss_client: r.mss_client.map(i64::from),
+        mss_server: r.mss_server.map(i64::from),
+        wscale_client: r.wscale_client.map(i64::from),
+        wscale_server: r.wscale_server.map(i64::from),
+        sack_ok: flag(r.sack_ok),
+        ts_ok: flag(r.ts_ok),
+        ecn_ok: flag(r.ecn_ok),
+        syn_retx: r.syn_retx.into(),
+        synack_retx: r.synack_retx.into(),
+        rwin_bytes: r.rwin_bytes.map(|v| v as i64),
+        rwin_syn_bytes: r.rwin_syn_bytes.map(|v| v as i64),
+        zero_window: r.zero_window.into(),
+        data_pkts_down: r.data_pkts_down as i64,
+        data_bytes_down: r.data_bytes_down as i64,
+        retx_down: r.retx_down as i64,
+        spurious_retx_down: r.spurious_retx_down as i64,
+        spurious_by: r.spurious_by.map(Text::Borrowed),
+        loss_rate_down: r.loss_rate_down,
+        loss_random_down: r.loss_random_down,
+        data_pkts_up: r.data_pkts_up as i64,
+        data_bytes_up: r.data_bytes_up as i64,
+        retx_up: r.retx_up as i64,
+        fin_retx: r.fin_retx as i64,
+        zwnd_probes: r.zwnd_probes as i64,
+        dup_frames: r.dup_frames as i64,
+        bw_bps: r.bw_bps,
+        bw_samples: r.bw_samples.iter().filter(|s| s.used).count() as i64,
+        delack_policy: r.delack_policy.as_str().into(),
+        acks_per_seg: r.acks_per_seg,
+        delack_timeout_us: r.delack_timeout_us,
+        termination: r.termination.as_str().into(),
+        closed_by: r.closed_by.map(Text::Borrowed),
+        exchanges: r.exchanges.len() as i64,
+        response_time_us: r.response_time_us,
+        holes_down: r.holes_down.into(),
+        holes_up: r.holes_up.into(),
+        frames: r.frames as i64,
+    }
+}
+
+/// The `exchanges` row of connection `conn_id`'s exchange `e`.
+pub fn exchange_row(conn_id: i64, e: &Exchange) -> ExchangeRow {
+    ExchangeRow {
+        conn_id,
+        seq: e.seq.into(),
+        t_req_first: us(e.t_req_first),
+        t_req_last: us(e.t_req_last),
+        req_bytes: e.req_bytes as i64,
+        t_resp_first: us(e.t_resp_first),
+        t_resp_last: us(e.t_resp_last),
+        resp_bytes: e.resp_bytes as i64,
+        response_delay_us: e.response_delay_us,
+        query_delay_us: e.query_delay_us,
+        header_bytes: e.header_bytes.map(|v| v as i64),
+        think_time_us: e.think_time_us,
+        method: e.method.map(Text::Borrowed),
+        status: e.status.map(i64::from),
+    }
+}
+
+pub fn rtt_sample_row(conn_id: i64, s: &RttSample) -> RttSampleRow {
+    RttSampleRow {
+        conn_id,
+        t_us: s.t.as_micros(),
+        rtt_us: s.rtt_us,
+        kind: s.kind.as_str().into(),
+    }
+}
+
+pub fn bw_sample_row(conn_id: i64, s: &BwSample) -> BwSampleRow {
+    BwSampleRow {
+        conn_id,
+        t_us: s.t.as_micros(),
+        bps: s.bps,
+        bytes: s.bytes as i64,
+        gap_us: s.gap_us,
+        used: s.used.into(),
+    }
+}
+
+/// Inserts `count` rows from `rows` through multi-row statements of CHUNK rows
+/// ([`Table::insert_sql`]), the rest one by one. The rows are bound as the iterator yields
+/// them: nothing is collected first (a flush's rows used to be gathered into a vector per
+/// table first: 3.3% of the writer's instructions, and the page faults of the vectors'
+/// growth).
+fn load<T: TableRow>(
     conn: &Connection,
-    table: &str,
-    cols: &str,
-    n: usize,
     count: usize,
-    rows: impl Iterator<Item = R>,
-    bind: impl Fn(&mut Binder, R),
+    rows: impl Iterator<Item = T>,
 ) -> rusqlite::Result<()> {
+    let table: &Table = T::TABLE;
+    let n = table.columns.len();
     let full = count / CHUNK * CHUNK;
     let mut rows = rows.take(count);
     let mut run = |per: usize, rows_left: usize| -> rusqlite::Result<()> {
         if rows_left == 0 {
             return Ok(());
         }
-        let mut st = conn.prepare_cached(&insert_sql(table, cols, n, per))?;
+        let mut st = conn.prepare_cached(&table.insert_sql(per))?;
         for _ in 0..rows_left / per {
-            let mut b = Binder {
-                st: &mut st,
-                idx: 1,
-                err: None,
-            };
+            let mut k = 0;
             for r in rows.by_ref().take(per) {
-                bind(&mut b, r);
-            }
-            if let Some(e) = b.err {
-                return Err(e);
+                r.bind(&mut st, 1 + k * n)?;
+                k += 1;
             }
             // fewer rows than counted would leave an earlier statement's values bound
-            if b.idx != per * n + 1 {
-                return Err(rusqlite::Error::InvalidParameterCount(b.idx - 1, per * n));
+            if k != per {
+                return Err(rusqlite::Error::InvalidParameterCount(k * n, per * n));
             }
             st.raw_execute()?;
         }
@@ -112,26 +188,6 @@ fn load<R>(
     };
     run(CHUNK, full)?;
     run(1, count - full)
-}
-
-/// Binds parameters in order, remembering the first error.
-struct Binder<'a, 'b> {
-    st: &'a mut rusqlite::CachedStatement<'b>,
-    idx: usize,
-    err: Option<rusqlite::Error>,
-}
-
-impl Binder<'_, '_> {
-    #[inline]
-    fn v<T: ToSql>(&mut self, v: T) -> &mut Self {
-        if self.err.is_none() {
-            if let Err(e) = self.st.raw_bind_parameter(self.idx, v) {
-                self.err = Some(e);
-            }
-        }
-        self.idx += 1;
-        self
-    }
 }
 
 impl RecordStore {
@@ -193,108 +249,13 @@ impl RecordStore {
         self.db.start_writeback();
         let c = self.db.conn();
         let res = (|| -> rusqlite::Result<()> {
-            load(
-                c,
-                "connections",
-                CONN_COLS,
-                CONN_N,
-                recs.len(),
-                recs.iter(),
-                |b, r| {
-                    let bo = |x: Option<bool>| x.map(|v| v as i64);
-                    b.v(r.id as i64)
-                        .v(r.client_ip.to_string())
-                        .v(r.client_port)
-                        .v(r.server_ip.to_string())
-                        .v(r.server_port);
-                    b.v(r.vlan)
-                        .v(r.ip_version())
-                        .v(us(r.t_syn))
-                        .v(r.t_first.as_micros())
-                        .v(r.t_end.as_micros());
-                    b.v(r.complete() as i64)
-                        .v(r.prune_reason())
-                        .v(r.server_by.as_str())
-                        .v(r.min_rtt_us)
-                        .v(r.hs_rtt_us);
-                    b.v(r.rtt_sample_count)
-                        .v(r.mss_client)
-                        .v(r.mss_server)
-                        .v(r.wscale_client)
-                        .v(r.wscale_server);
-                    b.v(bo(r.sack_ok))
-                        .v(bo(r.ts_ok))
-                        .v(bo(r.ecn_ok))
-                        .v(r.syn_retx)
-                        .v(r.synack_retx);
-                    b.v(r.rwin_bytes.map(|v| v as i64))
-                        .v(r.rwin_syn_bytes.map(|v| v as i64))
-                        .v(r.zero_window);
-                    b.v(r.data_pkts_down as i64)
-                        .v(r.data_bytes_down as i64)
-                        .v(r.retx_down as i64)
-                        .v(r.spurious_retx_down as i64);
-                    b.v(r.spurious_by)
-                        .v(r.loss_rate_down)
-                        .v(r.loss_random_down)
-                        .v(r.data_pkts_up as i64)
-                        .v(r.data_bytes_up as i64)
-                        .v(r.retx_up as i64);
-                    b.v(r.fin_retx as i64)
-                        .v(r.zwnd_probes as i64)
-                        .v(r.dup_frames as i64);
-                    b.v(r.bw_bps)
-                        .v(r.bw_samples.iter().filter(|s| s.used).count() as i64)
-                        .v(r.delack_policy.as_str());
-                    b.v(r.acks_per_seg)
-                        .v(r.delack_timeout_us)
-                        .v(r.termination.as_str())
-                        .v(r.closed_by);
-                    b.v(r.exchanges.len() as i64)
-                        .v(r.response_time_us)
-                        .v(r.holes_down)
-                        .v(r.holes_up)
-                        .v(r.frames as i64);
-                },
-            )?;
+            load(c, recs.len(), recs.iter().map(connection_row))?;
             let (ex_n, ex) = rows_of(&recs, |r| &r.exchanges);
-            load(c, "exchanges", EXCH_COLS, EXCH_N, ex_n, ex, |b, (id, e)| {
-                b.v(id)
-                    .v(e.seq)
-                    .v(us(e.t_req_first))
-                    .v(us(e.t_req_last))
-                    .v(e.req_bytes as i64);
-                b.v(us(e.t_resp_first))
-                    .v(us(e.t_resp_last))
-                    .v(e.resp_bytes as i64)
-                    .v(e.response_delay_us);
-                b.v(e.query_delay_us)
-                    .v(e.header_bytes.map(|v| v as i64))
-                    .v(e.think_time_us)
-                    .v(e.method)
-                    .v(e.status);
-            })?;
+            load(c, ex_n, ex.map(|(id, e)| exchange_row(id, e)))?;
             let (rtt_n, rtt) = rows_of(&recs, |r| &r.rtt_samples);
-            load(
-                c,
-                "rtt_samples",
-                RTT_COLS,
-                RTT_N,
-                rtt_n,
-                rtt,
-                |b, (id, s)| {
-                    b.v(id).v(s.t.as_micros()).v(s.rtt_us).v(s.kind.as_str());
-                },
-            )?;
+            load(c, rtt_n, rtt.map(|(id, s)| rtt_sample_row(id, s)))?;
             let (bw_n, bw) = rows_of(&recs, |r| &r.bw_samples);
-            load(c, "bw_samples", BW_COLS, BW_N, bw_n, bw, |b, (id, s)| {
-                b.v(id)
-                    .v(s.t.as_micros())
-                    .v(s.bps)
-                    .v(s.bytes as i64)
-                    .v(s.gap_us)
-                    .v(s.used as i64);
-            })?;
+            load(c, bw_n, bw.map(|(id, s)| bw_sample_row(id, s)))?;
             Ok(())
         })();
         recs.clear();

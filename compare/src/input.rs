@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use mimic_core::schema::{ReplayMapRow, TableRow};
 use rusqlite::Connection;
 
 use crate::CompareError;
@@ -157,22 +158,17 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     }
 
     let replay_map = if table_exists(&conn, "replay_map").map_err(q)? {
-        let mut stmt = conn
-            .prepare("SELECT orig_conn_id, replay_conn_id, status, failure FROM replay_map ORDER BY orig_conn_id")
-            .map_err(q)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(MapRow {
-                    orig_conn_id: r.get(0)?,
-                    replay_conn_id: r.get(1)?,
-                    status: r.get(2)?,
-                    failure: r.get(3)?,
+        let rows = ReplayMapRow::read_all(&conn, "orig_conn_id").map_err(q)?;
+        Some(
+            rows.into_iter()
+                .map(|r| MapRow {
+                    orig_conn_id: r.orig_conn_id,
+                    replay_conn_id: r.replay_conn_id,
+                    status: r.status.into_owned(),
+                    failure: r.failure.map(|f| f.into_owned()),
                 })
-            })
-            .map_err(q)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(q)?;
-        Some(rows)
+                .collect(),
+        )
     } else {
         None
     };

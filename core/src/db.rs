@@ -1,13 +1,16 @@
-//! The versioned SQLite schema (`schemas/NNNN_*.sql`) and the helpers every part uses to create
-//! a database atomically and to open one another part wrote.
+//! The versioned SQLite schema and the helpers every part uses to create a database atomically
+//! and to open one another part wrote. A migration level is the tables and columns that
+//! [`crate::schema`]'s lists give that level ([`crate::schema::schema_sql`]) followed by its
+//! file `schemas/NNNN_*.sql` (indexes and views).
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use rusqlite::{Connection, OptionalExtension};
 
-/// Schema files, in order. A database's migration level (`PRAGMA user_version`, meta
-/// `schema_migration`) is the number of the last one applied.
+/// Schema files, in order: the hand-written part (indexes, views) of each migration level; the
+/// tables and columns of a level come from [`crate::schema`]. A database's migration level
+/// (`PRAGMA user_version`, meta `schema_migration`) is the number of the last one applied.
 pub const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("../../schemas/0001_init.sql")),
     (2, include_str!("../../schemas/0002_operator.sql")),
@@ -66,16 +69,21 @@ pub fn index_statements() -> Vec<&'static str> {
         .collect()
 }
 
+/// Migration `level` as SQL: its generated tables and columns, then its file.
+pub fn migration_sql(level: u32, file: &str) -> String {
+    format!("{}\n{file}", crate::schema::schema_sql(level))
+}
+
 /// Applies the schema without its indexes, for a bulk load that creates them afterwards
 /// with [`index_statements`] (much faster than maintaining them row by row).
 pub fn init_schema_tables(conn: &Connection) -> rusqlite::Result<()> {
-    for (_, sql) in MIGRATIONS {
-        let tables: String = sql
+    for (n, sql) in MIGRATIONS {
+        let rest: String = sql
             .lines()
             .filter(|l| !l.trim_start().starts_with("CREATE INDEX"))
             .collect::<Vec<_>>()
             .join("\n");
-        conn.execute_batch(&tables)?;
+        conn.execute_batch(&migration_sql(*n, &rest))?;
     }
     conn.pragma_update(None, "user_version", SCHEMA_LEVEL)?;
     set_meta(conn, "schema_version", &SCHEMA_VERSION.to_string())?;
@@ -424,7 +432,7 @@ pub fn migrate(conn: &Connection) -> rusqlite::Result<Vec<u32>> {
         let level = schema_level(conn)?;
         let mut applied = Vec::new();
         for (n, sql) in MIGRATIONS.iter().filter(|(n, _)| *n > level) {
-            conn.execute_batch(sql)?;
+            conn.execute_batch(&migration_sql(*n, sql))?;
             applied.push(*n);
         }
         if !applied.is_empty() {
@@ -447,6 +455,8 @@ pub fn migrate(conn: &Connection) -> rusqlite::Result<Vec<u32>> {
 
 /// Creates the views of the migrations after `conn`'s level as TEMP views, visible to this
 /// connection only: how a database that may not be written is read with the current names.
+/// (Columns a later migration adds cannot be added this way: a reader of such a column needs
+/// the database migrated.)
 pub fn add_temp_views(conn: &Connection) -> rusqlite::Result<()> {
     let level = schema_level(conn)?;
     for (_, sql) in MIGRATIONS.iter().filter(|(n, _)| *n > level) {
@@ -567,11 +577,15 @@ mod tests {
         ));
     }
 
+    /// The first schema as it was written by hand, before the tables came from the column
+    /// lists: what databases of level 1 were created with.
+    const SCHEMA1_AS_WRITTEN: &str = include_str!("../testdata/schema1.sql");
+
     /// A database as the first schema's writers left it: 0001 only, level 1, one connection
     /// with an RTT sample.
     fn schema1_db(path: &Path) {
         let c = Connection::open(path).unwrap();
-        c.execute_batch(MIGRATIONS[0].1).unwrap();
+        c.execute_batch(SCHEMA1_AS_WRITTEN).unwrap();
         c.pragma_update(None, "user_version", 1).unwrap();
         set_meta(&c, "schema_version", "1").unwrap();
         c.execute_batch(

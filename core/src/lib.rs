@@ -8,6 +8,8 @@
 //! * [`trace`] — reading pcap / pcapng (optionally gzip-compressed) files as timestamped frames.
 //! * [`cpu`] — CPU affinity (the lab keeps its real-time datapath and its timer threads apart).
 //! * [`testcap`] — pcap / pcapng files written from scripted TCP conversations (the tests' own captures).
+//! * [`schema`] — the data contract: one column list per table (name, SQL type, unit, doc), from
+//!   which the DDL, the writers' binds and the readers come.
 //! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
 
 pub mod cpu;
@@ -15,6 +17,7 @@ pub mod db;
 pub mod flow;
 pub mod model;
 pub mod packet;
+pub mod schema;
 pub mod seq;
 pub mod testcap;
 pub mod time;

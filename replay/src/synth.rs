@@ -1,11 +1,13 @@
 //! Synthetic workloads with known per-connection truth (`mimic synth`), written in the same
-//! schema as an analysis (`meta.role = synth`). Replaying one through the lab and analyzing the
+//! schema as an analysis (`meta.role = synth`), through the same row types
+//! (`mimic_core::schema`). Replaying one through the lab and analyzing the
 //! capture is how mimic measures its own inference against the truth.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
 
 use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::schema::{ConnectionRow, ExchangeRow, TableRow, Text};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::Serialize;
@@ -243,39 +245,56 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
                 think_us as i64,
             ));
         }
-        c.execute(
-            "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_syn, t_first, t_end,
-             complete, server_by, min_rtt_us, hs_rtt_us, mss_client, mss_server, wscale_client, wscale_server, sack_ok, ts_ok,
-             ecn_ok, rwin_bytes, loss_rate_down, bw_bps, delack_policy, acks_per_seg, delack_timeout_us, termination,
-             closed_by, exchanges)
-             VALUES (?1, ?2, ?3, ?4, 80, 4, ?5, ?5, ?5, 1, 'syn', ?6, ?6, ?7, 1460, 7, 7, 1, 1, 0, ?8, ?9, ?10, ?11, ?12, ?13,
-             ?14, ?15, ?16)",
-            rusqlite::params![
-                id,
-                client.to_string(),
-                40_000 + (i % 20_000) as i64,
-                server.to_string(),
-                t_us as i64,
-                rtt_us,
-                mss,
-                class.rwin as i64,
-                loss,
-                bw,
-                if delayed { "delayed" } else { "quick" },
-                if delayed { 0.5 } else { 1.0 },
-                delack_timeout_us,
-                termination,
-                closed_by,
-                n as i64,
-            ],
-        )
+        ConnectionRow {
+            id,
+            client_ip: Text::Owned(client.to_string()),
+            client_port: 40_000 + (i % 20_000) as i64,
+            server_ip: Text::Owned(server.to_string()),
+            server_port: 80,
+            ip_version: 4,
+            t_syn: Some(t_us as i64),
+            t_first: t_us as i64,
+            t_end: t_us as i64,
+            complete: 1,
+            server_by: "syn".into(),
+            min_rtt_us: Some(rtt_us),
+            hs_rtt_us: Some(rtt_us),
+            mss_client: Some(mss),
+            mss_server: Some(1460),
+            wscale_client: Some(7),
+            wscale_server: Some(7),
+            sack_ok: Some(1),
+            ts_ok: Some(1),
+            ecn_ok: Some(0),
+            rwin_bytes: Some(class.rwin as i64),
+            loss_rate_down: Some(loss),
+            bw_bps: Some(bw),
+            delack_policy: if delayed { "delayed" } else { "quick" }.into(),
+            acks_per_seg: Some(if delayed { 0.5 } else { 1.0 }),
+            delack_timeout_us,
+            termination: termination.into(),
+            closed_by: Some(closed_by.into()),
+            exchanges: n as i64,
+            // no truth for the rest (counts 0, the others NULL): they are what a replay measures
+            ..ConnectionRow::default()
+        }
+        .insert(c)
         .map_err(sq)?;
         for (k, t_req, req, resp, rd, qd, header, think) in ex_rows {
-            c.execute(
-                "INSERT INTO exchanges (conn_id, seq, t_req_first, t_req_last, req_bytes, resp_bytes, response_delay_us,
-                 query_delay_us, header_bytes, think_time_us) VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                rusqlite::params![id, k as i64, t_req, req as i64, resp as i64, rd as i64, qd as i64, header as i64, think],
-            )
+            ExchangeRow {
+                conn_id: id,
+                seq: k as i64,
+                t_req_first: Some(t_req),
+                t_req_last: Some(t_req),
+                req_bytes: req as i64,
+                resp_bytes: resp as i64,
+                response_delay_us: Some(rd as i64),
+                query_delay_us: Some(qd as i64),
+                header_bytes: Some(header as i64),
+                think_time_us: Some(think),
+                ..ExchangeRow::default()
+            }
+            .insert(c)
             .map_err(sq)?;
             n_ex += 1;
         }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use mimic_core::db::{get_meta, open_existing, DbError};
+use mimic_core::schema::{ExchangeRow, TableRow};
 use rusqlite::Connection;
 use serde::Serialize;
 
@@ -226,26 +227,24 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
 }
 
 fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()> {
-    let mut st = c.prepare(
-        "SELECT seq, req_bytes, resp_bytes, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0),
-         coalesce(header_bytes, resp_bytes), coalesce(think_time_us, 0), t_req_first
-         FROM exchanges WHERE conn_id = ?1 ORDER BY seq",
-    )?;
+    let mut st = c.prepare(&format!(
+        "{} WHERE conn_id = ?1 ORDER BY seq",
+        ExchangeRow::TABLE.select_sql()
+    ))?;
     for conn in conns.iter_mut() {
         let t0 = conn.t_start_us;
         let rows = st.query_map([conn.orig_id], |r| {
+            let e = ExchangeRow::read(r)?;
             let nn = |v: i64| v.max(0) as u64;
             Ok(ExchangeSpec {
-                seq: r.get::<_, i64>(0)? as u32,
-                req_bytes: nn(r.get(1)?),
-                resp_bytes: nn(r.get(2)?),
-                response_delay_us: nn(r.get(3)?),
-                query_delay_us: nn(r.get(4)?),
-                header_bytes: nn(r.get(5)?),
-                think_time_us: nn(r.get(6)?),
-                offset_us: r
-                    .get::<_, Option<i64>>(7)?
-                    .and_then(|t| u64::try_from(t - t0).ok()),
+                seq: e.seq as u32,
+                req_bytes: nn(e.req_bytes),
+                resp_bytes: nn(e.resp_bytes),
+                response_delay_us: nn(e.response_delay_us.unwrap_or(0)),
+                query_delay_us: nn(e.query_delay_us.unwrap_or(0)),
+                header_bytes: nn(e.header_bytes.unwrap_or(e.resp_bytes)),
+                think_time_us: nn(e.think_time_us.unwrap_or(0)),
+                offset_us: e.t_req_first.and_then(|t| u64::try_from(t - t0).ok()),
             })
         })?;
         conn.exchanges = rows.collect::<Result<_, _>>()?;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use mimic_analyze::driver::{self as analysis, RunOptions, Summary as AnalysisSummary};
 use mimic_core::db::{set_meta, DbError};
+use mimic_core::schema::{ReplayMapRow, ReplayPipeRow, TableRow, Text};
 use mimic_netemu::config::{LossModel, PipeConfig, QueueLimit};
 use mimic_netemu::stack::StackProfile;
 
@@ -72,12 +73,6 @@ pub(super) fn finish_db(
         let mut find = tx
             .prepare("SELECT id FROM connections WHERE client_ip = ?1 AND client_port = ?2 AND server_port = ?3 ORDER BY id DESC LIMIT 1")
             .map_err(sq)?;
-        let mut ins = tx
-            .prepare(
-                "INSERT INTO replay_map (orig_conn_id, replay_conn_id, status, failure, client_ip, client_port, server_ip, server_port)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .map_err(sq)?;
         for o in outcomes {
             let spec = &wl.conns[o.index];
             let local = o.local;
@@ -95,25 +90,19 @@ pub(super) fn finish_db(
                 }
                 (Err(f), _) => ("failed", Some(f.as_str())),
             };
-            ins.execute(rusqlite::params![
-                spec.orig_id,
-                if status == "ok" { found } else { None },
-                status,
-                failure,
-                local.ip().to_string(),
-                local.port(),
-                server.ip().to_string(),
-                server.port()
-            ])
+            ReplayMapRow {
+                orig_conn_id: spec.orig_id,
+                replay_conn_id: if status == "ok" { found } else { None },
+                status: status.into(),
+                failure: failure.map(Text::Owned),
+                client_ip: Some(Text::Owned(local.ip().to_string())),
+                client_port: Some(local.port().into()),
+                server_ip: Some(Text::Owned(server.ip().to_string())),
+                server_port: Some(server.port().into()),
+            }
+            .insert(&tx)
             .map_err(sq)?;
         }
-        let mut ins = tx
-            .prepare(
-                "INSERT INTO replay_pipes (orig_conn_id, one_way_delay_us, down_rate_bps, down_loss, queue_up, queue_down, ack_every,
-                 ack_timeout_us, up_packets, up_queue_drops, up_loss_drops, down_packets, down_bytes, down_queue_drops, down_loss_drops,
-                 down_max_queue) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-            )
-            .map_err(sq)?;
         for (c, p) in wl.conns.iter().zip(pipes) {
             let q = |l: &QueueLimit| match l {
                 QueueLimit::Packets(n) => *n as i64,
@@ -127,24 +116,25 @@ pub(super) fn finish_db(
                 Some((u, d)) => (Some(u), Some(d)),
                 None => (None, None),
             };
-            ins.execute(rusqlite::params![
-                c.orig_id,
-                (p.down.delay / 1000) as i64,
-                (p.down.rate_bps > 0).then_some(p.down.rate_bps as f64),
-                loss,
-                q(&p.up.queue),
-                q(&p.down.queue),
-                p.up.ack.map(|a| a.every),
-                p.up.ack.map(|a| (a.timeout / 1000) as i64),
-                u.map(|c| c.packets as i64),
-                u.map(|c| c.queue_drops as i64),
-                u.map(|c| c.loss_drops as i64),
-                d.map(|c| c.packets as i64),
-                d.map(|c| c.bytes as i64),
-                d.map(|c| c.queue_drops as i64),
-                d.map(|c| c.loss_drops as i64),
-                d.map(|c| c.max_queue_packets as i64),
-            ])
+            ReplayPipeRow {
+                orig_conn_id: c.orig_id,
+                one_way_delay_us: (p.down.delay / 1000) as i64,
+                down_rate_bps: (p.down.rate_bps > 0).then_some(p.down.rate_bps as f64),
+                down_loss: loss,
+                queue_up: q(&p.up.queue),
+                queue_down: q(&p.down.queue),
+                ack_every: p.up.ack.map(|a| a.every.into()),
+                ack_timeout_us: p.up.ack.map(|a| (a.timeout / 1000) as i64),
+                up_packets: u.map(|c| c.packets as i64),
+                up_queue_drops: u.map(|c| c.queue_drops as i64),
+                up_loss_drops: u.map(|c| c.loss_drops as i64),
+                down_packets: d.map(|c| c.packets as i64),
+                down_bytes: d.map(|c| c.bytes as i64),
+                down_queue_drops: d.map(|c| c.queue_drops as i64),
+                down_loss_drops: d.map(|c| c.loss_drops as i64),
+                down_max_queue: d.map(|c| c.max_queue_packets as i64),
+            }
+            .insert(&tx)
             .map_err(sq)?;
         }
     }

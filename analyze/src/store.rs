@@ -1,5 +1,6 @@
 //! Writing connection records into a mimic database (schema `schemas/`: the tables of
-//! `0001_init.sql`, the indexes and views of `0002_operator.sql`).
+//! `0001_init.sql`, the indexes and views of `0002_operator.sql`, the `community_id` column of
+//! `0003_community_id.sql`).
 //!
 //! Bulk loading is the expensive part of an analysis (a busy trace yields millions of
 //! exchange and sample rows), so rows are buffered and inserted many per statement with
@@ -7,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
+use mimic_core::community_id::tcp_community_id;
 use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::flow::Endpoint;
 use mimic_core::Timestamp;
 use rusqlite::{Connection, ToSql};
 
@@ -30,8 +33,8 @@ const CONN_COLS: &str = "id, client_ip, client_port, server_ip, server_port, vla
     data_bytes_down, retx_down, spurious_retx_down, spurious_by, loss_rate_down, loss_random_down, data_pkts_up, data_bytes_up, retx_up,
     fin_retx, zwnd_probes, dup_frames,
     bw_bps, bw_samples, delack_policy, acks_per_seg, delack_timeout_us, termination, closed_by, exchanges,
-    response_time_us, holes_down, holes_up, frames";
-const CONN_N: usize = 53;
+    response_time_us, holes_down, holes_up, frames, community_id";
+const CONN_N: usize = 54;
 const EXCH_COLS: &str =
     "conn_id, seq, t_req_first, t_req_last, req_bytes, t_resp_first, t_resp_last, resp_bytes,
     response_delay_us, query_delay_us, header_bytes, think_time_us, method, status";
@@ -255,6 +258,10 @@ impl RecordStore {
                         .v(r.holes_down)
                         .v(r.holes_up)
                         .v(r.frames as i64);
+                    b.v(tcp_community_id(
+                        &Endpoint::new(r.client_ip, r.client_port),
+                        &Endpoint::new(r.server_ip, r.server_port),
+                    ));
                 },
             )?;
             let (ex_n, ex) = rows_of(&recs, |r| &r.exchanges);

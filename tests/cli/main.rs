@@ -13,3 +13,4 @@ mod export;
 mod metrics;
 mod netemu;
 mod replay;
+mod shard;

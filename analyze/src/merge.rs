@@ -59,14 +59,13 @@ pub enum MergeError {
     },
     #[error("shard{} {} of {n} missing: merging needs all {n} shards of the run", if .missing.len() > 1 { "s" } else { "" }, .missing.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "))]
     Missing { missing: Vec<u32>, n: u32 },
-    #[error("{a} and {b} are shards of {what}: meta `{key}` is {va} in one and {vb} in the other")]
+    /// `detail`: which meta row, and its value in each.
+    #[error("{a} and {b} are shards of {what}: {detail}")]
     Mismatch {
         a: PathBuf,
         b: PathBuf,
         what: &'static str,
-        key: String,
-        va: String,
-        vb: String,
+        detail: String,
     },
     #[error("{path}: a different schema from this mimic's: table `{table}` {detail}")]
     Schema {
@@ -112,6 +111,10 @@ const INPUT_KEYS: &[&str] = &[
     "ts_missing",
     "capture_dropped",
 ];
+
+fn mismatch(key: &str, va: &str, vb: &str) -> String {
+    format!("meta `{key}` is {va} in one and {vb} in the other")
+}
 
 fn summed(key: &str) -> bool {
     SUMMED.contains(&key) || SUMMED_PREFIXES.iter().any(|p| key.starts_with(p))
@@ -241,9 +244,7 @@ fn check_shards(shards: &[ShardDb]) -> Result<u32, MergeError> {
                     } else {
                         "different settings"
                     },
-                    key: key.clone(),
-                    va: show(va),
-                    vb: show(vb),
+                    detail: mismatch(key, &show(va), &show(vb)),
                 });
             }
         }
@@ -252,9 +253,11 @@ fn check_shards(shards: &[ShardDb]) -> Result<u32, MergeError> {
                 a: first.path.clone(),
                 b: s.path.clone(),
                 what: "different inputs",
-                key: "tcp_segments + other_shard_segments".into(),
-                va: segments(first),
-                vb: segments(s),
+                detail: mismatch(
+                    "tcp_segments + other_shard_segments",
+                    &segments(first),
+                    &segments(s),
+                ),
             });
         }
     }

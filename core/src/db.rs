@@ -636,6 +636,15 @@ mod tests {
         assert_eq!(client, "[2001:db8::1]:40000");
         assert_eq!(rtt, 12.345);
         assert_eq!(start, "2023-11-14 22:13:20.123");
+        // 0003's column, NULL for the rows written before it
+        let cid: Option<String> = c
+            .query_row(
+                "SELECT community_id FROM connections WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(cid, None);
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

@@ -36,6 +36,8 @@ enum Command {
     Capture(cmd::capture::Args),
     /// Analyze trace files into a per-connection database (flows.db).
     Analyze(cmd::analyze::Args),
+    /// Merge the shard databases of one analysis (`analyze --shard K/N`) into one flows.db.
+    Merge(cmd::merge::Args),
     /// Build, inspect or tear down the three-namespace replay lab.
     Lab(cmd::lab::Args),
     /// Run the per-flow network emulator, or render its pipes for tc/netem or ipfw/dummynet.
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Capture(a) => cmd::capture::run(a),
         Command::Analyze(a) => cmd::analyze::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Lab(a) => cmd::lab::run(a),
         Command::Netemu(a) => cmd::netemu::run(a),
         Command::Replay(a) => cmd::replay::run(a),

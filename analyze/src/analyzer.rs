@@ -39,6 +39,9 @@ pub struct AnalyzerStats {
     /// Frames whose time was earlier than a frame before them, and the largest step back.
     pub time_backwards: u64,
     pub max_backwards_ns: i64,
+    /// `--shard K/N`: TCP segments of connections in other shards (counted in `frames`, not in
+    /// `tcp_segments`, and not analyzed).
+    pub other_shard_segments: u64,
 }
 
 impl AnalyzerStats {
@@ -59,6 +62,7 @@ impl AnalyzerStats {
         }
         self.time_backwards += o.time_backwards;
         self.max_backwards_ns = self.max_backwards_ns.max(o.max_backwards_ns);
+        self.other_shard_segments += o.other_shard_segments;
     }
 }
 
@@ -81,7 +85,13 @@ pub struct Analyzer {
     stats: AnalyzerStats,
     now: Timestamp,
     last_sweep: Timestamp,
+    /// With a shard: which recently seen flows (canonical key) are in it, so a flow's hash is
+    /// computed about once, not once per segment. Direct-mapped and fixed in size.
+    shard_cache: Vec<Option<(FlowKey, bool)>>,
 }
+
+/// Entries of the shard cache (a power of two).
+const SHARD_CACHE: usize = 1 << 14;
 
 impl Analyzer {
     pub fn new(cfg: Config) -> Analyzer {
@@ -95,6 +105,33 @@ impl Analyzer {
             stats: AnalyzerStats::default(),
             now: Timestamp::from_nanos(i64::MIN),
             last_sweep: Timestamp::from_nanos(i64::MIN),
+            shard_cache: Vec::new(),
+        }
+    }
+
+    /// Whether the connection of canonical key `key` belongs to this analyzer's shard.
+    fn in_shard(&mut self, key: &FlowKey) -> bool {
+        let Some(shard) = self.cfg.shard else {
+            return true;
+        };
+        if shard.count() == 1 {
+            return true;
+        }
+        if self.shard_cache.is_empty() {
+            self.shard_cache = vec![None; SHARD_CACHE];
+        }
+        let slot = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(key) as usize
+                & (SHARD_CACHE - 1)
+        };
+        match self.shard_cache[slot] {
+            Some((k, inside)) if k == *key => inside,
+            _ => {
+                let inside = shard.contains(key);
+                self.shard_cache[slot] = Some((*key, inside));
+                inside
+            }
         }
     }
 
@@ -198,9 +235,19 @@ impl Analyzer {
 
     pub fn handle_segment(&mut self, frame_no: u64, t: Timestamp, seg: &TcpSegment) {
         self.stats.frames += 1;
-        self.stats.tcp_segments += 1;
+        // Every frame moves the clock, in other shards' connections too: the idle sweeps then
+        // run at the same moments as in an unsharded run, so the records are the same.
         self.advance(t);
         let (key, swapped) = seg.flow_key().canonical();
+        if self.cfg.shard.is_some()
+            && !self.table.contains_key(&key)
+            && !self.half.contains_key(&key)
+            && !self.in_shard(&key)
+        {
+            self.stats.other_shard_segments += 1;
+            return;
+        }
+        self.stats.tcp_segments += 1;
         let side = swapped as usize;
         let old = if let Some(c) = self.table.get_mut(&key) {
             if !c.is_reuse(side, seg) {

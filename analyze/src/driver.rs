@@ -115,6 +115,11 @@ pub struct Summary {
     /// Frames the capture filter rejected: read, but not analyzed and not counted in `frames`.
     pub filter_rejected: u64,
     pub input_issues: Vec<InputIssue>,
+    /// `--shard K/N`: the shard analyzed, as `K/N`.
+    pub shard: Option<String>,
+    /// With a shard: TCP segments of the other shards' connections (in `frames`, not in
+    /// `tcp_segments`).
+    pub other_shard_segments: u64,
     pub threads: usize,
     pub elapsed_s: f64,
     pub frames_per_s: f64,
@@ -560,6 +565,8 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
         ts_missing,
         capture_dropped,
         input_issues: source.issues.clone(),
+        shard: opts.config.shard.map(|s| s.to_string()),
+        other_shard_segments: stats.other_shard_segments,
         threads: opts.threads.max(1),
         elapsed_s: elapsed,
         frames_per_s: if elapsed > 0.0 {
@@ -719,12 +726,25 @@ fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(),
     if let Some(f) = &s.filter {
         rows.push(("filter".into(), f.clone()));
     }
+    if let Some(shard) = &s.shard {
+        rows.push(("shard".into(), shard.clone()));
+        rows.push(("shard_hash".into(), SHARD_HASH.into()));
+        rows.push((
+            "other_shard_segments".into(),
+            s.other_shard_segments.to_string(),
+        ));
+    }
     rows.extend(opts.meta.iter().cloned());
     for (k, v) in rows {
         store.set_meta(&k, &v)?;
     }
     Ok(())
 }
+
+/// meta `shard_hash` of a shard's database: how its connections were chosen (`mimic merge`
+/// refuses shards drawn by another rule).
+pub const SHARD_HASH: &str =
+    "community_id_v1 seed 0: first 8 digest bytes, big-endian, mod N, plus 1";
 
 fn json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())

@@ -16,6 +16,7 @@ pub mod filter;
 pub mod fuzzing;
 mod halfopen;
 mod http;
+pub mod merge;
 mod ranges;
 pub mod record;
 pub mod store;

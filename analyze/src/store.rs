@@ -1,5 +1,6 @@
 //! Writing connection records into a mimic database (schema `schemas/`: the tables of
-//! `0001_init.sql`, the indexes and views of `0002_operator.sql`).
+//! `0001_init.sql`, the indexes and views of `0002_operator.sql`, the `community_id` column of
+//! `0003_community_id.sql`).
 //!
 //! The columns are the lists of `mimic_core::schema`: a record becomes one row struct per table
 //! ([`connection_row`], [`exchange_row`], …) and the rows bind themselves to the generated
@@ -9,7 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
+use mimic_core::community_id::tcp_community_id;
 use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::flow::Endpoint;
 use mimic_core::schema::{
     BwSampleRow, ConnectionRow, ExchangeRow, RttSampleRow, Table, TableRow, Text,
 };
@@ -110,6 +113,10 @@ pub fn connection_row(r: &ConnectionRecord) -> ConnectionRow {
         holes_down: r.holes_down.into(),
         holes_up: r.holes_up.into(),
         frames: r.frames as i64,
+        community_id: Some(Text::Owned(tcp_community_id(
+            &Endpoint::new(r.client_ip, r.client_port),
+            &Endpoint::new(r.server_ip, r.server_port),
+        ))),
     }
 }
 

@@ -1456,3 +1456,92 @@ fn a_syn_scan_costs_a_compact_entry_per_connection() {
     }
     assert_eq!(n, 200_000);
 }
+
+/// `Config::shard`: the records of N shard analyzers, each fed every frame, are exactly the
+/// unsharded analyzer's (compared whole, by id), also with idle timeouts and a linger short
+/// enough that sweeps close connections mid-capture (a shard's clock moves with the other
+/// shards' frames too, or its sweeps would fall elsewhere); each connection is in one shard.
+#[test]
+fn shards_partition_the_records_exactly() {
+    use mimic_core::community_id::Shard;
+    let inputs = public_captures().unwrap_or_else(|| {
+        note_generated("shards_partition_the_records_exactly");
+        generated_captures()
+    });
+    let short = Config {
+        idle_timeout_ns: 2 * 1_000 * MS,
+        linger_ns: 500 * MS,
+        ..Config::default()
+    };
+    let n = 3u32;
+    let (mut conns, mut spread) = (0, 0);
+    for (i, bytes) in inputs.iter().enumerate() {
+        for cfg in [&Config::default(), &short] {
+            let Ok(mut r) =
+                mimic_core::trace::TraceReader::from_bytes(format!("capture {i}"), bytes.clone())
+            else {
+                continue;
+            };
+            let mut whole = Analyzer::new(cfg.clone());
+            let mut parts: Vec<Analyzer> = (1..=n)
+                .map(|k| {
+                    Analyzer::new(Config {
+                        shard: Some(Shard::new(k, n).unwrap()),
+                        ..cfg.clone()
+                    })
+                })
+                .collect();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut no = 0;
+            while let Ok(Some(fr)) = r.next_frame() {
+                no += 1;
+                let (t, link, data) = (fr.ts, fr.link, fr.data);
+                let _ = whole.handle_frame(no, t, link, data);
+                a.extend(std::iter::from_fn(|| whole.poll_record()));
+                for p in parts.iter_mut() {
+                    let _ = p.handle_frame(no, t, link, data);
+                    b.extend(std::iter::from_fn(|| p.poll_record()));
+                }
+            }
+            whole.finish();
+            a.extend(std::iter::from_fn(|| whole.poll_record()));
+            let mut per = Vec::new();
+            for p in parts.iter_mut() {
+                p.finish();
+                b.extend(std::iter::from_fn(|| p.poll_record()));
+                per.push(p.stats().connections);
+            }
+            a.sort_by_key(|r| r.id);
+            b.sort_by_key(|r| r.id);
+            assert_eq!(a.len(), b.len(), "capture {i}: records");
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(
+                    format!("{x:?}"),
+                    format!("{y:?}"),
+                    "capture {i}: connection {}",
+                    x.id
+                );
+            }
+            let w = whole.stats();
+            let seg: u64 = parts.iter().map(|p| p.stats().tcp_segments).sum();
+            assert_eq!(seg, w.tcp_segments, "capture {i}");
+            for p in &parts {
+                let s = p.stats();
+                assert_eq!(s.frames, w.frames, "capture {i}");
+                assert_eq!(s.tcp_segments + s.other_shard_segments, w.tcp_segments);
+                assert_eq!(s.time_backwards, w.time_backwards, "capture {i}");
+                assert_eq!(s.skipped, w.skipped, "capture {i}");
+            }
+            conns += a.len();
+            spread += (per.iter().filter(|&&c| c > 0).count() > 1) as usize;
+        }
+    }
+    eprintln!(
+        "{} captures, {conns} connections, split among {n} shards",
+        inputs.len()
+    );
+    assert!(
+        conns > 100 && spread > 4,
+        "{conns} connections, {spread} captures split"
+    );
+}

@@ -14,12 +14,14 @@ use rusqlite::{Connection, OptionalExtension};
 pub const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("../../schemas/0001_init.sql")),
     (2, include_str!("../../schemas/0002_operator.sql")),
+    (3, include_str!("../../schemas/0003_community_id.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
-/// database migrated in place stays readable by older builds.
+/// database migrated in place stays readable by older builds; neither does one that adds a
+/// nullable column at the end (0003), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -460,9 +462,13 @@ pub fn migrate(conn: &Connection) -> rusqlite::Result<Vec<u32>> {
 pub fn add_temp_views(conn: &Connection) -> rusqlite::Result<()> {
     let level = schema_level(conn)?;
     for (_, sql) in MIGRATIONS.iter().filter(|(n, _)| *n > level) {
+        // (columns cannot be added to a database that may not be written: read without them)
         let views: String = sql
             .lines()
-            .filter(|l| !l.trim_start().starts_with("CREATE INDEX"))
+            .filter(|l| {
+                let l = l.trim_start();
+                !l.starts_with("CREATE INDEX") && !l.starts_with("ALTER TABLE")
+            })
             .collect::<Vec<_>>()
             .join("\n")
             .replace(
@@ -552,7 +558,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("2")
+            Some("3")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -621,7 +627,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("2")
+            Some("3")
         );
         assert_eq!(
             objects(&c),
@@ -644,6 +650,15 @@ mod tests {
         assert_eq!(client, "[2001:db8::1]:40000");
         assert_eq!(rtt, 12.345);
         assert_eq!(start, "2023-11-14 22:13:20.123");
+        // 0003's column, NULL for the rows written before it
+        let cid: Option<String> = c
+            .query_row(
+                "SELECT community_id FROM connections WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(cid, None);
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

@@ -2,6 +2,8 @@
 //!
 //! * [`time`] — one timestamp type (nanoseconds since the Unix epoch), converted at the edges.
 //! * [`seq`] — TCP sequence numbers that compare and subtract modulo 2^32.
+//! * [`community_id`] — the Community ID v1 flow hash, and the shards of `analyze --shard K/N`
+//!   drawn from it.
 //! * [`flow`] — flow keys (VLAN stack + 4-tuple) with a canonical, direction-free form.
 //! * [`packet`] — decoding a captured frame of any supported link type down to a TCP segment,
 //!   with malformed input reported as a small `Copy` reason that callers count.
@@ -12,6 +14,7 @@
 //!   which the DDL, the writers' binds and the readers come.
 //! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
 
+pub mod community_id;
 pub mod cpu;
 pub mod db;
 pub mod flow;

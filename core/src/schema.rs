@@ -551,6 +551,9 @@ tables! {
         holes_up: i64 => col(Unit::Count).default("0"),
         /// Frames of the connection.
         frames: i64 => col(Unit::Packets).default("0"),
+        /// Community ID v1 of the connection's addresses and ports (seed 0, TCP), the flow hash
+        /// Zeek, Suricata, Arkime and Elastic emit; NULL in rows written before migration 3.
+        community_id: Option<Text> => col(Unit::None).since(3),
     }
 
     /// One row per request/response exchange (an application data unit each way).
@@ -964,6 +967,7 @@ mod tests {
             holes_down: 9,
             holes_up: 10,
             frames: 20,
+            community_id: Some(Text::Owned(format!("1:conn{id}="))),
         };
         let rows = [conn(1), conn(2), conn(3)];
         let n = ConnectionRow::TABLE.columns.len();

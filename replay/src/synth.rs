@@ -6,7 +6,9 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use mimic_core::community_id::tcp_community_id;
 use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::flow::Endpoint;
 use mimic_core::schema::{ConnectionRow, ExchangeRow, TableRow, Text};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
@@ -245,10 +247,11 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
                 think_us as i64,
             ));
         }
+        let client_port = 40_000 + (i % 20_000) as u16;
         ConnectionRow {
             id,
             client_ip: Text::Owned(client.to_string()),
-            client_port: 40_000 + (i % 20_000) as i64,
+            client_port: client_port.into(),
             server_ip: Text::Owned(server.to_string()),
             server_port: 80,
             ip_version: 4,
@@ -275,6 +278,10 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
             termination: termination.into(),
             closed_by: Some(closed_by.into()),
             exchanges: n as i64,
+            community_id: Some(Text::Owned(tcp_community_id(
+                &Endpoint::new(client.into(), client_port),
+                &Endpoint::new(server.into(), 80),
+            ))),
             // no truth for the rest (counts 0, the others NULL): they are what a replay measures
             ..ConnectionRow::default()
         }

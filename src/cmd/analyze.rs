@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use mimic_analyze::driver::{self, RunOptions, Summary};
 use mimic_analyze::{BwMethod, Cidr, Config};
+use mimic_core::community_id::Shard;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,6 +33,12 @@ pub struct Args {
     /// link type. Rejected frames are counted, not analyzed.
     #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
     pub filter: Option<String>,
+    /// Analyze only shard K of N (1 <= K <= N): the connections whose Community ID hash falls
+    /// in it (both directions of a connection in one shard; the hash is documented in GUIDE.md
+    /// and stable across versions and hosts). Run all N, on any hosts, and join the databases
+    /// with `mimic merge`.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
     /// Print the summary as JSON on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -88,6 +95,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         max_connections: a.max_connections,
         bw_method: a.bw_method,
         rtt_rows: a.rtt_samples,
+        shard: a.shard,
         ..Config::default()
     };
     // Ctrl-C or SIGTERM stops the reading and removes the unfinished database; a second one
@@ -233,6 +241,12 @@ fn print_summary(s: &Summary) {
             String::new()
         }
     );
+    if let Some(shard) = &s.shard {
+        println!(
+            "shard {shard}: {} TCP segments of other shards' connections counted, not analyzed",
+            group(s.other_shard_segments)
+        );
+    }
     let pruned: Vec<String> = s
         .pruned
         .iter()

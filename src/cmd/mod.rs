@@ -7,6 +7,7 @@ pub mod compare;
 pub mod demo;
 pub mod export;
 pub mod lab;
+pub mod merge;
 pub mod netemu;
 pub mod pki;
 pub mod replay;

@@ -14,3 +14,4 @@ mod metrics;
 mod netemu;
 mod pki;
 mod replay;
+mod shard;

@@ -1,0 +1,15 @@
+-- mimic database schema, migration 3: the Community ID of each connection.
+--
+-- `community_id` is the Community ID v1 flow hash of the connection's addresses and ports
+-- (corelight/community-id-spec, seed 0, protocol 6; mimic_core::community_id), the identifier
+-- Zeek, Suricata, Arkime and Elastic emit, so a connection joins across tools:
+-- `1:` + base64(SHA-1(seed, ordered addresses, protocol, 0, ordered ports)). The same hash
+-- draws the shards of `mimic analyze --shard K/N`.
+--
+-- One nullable column added at the end: readers that name their columns are unaffected, so the
+-- data contract (meta `schema_version`) stays at 1. A database written before this migration
+-- and brought up to date in place has NULL here (the hash is computed by the writer, not by
+-- SQL); a database that may not be written is read without the column.
+--
+-- The column itself is declared in core/src/schema.rs (`.since(3)`); its ALTER TABLE is
+-- generated from that list and runs before this file, which adds nothing else.

@@ -15,7 +15,8 @@
 //! * The initramfs (built once per kernel version and cached): Debian's static busybox, the
 //!   modules the guest needs (virtio, 9p, bridge, sch_netem, sch_htb, cls_u32, ... with their
 //!   dependencies from each module's `depends=` field, loaded in dependency order) and a small
-//!   `/init` that mounts the host's root, puts tmpfs on `/tmp` and `/run`, and `chroot`s into it
+//!   `/init` that mounts the host's root, puts tmpfs on `/run` and an overlay (the host's files
+//!   below, a tmpfs above) on `/tmp`, and `chroot`s into it
 //!   to run `mimic lab guest-agent` as the guest's PID 1.
 //! * The command channel: a virtio-serial port (`mimic.agent`) on a unix socket in the lab's
 //!   runtime dir; one JSON line per request (argv, timeout) and one per reply (exit status,
@@ -49,6 +50,7 @@ pub const GUEST_MODULES: &[&str] = &[
     "cls_flower",
     "cls_matchall",
     "act_mirred",
+    "overlay",
 ];
 
 /// The 9p mount tag of the host's root.
@@ -447,8 +449,20 @@ $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose {ROO
 $B mount -t proc proc /newroot/proc
 $B mount -t sysfs sys /newroot/sys
 $B mount -t devtmpfs dev /newroot/dev
-for d in /tmp /run /var/tmp /var/log /root; do
+# /run and /var/log: the guest's own. /tmp, /var/tmp and /root: the host's files seen through
+# an overlay whose writable upper layer is a tmpfs, so a binary or file under the host's /tmp
+# (a checkout there, cargo's target/tmp) is found at the same path and the guest's writes stay
+# in the guest.
+for d in /run /var/log; do
   [ -d /newroot$d ] && $B mount -t tmpfs -o mode=1777 tmpfs /newroot$d
+done
+$B mkdir -p /overlay && $B mount -t tmpfs -o mode=0755 tmpfs /overlay
+for d in /tmp /var/tmp /root; do
+  [ -d /newroot$d ] || continue
+  $B mkdir -p /overlay$d/upper /overlay$d/work
+  $B chmod 1777 /overlay$d/upper
+  $B mount -t overlay overlay -o lowerdir=/newroot$d,upperdir=/overlay$d/upper,workdir=/overlay$d/work /newroot$d \
+    || fail "mounting an overlay on $d failed"
 done
 $B mkdir -p /newroot/run/netns
 [ -x "/newroot$mimic_agent" ] || fail "the agent $mimic_agent is not executable in the host's files"

@@ -120,7 +120,8 @@ fn assert_nothing_left(name: &str) {
     );
 }
 
-/// Files the guest reads must be under the host's `/` outside its tmpfs mounts (/tmp, /run).
+/// A folder of the host's the guest sees at the same path (under target/, which may itself lie
+/// under /tmp: the guest overlays the host's /tmp).
 fn guest_visible_dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("guest-{name}"));
     let _ = std::fs::remove_dir_all(&d);

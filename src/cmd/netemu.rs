@@ -290,7 +290,9 @@ fn parse_queue(s: &str) -> Result<QueueOverride, String> {
 fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
     let mut table = a.tables.load()?;
     if let Some(db) = &a.from {
-        let wl = mimic_replay::workload::load(db, a.select, a.limit)?;
+        let mut wl = mimic_replay::workload::load(db, a.select, a.limit)?;
+        // the rates a replay would give (--unestimated pooled)
+        orchestrate::rates::assign(&mut wl, Default::default())?;
         let addrs: Vec<Ipv4Addr> = if a.client_addr.is_empty() {
             let info = LabInfo::for_name("render")?;
             (0..info.pool_len())

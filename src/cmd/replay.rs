@@ -46,9 +46,14 @@ pub struct Args {
     #[arg(long, value_name = "recorded|think", default_value = "recorded")]
     pub request_timing: RequestTiming,
     /// What a connection without a bandwidth estimate of its own gets: pooled (the median
-    /// estimate of the same client address's connections, else of its RTT class: <10, 10-50,
-    /// 50-200, >=200 ms; else it is left out), skip (left out) or unshaped (no rate limit).
-    #[arg(long, value_name = "pooled|skip|unshaped", default_value = "pooled")]
+    /// estimate of the same client address's connections, else it is left out), pooled-class
+    /// (else the median of its RTT class: <10, 10-50, 50-200, >=200 ms, before leaving it out),
+    /// skip (left out) or unshaped (no rate limit).
+    #[arg(
+        long,
+        value_name = "pooled|pooled-class|skip|unshaped",
+        default_value = "pooled"
+    )]
     pub unestimated: Unestimated,
     /// Which connections: complete (handshake, termination, no holes) or all.
     #[arg(long, default_value = "complete", value_parser = parse_select)]
@@ -320,7 +325,7 @@ mod tests {
             up: None,
             down: Some(100),
         };
-        lab.unestimated = Unestimated::Skip;
+        lab.unestimated = Unestimated::PooledClass;
         assert_eq!(round_trip(&lab), lab);
         let defaults = ReplayOptions::new(
             "a.db".into(),

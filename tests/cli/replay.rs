@@ -195,7 +195,7 @@ fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("--unestimated takes pooled, skip or unshaped"),
+        stderr(&o).contains("--unestimated takes pooled, pooled-class, skip or unshaped"),
         "{}",
         stderr(&o)
     );

@@ -183,6 +183,28 @@ fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
         "a refused workload built a lab"
     );
 
+    // `mimic netemu render --from` gives the pipes a replay would: the same refusal, and with
+    // --unestimated unshaped pipes without a rate
+    let from = db.to_str().unwrap();
+    let o = run(&["netemu", "render", "--backend", "tc", "--from", from]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--unestimated unshaped"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "tc",
+        "--from",
+        from,
+        "--unestimated",
+        "unshaped",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
     let o = run(&[
         "replay",
         "in.db",

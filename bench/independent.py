@@ -599,9 +599,11 @@ def cmd_report(a):
                                            within_20=ov.get("within_20"),
                                            within_10=ov.get("within_10"),
                                            consistent=paired.get("consistent"))
-        cl = os.path.join(d, "replay-delack-clamped")
-        if os.path.exists(cl):
-            replay["delack_timeout_clamped"] = int(open(cl).read().strip() or 0)
+        rj = os.path.join(d, "replay.json")
+        if os.path.exists(rj):
+            # mimic replay's own counts: where each connection's rate came from, and the
+            # inferred delayed-ACK timeouts over 2 s it replayed with the default
+            replay["rate_sources"] = json.load(open(rj)).get("rate_sources") or {}
 
     dep = os.path.join(d, "departures.json")
     departures = json.load(open(dep)) if os.path.exists(dep) else None
@@ -687,7 +689,7 @@ def render(analyzer, replay, base_rtt_us, no_delay):
         out.append(f"{'class':20} {'replayed':>8} {'failed':>6}  {'within +-20%':>19}  "
                    f"{'median%':>7} {'p10%':>7} {'p90%':>7}")
         for c, v in replay.items():
-            if c in ("mimic_compare", "delack_timeout_clamped"):
+            if c in ("mimic_compare", "rate_sources"):
                 continue
             out.append(f"{c:20} {v['replayed']:8} {v['failed']:6}  "
                        f"{fmt_share(v['within_20'], v['replayed']):>19}  "
@@ -698,9 +700,14 @@ def render(analyzer, replay, base_rtt_us, no_delay):
             out.append(f"mimic compare, same pairs without the failed ones: "
                        f"{100 * mc['within_20']:.1f}% within +-20%, {100 * mc['within_10']:.1f}% "
                        f"within +-10% ({mc['pairs']} pairs)")
-        if replay.get("delack_timeout_clamped"):
-            out.append(f"({replay['delack_timeout_clamped']} connections' inferred delayed-ACK "
-                       f"timeout was over 2 s, which mimic replay refuses: replayed with its default)")
+        rs = replay.get("rate_sources")
+        if rs:
+            out.append(f"rates (mimic replay --unestimated {rs.get('unestimated')}): "
+                       f"{rs.get('estimated', 0)} estimated, {rs.get('pooled_by_client', 0)} pooled "
+                       f"by client, {rs.get('pooled_by_class', 0)} pooled by RTT class, "
+                       f"{rs.get('unshaped_by_request', 0)} unshaped, {rs.get('left_out', 0)} left "
+                       f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "
+                       f"replayed as the default")
     return "\n".join(out) + "\n"
 
 

@@ -17,6 +17,7 @@ use mimic_netemu::classify::IpNet;
 use mimic_netemu::control::ControlAddr;
 use mimic_netemu::stack::StackProfile;
 
+use crate::orchestrate::rates::Unestimated;
 use crate::orchestrate::QueueOverride;
 use crate::workload::{RequestTiming, Select};
 
@@ -119,6 +120,8 @@ pub struct ReplayOptions {
     /// Queue lengths that replace Monkey's rate classes (either direction or both).
     pub queue: QueueOverride,
     pub request_timing: RequestTiming,
+    /// What a connection without a bandwidth estimate gets (pooled, skip, unshaped).
+    pub unestimated: Unestimated,
     pub select: Select,
     pub limit: Option<usize>,
     /// Multiplies the gaps between connection starts (2 = half the arrival rate).
@@ -148,6 +151,7 @@ impl ReplayOptions {
             stack: None,
             queue: QueueOverride::default(),
             request_timing: RequestTiming::default(),
+            unestimated: Unestimated::default(),
             select: Select::Complete,
             limit: None,
             time_scale: DEFAULT_TIME_SCALE,
@@ -198,6 +202,9 @@ impl ReplayOptions {
         }
         if self.request_timing != RequestTiming::default() {
             a.value("--request-timing", self.request_timing.to_string());
+        }
+        if self.unestimated != Unestimated::default() {
+            a.value("--unestimated", self.unestimated.to_string());
         }
         if self.select != Select::Complete {
             a.value("--select", self.select.to_string());

@@ -118,6 +118,8 @@ pub struct ExchangeSpec {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConnSpec {
     pub orig_id: i64,
+    /// The original client's address (pools bandwidth estimates across its connections).
+    pub client_ip: Option<String>,
     /// Start of the connection at the capture point (the SYN, or the first packet), µs.
     pub t_start_us: i64,
     pub min_rtt_us: Option<i64>,
@@ -174,7 +176,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     let mut st = c
         .prepare(&format!(
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
-             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by
+             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -191,6 +193,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             };
             Ok(ConnSpec {
                 orig_id: r.get(0)?,
+                client_ip: r.get(12)?,
                 t_start_us: r.get(1)?,
                 min_rtt_us: r.get(2)?,
                 bw_bps: r.get(3)?,

@@ -220,6 +220,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         stack,
         queue: Default::default(),
         request_timing: Default::default(),
+        unestimated: Default::default(),
         select: Select::Complete,
         limit: None,
         time_scale: 1.0,

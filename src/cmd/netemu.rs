@@ -248,6 +248,15 @@ struct RenderArgs {
     /// With --from: queue lengths instead of the rate classes, as `mimic replay --queue`.
     #[arg(long, value_name = "N|up=N,down=M", value_parser = parse_queue, requires = "from")]
     queue: Option<QueueOverride>,
+    /// With --from: what a connection without a bandwidth estimate gets, as `mimic replay
+    /// --unestimated` (pooled, pooled-class, skip, unshaped).
+    #[arg(
+        long,
+        value_name = "pooled|pooled-class|skip|unshaped",
+        default_value = "pooled",
+        requires = "from"
+    )]
+    unestimated: orchestrate::Unestimated,
     /// With --from: the seed `mimic replay --seed` would use (only mimic's datapath uses it).
     #[arg(long, default_value_t = 1, requires = "from")]
     seed: u64,
@@ -290,7 +299,9 @@ fn parse_queue(s: &str) -> Result<QueueOverride, String> {
 fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
     let mut table = a.tables.load()?;
     if let Some(db) = &a.from {
-        let wl = mimic_replay::workload::load(db, a.select, a.limit)?;
+        let mut wl = mimic_replay::workload::load(db, a.select, a.limit)?;
+        // the rates a replay with the same --unestimated would give
+        orchestrate::rates::assign(&mut wl, a.unestimated)?;
         let addrs: Vec<Ipv4Addr> = if a.client_addr.is_empty() {
             let info = LabInfo::for_name("render")?;
             (0..info.pool_len())

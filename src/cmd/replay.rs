@@ -14,7 +14,7 @@ use std::sync::Arc;
 use mimic_netemu::control::ControlAddr;
 use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
-    self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target,
+    self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target, Unestimated,
 };
 use mimic_replay::spec;
 use mimic_replay::workload::{RequestTiming, Select};
@@ -45,6 +45,16 @@ pub struct Args {
     /// time after the previous response).
     #[arg(long, value_name = "recorded|think", default_value = "recorded")]
     pub request_timing: RequestTiming,
+    /// What a connection without a bandwidth estimate of its own gets: pooled (the median
+    /// estimate of the same client address's connections, else it is left out), pooled-class
+    /// (else the median of its RTT class: <10, 10-50, 50-200, >=200 ms, before leaving it out),
+    /// skip (left out) or unshaped (no rate limit).
+    #[arg(
+        long,
+        value_name = "pooled|pooled-class|skip|unshaped",
+        default_value = "pooled"
+    )]
+    pub unestimated: Unestimated,
     /// Which connections: complete (handshake, termination, no holes) or all.
     #[arg(long, default_value = "complete", value_parser = parse_select)]
     pub select: Select,
@@ -134,6 +144,7 @@ impl Args {
             stack: self.stack,
             queue: self.queue.unwrap_or_default(),
             request_timing: self.request_timing,
+            unestimated: self.unestimated,
             select: self.select,
             limit: self.limit,
             time_scale: self.time_scale,
@@ -228,6 +239,7 @@ fn print_summary(s: &ReplaySummary) {
             )
         }
     );
+    println!("{}", s.rate_sources.describe());
     if let Some(st) = &s.stack {
         println!("server stack: {st}");
     }
@@ -291,6 +303,7 @@ mod tests {
                 down: Some(64),
             },
             request_timing: RequestTiming::Think,
+            unestimated: Unestimated::Unshaped,
             select: Select::All,
             limit: Some(500),
             time_scale: 2.5,
@@ -312,6 +325,7 @@ mod tests {
             up: None,
             down: Some(100),
         };
+        lab.unestimated = Unestimated::PooledClass;
         assert_eq!(round_trip(&lab), lab);
         let defaults = ReplayOptions::new(
             "a.db".into(),

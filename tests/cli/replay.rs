@@ -136,3 +136,89 @@ fn serve_names_a_bad_timer_cpu_list() {
     let e = stderr(&o);
     assert!(e.contains("keeping the timer thread on CPUs 1000"), "{e}");
 }
+
+/// A workload in which no connection has a bandwidth estimate, nor one to pool, is not
+/// replayed unshaped behind the user's back: the default (`--unestimated pooled`) leaves
+/// every connection out, and the error says so and names the flag that would replay them
+/// without a rate limit, before any lab is built.
+#[test]
+fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
+    let dir = tempdir();
+    let db = dir.path().join("noest.db");
+    let out = dir.path().join("replay.db");
+    let o = run(&[
+        "synth",
+        "--connections",
+        "6",
+        "--seed",
+        "5",
+        "-o",
+        db.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "synth: {}", stderr(&o));
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("UPDATE connections SET bw_bps = NULL", [])
+        .unwrap();
+    let lab = format!("rcli{}u", std::process::id());
+    let o = run(&[
+        "replay",
+        db.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--lab",
+        &lab,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("noest.db")
+            && e.contains("bandwidth estimate")
+            && e.contains("--unestimated unshaped"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    assert!(
+        !std::path::Path::new(&format!("/run/netns/{lab}-cli")).exists(),
+        "a refused workload built a lab"
+    );
+
+    // `mimic netemu render --from` gives the pipes a replay would: the same refusal, and with
+    // --unestimated unshaped pipes without a rate
+    let from = db.to_str().unwrap();
+    let o = run(&["netemu", "render", "--backend", "tc", "--from", from]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--unestimated unshaped"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "tc",
+        "--from",
+        from,
+        "--unestimated",
+        "unshaped",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        "out.db",
+        "--lab",
+        "x",
+        "--unestimated",
+        "none",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--unestimated takes pooled, pooled-class, skip or unshaped"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -619,3 +619,187 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
         }
     }
 }
+
+/// No connection runs unshaped unless the user asked for it: a workload where some connections
+/// have no bandwidth estimate is replayed with the default (`--unestimated pooled`): those of a
+/// client address with estimates get that client's median, the others are left out; with
+/// `--unestimated pooled-class` those get their RTT class's median unless the class has no
+/// estimate either. The summary and `meta` count each source, and no pipe is without a rate. A
+/// delayed-ACK timeout the analyzer inferred beyond the pipe's 2 s maximum is replayed as the
+/// default, counted, instead of refusing the workload. With `--unestimated unshaped` (asked
+/// for) exactly the unestimated connections run unshaped.
+#[test]
+fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {
+    preflight();
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    ok(&[
+        "synth",
+        "--connections",
+        "24",
+        "--rate",
+        "40",
+        "--max-response",
+        "20000",
+        "--seed",
+        "11",
+        "-o",
+        &p("synth.db"),
+    ]);
+    let db = rusqlite::Connection::open(d.join("synth.db")).unwrap();
+    // id % 4 = 0: client 10.1.0.1, estimated 2 Mbit/s (id % 8 = 4) or none (id % 8 = 0: pooled
+    // by client); 1: own client, 20 ms, none (pooled by the 10-50 ms class when asked, else
+    // left out); 2: own client, 3 ms, none (no estimate in the < 10 ms class: left out);
+    // 3: own client, 20 ms, 5 Mbit/s, a 4.7 s delayed-ACK timeout
+    db.execute_batch(
+        "UPDATE connections SET min_rtt_us = 20000, hs_rtt_us = 20000, bw_bps = 5e6,
+             loss_rate_down = 0, loss_random_down = 0, client_ip = '10.2.0.' || id;
+         UPDATE connections SET client_ip = '10.1.0.1', bw_bps = 2e6 WHERE id % 4 = 0;
+         UPDATE connections SET bw_bps = NULL WHERE id % 8 = 0 OR id % 4 = 1;
+         UPDATE connections SET bw_bps = NULL, min_rtt_us = 3000, hs_rtt_us = 3000 WHERE id % 4 = 2;
+         UPDATE connections SET delack_policy = 'delayed', delack_timeout_us = 4700000 WHERE id % 4 = 3;",
+    )
+    .unwrap();
+    let count = |w: &str| -> u64 {
+        db.query_row(
+            &format!(
+                "SELECT count(*) FROM connections WHERE complete = 1 AND exchanges > 0 AND {w}"
+            ),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap() as u64
+    };
+    let total = count("1");
+    let estimated = count("bw_bps IS NOT NULL");
+    let (by_client, by_class, no_class) = (
+        count("id % 8 = 0"),
+        count("id % 4 = 1"),
+        count("id % 4 = 2"),
+    );
+    let delack = count("id % 4 = 3");
+    for n in [estimated, by_client, by_class, no_class, delack] {
+        assert!(n > 0, "the workload lacks a kind of connection: {n}");
+    }
+    drop(db);
+    let meta = |out: &str| -> std::collections::HashMap<String, String> {
+        let c = rusqlite::Connection::open(d.join(out)).unwrap();
+        let mut st = c.prepare("SELECT key, value FROM meta").unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    // each replayed connection's downstream rate (NULL: unshaped), by original id
+    let rates = |out: &str| -> Vec<(i64, Option<f64>)> {
+        let c = rusqlite::Connection::open(d.join(out)).unwrap();
+        let mut st = c
+            .prepare("SELECT orig_conn_id, down_rate_bps FROM replay_pipes ORDER BY orig_conn_id")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let replay = |out: &str, mode: Option<&str>| -> serde_json::Value {
+        let name = lab_name();
+        let _down = LabDown(name.clone());
+        let o = p(out);
+        let mut args = vec!["replay", &p("synth.db"), "-o", &o, "--lab", &name, "--json"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        if let Some(m) = mode {
+            args.extend(["--unestimated".to_string(), m.to_string()]);
+        }
+        let r = json(&ok(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+        eprintln!("rate sources ({mode:?}): {}", r["rate_sources"]);
+        assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+        r
+    };
+
+    for (out, mode, class, left_out) in [
+        ("pooled.db", None, 0, by_class + no_class),
+        ("pooled-class.db", Some("pooled-class"), by_class, no_class),
+    ] {
+        let r = replay(out, mode);
+        let rs = &r["rate_sources"];
+        let m = meta(out);
+        let name = mode.unwrap_or("pooled");
+        assert_eq!(rs["unestimated"].as_str(), Some(name), "{rs}");
+        assert_eq!(m["unestimated"], name);
+        for (k, n) in [
+            ("estimated", estimated),
+            ("pooled_by_client", by_client),
+            ("pooled_by_class", class),
+            ("unshaped_by_request", 0),
+            ("left_out", left_out),
+            ("delack_timeout_defaulted", delack),
+        ] {
+            assert_eq!(rs[k].as_u64(), Some(n), "{out}: summary {k}: {rs}");
+            let key = if k.starts_with("delack") {
+                k.to_string()
+            } else {
+                format!("rate_{k}")
+            };
+            assert_eq!(m[&key], n.to_string(), "{out}: meta {key}");
+        }
+        assert_eq!(r["connections"].as_u64(), Some(total - left_out), "{r}");
+        let got = rates(out);
+        assert_eq!(got.len() as u64, total - left_out);
+        for (id, rate) in &got {
+            assert!(
+                rate.is_some_and(|b| b > 0.0),
+                "{out}: connection {id} replayed without a rate limit, unasked: {rate:?}"
+            );
+            assert_ne!(
+                id % 4,
+                2,
+                "{out}: connection {id} should have been left out"
+            );
+            if id % 4 == 0 {
+                assert_eq!(
+                    *rate,
+                    Some(2e6),
+                    "{out}: connection {id}: its client's median"
+                );
+            }
+        }
+        // the 4.7 s timeouts became the default 200 ms on the pipes
+        let c = rusqlite::Connection::open(d.join(out)).unwrap();
+        let timeouts = |w: &str| -> u64 {
+            c.query_row(
+                &format!("SELECT count(*) FROM replay_pipes WHERE {w}"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap() as u64
+        };
+        assert_eq!(timeouts("ack_timeout_us > 2000000"), 0);
+        assert_eq!(
+            timeouts("orig_conn_id % 4 = 3 AND ack_timeout_us = 200000"),
+            delack
+        );
+    }
+
+    // asked for: the unestimated connections run unshaped, and are counted as such
+    let r = replay("unshaped.db", Some("unshaped"));
+    let rs = &r["rate_sources"];
+    let unestimated = total - estimated;
+    assert_eq!(
+        rs["unshaped_by_request"].as_u64(),
+        Some(unestimated),
+        "{rs}"
+    );
+    assert_eq!(rs["left_out"].as_u64(), Some(0), "{rs}");
+    assert_eq!(r["connections"].as_u64(), Some(total), "{r}");
+    let m = meta("unshaped.db");
+    assert_eq!(m["unestimated"], "unshaped");
+    assert_eq!(m["rate_unshaped_by_request"], unestimated.to_string());
+    let unshaped = rates("unshaped.db")
+        .iter()
+        .filter(|(_, r)| r.is_none())
+        .count() as u64;
+    assert_eq!(unshaped, unestimated);
+}

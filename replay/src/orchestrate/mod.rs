@@ -32,11 +32,13 @@ mod clients;
 mod db;
 pub mod error;
 pub mod plan;
+pub mod rates;
 mod roles;
 
 pub use crate::spec::{ReplayOptions, Target};
 pub use error::ReplayError;
 pub use plan::{flow_rules, pipes_for, QueueOverride};
+pub use rates::{RateSources, Unestimated};
 
 /// Live counters for a progress display.
 #[derive(Debug, Default)]
@@ -68,6 +70,9 @@ pub struct ReplaySummary {
     /// Replayed without error but not found in the capture.
     pub missing: u64,
     pub skipped_by_select: u64,
+    /// Connections by the source of their downstream rate (`--unestimated`), and the
+    /// delayed-ACK timeouts defaulted; the connections left out are not in `connections`.
+    pub rate_sources: RateSources,
     /// How late connections started compared with the plan (p50, p99, max; µs).
     pub start_lateness_us: [u64; 3],
     /// The 99.9th percentile of that lateness (µs), and the connections that started more
@@ -133,7 +138,8 @@ pub fn run(
         ));
     }
     progress.stage("load");
-    let wl = workload::load(&opts.input, opts.select, opts.limit)?;
+    let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
+    let rate_sources = rates::assign(&mut wl, opts.unestimated)?;
     progress
         .total
         .store(wl.conns.len() as u64, Ordering::Relaxed);
@@ -222,6 +228,7 @@ pub fn run(
         ep.stack_in_force.as_ref(),
         ep.lab.as_deref(),
     )?;
+    rates::write_meta(&staged, &rate_sources)?;
     if let Some(keep) = &opts.keep_capture {
         std::fs::create_dir_all(keep)
             .map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;
@@ -265,6 +272,7 @@ pub fn run(
         failures,
         missing: finished.missing,
         skipped_by_select: wl.skipped,
+        rate_sources,
         start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
         start_lateness_p999_us: q(0.999),
         starts_over_1ms: late.iter().filter(|&&l| l > 1000).count() as u64,

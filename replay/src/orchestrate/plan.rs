@@ -93,7 +93,7 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
             every,
             timeout: c
                 .delack_timeout_us
-                .filter(|t| *t > 0)
+                .filter(|t| *t > 0 && *t <= super::rates::MAX_DELACK_TIMEOUT_US)
                 .unwrap_or(DEFAULT_DELACK_TIMEOUT_US) as u64
                 * 1000,
         }),
@@ -232,6 +232,7 @@ mod tests {
     fn conn(bw_bps: Option<f64>, loss: f64, delack: Option<u32>) -> ConnSpec {
         ConnSpec {
             orig_id: 7,
+            client_ip: None,
             t_start_us: 0,
             min_rtt_us: Some(40_000),
             bw_bps,
@@ -267,8 +268,19 @@ mod tests {
             (QueueLimit::Packets(5), QueueLimit::Packets(5))
         );
         assert!(up.ack.is_none() && matches!(down.loss, LossModel::None));
+        // an inferred timeout the pipe cannot hold (> 2 s) gets the default, never an error
+        let mut late = conn(Some(1e6), 0.0, Some(2));
+        late.delack_timeout_us = Some(4_700_000);
+        let (up, _) = pipes_for(&late, 9, QueueOverride::default());
+        assert_eq!(
+            up.ack.map(|a| a.timeout),
+            Some(DEFAULT_DELACK_TIMEOUT_US as u64 * 1000)
+        );
         let (up, down) = pipes_for(&conn(None, 0.0, None), 9, QueueOverride::default());
-        assert_eq!(down.rate_bps, 0, "unknown bandwidth: no rate limit");
+        assert_eq!(
+            down.rate_bps, 0,
+            "no rate (only with --unestimated unshaped, see rates)"
+        );
         assert_eq!(
             (up.queue, down.queue),
             (QueueLimit::Packets(40), QueueLimit::Packets(40))

@@ -711,13 +711,13 @@ fn capture_vantage(i: &Input) -> Option<String> {
     if i.role() == Some("synth") && !i.meta.contains_key("capture_vantage") {
         return None;
     }
-    Some(
-        match i.meta.get("capture_vantage").map(String::as_str) {
-            Some(v @ ("server" | "client")) => v,
-            _ => "unknown",
-        }
-        .to_string(),
-    )
+    let v = i
+        .meta
+        .get("capture_vantage")
+        .map(String::as_str)
+        .filter(|v| matches!(*v, "server" | "client"))
+        .unwrap_or("unknown");
+    Some(v.to_string())
 }
 
 /// The warning for a comparison of captures taken at different or unknown vantage points:

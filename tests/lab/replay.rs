@@ -181,10 +181,9 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
                 .unwrap_or_else(|| panic!("no meta {k}"))
         };
         assert_eq!(meta("capture_vantage"), "server");
-        assert!(
-            meta("capture_iface").contains("srv"),
-            "{}",
-            meta("capture_iface")
+        assert_eq!(
+            meta("capture_iface"),
+            LabInfo::for_name(&name).unwrap().srv_if
         );
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
         assert_eq!(

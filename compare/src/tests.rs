@@ -669,7 +669,11 @@ fn vantage_points_that_differ_or_are_unknown_are_warned_about() {
         .collect();
     assert_eq!(v, [None, Some("client"), Some("unknown")]);
     assert!(r.comparisons.iter().all(|c| c.vantage_warning.is_none()));
+    assert!(!r.to_html().contains("Vantage point:"));
     let r = Report::build(&p("client.db"), &[p("old.db")], &opts).unwrap();
+    assert!(r
+        .to_html()
+        .contains("<p class=\"warn\">Vantage point: client was captured at the client, old at an unknown point"));
     assert!(r.comparisons[0].vantage_warning.as_deref().is_some_and(
         |w| w.starts_with("client was captured at the client, old at an unknown point")
     ));

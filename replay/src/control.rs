@@ -68,8 +68,13 @@ impl HostInfo {
                 .collect();
             String::from_utf8_lossy(&bytes).into_owned()
         };
+        // without the route (no `ip` on the host, no route to `to`) the sysctls still count
         let (stack, stack_error) = match stack::read_local(to) {
             Ok(p) => (Some(p), None),
+            Err(e) if to.is_some() => match stack::read_local(None) {
+                Ok(p) => (Some(p), Some(format!("route attributes not read: {e}"))),
+                Err(_) => (None, Some(e.to_string())),
+            },
             Err(e) => (None, Some(e.to_string())),
         };
         HostInfo {

@@ -102,6 +102,9 @@ pub(crate) fn render(r: &Report) -> String {
             verdict_class(c),
             esc(&c.verdict)
         );
+        if let Some(w) = &c.vantage_warning {
+            let _ = writeln!(h, "<p class=\"warn\">Vantage point: {}</p>", esc(w));
+        }
     }
     for a in &r.ab {
         let class = match a.direction {

@@ -93,6 +93,10 @@ pub struct InputSummary {
     pub role: Option<String>,
     /// Every `meta` key of the database (stack profile, tool version, inputs, …).
     pub meta: BTreeMap<String, String>,
+    /// Where the database's trace was captured (`meta.capture_vantage`): `server`, `client`
+    /// or `unknown` (also when a capture does not say); None for a synth workload, which was
+    /// never captured.
+    pub capture_vantage: Option<String>,
     pub connections: u64,
     pub with_response_time: usize,
     pub excluded: Vec<Excluded>,
@@ -231,6 +235,9 @@ pub struct Comparison {
     /// Why there is no per-connection analysis, when OTHER has a replay_map but it does not
     /// pair with BASE.
     pub pairing_note: Option<String>,
+    /// Set when BASE and OTHER were captured at different vantage points, or at one that is
+    /// not known: their response times are then not measured alike.
+    pub vantage_warning: Option<String>,
 }
 
 /// A full report: BASE (inputs[0]) against each OTHER.
@@ -415,6 +422,10 @@ impl Report {
             let ks = stats::ks_2samp(&samples[0], &samples[k]).expect("inputs are never empty");
             let (paired, pairing_note) = pair(&loaded[0], &loaded[k], &labels[0], &labels[k]);
             let verdict = verdict_line(&labels[0], &labels[k], &rows, &ks, options.confidence);
+            let vantage_warning = vantage_warning(
+                (&labels[0], inputs[0].capture_vantage.as_deref()),
+                (&labels[k], inputs[k].capture_vantage.as_deref()),
+            );
             comparisons.push(Comparison {
                 base: labels[0].clone(),
                 other: labels[k].clone(),
@@ -423,6 +434,7 @@ impl Report {
                 verdict,
                 paired,
                 pairing_note,
+                vantage_warning,
             });
         }
         // Replays of the same workload pair up connection by connection: the first replay is
@@ -693,6 +705,48 @@ fn metric(m: &Metric) -> PopulationMetric {
     }
 }
 
+/// `meta.capture_vantage` of a capture (`unknown` when it does not say or says something
+/// else); None for a synth workload.
+fn capture_vantage(i: &Input) -> Option<String> {
+    if i.role() == Some("synth") && !i.meta.contains_key("capture_vantage") {
+        return None;
+    }
+    let v = i
+        .meta
+        .get("capture_vantage")
+        .map(String::as_str)
+        .filter(|v| matches!(*v, "server" | "client"))
+        .unwrap_or("unknown");
+    Some(v.to_string())
+}
+
+/// The warning for a comparison of captures taken at different or unknown vantage points:
+/// at the client every response time carries about one more round trip than at the server.
+/// None when both were captured at the same known point, or when one is a synth workload.
+pub(crate) fn vantage_warning(
+    (base, b): (&str, Option<&str>),
+    (other, o): (&str, Option<&str>),
+) -> Option<String> {
+    let (b, o) = (b?, o?);
+    if b == o && b != "unknown" {
+        return None;
+    }
+    let at = |v: &str| match v {
+        "unknown" => "at an unknown point".to_string(),
+        v => format!("at the {v}"),
+    };
+    let head = format!("{base} was captured {}, {other} {}", at(b), at(o));
+    Some(if b != "unknown" && o != "unknown" {
+        format!(
+            "{head}: response times measured at a client include about one more round trip than at the server, so part of the difference is where they were measured (capture both at the server: see GUIDE.md, vantage point)"
+        )
+    } else {
+        format!(
+            "{head} (meta capture_vantage, set by `mimic analyze --vantage`): the response times may not be measured alike"
+        )
+    })
+}
+
 fn summarize(i: &Input, label: String) -> InputSummary {
     let mut population = BTreeMap::new();
     population.insert("min_rtt_us".to_string(), metric(&i.min_rtt_us));
@@ -708,6 +762,7 @@ fn summarize(i: &Input, label: String) -> InputSummary {
         path: i.path.clone(),
         role: i.role().map(str::to_string),
         meta: i.meta.clone(),
+        capture_vantage: capture_vantage(i),
         connections: i.connections,
         with_response_time: i.response_times_us.len(),
         excluded: i

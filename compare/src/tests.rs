@@ -623,3 +623,58 @@ fn html_is_self_contained_and_png_renders() {
         );
     }
 }
+
+#[test]
+fn vantage_points_that_differ_or_are_unknown_are_warned_about() {
+    use crate::report::vantage_warning;
+    let w = |b: Option<&str>, o: Option<&str>| vantage_warning(("orig", b), ("rep", o));
+    assert_eq!(w(Some("server"), Some("server")), None);
+    assert_eq!(w(Some("client"), Some("client")), None);
+    // a synth workload was never captured
+    assert_eq!(w(None, Some("client")), None);
+    let d = w(Some("server"), Some("client")).unwrap();
+    assert!(
+        d.starts_with("orig was captured at the server, rep at the client: response times measured at a client include about one more round trip"),
+        "{d}"
+    );
+    let u = w(Some("unknown"), Some("unknown")).unwrap();
+    assert!(
+        u.starts_with("orig was captured at an unknown point, rep at an unknown point"),
+        "{u}"
+    );
+
+    // read from meta: a synth database says nothing and is not warned about; a capture
+    // without the row is unknown
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let conns = originals(100, 3);
+    write_db(&p("synth.db"), "synth", &[], &conns, &[]);
+    write_db(&p("old.db"), "original", &[], &conns, &[]);
+    write_db(
+        &p("client.db"),
+        "original",
+        &[("capture_vantage", "client")],
+        &conns,
+        &[],
+    );
+    let opts = Options {
+        bootstrap_replicates: 100,
+        ..Options::default()
+    };
+    let r = Report::build(&p("synth.db"), &[p("client.db"), p("old.db")], &opts).unwrap();
+    let v: Vec<Option<&str>> = r
+        .inputs
+        .iter()
+        .map(|i| i.capture_vantage.as_deref())
+        .collect();
+    assert_eq!(v, [None, Some("client"), Some("unknown")]);
+    assert!(r.comparisons.iter().all(|c| c.vantage_warning.is_none()));
+    assert!(!r.to_html().contains("Vantage point:"));
+    let r = Report::build(&p("client.db"), &[p("old.db")], &opts).unwrap();
+    assert!(r
+        .to_html()
+        .contains("<p class=\"warn\">Vantage point: client was captured at the client, old at an unknown point"));
+    assert!(r.comparisons[0].vantage_warning.as_deref().is_some_and(
+        |w| w.starts_with("client was captured at the client, old at an unknown point")
+    ));
+}

@@ -107,6 +107,9 @@ pub(crate) fn render(r: &Report) -> String {
         if let Some(note) = &c.pairing_note {
             let _ = writeln!(s, "  note: {note}");
         }
+        if let Some(w) = &c.vantage_warning {
+            let _ = writeln!(s, "  warning: {w}");
+        }
     }
     for a in &r.ab {
         let _ = writeln!(

@@ -354,6 +354,48 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
     c.args(SYSCTL_KEYS);
     let out = lab::run(c)?;
     let lines: Vec<&str> = out.lines().collect();
+    let mut p = parse_sysctls(&lines)?;
+    let json = lab::ip_in(
+        &info.ns_srv,
+        &[
+            "-j".into(),
+            "route".into(),
+            "show".into(),
+            info.client_pool.to_string(),
+        ],
+    )?;
+    route_metrics(&mut p, &json)?;
+    Ok(p)
+}
+
+/// The profile in force where the calling process runs (its network namespace, its kernel):
+/// the sysctls from `/proc/sys`, and the attributes of the route `ip route get TO` picks
+/// (none when `to` is None). What `mimic serve` reports about its host over the control
+/// channel.
+pub fn read_local(to: Option<std::net::IpAddr>) -> Result<StackProfile, LabError> {
+    let mut values = Vec::with_capacity(SYSCTL_KEYS.len());
+    for k in SYSCTL_KEYS {
+        let path = format!("/proc/sys/{}", k.replace('.', "/"));
+        values.push(
+            std::fs::read_to_string(&path)
+                .map_err(|e| LabError::Io(format!("{path}: {e}")))?
+                .trim()
+                .to_string(),
+        );
+    }
+    let lines: Vec<&str> = values.iter().map(String::as_str).collect();
+    let mut p = parse_sysctls(&lines)?;
+    if let Some(to) = to {
+        let mut c = Command::new("ip");
+        c.args(["-j", "route", "get", &to.to_string()]);
+        let json = lab::run(c)?;
+        route_metrics(&mut p, &json)?;
+    }
+    Ok(p)
+}
+
+/// The values of [`SYSCTL_KEYS`], one a line, in that order.
+fn parse_sysctls(lines: &[&str]) -> Result<StackProfile, LabError> {
     if lines.len() != SYSCTL_KEYS.len() {
         return Err(LabError::Io(format!(
             "sysctl printed {} lines for {} keys",
@@ -381,7 +423,7 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
             ))
         })
     };
-    let mut p = StackProfile {
+    Ok(StackProfile {
         cc: Some(lines[0].trim().to_string()),
         sack: Some(num(1)? != 0),
         dsack: Some(num(2)? != 0),
@@ -391,18 +433,13 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
         rmem: Some(tri(6)?),
         wmem: Some(tri(7)?),
         ..Default::default()
-    };
-    let json = lab::ip_in(
-        &info.ns_srv,
-        &[
-            "-j".into(),
-            "route".into(),
-            "show".into(),
-            info.client_pool.to_string(),
-        ],
-    )?;
+    })
+}
+
+/// The per-route attributes of the first route in `ip -j route` output.
+fn route_metrics(p: &mut StackProfile, json: &str) -> Result<(), LabError> {
     let routes: serde_json::Value =
-        serde_json::from_str(&json).map_err(|e| LabError::Io(format!("ip -j route: {e}")))?;
+        serde_json::from_str(json).map_err(|e| LabError::Io(format!("ip -j route: {e}")))?;
     if let Some(metrics) = routes
         .get(0)
         .and_then(|r| r.get("metrics"))
@@ -421,7 +458,7 @@ pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
             }
         }
     }
-    Ok(p)
+    Ok(())
 }
 
 /// Runs `sysctl` in a namespace (used by the lab for its own settings).
@@ -464,5 +501,27 @@ mod tests {
             let e = spec.parse::<StackProfile>().unwrap_err().to_string();
             assert!(e.contains(needle), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn the_local_stack_is_read_from_proc_and_the_route_to_the_client() {
+        let p = read_local(None).unwrap();
+        let proc = |k: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}")).unwrap();
+        assert_eq!(p.cc.as_deref(), Some(proc("tcp_congestion_control").trim()));
+        assert_eq!(p.timestamps, Some(proc("tcp_timestamps").trim() != "0"));
+        assert_eq!(p.initcwnd, None, "no route asked about");
+        // `ip -j route get` as iproute2 prints it for a route with attributes
+        let mut q = StackProfile::default();
+        route_metrics(
+            &mut q,
+            r#"[{"dst":"198.19.0.9","gateway":"198.18.5.2","dev":"v0","prefsrc":"198.18.5.1","flags":[],"uid":0,"cache":[],"metrics":[{"initcwnd":3,"rto_min":50,"initrwnd":7}]}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (q.initcwnd, q.initrwnd, q.rto_min_ms),
+            (Some(3), Some(7), Some(50))
+        );
+        let e = parse_sysctls(&["cubic", "1"]).unwrap_err().to_string();
+        assert!(e.contains("2 lines for 8 keys"), "{e}");
     }
 }

@@ -1,8 +1,8 @@
 //! The server emulator's commands on the control channel (`mimic-control`: TLS 1.3 with
 //! mutual certificate authentication, newline-delimited JSON, the same channel as the network
 //! emulator's): `stats`, `reset_stats`, `allow {ranges}` (the client address ranges the
-//! replay port serves; connections from elsewhere are reset and counted) and `shutdown`, each
-//! answered by `{"ok":true,"result":...}` or `{"ok":false,"error":...}`.
+//! replay port serves; connections from elsewhere are reset and counted), `info {to}` (the
+//! server host's kernel and TCP stack, see [`HostInfo`]) and `shutdown`, each answered by `{"ok":true,"result":...}` or `{"ok":false,"error":...}`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 pub use mimic_control::{ControlAddr, ControlError, ControllerTls, Listener, RoleTls};
 use mimic_netemu::classify::IpNet;
+use mimic_netemu::stack::{self, StackProfile};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::net::IpAddr;
 use tokio::sync::watch;
 
 use crate::server::{AllowList, ServerStats, Stats};
@@ -24,8 +26,64 @@ pub const ROLE: &str = "serve";
 enum Request {
     Stats,
     ResetStats,
-    Allow { ranges: Vec<IpNet> },
+    Allow {
+        ranges: Vec<IpNet>,
+    },
+    Info {
+        #[serde(default)]
+        to: Option<IpAddr>,
+    },
     Shutdown,
+}
+
+/// What `mimic serve` reports about the host it runs on (`info`): recorded in the replay
+/// database's `meta` in every mode, so that a replay says which kernel and stack answered it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HostInfo {
+    /// The kernel release (`uname -r`).
+    pub kernel: String,
+    /// The host name (`uname -n`).
+    pub hostname: String,
+    /// The TCP stack in force in serve's network namespace: the sysctls, and the attributes
+    /// (initcwnd, initrwnd, rto_min) of the route towards the address asked about. None when
+    /// it could not be read (`stack_error` says why).
+    pub stack: Option<StackProfile>,
+    pub stack_error: Option<String>,
+}
+
+impl HostInfo {
+    /// This host, and the route it takes `to` a client.
+    pub fn local(to: Option<IpAddr>) -> HostInfo {
+        // SAFETY: uname fills the struct it is given; a zeroed utsname is a valid buffer.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::uname(&mut u) } == 0;
+        let field = |f: &[libc::c_char]| -> String {
+            if !ok {
+                return String::new();
+            }
+            let bytes: Vec<u8> = f
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        // without the route (no `ip` on the host, no route to `to`) the sysctls still count
+        let (stack, stack_error) = match stack::read_local(to) {
+            Ok(p) => (Some(p), None),
+            Err(e) if to.is_some() => match stack::read_local(None) {
+                Ok(p) => (Some(p), Some(format!("route attributes not read: {e}"))),
+                Err(_) => (None, Some(e.to_string())),
+            },
+            Err(e) => (None, Some(e.to_string())),
+        };
+        HostInfo {
+            kernel: field(&u.release),
+            hostname: field(&u.nodename),
+            stack,
+            stack_error,
+        }
+    }
 }
 
 /// A running control server of `mimic serve`.
@@ -83,6 +141,7 @@ pub fn spawn(
                     allow.set(ranges);
                     Ok(Value::Null)
                 }
+                Request::Info { to } => Ok(json!(HostInfo::local(to))),
                 Request::Shutdown => {
                     let _ = stop_tx.send(true);
                     Ok(Value::Null)
@@ -123,6 +182,13 @@ impl ServeClient {
                 ranges: ranges.to_vec(),
             })
             .map(|_| ())
+    }
+
+    /// The server host's kernel and TCP stack; `to` (a client address) picks the route
+    /// whose attributes are reported.
+    pub fn info(&mut self, to: Option<IpAddr>) -> Result<HostInfo, ControlError> {
+        serde_json::from_value(self.0.call(&Request::Info { to })?)
+            .map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {
@@ -336,6 +402,23 @@ mod tests {
             (2, 2, 2),
             "{st:?}"
         );
+
+        // what the server host runs, as the replay database records it
+        let info = c.info(Some("127.0.0.2".parse().unwrap())).unwrap();
+        let proc = |p: &str| std::fs::read_to_string(p).unwrap().trim().to_string();
+        assert_eq!(info.kernel, proc("/proc/sys/kernel/osrelease"));
+        assert!(!info.hostname.is_empty());
+        let st = info.stack.as_ref().unwrap_or_else(|| panic!("{info:?}"));
+        assert_eq!(
+            st.cc.as_deref(),
+            Some(proc("/proc/sys/net/ipv4/tcp_congestion_control").as_str())
+        );
+        assert_eq!(
+            st.sack,
+            Some(proc("/proc/sys/net/ipv4/tcp_sack") != "0"),
+            "{st:?}"
+        );
+        assert!(st.rmem.is_some() && st.wmem.is_some(), "{st:?}");
 
         c.shutdown().unwrap();
         let fin = srv.join().unwrap();

@@ -39,6 +39,12 @@ pub struct Args {
     /// with `mimic merge`.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
+    /// Where the trace was captured: `server` (on the server or a tap on its segment, the
+    /// convention for originals), `client` (on the client host: response times then carry
+    /// about one more round trip) or `unknown`. Written to meta `capture_vantage`; `mimic
+    /// compare` warns when two databases were captured at different or unknown points.
+    #[arg(long, value_enum, value_name = "WHERE", default_value_t = Vantage::Server)]
+    pub vantage: Vantage,
     /// Print the summary as JSON on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -56,6 +62,24 @@ pub struct Args {
     /// bench/bw-methods.sh), mode (histogram, papers/004) or capprobe (minimum delay sum, papers/001).
     #[arg(long, value_name = "METHOD", default_value = "median", value_parser = parse_bw)]
     pub bw_method: BwMethod,
+}
+
+/// Where a trace was captured (meta `capture_vantage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Vantage {
+    Server,
+    Client,
+    Unknown,
+}
+
+impl Vantage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vantage::Server => "server",
+            Vantage::Client => "client",
+            Vantage::Unknown => "unknown",
+        }
+    }
 }
 
 fn parse_cidr(s: &str) -> Result<Cidr, String> {
@@ -111,7 +135,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.output.clone(),
         config,
         a.threads as usize,
-        Vec::new(),
+        vec![("capture_vantage".into(), a.vantage.as_str().into())],
         a.filter.clone(),
         Some(cancel),
     ) {

@@ -131,6 +131,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     spinner.set_message(format!("{} inputs", 1 + args.others.len()));
     let report = Report::build(&args.base, &args.others, &options)?;
     spinner.finish_and_clear();
+    // warnings go to stderr unless --quiet (the text report and the JSON carry them too)
+    if !progress::quiet() {
+        for c in &report.comparisons {
+            if let Some(w) = &c.vantage_warning {
+                eprintln!("mimic: warning: {w}");
+            }
+        }
+    }
 
     let say = |line: String| {
         if !progress::quiet() {

@@ -266,6 +266,8 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         vec![
             ("stack".into(), serde_json::to_string(&production_stack)?),
             ("stack_spec".into(), production_stack.to_string()),
+            // captured in the server's namespace
+            ("capture_vantage".into(), "server".into()),
         ],
         // the demo stops between its stages (STOP), not inside the analysis
         None,

@@ -437,6 +437,30 @@ fn server_side_hints_for_connections_without_handshake() {
     assert_eq!(row(&out), (57247, "net".to_string()));
 }
 
+/// `--vantage` is recorded in meta `capture_vantage` (default: server, the convention for a
+/// tap); a bad value is refused with the choices.
+#[test]
+fn the_vantage_point_is_recorded() {
+    let tmp = tempdir();
+    let f = trace("loss/tcptrace_urgent.dmp.pcap");
+    let out = tmp.path().join("v.db");
+    let vantage = |out: &Path| mimic_core::db::get_meta(&db(out), "capture_vantage").unwrap();
+    assert!(analyze(&f, &out, &[]).status.success());
+    assert_eq!(vantage(&out).as_deref(), Some("server"));
+    for v in ["client", "unknown", "server"] {
+        let o = analyze(&f, &out, &["--vantage", v]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(vantage(&out).as_deref(), Some(v));
+    }
+    let o = analyze(&f, &out, &["--vantage", "tap"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("possible values: server, client, unknown"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 // ---- cross-check against tcptrace ----------------------------------------------------------
 
 #[derive(Debug, Default)]

@@ -133,7 +133,10 @@ fn fixture() -> Fixture {
     write_db(
         &base,
         "original",
-        &[("inputs", "prod-2026-05-01.pcapng")],
+        &[
+            ("inputs", "prod-2026-05-01.pcapng"),
+            ("capture_vantage", "server"),
+        ],
         &orig,
         &[],
     );
@@ -165,7 +168,13 @@ fn fixture() -> Fixture {
             map.push((o.id, Some(rid), "ok", None));
         }
         let path = dir.path().join(format!("{name}.db"));
-        write_db(&path, "replay", &[("stack_profile", stack)], &conns, &map);
+        write_db(
+            &path,
+            "replay",
+            &[("stack_profile", stack), ("capture_vantage", "server")],
+            &conns,
+            &map,
+        );
         path
     };
     let replay = replay_of("replay-iw3", 0.98, 0.09, 21, "initcwnd=3,cc=cubic");
@@ -184,7 +193,13 @@ fn fixture() -> Fixture {
             bytes_down: (20_000.0 * (1.0 + 3.0 * g.u())) as i64,
         })
         .collect();
-    write_db(&capture2, "original", &[], &other, &[]);
+    write_db(
+        &capture2,
+        "original",
+        &[("capture_vantage", "server")],
+        &other,
+        &[],
+    );
     Fixture {
         _dir: dir,
         base,
@@ -453,6 +468,94 @@ fn compare_html_report_renders_in_headless_chromium_without_fetching_anything() 
         let bytes = std::fs::read(pngs.join(n)).unwrap();
         assert_eq!(png_size(&bytes), (1140, 660));
     }
+}
+
+/// A copy of `db` whose `meta.capture_vantage` is `vantage` (None: the row removed, as in a
+/// database from before the row existed).
+fn with_vantage(db: &Path, name: &str, vantage: Option<&str>) -> PathBuf {
+    let to = db.with_file_name(format!("{name}.db"));
+    std::fs::copy(db, &to).unwrap();
+    let c = rusqlite::Connection::open(&to).unwrap();
+    c.execute("DELETE FROM meta WHERE key = 'capture_vantage'", [])
+        .unwrap();
+    if let Some(v) = vantage {
+        set_meta(&c, "capture_vantage", v).unwrap();
+    }
+    to
+}
+
+/// A replay captured at the client compared with an original captured at the server: a
+/// warning naming both on stderr, in the text report and in the JSON; none for two
+/// server-side captures; an unknown vantage point (no meta row) is warned about too.
+#[test]
+fn compare_warns_when_vantage_points_differ() {
+    let f = fixture();
+    let client = with_vantage(&f.replay, "replay-client", Some("client"));
+    let legacy = with_vantage(&f.replay, "replay-legacy", None);
+    let json = f._dir.path().join("vantage.json");
+    let o = run(&[
+        "compare",
+        s(&f.base),
+        s(&f.replay),
+        s(&client),
+        s(&legacy),
+        "--bootstrap",
+        "200",
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    let warnings: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("mimic: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{e}");
+    assert!(
+        warnings[0].contains(
+            "original was captured at the server, replay-client at the client: response times measured at a client include about one more round trip"
+        ),
+        "{e}"
+    );
+    assert!(
+        warnings[1]
+            .contains("original was captured at the server, replay-legacy at an unknown point"),
+        "{e}"
+    );
+    assert!(!e.contains("replay-iw3 at"), "{e}");
+    assert!(
+        stdout(&o).contains(
+            "  warning: original was captured at the server, replay-client at the client"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let vantage: Vec<&str> = j["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["capture_vantage"].as_str().unwrap())
+        .collect();
+    assert_eq!(vantage, ["server", "server", "client", "unknown"]);
+    let c = j["comparisons"].as_array().unwrap();
+    assert!(c[0]["vantage_warning"].is_null(), "{}", c[0]);
+    assert!(
+        c[1]["vantage_warning"]
+            .as_str()
+            .unwrap()
+            .contains("replay-client at the client"),
+        "{}",
+        c[1]
+    );
+    assert!(c[2]["vantage_warning"].is_string(), "{}", c[2]);
+
+    // the same vantage point on both sides: silent
+    let o = run(&["compare", s(&f.base), s(&f.capture2), "--bootstrap", "200"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("warning"), "{}", stdout(&o));
 }
 
 #[test]

@@ -172,6 +172,36 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     // the replay built the lab and removed it, with nothing left behind
     crate::demo::assert_lab_gone(&name);
 
+    // where the replay was captured and what answered it
+    {
+        let db = rusqlite::Connection::open(d.join("replay.db")).unwrap();
+        let meta = |k: &str| -> String {
+            mimic_core::db::get_meta(&db, k)
+                .unwrap()
+                .unwrap_or_else(|| panic!("no meta {k}"))
+        };
+        assert_eq!(meta("capture_vantage"), "server");
+        assert_eq!(
+            meta("capture_iface"),
+            LabInfo::for_name(&name).unwrap().srv_if
+        );
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(
+            meta("server_kernel"),
+            kernel.trim(),
+            "the lab's server shares the host kernel"
+        );
+        let stack: serde_json::Value = serde_json::from_str(&meta("server_stack"))
+            .unwrap_or_else(|e| panic!("server_stack: {e}: {}", meta("server_stack")));
+        assert!(stack["cc"].is_string(), "{stack}");
+        assert!(stack["rmem"].is_array(), "{stack}");
+        assert!(!meta("server_stack_spec").is_empty());
+        assert_eq!(meta("server_stack_error"), "");
+        assert!(!meta("stack").is_empty(), "the lab's read-back profile");
+        assert_eq!(r["capture_vantage"], "server", "{r}");
+        assert!(r["server_host"]["kernel"].is_string(), "{r}");
+    }
+
     let check = Command::new(mimic_bin())
         .args(["synth", "check", &p("synth.db"), &p("replay.db")])
         .output()
@@ -218,6 +248,12 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         "--json",
         "-",
     ]));
+    // both captured at the server: no vantage warning
+    assert!(
+        cmp["comparisons"][0]["vantage_warning"].is_null(),
+        "{}",
+        cmp["comparisons"][0]["vantage_warning"]
+    );
     let text = ok(&["compare", &p("flows.db"), &p("again.db")]);
     eprintln!("{}", stdout(&text));
     let paired = &cmp["comparisons"][0]["paired"]["overall"];
@@ -429,6 +465,15 @@ fn remote_roles_over_authenticated_control_channels() {
     assert_eq!(meta("seed"), "5");
     assert_eq!(meta("time_scale"), "2");
     assert_eq!(meta("select"), "all");
+    // captured on the client host (--capture-iface), the server's host asked over the
+    // control channel
+    assert_eq!(meta("capture_vantage"), "client");
+    assert!(!meta("server_kernel").is_empty());
+    assert!(
+        meta("server_stack").contains("\"cc\""),
+        "{}",
+        meta("server_stack")
+    );
     for c in [&mut emu, &mut srv] {
         let _ = c.kill();
         let _ = c.wait();

@@ -50,6 +50,14 @@ pub(super) struct PipeRecord {
     pub counters: Option<(mimic_netemu::pipe::Counters, mimic_netemu::pipe::Counters)>,
 }
 
+/// Where the replay was captured and what answered it, for `meta`.
+pub(super) struct Vantage<'a> {
+    /// `server` or `client`.
+    pub capture: &'a str,
+    pub iface: &'a str,
+    pub server_host: Option<&'a crate::control::HostInfo>,
+}
+
 /// Adds `replay_map` and the replay's metadata to the analysis of the capture.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish_db(
@@ -61,6 +69,7 @@ pub(super) fn finish_db(
     server: SocketAddr,
     stack: Option<&StackProfile>,
     lab: Option<&str>,
+    vantage: &Vantage,
 ) -> Result<Finished, ReplayError> {
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
@@ -171,6 +180,47 @@ pub(super) fn finish_db(
     for (k, v) in meta {
         set_meta(&tx, k, &v).map_err(sq)?;
     }
+    for (k, v) in vantage_meta(vantage) {
+        set_meta(&tx, k, &v).map_err(sq)?;
+    }
     tx.commit().map_err(sq)?;
     Ok(Finished { missing })
+}
+
+/// The `meta` rows of where a replay was captured and the server host that answered it:
+/// `capture_vantage`, `capture_iface`, `server_kernel`, `server_hostname`, `server_stack`
+/// (JSON), `server_stack_spec` (the `--stack` syntax) and `server_stack_error`; empty values
+/// where serve did not report them.
+fn vantage_meta(v: &Vantage) -> Vec<(&'static str, String)> {
+    let h = v.server_host;
+    let stack = h.and_then(|h| h.stack.as_ref());
+    vec![
+        ("capture_vantage", v.capture.to_string()),
+        ("capture_iface", v.iface.to_string()),
+        (
+            "server_kernel",
+            h.map(|h| h.kernel.clone()).unwrap_or_default(),
+        ),
+        (
+            "server_hostname",
+            h.map(|h| h.hostname.clone()).unwrap_or_default(),
+        ),
+        (
+            "server_stack",
+            stack
+                .map(|s| serde_json::to_string(s).unwrap_or_default())
+                .unwrap_or_default(),
+        ),
+        (
+            "server_stack_spec",
+            stack.map(|s| s.to_string()).unwrap_or_default(),
+        ),
+        (
+            "server_stack_error",
+            match h {
+                None => "the server emulator did not answer `info`".to_string(),
+                Some(h) => h.stack_error.clone().unwrap_or_default(),
+            },
+        ),
+    ]
 }

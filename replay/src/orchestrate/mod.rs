@@ -89,6 +89,13 @@ pub struct ReplaySummary {
     /// What the capture reported when it stopped (None: it wrote no summary).
     pub capture: Option<CaptureSummary>,
     pub stack: Option<StackProfile>,
+    /// Where the replay was captured: `server` (the lab) or `client` (remote,
+    /// `--capture-iface` on the client host; response times then carry about one more RTT
+    /// than an original captured at the server).
+    pub capture_vantage: &'static str,
+    /// The server host's kernel and stack as `mimic serve` reported them (None: it did not
+    /// answer `info`).
+    pub server_host: Option<crate::control::HostInfo>,
     /// In the lab: the CPU the network emulator's datapath had to itself, and the CPUs the
     /// client and server emulators' timer threads were kept on (None: `--no-cpu-split`, a
     /// remote replay, or a single CPU).
@@ -163,6 +170,22 @@ pub fn run(
     ctl.serve
         .allow(&crate::control::ranges_of(&roles.endpoints.client_addrs))?;
     ctl.serve.reset_stats()?;
+    // the server host's kernel and stack, as serve sees them (the route towards the clients)
+    let server_host = match ctl
+        .serve
+        .info(roles.endpoints.client_addrs.first().map(|&a| a.into()))
+    {
+        Ok(h) => {
+            if let Some(e) = &h.stack_error {
+                tracing::warn!("the server's stack could not be read: {e}");
+            }
+            Some(h)
+        }
+        Err(e) => {
+            tracing::warn!("the server emulator did not report its host: {e}");
+            None
+        }
+    };
     let ep = &roles.endpoints;
     let server = ep.server;
 
@@ -227,6 +250,11 @@ pub fn run(
         server,
         ep.stack_in_force.as_ref(),
         ep.lab.as_deref(),
+        &db::Vantage {
+            capture: ep.capture_vantage,
+            iface: &ep.capture_iface,
+            server_host: server_host.as_ref(),
+        },
     )?;
     rates::write_meta(&staged, &rate_sources)?;
     if let Some(keep) = &opts.keep_capture {
@@ -244,6 +272,7 @@ pub fn run(
     let lab = ep.lab.clone();
     let stack_in_force = ep.stack_in_force.clone();
     let cpu_split = ep.cpu_split.clone();
+    let capture_vantage = ep.capture_vantage;
     drop(roles);
 
     let mut late: Vec<u64> = outcomes
@@ -282,6 +311,8 @@ pub fn run(
         netemu: netemu_stats,
         capture: capture_summary,
         stack: stack_in_force,
+        capture_vantage,
+        server_host,
         cpu_split,
         analysis,
         duration_s: started.elapsed().as_secs_f64(),

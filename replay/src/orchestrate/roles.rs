@@ -44,6 +44,10 @@ pub(super) struct Endpoints {
     /// The server's stack as read back after it was set.
     pub stack_in_force: Option<StackProfile>,
     pub cpu_split: Option<CpuSplit>,
+    /// Where the replay is captured: `server` (the lab: the server's namespace, as an
+    /// original from a tap is) or `client` (remote: `--capture-iface` on this host).
+    pub capture_vantage: &'static str,
+    pub capture_iface: String,
 }
 
 /// The started roles: processes stopped (TERM, then KILL) and a lab the replay built torn
@@ -164,6 +168,8 @@ impl Roles {
                     lab: Some(name.clone()),
                     stack_in_force,
                     cpu_split,
+                    capture_vantage: "server",
+                    capture_iface: info.srv_if.clone(),
                 };
                 (endpoints, capture)
             }
@@ -195,6 +201,8 @@ impl Roles {
                     lab: None,
                     stack_in_force: None,
                     cpu_split: None,
+                    capture_vantage: "client",
+                    capture_iface: capture_iface.clone(),
                 };
                 (endpoints, capture)
             }

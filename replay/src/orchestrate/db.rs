@@ -11,6 +11,7 @@ use mimic_core::schema::{ReplayMapRow, ReplayPipeRow, TableRow, Text};
 use mimic_netemu::config::{LossModel, PipeConfig, QueueLimit};
 use mimic_netemu::stack::StackProfile;
 
+use super::rates::RateSources;
 use super::ReplayError;
 use crate::client::Outcome;
 use crate::spec::ReplayOptions;
@@ -70,6 +71,7 @@ pub(super) fn finish_db(
     stack: Option<&StackProfile>,
     lab: Option<&str>,
     vantage: &Vantage,
+    rates: &RateSources,
 ) -> Result<Finished, ReplayError> {
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
@@ -180,7 +182,7 @@ pub(super) fn finish_db(
     for (k, v) in meta {
         set_meta(&tx, k, &v).map_err(sq)?;
     }
-    for (k, v) in vantage_meta(vantage) {
+    for (k, v) in vantage_meta(vantage).into_iter().chain(rates.meta()) {
         set_meta(&tx, k, &v).map_err(sq)?;
     }
     tx.commit().map_err(sq)?;

@@ -255,8 +255,8 @@ pub fn run(
             iface: &ep.capture_iface,
             server_host: server_host.as_ref(),
         },
+        &rate_sources,
     )?;
-    rates::write_meta(&staged, &rate_sources)?;
     if let Some(keep) = &opts.keep_capture {
         std::fs::create_dir_all(keep)
             .map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;

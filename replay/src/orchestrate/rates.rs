@@ -264,21 +264,6 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
     Ok(counts)
 }
 
-/// Writes the counts into the `meta` table of the (staged) replay database at `path`.
-pub(super) fn write_meta(path: &std::path::Path, counts: &RateSources) -> Result<(), ReplayError> {
-    let sq = |source| mimic_core::db::DbError::Sqlite {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut c = rusqlite::Connection::open(path).map_err(sq)?;
-    let tx = c.transaction().map_err(sq)?;
-    for (k, v) in counts.meta() {
-        mimic_core::db::set_meta(&tx, k, &v).map_err(sq)?;
-    }
-    tx.commit().map_err(sq)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,9 @@ pub struct LabOptions {
 pub struct GuestOptions {
     /// The kernel the router host (`emu`) boots; `None`: the emu host stays a namespace.
     pub router_kernel: Option<crate::guest::KernelImage>,
+    /// The kernel the server host (`srv`) boots (`--server-kernel`: the kernel you changed);
+    /// `None`: the srv host stays a namespace.
+    pub server_kernel: Option<crate::guest::KernelImage>,
     /// How long a guest may take to answer on its command channel after QEMU starts.
     pub boot_timeout: Duration,
     /// Guest memory (MiB).
@@ -76,6 +79,7 @@ impl Default for GuestOptions {
     fn default() -> Self {
         GuestOptions {
             router_kernel: None,
+            server_kernel: None,
             boot_timeout: Duration::from_secs(90),
             memory_mb: 768,
             fifo_priority: Some(20),
@@ -86,6 +90,18 @@ impl Default for GuestOptions {
 /// MACs of the router guest's NICs (towards the client, towards the server).
 const MAC_GUEST_C: &str = "02:6d:69:00:01:02";
 const MAC_GUEST_S: &str = "02:6d:69:00:01:03";
+/// MAC of the server guest's management NIC (its data NIC takes the server's own, `MAC_SRV`,
+/// which the client's static neighbour entry names).
+const MAC_GUEST_SRV_MGMT: &str = "02:6d:69:00:02:01";
+/// The server guest's management link (a /30 between `NAME-srv` and the guest, outside the
+/// data path): the server emulator's control channel runs over it, since the guest cannot see
+/// the host's unix sockets.
+pub const SERVER_MGMT_HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 255, 1);
+pub const SERVER_MGMT_GUEST: Ipv4Addr = Ipv4Addr::new(198, 18, 255, 2);
+/// The guest-side name of the management NIC.
+pub const SERVER_MGMT_IF: &str = "mgmt0";
+/// TCP port of the server emulator's control channel in a server guest.
+pub const SERVER_GUEST_CONTROL_PORT: u16 = 7301;
 
 /// Names and addresses of a lab (pure: computed from the name).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -104,6 +120,10 @@ pub struct LabInfo {
     /// towards the server); inside the guest the NICs are named `emu_cli_if`/`emu_srv_if`.
     pub emu_cli_tap: String,
     pub emu_srv_tap: String,
+    /// When the srv host is a guest: the taps of its data NIC (joined to `srv_if`) and of its
+    /// management NIC (`SERVER_MGMT_HOST` on this side), both in `ns_srv`.
+    pub srv_tap: String,
+    pub srv_mgmt_tap: String,
     /// Server's interface (in `ns_srv`): capture here to see what the server sees.
     pub srv_if: String,
     pub server_addr: Ipv4Addr,
@@ -133,6 +153,8 @@ impl LabInfo {
             emu_srv_if: format!("{name}-es"),
             emu_cli_tap: format!("{name}-tc"),
             emu_srv_tap: format!("{name}-ts"),
+            srv_tap: format!("{name}-vs"),
+            srv_mgmt_tap: format!("{name}-vm"),
             srv_if: format!("{name}-s"),
             server_addr: SERVER_ADDR,
             client_addr: CLIENT_ADDR,
@@ -158,6 +180,12 @@ impl LabInfo {
 
     pub fn namespaces(&self) -> [&str; 3] {
         [&self.ns_cli, &self.ns_emu, &self.ns_srv]
+    }
+
+    /// Where a server emulator in the server guest listens for the control channel
+    /// (`tcp:198.18.255.2:7301`, reached from `ns_srv` over the management link).
+    pub fn server_guest_control(&self) -> String {
+        format!("tcp:{SERVER_MGMT_GUEST}:{SERVER_GUEST_CONTROL_PORT}")
     }
 
     /// The controller's side of the lab's control channel.
@@ -244,10 +272,12 @@ fn marker(info: &LabInfo) -> PathBuf {
 /// Whether every namespace and interface of the lab exists and the build completed (and its
 /// guest, if it has one, still runs).
 fn complete(info: &LabInfo) -> bool {
-    let guest_ok = match crate::guest::load_record(&info.runtime_dir, "emu") {
-        Some(r) => crate::guest::alive(r.pid),
-        None => true,
-    };
+    let guest_ok = ["emu", "srv"].iter().all(|role| {
+        match crate::guest::load_record(&info.runtime_dir, role) {
+            Some(r) => crate::guest::alive(r.pid),
+            None => true,
+        }
+    });
     guest_ok
         && marker(info).exists()
         && info.namespaces().iter().all(|n| exists_ns(n))
@@ -301,26 +331,40 @@ pub fn up_with_guests(
 ) -> Result<(LabInfo, Vec<String>), LabError> {
     let info = LabInfo::for_name(name)?;
     let mut notes = Vec::new();
-    let have = crate::guest::load_record(&info.runtime_dir, "emu").map(|r| r.kernel.image);
-    let want = guests.router_kernel.as_ref().map(|k| k.image.clone());
+    let image =
+        |role: &str| crate::guest::load_record(&info.runtime_dir, role).map(|r| r.kernel.image);
+    let want_emu = guests.router_kernel.as_ref().map(|k| k.image.clone());
+    let want_srv = guests.server_kernel.as_ref().map(|k| k.image.clone());
     // A plain `up` (no kernel named) leaves a complete guest lab as it is, as it leaves a
     // running emulator: only a kernel asked for and not running rebuilds.
-    if !complete(&info) || (want.is_some() && have != want) {
+    let stale = (want_emu.is_some() && image("emu") != want_emu)
+        || (want_srv.is_some() && image("srv") != want_srv);
+    if !complete(&info) || stale {
         down(name)?;
-        let built = build(&info).and_then(|_| match &guests.router_kernel {
-            Some(k) => boot_router(&info, k, guests),
-            None => Ok(()),
-        });
+        let built = build(&info)
+            .and_then(|_| match &guests.router_kernel {
+                Some(k) => boot_router(&info, k, guests),
+                None => Ok(()),
+            })
+            .and_then(|_| match &guests.server_kernel {
+                Some(k) => boot_server(&info, k, guests),
+                None => Ok(()),
+            });
         if let Err(e) = built {
             let _ = down(name);
             return Err(e);
         }
     }
-    if let Some(r) = crate::guest::load_record(&info.runtime_dir, "emu") {
-        notes.push(format!(
-            "router host {} is a {} guest on kernel {} (booted in {:.1} s; {})",
-            info.ns_emu, r.accel, r.kernel.version, r.boot_secs, r.accel_why
-        ));
+    for (role, what, ns) in [
+        ("emu", "router", &info.ns_emu),
+        ("srv", "server", &info.ns_srv),
+    ] {
+        if let Some(r) = crate::guest::load_record(&info.runtime_dir, role) {
+            notes.push(format!(
+                "{what} host {ns} is a {} guest on kernel {} (booted in {:.1} s; {})",
+                r.accel, r.kernel.version, r.boot_secs, r.accel_why
+            ));
+        }
     }
     if let Some(p) = &opts.stack {
         notes.extend(stack::apply(name, p)?);
@@ -433,6 +477,65 @@ fn build(info: &LabInfo) -> Result<(), LabError> {
     Ok(())
 }
 
+/// The guest spec of lab host `role` (`emu` or `srv`), running in namespace `netns` with `nics`.
+fn guest_spec(
+    info: &LabInfo,
+    role: &str,
+    netns: &str,
+    kernel: &crate::guest::KernelImage,
+    nics: Vec<crate::guest::GuestNic>,
+    opts: &GuestOptions,
+) -> crate::guest::GuestSpec {
+    crate::guest::GuestSpec {
+        role: role.into(),
+        netns: netns.into(),
+        kernel: kernel.clone(),
+        nics,
+        memory_mb: opts.memory_mb,
+        boot_timeout: opts.boot_timeout,
+        runtime_dir: info.runtime_dir.clone(),
+        fifo_priority: opts.fifo_priority,
+    }
+}
+
+/// Joins each `(veth, tap)` pair in `ns` with tc mirred redirects on both ingresses (every
+/// frame, both ways), offloads off and the taps up: the guest NIC behind the tap takes the
+/// veth's place on its wire.
+fn join_taps(ns: &str, pairs: &[(String, String)]) -> Result<(), String> {
+    let tc = |args: &str| {
+        let v: Vec<&str> = args.split_whitespace().collect();
+        run(crate::netns::command(ns, "tc", v)).map_err(|e| e.to_string())
+    };
+    for (veth, tap) in pairs {
+        ethtool(ns, tap, &["tso", "off", "gso", "off", "gro", "off"]).map_err(|e| e.to_string())?;
+        ipn(ns, &format!("link set {tap} up")).map_err(|e| e.to_string())?;
+        for (a, b) in [(veth, tap), (tap, veth)] {
+            tc(&format!("qdisc add dev {a} handle ffff: ingress"))?;
+            tc(&format!(
+                "filter add dev {a} parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev {b}"
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Shell lines (for the guest) that find each NIC by its MAC and rename it to the name it has
+/// in the lab, offloads off.
+fn name_nics_script(nics: &[crate::guest::GuestNic]) -> String {
+    let mut script = String::new();
+    for n in nics {
+        script.push_str(&format!(
+            "d=''; for p in /sys/class/net/*; do [ \"$(cat $p/address)\" = {mac} ] && d=${{p##*/}}; done\n\
+             [ -n \"$d\" ] || {{ echo 'no NIC with MAC {mac}' >&2; exit 1; }}\n\
+             ip link set dev $d name {name}\n\
+             ethtool -K {name} tso off gso off gro off\n",
+            mac = n.mac,
+            name = n.guest_name
+        ));
+    }
+    script
+}
+
 /// Boots the router guest in the emu namespace: its taps are joined to the emu veths by tc
 /// mirred redirects (both ways, every frame), and inside the guest a bridge joins its two
 /// NICs, renamed after the veths they stand for, so pipes go on their egress.
@@ -441,12 +544,13 @@ fn boot_router(
     kernel: &crate::guest::KernelImage,
     opts: &GuestOptions,
 ) -> Result<(), LabError> {
-    use crate::guest::{self, GuestNic, GuestSpec};
-    let spec = GuestSpec {
-        role: "emu".into(),
-        netns: info.ns_emu.clone(),
-        kernel: kernel.clone(),
-        nics: vec![
+    use crate::guest::{self, GuestNic};
+    let spec = guest_spec(
+        info,
+        "emu",
+        &info.ns_emu,
+        kernel,
+        vec![
             GuestNic {
                 tap: info.emu_cli_tap.clone(),
                 guest_name: info.emu_cli_if.clone(),
@@ -458,59 +562,110 @@ fn boot_router(
                 mac: MAC_GUEST_S.into(),
             },
         ],
-        memory_mb: opts.memory_mb,
-        boot_timeout: opts.boot_timeout,
-        runtime_dir: info.runtime_dir.clone(),
-        fifo_priority: opts.fifo_priority,
-    };
-    let ns = info.ns_emu.clone();
+        opts,
+    );
     let pairs = [
         (info.emu_cli_if.clone(), info.emu_cli_tap.clone()),
         (info.emu_srv_if.clone(), info.emu_srv_tap.clone()),
     ];
-    let mut wire = || -> Result<(), String> {
-        for (_, tap) in &pairs {
-            ethtool(&ns, tap, &["tso", "off", "gso", "off", "gro", "off"])
-                .map_err(|e| e.to_string())?;
-            ipn(&ns, &format!("link set {tap} up")).map_err(|e| e.to_string())?;
-        }
-        for (a, b) in [
-            (&pairs[0].0, &pairs[0].1),
-            (&pairs[0].1, &pairs[0].0),
-            (&pairs[1].0, &pairs[1].1),
-            (&pairs[1].1, &pairs[1].0),
-        ] {
-            let tc = |args: &str| {
-                let v: Vec<&str> = args.split_whitespace().collect();
-                run(crate::netns::command(&ns, "tc", v)).map_err(|e| e.to_string())
-            };
-            tc(&format!("qdisc add dev {a} handle ffff: ingress"))?;
-            tc(&format!(
-                "filter add dev {a} parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev {b}"
-            ))?;
-        }
-        Ok(())
-    };
-    let rec = guest::boot(&spec, &mut wire)?;
+    let rec = guest::boot(&spec, &mut || join_taps(&info.ns_emu, &pairs))?;
     let mut script = String::from(
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1\n\
          ip link set lo up\n\
          ip link add br0 type bridge stp_state 0 forward_delay 0\n",
     );
+    script.push_str(&name_nics_script(&rec.nics));
     for n in &rec.nics {
         script.push_str(&format!(
-            "d=''; for p in /sys/class/net/*; do [ \"$(cat $p/address)\" = {mac} ] && d=${{p##*/}}; done\n\
-             [ -n \"$d\" ] || {{ echo 'no NIC with MAC {mac}' >&2; exit 1; }}\n\
-             ip link set dev $d name {name}\n\
-             ethtool -K {name} tso off gso off gro off\n\
-             ip link set {name} master br0\n\
-             ip link set {name} up\n",
-            mac = n.mac,
+            "ip link set {name} master br0\nip link set {name} up\n",
             name = n.guest_name
         ));
     }
     script.push_str("ip link set br0 up\n");
     guest::exec_ok(&rec, &["sh", "-ec", &script])?;
+    Ok(())
+}
+
+/// Boots the server guest in the srv namespace. Its data NIC takes the server's place on the
+/// wire: it has the server's MAC and address, the route to the client pool and the static
+/// neighbour the namespace had, and its tap is joined to `srv_if` (whose address is removed,
+/// so the namespace itself takes no part; a capture on `srv_if` still sees every frame, as a
+/// tap in front of the server would). Its management NIC is a /30 to `ns_srv`
+/// ([`SERVER_MGMT_HOST`] ↔ [`SERVER_MGMT_GUEST`]) that carries the server emulator's control
+/// channel. The guest gets the server role's control-channel files (`ca.crt`, `serve.crt`,
+/// `serve.key`, not the CA's key) at the lab's PKI path, so `mimic serve --pki` reads them
+/// where it would on the host.
+fn boot_server(
+    info: &LabInfo,
+    kernel: &crate::guest::KernelImage,
+    opts: &GuestOptions,
+) -> Result<(), LabError> {
+    use crate::guest::{self, GuestNic};
+    let spec = guest_spec(
+        info,
+        "srv",
+        &info.ns_srv,
+        kernel,
+        vec![
+            GuestNic {
+                tap: info.srv_tap.clone(),
+                guest_name: info.srv_if.clone(),
+                mac: MAC_SRV.into(),
+            },
+            GuestNic {
+                tap: info.srv_mgmt_tap.clone(),
+                guest_name: SERVER_MGMT_IF.into(),
+                mac: MAC_GUEST_SRV_MGMT.into(),
+            },
+        ],
+        opts,
+    );
+    let ns = info.ns_srv.clone();
+    let pairs = [(info.srv_if.clone(), info.srv_tap.clone())];
+    let mgmt = info.srv_mgmt_tap.clone();
+    let srv_if = info.srv_if.clone();
+    let mut wire = || -> Result<(), String> {
+        // the namespace hands the server's address to the guest
+        ipn(&ns, &format!("addr flush dev {srv_if}")).map_err(|e| e.to_string())?;
+        join_taps(&ns, &pairs)?;
+        ipn(&ns, &format!("addr add {SERVER_MGMT_HOST}/30 dev {mgmt}"))
+            .map_err(|e| e.to_string())?;
+        ipn(&ns, &format!("link set {mgmt} up")).map_err(|e| e.to_string())?;
+        Ok(())
+    };
+    let rec = guest::boot(&spec, &mut wire)?;
+    let mut script = String::from(
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 \
+         net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0\n\
+         ip link set lo up\n",
+    );
+    script.push_str(&name_nics_script(&rec.nics));
+    let s = &info.srv_if;
+    script.push_str(&format!(
+        "ethtool -K {s} tx off\n\
+         ip addr add {SERVER_ADDR}/24 dev {s}\n\
+         ip link set {s} up\n\
+         ip route add {pool} via {CLIENT_ADDR} dev {s}\n\
+         ip neigh replace {CLIENT_ADDR} lladdr {MAC_CLI} dev {s} nud permanent\n\
+         ip addr add {SERVER_MGMT_GUEST}/30 dev {SERVER_MGMT_IF}\n\
+         ip link set {SERVER_MGMT_IF} up\n",
+        pool = info.client_pool
+    ));
+    guest::exec_ok(&rec, &["sh", "-ec", &script])?;
+    // The serve role's files, written in the guest's own /run (umask 077: the key stays 0600).
+    let pki = info.pki_dir.display().to_string();
+    let mut copy = format!("umask 077\nmkdir -p '{pki}'\n");
+    let mut args: Vec<String> = Vec::new();
+    for (i, f) in ["ca.crt", "serve.crt", "serve.key"].iter().enumerate() {
+        let p = info.pki_dir.join(f);
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| LabError::Io(format!("{}: {e}", p.display())))?;
+        copy.push_str(&format!("printf '%s' \"${}\" > '{pki}/{f}'\n", i + 1));
+        args.push(text);
+    }
+    let mut argv: Vec<&str> = vec!["sh", "-ec", &copy, "sh"];
+    argv.extend(args.iter().map(String::as_str));
+    guest::exec_ok(&rec, &argv)?;
     Ok(())
 }
 

@@ -301,32 +301,48 @@ fn server_routes(info: &LabInfo) -> [(String, String); 2] {
     ]
 }
 
-/// Applies the keys set in `profile` to the lab's server namespace (others stay as they are).
+/// Runs `argv` on the lab's server host — its namespace (`ip netns exec`), or its guest
+/// (the command channel) when it runs on a kernel of its own — and returns its stdout.
+fn on_server(lab_name: &str, argv: &[String]) -> Result<String, LabError> {
+    match lab::host(lab_name, "srv")? {
+        lab::Host::Namespace(ns) => lab::run(crate::netns::command(&ns, &argv[0], &argv[1..])),
+        lab::Host::Guest(r) => {
+            let v: Vec<&str> = argv.iter().map(String::as_str).collect();
+            Ok(crate::guest::exec_ok_within(
+                &r,
+                &v,
+                std::time::Duration::from_secs(60),
+            )?)
+        }
+    }
+}
+
+/// Applies the keys set in `profile` to the lab's server host (its namespace, or its guest:
+/// the same sysctls and route attributes, on the guest's kernel). Others stay as they are.
 /// Returns notes about side effects on the host (the allowed congestion controls).
 pub fn apply(lab_name: &str, profile: &StackProfile) -> Result<Vec<String>, LabError> {
     let info = LabInfo::for_name(lab_name)?;
-    if !crate::netns::exists(&info.ns_srv) {
-        return Err(LabError::NotUp(lab_name.into()));
-    }
+    let host = lab::host(lab_name, "srv")?;
     let mut notes = Vec::new();
-    if let Some(cc) = &profile.cc {
+    if let (Some(cc), lab::Host::Namespace(_)) = (&profile.cc, &host) {
+        // a guest is its own init namespace: its kernel allows what it has
         if let Some(n) = ensure_cc_allowed(cc)? {
             notes.push(n);
         }
     }
     let sysctls = profile.sysctls();
     if !sysctls.is_empty() {
-        let mut c = crate::netns::command(&info.ns_srv, "sysctl", ["-q", "-w"]);
+        let mut argv: Vec<String> = vec!["sysctl".into(), "-q".into(), "-w".into()];
         for (k, v) in &sysctls {
-            c.arg(format!("{k}={v}"));
+            argv.push(format!("{k}={v}"));
         }
-        lab::run(c)?;
+        on_server(lab_name, &argv)?;
     }
     if profile.initcwnd.is_some() || profile.initrwnd.is_some() || profile.rto_min_ms.is_some() {
         let current = read_back(lab_name)?;
         let p = current.merged(profile);
         for (dst, via) in server_routes(&info) {
-            let mut args: Vec<String> = vec!["route".into(), "replace".into(), dst];
+            let mut args: Vec<String> = vec!["ip".into(), "route".into(), "replace".into(), dst];
             args.extend(via.split_whitespace().map(String::from));
             if let Some(n) = p.initcwnd {
                 args.extend(["initcwnd".into(), n.to_string()]);
@@ -337,27 +353,26 @@ pub fn apply(lab_name: &str, profile: &StackProfile) -> Result<Vec<String>, LabE
             if let Some(n) = p.rto_min_ms {
                 args.extend(["rto_min".into(), format!("{n}ms")]);
             }
-            lab::ip_in(&info.ns_srv, &args)?;
+            on_server(lab_name, &args)?;
         }
     }
     Ok(notes)
 }
 
-/// The profile in force in the lab's server namespace: every sysctl, and the route attributes
-/// of the server's route to the client pool (`None` where the route does not set one).
+/// The profile in force on the lab's server host (namespace or guest): every sysctl, and the
+/// route attributes of the server's route to the client pool (`None` where the route does not
+/// set one).
 pub fn read_back(lab_name: &str) -> Result<StackProfile, LabError> {
     let info = LabInfo::for_name(lab_name)?;
-    if !crate::netns::exists(&info.ns_srv) {
-        return Err(LabError::NotUp(lab_name.into()));
-    }
-    let mut c = crate::netns::command(&info.ns_srv, "sysctl", ["-n"]);
-    c.args(SYSCTL_KEYS);
-    let out = lab::run(c)?;
+    let mut argv: Vec<String> = vec!["sysctl".into(), "-n".into()];
+    argv.extend(SYSCTL_KEYS.iter().map(|k| k.to_string()));
+    let out = on_server(lab_name, &argv)?;
     let lines: Vec<&str> = out.lines().collect();
     let mut p = parse_sysctls(&lines)?;
-    let json = lab::ip_in(
-        &info.ns_srv,
+    let json = on_server(
+        lab_name,
         &[
+            "ip".into(),
             "-j".into(),
             "route".into(),
             "show".into(),

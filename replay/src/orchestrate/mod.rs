@@ -31,6 +31,7 @@ use crate::workload;
 mod clients;
 mod db;
 pub mod error;
+mod guest_serve;
 pub mod plan;
 pub mod rates;
 mod roles;

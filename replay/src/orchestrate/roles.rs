@@ -20,6 +20,7 @@ use mimic_netemu::netns;
 use mimic_netemu::spec::{Bridge, EmulatorSpec};
 use mimic_netemu::stack::{self, StackProfile};
 
+use super::guest_serve::{self, GuestServe};
 use super::{interrupted, CpuSplit, Progress, ReplayError};
 use crate::control::{ControllerTls, ServeClient};
 use crate::spec::{ReplayOptions, ServeSpec, Target};
@@ -34,6 +35,9 @@ pub(super) struct Endpoints {
     pub server: SocketAddr,
     pub netemu: ControlAddr,
     pub serve: ControlAddr,
+    /// The namespace the control socket to the server emulator is opened in (a server guest's
+    /// management link is in `ns_srv`); None: this process's own.
+    pub serve_ns: Option<String>,
     /// The controller's side of the control channels.
     pub tls: ControllerTls,
     /// Source addresses of the replayed connections.
@@ -54,6 +58,8 @@ pub(super) struct Endpoints {
 /// down when dropped, in that order.
 pub(super) struct Roles {
     processes: Processes,
+    /// The server emulator when it runs in the lab's server guest.
+    guest_serve: Option<GuestServe>,
     _lab: LabGuard,
     capture: CaptureSpec,
     work: PathBuf,
@@ -93,6 +99,7 @@ impl Roles {
         // declared in this order so that on an error the processes stop before the lab goes
         let mut lab_guard = LabGuard(None);
         let mut processes = Processes::default();
+        let mut guest_serve = None;
         let exe = opts.exe.as_os_str();
         let (endpoints, capture) = match &opts.target {
             Target::Lab { name, keep } => {
@@ -117,10 +124,18 @@ impl Roles {
                 }
                 let stack_in_force = stack::read_back(name).ok();
                 let tls = info.controller_tls()?;
-                let serve_ctl: ControlAddr =
-                    format!("unix:{}", info.runtime_dir.join("serve.sock").display())
-                        .parse()
-                        .map_err(ReplayError::Invalid)?;
+                // a server host on a kernel of its own (`lab up --server-kernel`): serve runs
+                // in the guest, its control channel on the guest's management link
+                let srv_guest = match lab::host(name, "srv")? {
+                    lab::Host::Guest(r) => Some(*r),
+                    lab::Host::Namespace(_) => None,
+                };
+                let serve_ctl: ControlAddr = match &srv_guest {
+                    Some(_) => info.server_guest_control(),
+                    None => format!("unix:{}", info.runtime_dir.join("serve.sock").display()),
+                }
+                .parse()
+                .map_err(ReplayError::Invalid)?;
                 let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
                 let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
                 progress.stage("roles");
@@ -138,18 +153,32 @@ impl Roles {
                 let mut serve = ServeSpec::new(server);
                 serve.control = Some(serve_ctl.clone());
                 serve.pki = Some(info.pki_dir.clone());
-                serve.timer_cpus = cpu_split.as_ref().map(|c| c.timers.clone());
+                // the host's CPU numbers mean nothing in a guest
+                serve.timer_cpus = cpu_split
+                    .as_ref()
+                    .filter(|_| srv_guest.is_none())
+                    .map(|c| c.timers.clone());
                 let capture = capture_spec(SourceSpec::Iface(info.srv_if.clone()), capdir);
                 processes.spawn(
                     NETEMU,
                     netns::command(&info.ns_emu, exe, quiet(emu.to_args())),
                     &work.join("netemu.log"),
                 )?;
-                processes.spawn(
-                    SERVE,
-                    netns::command(&info.ns_srv, exe, quiet(serve.to_args())),
-                    &work.join("serve.log"),
-                )?;
+                match &srv_guest {
+                    Some(rec) => {
+                        guest_serve = Some(GuestServe::start(
+                            rec,
+                            &opts.exe,
+                            quiet(serve.to_args()),
+                            &work.join("serve.log"),
+                        )?);
+                    }
+                    None => processes.spawn(
+                        SERVE,
+                        netns::command(&info.ns_srv, exe, quiet(serve.to_args())),
+                        &work.join("serve.log"),
+                    )?,
+                }
                 processes.spawn(
                     CAPTURE,
                     netns::command(&info.ns_srv, exe, quiet(capture.to_args())),
@@ -162,6 +191,7 @@ impl Roles {
                     server,
                     netemu: netemu_ctl,
                     serve: serve_ctl,
+                    serve_ns: srv_guest.as_ref().map(|_| info.ns_srv.clone()),
                     tls,
                     client_addrs: pool,
                     client_ns: Some(info.ns_cli.clone()),
@@ -195,6 +225,7 @@ impl Roles {
                     server: *server,
                     netemu: netemu.clone(),
                     serve: server_control.clone(),
+                    serve_ns: None,
                     tls,
                     client_addrs: client_addrs.clone(),
                     client_ns: None,
@@ -209,6 +240,7 @@ impl Roles {
         };
         Ok(Roles {
             processes,
+            guest_serve,
             _lab: lab_guard,
             capture,
             work: work.to_path_buf(),
@@ -233,18 +265,31 @@ impl Roles {
             },
         )
         .map_err(|e| annotate(e, &self.work.join("netemu.log")))?;
+        let in_guest = self.guest_serve.as_ref();
+        let mut every = guest_serve::Every::new();
         let serve = wait_for(
             SERVE,
-            Duration::from_secs(15),
+            match in_guest {
+                Some(_) => guest_serve::GUEST_READY,
+                None => Duration::from_secs(15),
+            },
             stop,
-            || processes.alive(SERVE) || remote,
-            || match ServeClient::connect(&ep.serve, &ep.tls) {
+            || match in_guest {
+                Some(g) => every.check(|| g.alive()),
+                None => processes.alive(SERVE) || remote,
+            },
+            || match guest_serve::connect_serve(&ep.serve, &ep.tls, ep.serve_ns.as_deref()) {
                 Ok(c) => Ok(Some(c)),
                 Err(e) if e.is_refusal() => Err(e.into()),
                 Err(_) => Ok(None),
             },
         )
-        .map_err(|e| annotate(e, &self.work.join("serve.log")))?;
+        .map_err(|e| {
+            if let Some(g) = in_guest {
+                g.fetch_log();
+            }
+            annotate(e, &self.work.join("serve.log"))
+        })?;
         let capture = &self.capture;
         wait_for(
             CAPTURE,
@@ -274,6 +319,9 @@ impl Roles {
             }
         };
         self.processes.stop(SERVE, Duration::from_secs(5));
+        if let Some(g) = self.guest_serve.as_mut() {
+            g.stop(Duration::from_secs(5));
+        }
         self.processes.stop(NETEMU, Duration::from_secs(5));
         summary
     }

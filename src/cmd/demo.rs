@@ -39,6 +39,11 @@ pub struct Args {
     pub lab: String,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run the lab's server host as a QEMU guest on this kernel image (the kernel you
+    /// changed; `mimic lab fetch-kernel` prints Debian's): production and both replays run
+    /// against a server on that kernel. Its modules are found beside the image.
+    #[arg(long, value_name = "IMAGE")]
+    pub server_kernel: Option<PathBuf>,
 }
 
 fn parse_stack(s: &str) -> Result<StackProfile, String> {
@@ -165,15 +170,32 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
     let p = |f: &str| out.join(f);
     let exe = std::env::current_exe()?;
 
+    // a bad image is named before anything is built
+    let server_kernel = match &a.server_kernel {
+        Some(k) => Some(mimic_netemu::guest::inspect_kernel(k, None)?),
+        None => None,
+    };
     stage(
         1,
-        &format!("building lab {} (server stack {})", a.lab, a.current),
+        &format!(
+            "building lab {} (server stack {}{})",
+            a.lab,
+            a.current,
+            match &server_kernel {
+                Some(k) => format!(", server on kernel {} in a QEMU guest", k.version),
+                None => String::new(),
+            }
+        ),
     )?;
     let _down = LabDown(a.lab.clone());
-    let (_, notes) = lab::up(
+    let (_, notes) = lab::up_with_guests(
         &a.lab,
         &lab::LabOptions {
             stack: Some(a.current.clone()),
+        },
+        &lab::GuestOptions {
+            server_kernel,
+            ..Default::default()
         },
     )?;
     for n in notes {

@@ -33,9 +33,16 @@ enum Cmd {
         /// a probe boot shows it works, TCG otherwise. The guest reads the host's files.
         #[arg(long, value_name = "IMAGE")]
         kernel: Option<PathBuf>,
+        /// Run the server host (NAME-srv) as a QEMU guest booting this kernel image (the
+        /// kernel you changed): it keeps the server's address, MAC and routes, `mimic serve`
+        /// runs in it (`mimic replay --lab NAME`) and `lab stack` sets its sysctls and routes.
+        /// Alone or together with --kernel.
+        #[arg(long, value_name = "IMAGE")]
+        server_kernel: Option<PathBuf>,
         /// The kernel's modules (`lib/modules` or `lib/modules/VERSION`); default: beside
         /// the image (`IMAGE/../../lib/modules/VERSION`), then `/lib/modules/VERSION`.
-        #[arg(long, value_name = "DIR", requires = "kernel")]
+        /// Applies to --kernel and --server-kernel.
+        #[arg(long, value_name = "DIR")]
         modules: Option<PathBuf>,
         /// How long a guest may take from QEMU's start to answering on its command channel;
         /// past it the guest is killed and the lab removed.
@@ -97,17 +104,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             name,
             stack,
             kernel,
+            server_kernel,
             modules,
             boot_timeout,
             guest_memory,
             guest_priority,
         } => {
-            let router_kernel = match &kernel {
-                Some(k) => Some(guest::inspect_kernel(k, modules.as_deref())?),
-                None => None,
+            if modules.is_some() && kernel.is_none() && server_kernel.is_none() {
+                anyhow::bail!(
+                    "--modules names the modules of --kernel or --server-kernel; give one of them"
+                );
+            }
+            let inspect = |k: &Option<PathBuf>| -> anyhow::Result<_> {
+                Ok(match k {
+                    Some(k) => Some(guest::inspect_kernel(k, modules.as_deref())?),
+                    None => None,
+                })
             };
+            let router_kernel = inspect(&kernel)?;
+            let server_kernel = inspect(&server_kernel)?;
             let guests = GuestOptions {
                 router_kernel,
+                server_kernel,
                 boot_timeout,
                 memory_mb: guest_memory,
                 fifo_priority: (guest_priority > 0).then_some(guest_priority),
@@ -125,6 +143,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 println!(
                     "install kernel pipes in the router guest with: mimic lab exec {0} emu -- mimic netemu render --backend netem --default \"delay=20ms,rate=10mbit\" --client-if {1} --server-if {2} --apply",
                     info.name, info.emu_cli_if, info.emu_srv_if
+                );
+            } else if notes.iter().any(|n| n.starts_with("server host")) {
+                println!(
+                    "replay against the server guest with: mimic replay flows.db -o replay.db --lab {0} --stack initcwnd=10",
+                    info.name
                 );
             } else {
                 println!("start the emulator with: mimic netemu run --lab {} --default \"delay=20ms,rate=10mbit\"", info.name);

@@ -320,3 +320,94 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
         t_all.elapsed().as_secs_f64()
     );
 }
+
+/// Nothing of lab `name` is left: no namespace, interface or runtime dir, no QEMU.
+fn assert_lab_gone(name: &str) {
+    for role in ["emu", "srv"] {
+        assert!(
+            qemu_pids(name, role).is_empty(),
+            "QEMU of {role} still runs"
+        );
+    }
+    let info = LabInfo::for_name(name).unwrap();
+    for ns in info.namespaces() {
+        assert!(!netns::exists(ns), "namespace {ns} is left");
+    }
+    assert!(
+        !info.runtime_dir.exists(),
+        "{} is left",
+        info.runtime_dir.display()
+    );
+}
+
+#[test]
+fn a_server_kernel_that_is_not_one_is_named_and_nothing_is_built() {
+    require_root("the server guest test");
+    let d = tempdir();
+    let bogus = d.path().join("vmlinuz-notakernel");
+    std::fs::write(&bogus, vec![0x42u8; 8192]).unwrap();
+    let name = format!("gb{}", std::process::id() % 100_000);
+    let _g = Guard(name.clone());
+    let o = mimic()
+        .args(["lab", "up", &name, "--server-kernel"])
+        .arg(&bogus)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("vmlinuz-notakernel") && e.contains("not a Linux kernel image"),
+        "{e}"
+    );
+    assert_lab_gone(&name);
+    // the demo checks the image before it builds its lab
+    let o = mimic()
+        .args(["demo", "--lab", &name, "--out"])
+        .arg(d.path().join("demo"))
+        .arg("--server-kernel")
+        .arg(&bogus)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("vmlinuz-notakernel") && e.contains("not a Linux kernel image"),
+        "{e}"
+    );
+    assert_lab_gone(&name);
+}
+
+#[test]
+fn a_server_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() {
+    require_root("the server guest test");
+    require_tool("qemu-system-x86_64");
+    let kernel = debian_kernel();
+    let name = format!("gt{}", std::process::id() % 100_000);
+    let _g = Guard(name.clone());
+    let t0 = Instant::now();
+    let o = mimic()
+        .args([
+            "lab",
+            "up",
+            &name,
+            "--boot-timeout",
+            "1s",
+            "--server-kernel",
+        ])
+        .arg(&kernel)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("guest {name}-srv did not come up within 1.0 s"))
+            && e.contains("console"),
+        "{e}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_lab_gone(&name);
+}

@@ -13,6 +13,12 @@
 //! usable addresses) is local to the client namespace, so a socket there can bind any of them,
 //! and the server routes it back through the emulator. IPv6 is off in all three namespaces,
 //! offloads (tso/gso/gro, and tx checksum on the end hosts) are off on every veth.
+//!
+//! The router and the server host can each run as a QEMU guest on a kernel you name instead
+//! ([`up_with_guests`], [`crate::guest`]): the guest's NIC takes the namespace's place on the
+//! veth's wire (tc mirred between the veth and the guest's tap); a server guest also has a
+//! management link to its namespace ([`SERVER_MGMT_HOST`] ↔ [`SERVER_MGMT_GUEST`]) for the
+//! server emulator's control channel.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};

@@ -20,6 +20,8 @@ use crate::control::{ControlError, ControllerTls, ServeClient};
 /// Where the guest's `mimic serve` writes its log (the guest's own tmpfs); copied to the
 /// replay's work dir when it stops or fails.
 const GUEST_LOG: &str = "/run/mimic-serve.log";
+/// The pid of the guest's `mimic serve`, so that the next replay can end one left behind.
+const GUEST_PID: &str = "/run/mimic-serve.pid";
 
 /// A `mimic serve` running in the server guest: stopped (TERM, then KILL) and its log copied
 /// out when dropped.
@@ -49,7 +51,13 @@ impl GuestServe {
         let mut argv: Vec<String> = vec![
             "sh".into(),
             "-c".into(),
-            "log=$1; shift; \"$@\" </dev/null >\"$log\" 2>&1 & echo $!".into(),
+            // a serve left behind by a replay that was killed (SIGKILL: no Drop) would hold
+            // the ports: the one recorded is killed first
+            format!(
+                "p=$(cat {GUEST_PID} 2>/dev/null); [ -n \"$p\" ] && grep -qs serve /proc/$p/cmdline \
+                 && {{ kill -KILL $p; sleep 0.3; }}; \
+                 log=$1; shift; \"$@\" </dev/null >\"$log\" 2>&1 & echo $! > {GUEST_PID}; echo $!"
+            ),
             "sh".into(),
             GUEST_LOG.into(),
             exe.to_string_lossy().into_owned(),

@@ -89,9 +89,9 @@ pub struct ReplaySummary {
     /// What the capture reported when it stopped (None: it wrote no summary).
     pub capture: Option<CaptureSummary>,
     pub stack: Option<StackProfile>,
-    /// Where the replay was captured: `server` (the lab) or `client` (remote,
-    /// `--capture-iface` on the client host; response times then carry about one more RTT
-    /// than an original captured at the server).
+    /// Where the replay was captured: `server` (the lab, or remote by `mimic serve` at its
+    /// host) or `client` (remote, `--vantage client`: `--capture-iface` on the client host;
+    /// response times then carry about one more RTT than an original captured at the server).
     pub capture_vantage: &'static str,
     /// The server host's kernel and stack as `mimic serve` reported them (None: it did not
     /// answer `info`).
@@ -229,7 +229,7 @@ pub fn run(
             counters: pipe_counters.remove(id),
         })
         .collect();
-    let capture_summary = roles.stop(ctl, !opts.target_is_remote());
+    let capture_summary = roles.stop(ctl, !opts.target_is_remote())?;
     interrupted(stop)?;
 
     // ---- analysis into the replay database ----

@@ -17,7 +17,8 @@
 //! Why the capture and not the analysis crosses the wire: one analysis path for lab and remote
 //! replays (the replay database is the same code's output either way), and the pcapng files
 //! stay available for `--keep-capture`. The capture keeps the first 64 payload bytes per
-//! packet, so it is small: a 300-connection synth replay is about 1.2 MB of pcapng.
+//! packet, so it is small: a 300-connection synth replay is 20,150 packets in 2.7 MB of pcapng
+//! (docker/lan-test.sh), 1 MiB per `capture_read`.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -76,6 +77,15 @@ pub struct CaptureFile {
 pub struct CaptureStopped {
     pub summary: CaptureSummary,
     pub files: Vec<CaptureFile>,
+}
+
+/// What bringing a capture from the server host cost (in the replay's summary).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CaptureFetch {
+    pub files: usize,
+    pub bytes: u64,
+    /// Stopping the capture, copying and checking the files, discarding them there.
+    pub seconds: f64,
 }
 
 /// Why serve could not do what the controller asked (sent back as the refusal's text).

@@ -26,7 +26,7 @@ use mimic_netemu::stack::{self, StackProfile};
 
 use super::{interrupted, CpuSplit, Progress, ReplayError};
 use crate::control::{ControllerTls, ServeClient};
-use crate::serve_capture::replay_capture as capture_spec;
+use crate::serve_capture::{replay_capture as capture_spec, CaptureFetch};
 use crate::spec::{RemoteCapture, ReplayOptions, ServeSpec, Target};
 
 const NETEMU: &str = "network emulator";
@@ -73,6 +73,8 @@ pub(super) struct Roles {
     capture: Capture,
     work: PathBuf,
     pub endpoints: Endpoints,
+    /// What bringing the server host's capture here cost (None: not captured there).
+    pub fetched: Option<CaptureFetch>,
 }
 
 /// The control channels of the two emulators, once they answer.
@@ -243,6 +245,7 @@ impl Roles {
             capture,
             work: work.to_path_buf(),
             endpoints,
+            fetched: None,
         })
     }
 
@@ -334,12 +337,18 @@ impl Roles {
                         why: format!("bringing the server host's capture here: {e}"),
                     })?;
             ctl.serve_capturing = false;
-            let bytes: u64 = stopped.files.iter().map(|f| f.bytes).sum();
+            let fetched = CaptureFetch {
+                files: files.len(),
+                bytes: stopped.files.iter().map(|f| f.bytes).sum(),
+                seconds: t.elapsed().as_secs_f64(),
+            };
             tracing::info!(
-                "the server host's capture: {} files, {bytes} bytes, brought over and checked in {:.2} s",
-                files.len(),
-                t.elapsed().as_secs_f64()
+                "the server host's capture: {} files, {} bytes, brought over and checked in {:.2} s",
+                fetched.files,
+                fetched.bytes,
+                fetched.seconds
             );
+            self.fetched = Some(fetched);
             summary = Some(stopped.summary);
         }
         if lab {

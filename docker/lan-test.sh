@@ -10,7 +10,10 @@
 #   time within 5% of the LAN's, with no vantage bias per connection (median of the
 #   connections' differences within 0.25 RTT), while a second LAN replay captured on the
 #   client (--vantage client) shows the bias: its connections' median difference lies between
-#   0.5 and 2 RTTs (about one round trip, as expected);
+#   0.5 and 2 RTTs (about one round trip, as expected); and the sharded analysis run in
+#   containers of the same image -- the Kubernetes Indexed Job's pods (docker/k8s, their
+#   scripts with JOB_COMPLETION_INDEX set) and docker/shard-run.sh --docker (xargs -P) -- merges
+#   into the unsharded run's database, table by table and row by row (docker/shard-check.py);
 # 1 when one is missed, 2 on an error, 130 when interrupted. Everything of its own (containers,
 # networks, the image tag, the engine if it started it) is removed on exit, Ctrl-C included.
 #
@@ -22,6 +25,7 @@
 #   MIMIC_LAN_KEEP=DIR  keep the databases, captures and role logs in DIR (default: removed)
 #   MIMIC_LAN_LAB=0     skip the namespace-lab replay of the same workload (the client-side
 #                       bias is then measured against the LAN's server-side replay)
+#   MIMIC_LAN_SHARDS=0  skip the sharded analysis in containers (below)
 # One run at a time when it has to start the engine itself.
 set -euo pipefail
 # paths given relative to where the script was started
@@ -81,6 +85,8 @@ cleanup() {
     dc down --volumes --remove-orphans --timeout 10 >/dev/null 2>&1 \
       || say "docker-compose down failed: remove ${run}_* containers and networks by hand"
   fi
+  # the sharded analysis's containers (docker run, not compose)
+  for c in $(docker ps -aq --filter "name=^${run}_" 2>/dev/null); do docker rm -f "$c" >/dev/null 2>&1; done
   if [ -n "$(docker image ls -q "$tag" 2>/dev/null)" ]; then
     docker image rm -f "$tag" >/dev/null || say "could not remove the image $tag"
   fi
@@ -140,6 +146,7 @@ for p in $( (docker ps -a --format '{{.Names}}' --filter name=mimiclan
   if [ "$pid" = $$ ] || kill -0 "$pid" 2>/dev/null; then continue; fi
   say "removing what an earlier, killed run left ($p)"
   docker-compose -f "$repo/docker/compose.yaml" -p "$p" down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+  for c in $(docker ps -aq --filter "name=^${p}_"); do docker rm -f "$c" >/dev/null 2>&1 || true; done
   docker image rm -f "mimic-lan:$p" >/dev/null 2>&1 || true
   rm -rf "docker/bin/$p"
 done
@@ -350,7 +357,69 @@ for name, db, rel, (lo, hi) in rows:
 print(f"(over {len(rtt)} connections, RTTs median {statistics.median(rtt.values()) / 1000:.1f} ms)")
 sys.exit(0 if ok else 1)
 PY
+
+# ---- sharded analysis in containers of the same image (docker/k8s, docker/shard-run.sh) ----
+# the captures: this run's two replay captures, and the public corpus's web captures when it is
+# there; mounted read-only at /captures as the Kubernetes Job mounts its volume
+t_shards=0
+if [ "${MIMIC_LAN_SHARDS:-1}" != 0 ]; then
+  t0=$(date +%s)
+  echo
+  echo "=== sharded analysis in containers: merged shards against the unsharded run ==="
+  python3 docker/k8s/check.py || { say "docker/k8s: the manifests are not well-formed"; status=1; }
+  sh_dir=$work/shards
+  mkdir -p "$sh_dir/captures" "$sh_dir/out"
+  # (only captures here: the Job's script takes *.pcap, *.pcapng and their .gz)
+  cp "$work"/capture-server/*.pcapng "$sh_dir/captures/"
+  for f in "$work"/capture-client/*.pcapng; do cp "$f" "$sh_dir/captures/client-$(basename "$f")"; done
+  corpus=${MIMIC_TRACES:-$repo/../shared/traces/public}
+  if [ -d "$corpus/web" ]; then
+    cp "$corpus"/web/*.pcap "$corpus"/web/*.pcapng "$sh_dir/captures/" 2>/dev/null || true
+    note="this run's 2 replay captures and the public corpus's web/"
+  else
+    note="this run's 2 replay captures only (no public corpus at $corpus; scripts/corpus.sh fetches it)"
+  fi
+  chmod -R a+rX "$sh_dir/captures"
+  n_sh=$(python3 docker/k8s/check.py --shards)
+  say "shards: $n_sh, over $(find "$sh_dir/captures" -type f | wc -l) captures ($note)"
+  sh_vols=(--network none -v "$sh_dir/captures:/captures:ro" -v "$sh_dir/out:/out")
+  sh_run=(--rm "${sh_vols[@]}")
+  # the unsharded run, in a container of the image: the captures as the Job's pods see them
+  # (its order: name order in the container), and at their paths here as shard-run.sh mounts them
+  # shellcheck disable=SC2016 # (expanded in the container)
+  bgw docker run "${sh_run[@]}" --name "${run}_full" --entrypoint /bin/sh "$tag" -c \
+    'set --; for f in /captures/*; do set -- "$@" "$f"; done; exec mimic -q analyze "$@" -o /out/full.db' \
+    >"$work/shards-full.log" 2>&1 || { cat "$work/shards-full.log" >&2; die "the unsharded analysis in a container failed"; }
+  sh_caps=("$sh_dir"/captures/*)
+  bgw docker run --rm --network none -v "$sh_dir/captures:$sh_dir/captures:ro" -v "$sh_dir/out:/out" \
+    --name "${run}_full2" --entrypoint mimic "$tag" -q analyze "${sh_caps[@]}" -o /out/full-here.db \
+    >"$work/shards-full2.log" 2>&1 || { cat "$work/shards-full2.log" >&2; die "the unsharded analysis in a container failed"; }
+  # the Kubernetes Indexed Job's pods: its script, with JOB_COMPLETION_INDEX 0..N-1, all at once
+  k8s_script=$(python3 docker/k8s/check.py --script analyze)
+  for i in $(seq 0 $((n_sh - 1))); do
+    docker run -d "${sh_vols[@]}" --name "${run}_k8s_$i" -e JOB_COMPLETION_INDEX="$i" \
+      -e MIMIC_SHARDS="$n_sh" -e MIMIC_RUN=ci --entrypoint /bin/sh "$tag" -c "$k8s_script" >/dev/null \
+      || die "starting the shard pod $i failed"
+  done
+  for i in $(seq 0 $((n_sh - 1))); do
+    rc_i=$(docker wait "${run}_k8s_$i")
+    if [ "$rc_i" != 0 ]; then docker logs "${run}_k8s_$i" >&2; die "shard pod $i exited with $rc_i"; fi
+    docker rm "${run}_k8s_$i" >/dev/null
+  done
+  bgw docker run "${sh_run[@]}" --name "${run}_k8s_merge" -e MIMIC_SHARDS="$n_sh" -e MIMIC_RUN=ci \
+    --entrypoint /bin/sh "$tag" -c "$(python3 docker/k8s/check.py --script merge)" >"$work/shards-merge.log" 2>&1 \
+    || { cat "$work/shards-merge.log" >&2; die "the merge Job's container failed"; }
+  echo "-- Kubernetes Indexed Job (docker/k8s/*.yaml's scripts, one container per index) --"
+  python3 docker/shard-check.py "$sh_dir/out/full.db" "$sh_dir/out/ci/flows.db" || status=1
+  # the same without a cluster: xargs -P over containers
+  bgw docker/shard-run.sh --docker "$tag" -n "$n_sh" -j 2 --mimic "$MIMIC_BIN" \
+    -o "$sh_dir/xargs.db" "${sh_caps[@]}" || die "docker/shard-run.sh failed"
+  echo "-- docker/shard-run.sh --docker (xargs -P 2) --"
+  python3 docker/shard-check.py "$sh_dir/out/full-here.db" "$sh_dir/xargs.db" || status=1
+  t_shards=$(($(date +%s) - t0))
+fi
+
 echo
-say "build ${t_build} s, LAN up ${t_up} s, replays ${t_replay} s (server side) + ${t_replay2} s (client side), lab replay ${t_lab} s, total $(($(date +%s) - t_start)) s"
+say "build ${t_build} s, LAN up ${t_up} s, replays ${t_replay} s (server side) + ${t_replay2} s (client side), lab replay ${t_lab} s, shards ${t_shards} s, total $(($(date +%s) - t_start)) s"
 if [ "$status" -eq 0 ]; then say "PASS"; else say "FAIL: a criterion was missed"; fi
 exit "$status"

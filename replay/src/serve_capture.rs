@@ -127,7 +127,7 @@ enum State {
     },
     Stopped {
         dir: PathBuf,
-        done: CaptureStopped,
+        done: Box<CaptureStopped>,
     },
 }
 
@@ -268,7 +268,7 @@ impl CaptureService {
         match std::mem::replace(&mut *st, State::Idle) {
             State::Idle => Err(ServiceError::NoCapture),
             State::Stopped { dir, done } => {
-                let out = done.clone();
+                let out = (*done).clone();
                 *st = State::Stopped { dir, done };
                 Ok(out)
             }
@@ -295,7 +295,7 @@ impl CaptureService {
                 let done = CaptureStopped { summary, files };
                 *st = State::Stopped {
                     dir,
-                    done: done.clone(),
+                    done: Box::new(done.clone()),
                 };
                 Ok(done)
             }

@@ -60,7 +60,7 @@ pub(super) struct Endpoints {
 /// Where the replay's capture runs.
 enum Capture {
     /// A capture process this replay started (the lab's server namespace, or this host).
-    Process(CaptureSpec),
+    Process(Box<CaptureSpec>),
     /// `mimic serve`'s capture at the server host; its files are fetched into `dir`.
     Serve { dir: PathBuf },
 }
@@ -191,7 +191,7 @@ impl Roles {
                     capture_vantage: "server",
                     capture_iface: info.srv_if.clone(),
                 };
-                (endpoints, Capture::Process(capture))
+                (endpoints, Capture::Process(Box::new(capture)))
             }
             Target::Remote {
                 server,
@@ -213,7 +213,7 @@ impl Roles {
                         let mut c = Command::new(exe);
                         c.args(quiet(spec.to_args()));
                         processes.spawn(CAPTURE, c, &work.join("capture.log"))?;
-                        (Capture::Process(spec), iface.clone())
+                        (Capture::Process(Box::new(spec)), iface.clone())
                     }
                     // started over serve's control channel once it answers
                     RemoteCapture::Server => (

@@ -506,10 +506,20 @@ fn remote_roles_over_authenticated_control_channels() {
         "{}",
         meta("server_stack")
     );
-    for c in [&mut emu, &mut srv] {
-        let _ = c.kill();
-        let _ = c.wait();
+    // serve stopped as an operator stops it (SIGTERM) removes its capture directory
+    let term = Command::new("kill")
+        .args(["-TERM", &srv.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    while srv.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(!serve_dir.exists(), "{} left behind", serve_dir.display());
+    let _ = emu.kill();
+    let _ = emu.wait();
 }
 
 /// Ctrl-C stops a replay cleanly: exit 130, no output, and no lab debris (the replay built the

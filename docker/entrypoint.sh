@@ -5,7 +5,8 @@
 #   client  [CMD...]  route the server and the client address pool over the data segment, then
 #                     run CMD (default: wait; `docker exec` runs `mimic replay` here)
 #   router  [ARGS...] bridge the client and server segments through `mimic netemu run ARGS`
-#   server  [ARGS...] `mimic serve ARGS` on the server segment, routing the pool back via the client
+#   server  [ARGS...] `mimic serve ARGS` on the server segment, routing the pool back via the client;
+#                     a controller's replay is captured here, on the server's data interface
 #   capture [ARGS...] `mimic capture --source iface:IF ARGS` on the server segment, a passive tap
 #
 # Like the namespace lab (netemu/src/lab.rs): the router has no addresses on the data segments
@@ -104,8 +105,10 @@ case "$role" in
     say "server: $dev $addr, control $ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}, pool $MIMIC_CLIENT_POOL via $MIMIC_CLIENT_ADDR"
     extra=()
     [ -z "${MIMIC_SERVER_TIMER_CPUS:-}" ] || extra=(--timer-cpus "$MIMIC_SERVER_TIMER_CPUS")
+    # (the replay's capture at this host: started by the controller over the control channel)
     exec mimic serve --listen "$addr:${MIMIC_SERVER_PORT:-80}" \
-      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --pki "$pki" "${extra[@]}" "$@"
+      --control "tcp:$ctl:${MIMIC_SERVE_CONTROL_PORT:-7001}" --pki "$pki" \
+      --capture-iface "$dev" "${extra[@]}" "$@"
     ;;
   router)
     need MIMIC_CLIENT_NET; need MIMIC_SERVER_NET

@@ -15,12 +15,13 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 # Testing: the peers the tests compare against (tcptrace, tshark/capinfos, tcpdump, iperf3,
 # chromium); curl opens connections from chosen ports in netemu/tests/tc_apply.rs; nginx-light
 # is the real web server of the independent testbed (bench/independent.sh, its lab test); Docker
-# (Debian's engine and compose v1) and debootstrap for docker/lan-test.sh's container LAN; QEMU,
+# (Debian's engine and compose v1) and debootstrap for docker/lan-test.sh's container LAN
+# (python3-yaml: its check of the Kubernetes manifests in docker/k8s without a cluster); QEMU,
 # Debian's static busybox and cpio run lab hosts as guests on Debian's stock kernel
 # (tests/lab/guest.rs; the kernel itself is fetched with apt-get download, not installed).
 test_pkgs=("${demo_pkgs[@]}" util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl nginx-light
-  docker.io docker-compose debootstrap qemu-system-x86 busybox-static cpio)
+  docker.io docker-compose debootstrap python3-yaml qemu-system-x86 busybox-static cpio)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)

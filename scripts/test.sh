@@ -52,7 +52,8 @@ cargo test "${profile[@]}" --workspace --exclude mimic "${lib_features[@]}"
 cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --bins --test cli
 # lab tests: network namespaces, real TCP stacks, timing; one process, one test at a time
 cargo test "${profile[@]}" -p mimic "${bin_features[@]}" --test lab -- --test-threads=1 --show-output
-# the container LAN (docker/): the image from this build's binary, the four roles on three
-# Docker networks, a 300-connection replay judged on the capture node's capture and against
-# the same workload in the lab (~3 minutes; the binary the lab tests just used)
+# the container LAN (docker/): the image from this build's binary, the roles on three Docker
+# networks, a 300-connection replay captured at the server host by serve, judged and compared
+# with a client-side capture and the same workload in the lab; then the sharded analysis
+# (Kubernetes Job scripts, shard-run.sh) in containers of that image (~5 minutes)
 MIMIC_BIN=${CARGO_TARGET_DIR:-target}/test-build/mimic docker/lan-test.sh

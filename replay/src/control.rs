@@ -2,7 +2,10 @@
 //! mutual certificate authentication, newline-delimited JSON, the same channel as the network
 //! emulator's): `stats`, `reset_stats`, `allow {ranges}` (the client address ranges the
 //! replay port serves; connections from elsewhere are reset and counted), `info {to}` (the
-//! server host's kernel and TCP stack, see [`HostInfo`]) and `shutdown`, each answered by `{"ok":true,"result":...}` or `{"ok":false,"error":...}`.
+//! server host's kernel and TCP stack, see [`HostInfo`]), the replay's capture at the server
+//! host (`capture_start`, `capture_stop`, `capture_read {name, offset, len}`,
+//! `capture_discard`; see [`crate::serve_capture`]) and `shutdown`, each answered by
+//! `{"ok":true,"result":...}` or `{"ok":false,"error":...}`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +19,7 @@ use serde_json::{json, Value};
 use std::net::IpAddr;
 use tokio::sync::watch;
 
+use crate::serve_capture::{self, CaptureService, CaptureStarted, CaptureStopped, FetchError};
 use crate::server::{AllowList, ServerStats, Stats};
 
 /// The server emulator's role name: its certificate is `serve.crt` / `serve.key`.
@@ -33,6 +37,14 @@ enum Request {
         #[serde(default)]
         to: Option<IpAddr>,
     },
+    CaptureStart,
+    CaptureStop,
+    CaptureRead {
+        name: String,
+        offset: u64,
+        len: u64,
+    },
+    CaptureDiscard,
     Shutdown,
 }
 
@@ -113,14 +125,18 @@ impl Drop for ControlServer {
 }
 
 /// Serves the control channel on a thread of its own: a `shutdown` request turns `stop_tx`,
-/// an `allow` request replaces `allow`'s ranges.
+/// an `allow` request replaces `allow`'s ranges, the `capture_*` requests go to `capture`
+/// (None: refused, this serve does not capture).
 pub fn spawn(
     listener: Listener,
     tls: RoleTls,
     stats: Stats,
     allow: AllowList,
+    capture: Option<Arc<CaptureService>>,
     stop_tx: watch::Sender<bool>,
 ) -> io::Result<ControlServer> {
+    let no_capture =
+        || "this server emulator does not capture (it runs without a capture service)".to_string();
     let handler: mimic_control::Handler =
         Arc::new(move |v: Value| {
             match serde_json::from_value::<Request>(v).map_err(|e| format!("bad request: {e}"))? {
@@ -142,6 +158,26 @@ pub fn spawn(
                     Ok(Value::Null)
                 }
                 Request::Info { to } => Ok(json!(HostInfo::local(to))),
+                Request::CaptureStart => {
+                    let c = capture.as_ref().ok_or_else(no_capture)?;
+                    c.start().map(|s| json!(s)).map_err(|e| e.to_string())
+                }
+                Request::CaptureStop => {
+                    let c = capture.as_ref().ok_or_else(no_capture)?;
+                    c.stop().map(|s| json!(s)).map_err(|e| e.to_string())
+                }
+                Request::CaptureRead { name, offset, len } => {
+                    let c = capture.as_ref().ok_or_else(no_capture)?;
+                    c.read(&name, offset, len)
+                        .map(|b| json!({ "data": serve_capture::encode(&b) }))
+                        .map_err(|e| e.to_string())
+                }
+                Request::CaptureDiscard => {
+                    if let Some(c) = &capture {
+                        c.discard();
+                    }
+                    Ok(Value::Null)
+                }
                 Request::Shutdown => {
                     let _ = stop_tx.send(true);
                     Ok(Value::Null)
@@ -193,6 +229,55 @@ impl ServeClient {
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {
         self.0.call(&Request::Shutdown).map(|_| ())
+    }
+
+    /// Starts the replay's capture on the server host; returns once it is capturing.
+    pub fn capture_start(&mut self) -> Result<CaptureStarted, ControlError> {
+        serde_json::from_value(self.0.call(&Request::CaptureStart)?)
+            .map_err(|e| ControlError::Protocol(e.to_string()))
+    }
+
+    /// Stops the server host's capture: its summary and files.
+    pub fn capture_stop(&mut self) -> Result<CaptureStopped, ControlError> {
+        serde_json::from_value(self.0.call(&Request::CaptureStop)?)
+            .map_err(|e| ControlError::Protocol(e.to_string()))
+    }
+
+    /// Up to `len` bytes of the stopped capture's file `name` from `offset`.
+    pub fn capture_read(
+        &mut self,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ControlError> {
+        let v = self.0.call(&Request::CaptureRead {
+            name: name.to_string(),
+            offset,
+            len,
+        })?;
+        let data = v
+            .get("data")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ControlError::Protocol(format!("capture_read: no data in {v}")))?;
+        serve_capture::decode(data).map_err(ControlError::Protocol)
+    }
+
+    /// Stops the server host's capture if it runs and removes its files.
+    pub fn capture_discard(&mut self) -> Result<(), ControlError> {
+        self.0.call(&Request::CaptureDiscard).map(|_| ())
+    }
+
+    /// Stops the server host's capture and copies its files into `dir`, each checked by size
+    /// and SHA-256, then discards them there. Returns the summary and the local files.
+    pub fn capture_collect(
+        &mut self,
+        dir: &std::path::Path,
+    ) -> Result<(CaptureStopped, Vec<std::path::PathBuf>), FetchError> {
+        let stopped = self.capture_stop()?;
+        let files =
+            serve_capture::fetch(&stopped.files, dir, |n, o, l| self.capture_read(n, o, l))?;
+        self.capture_discard()?;
+        Ok((stopped, files))
     }
 }
 
@@ -321,6 +406,7 @@ mod tests {
             RoleTls::load(&pki, ROLE).unwrap(),
             stats.clone(),
             allow.clone(),
+            None,
             stop_tx.clone(),
         )
         .unwrap();

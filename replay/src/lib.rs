@@ -3,6 +3,8 @@
 //! * [`workload`] — the connections of a mimic database, as the replay needs them.
 //! * [`synth`] — synthetic workloads with known truth.
 //! * [`server`] — the server emulator (`mimic serve`) and [`control`], its control channel.
+//! * [`serve_capture`] — the replay's capture at the server host, run by `mimic serve` and
+//!   brought to the controller over the control channel (files checked by size and SHA-256).
 //! * [`client`] — the client emulator, one task per connection.
 //! * [`spec`] — the launch contracts of `mimic serve` ([`spec::ServeSpec`]) and `mimic replay`
 //!   ([`spec::ReplayOptions`]): typed settings and the one place that writes their command lines.
@@ -17,6 +19,7 @@ pub mod control;
 pub mod hrtimer;
 pub mod orchestrate;
 pub mod preamble;
+pub mod serve_capture;
 pub mod server;
 pub mod spec;
 pub mod synth;

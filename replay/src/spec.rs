@@ -38,6 +38,12 @@ pub struct ServeSpec {
     pub json: bool,
     /// `--metrics ADDR`.
     pub metrics: Option<SocketAddr>,
+    /// `--capture-iface IF`: where a controller's `capture_start` captures (default: the
+    /// interface that holds the listen address).
+    pub capture_iface: Option<String>,
+    /// `--capture-dir DIR`: where those captures are kept until the controller fetched them
+    /// (default: a directory of serve's under the temporary directory).
+    pub capture_dir: Option<PathBuf>,
 }
 
 impl ServeSpec {
@@ -51,6 +57,8 @@ impl ServeSpec {
             timer_cpus: None,
             json: false,
             metrics: None,
+            capture_iface: None,
+            capture_dir: None,
         }
     }
 
@@ -76,6 +84,12 @@ impl ServeSpec {
         if let Some(m) = self.metrics {
             a.value("--metrics", m.to_string());
         }
+        if let Some(i) = &self.capture_iface {
+            a.value("--capture-iface", i);
+        }
+        if let Some(d) = &self.capture_dir {
+            a.value("--capture-dir", d);
+        }
         a.0
     }
 
@@ -87,6 +101,12 @@ impl ServeSpec {
         if self.timer_cpus.as_ref().is_some_and(|c| c.is_empty()) {
             return Err("--timer-cpus: an empty CPU list".into());
         }
+        if (self.capture_iface.is_some() || self.capture_dir.is_some()) && self.control.is_none() {
+            return Err(
+                "--capture-iface and --capture-dir need --control (a controller starts the capture)"
+                    .into(),
+            );
+        }
         Ok(())
     }
 }
@@ -96,17 +116,40 @@ impl ServeSpec {
 pub enum Target {
     /// In the lab `name` (built for the replay and torn down after if it did not exist).
     Lab { name: String, keep: bool },
-    /// Roles already running elsewhere; the client runs here and the capture is taken on a
-    /// local interface on the path to the server.
+    /// Roles already running elsewhere; the client runs here.
     Remote {
         server: SocketAddr,
         server_control: ControlAddr,
         netemu: ControlAddr,
         /// The controller's PKI files (`mimic pki init`): ca.crt, controller.crt, controller.key.
         pki_dir: PathBuf,
-        capture_iface: String,
+        /// Where the replay is captured.
+        capture: RemoteCapture,
         client_addrs: Vec<Ipv4Addr>,
     },
+}
+
+/// Where a remote replay is captured (`--vantage`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum RemoteCapture {
+    /// `--vantage server` (the default): `mimic serve` captures on its own host and hands the
+    /// files over its control channel, so the replay is measured where an original from a
+    /// tap in front of the server is.
+    #[default]
+    Server,
+    /// `--vantage client --capture-iface IF`: captured on this (the client) host; response
+    /// times carry about one more round trip than at the server.
+    Client { iface: String },
+}
+
+impl RemoteCapture {
+    /// `server` or `client`, as `meta.capture_vantage` writes it.
+    pub fn vantage(&self) -> &'static str {
+        match self {
+            RemoteCapture::Server => "server",
+            RemoteCapture::Client { .. } => "client",
+        }
+    }
 }
 
 /// Everything `mimic replay` is told on its command line, typed: the client role and the
@@ -181,14 +224,17 @@ impl ReplayOptions {
                 server_control,
                 netemu,
                 pki_dir,
-                capture_iface,
+                capture,
                 client_addrs,
             } => {
                 a.value("--server", server.to_string());
                 a.value("--server-control", server_control.to_string());
                 a.value("--netemu", netemu.to_string());
                 a.value("--pki", pki_dir);
-                a.value("--capture-iface", capture_iface);
+                if let RemoteCapture::Client { iface } = capture {
+                    a.value("--vantage", "client");
+                    a.value("--capture-iface", iface);
+                }
                 for c in client_addrs {
                     a.value("--client-addr", c.to_string());
                 }
@@ -281,6 +327,16 @@ mod tests {
                 "0,2-3"
             ]
         );
+        s.capture_iface = Some("eth1".into());
+        s.validate().unwrap();
+        assert_eq!(
+            text(s.to_args())[9..],
+            ["--capture-iface", "eth1"],
+            "serve's capture interface"
+        );
+        s.control = None;
+        s.pki = None;
+        assert!(s.validate().unwrap_err().contains("--control"));
     }
 
     #[test]

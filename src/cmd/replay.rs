@@ -16,7 +16,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target, Unestimated,
 };
-use mimic_replay::spec;
+use mimic_replay::spec::{self, RemoteCapture};
 use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
@@ -78,7 +78,7 @@ pub struct Args {
     #[arg(long)]
     pub no_cpu_split: bool,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
-    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki", "capture_iface", "client_addr"])]
+    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki", "client_addr"])]
     pub server: Option<SocketAddr>,
     /// Control channel of the remote server emulator (unix:PATH or tcp:HOST:PORT).
     #[arg(long, value_name = "ADDR", value_parser = parse_control)]
@@ -90,8 +90,21 @@ pub struct Args {
     /// (ca.crt, controller.crt, controller.key).
     #[arg(long, value_name = "DIR")]
     pub pki: Option<PathBuf>,
-    /// Local interface on the path to the server, where the replay is captured.
-    #[arg(long, value_name = "IF")]
+    /// Where a remote replay is captured: `server` (mimic serve captures on its host and
+    /// hands the files over the control channel, as an original from a tap in front of the
+    /// server is measured) or `client` (on this host, --capture-iface: response times then
+    /// carry about one more round trip). Recorded in meta `capture_vantage`.
+    #[arg(
+        long,
+        value_name = "SIDE",
+        value_enum,
+        default_value = "server",
+        requires = "server"
+    )]
+    pub vantage: VantageArg,
+    /// With --vantage client: the local interface on the path to the server, where the replay
+    /// is captured.
+    #[arg(long, value_name = "IF", requires = "server")]
     pub capture_iface: Option<String>,
     /// Local source addresses for replayed connections (repeatable).
     #[arg(long, value_name = "IP")]
@@ -99,6 +112,13 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--vantage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VantageArg {
+    Server,
+    Client,
 }
 
 fn parse_stack(s: &str) -> Result<StackProfile, String> {
@@ -130,9 +150,16 @@ impl Args {
                     .context("--server needs --server-control")?,
                 netemu: self.netemu.context("--server needs --netemu")?,
                 pki_dir: self.pki.context("--server needs --pki")?,
-                capture_iface: self
-                    .capture_iface
-                    .context("--server needs --capture-iface")?,
+                capture: match (self.vantage, self.capture_iface) {
+                    (VantageArg::Server, None) => RemoteCapture::Server,
+                    (VantageArg::Client, Some(iface)) => RemoteCapture::Client { iface },
+                    (VantageArg::Client, None) => anyhow::bail!(
+                        "--vantage client needs --capture-iface IF (the local interface on the path to the server)"
+                    ),
+                    (VantageArg::Server, Some(_)) => anyhow::bail!(
+                        "--capture-iface captures on this (the client) host: add --vantage client, or leave it out to capture at the server (the default)"
+                    ),
+                },
                 client_addrs: self.client_addr,
             },
             (None, None) => anyhow::bail!("give --lab NAME or --server ADDR"),
@@ -293,7 +320,9 @@ mod tests {
                 server_control: "tcp:10.9.0.1:7001".parse().unwrap(),
                 netemu: "tcp:10.9.0.2:7002".parse().unwrap(),
                 pki_dir: "/etc/mimic/pki".into(),
-                capture_iface: "eth3".into(),
+                capture: RemoteCapture::Client {
+                    iface: "eth3".into(),
+                },
                 client_addrs: vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()],
             },
             // --stack is refused with --server: see the lab case below
@@ -314,6 +343,16 @@ mod tests {
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);
+        // the default vantage: captured by serve at the server host
+        let mut at_server = remote.clone();
+        if let Target::Remote { capture, .. } = &mut at_server.target {
+            *capture = RemoteCapture::Server;
+        }
+        assert!(!at_server
+            .to_args()
+            .iter()
+            .any(|a| a == "--vantage" || a == "--capture-iface"));
+        assert_eq!(round_trip(&at_server), at_server);
 
         let mut lab = remote.clone();
         lab.target = Target::Lab {

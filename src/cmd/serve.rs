@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use mimic_netemu::classify::IpNet;
 use mimic_replay::control::{self, ControlAddr, Listener, RoleTls};
+use mimic_replay::serve_capture::CaptureService;
 use mimic_replay::server::{self, AllowList, Stats};
 use mimic_replay::spec::ServeSpec;
 
@@ -42,6 +43,15 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9466.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Interface on which a controller's replay is captured at this host (`mimic replay
+    /// --vantage server`, the default; needs --control and CAP_NET_RAW). Default: the
+    /// interface that holds the --listen address.
+    #[arg(long, value_name = "IF", requires = "control")]
+    pub capture_iface: Option<String>,
+    /// Directory for those captures until the controller has fetched them (default: a
+    /// directory of this process under $TMPDIR or /tmp, removed at exit).
+    #[arg(long, value_name = "DIR", requires = "control")]
+    pub capture_dir: Option<PathBuf>,
 }
 
 fn parse_control(s: &str) -> Result<ControlAddr, String> {
@@ -65,6 +75,8 @@ impl Args {
             timer_cpus,
             json: self.json,
             metrics: self.metrics,
+            capture_iface: self.capture_iface,
+            capture_dir: self.capture_dir,
         };
         spec.validate().map_err(anyhow::Error::msg)?;
         Ok(spec)
@@ -103,6 +115,14 @@ pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
                 )
             })?;
     }
+    // the replay's capture at this host, started and fetched over the control channel
+    let capture = match &a.control {
+        Some(_) => Some(std::sync::Arc::new(
+            CaptureService::new(a.listen, a.capture_iface.clone(), a.capture_dir.clone())
+                .context("the capture service")?,
+        )),
+        None => None,
+    };
     let metrics = a.metrics.map(mimic_metrics::bind).transpose()?;
     let stats = Stats::default();
     if let Some(m) = metrics {
@@ -125,8 +145,15 @@ pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let ctl = match (ctl_listener, tls) {
             (Some(l), Some(tls)) => Some(
-                control::spawn(l, tls, stats.clone(), allow.clone(), stop_tx.clone())
-                    .context("starting the control channel")?,
+                control::spawn(
+                    l,
+                    tls,
+                    stats.clone(),
+                    allow.clone(),
+                    capture.clone(),
+                    stop_tx.clone(),
+                )
+                .context("starting the control channel")?,
             ),
             _ => None,
         };
@@ -242,6 +269,8 @@ mod tests {
             timer_cpus: Some(vec![0, 2, 3]),
             json: true,
             metrics: Some("127.0.0.1:9466".parse().unwrap()),
+            capture_iface: Some("eth1".into()),
+            capture_dir: Some("/var/lib/mimic/captures".into()),
         };
         assert_eq!(round_trip(&every_field), every_field);
         let defaults = ServeSpec::new("[::1]:80".parse().unwrap());

@@ -107,6 +107,8 @@ fn stack_is_refused_with_a_remote_server() {
         "unix:/nonexistent/n.sock",
         "--pki",
         "/nonexistent/pki",
+        "--vantage",
+        "client",
         "--capture-iface",
         "lo",
         "--client-addr",
@@ -120,6 +122,69 @@ fn stack_is_refused_with_a_remote_server() {
         e.contains("--stack") && e.contains("cannot be used with"),
         "{e}"
     );
+}
+
+/// A remote replay is captured at the server unless the client side is asked for in full:
+/// `--capture-iface` alone (the flag of old, which captured on the client) and `--vantage
+/// client` without an interface are refused with what to write instead; in the lab there is
+/// no vantage to pick. Nothing is written.
+#[test]
+fn the_capture_vantage_is_asked_for_explicitly() {
+    let dir = tempdir();
+    let out = dir.path().join("out.db");
+    let remote = |extra: &[&str]| {
+        let mut a = vec![
+            "replay",
+            "in.db",
+            "-o",
+            out.to_str().unwrap(),
+            "--server",
+            "127.0.0.1:80",
+            "--server-control",
+            "unix:/nonexistent/s.sock",
+            "--netemu",
+            "unix:/nonexistent/n.sock",
+            "--pki",
+            "/nonexistent/pki",
+            "--client-addr",
+            "127.0.0.2",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let o = remote(&["--capture-iface", "lo"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("--vantage client"), "{e}");
+    let o = remote(&["--vantage", "client"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("needs --capture-iface"), "{e}");
+    let o = remote(&["--vantage", "tap"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("server") && e.contains("client"), "{e}");
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        out.to_str().unwrap(),
+        "--lab",
+        "x",
+        "--vantage",
+        "client",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--server"), "{}", stderr(&o));
+    assert!(!out.exists());
+}
+
+/// serve's capture settings only make sense with a controller to start the capture.
+#[test]
+fn serve_capture_flags_need_a_control_channel() {
+    let o = run(&["serve", "--listen", "127.0.0.1:0", "--capture-iface", "lo"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--control"), "{}", stderr(&o));
 }
 
 #[test]

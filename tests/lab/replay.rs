@@ -343,8 +343,6 @@ fn remote_roles_over_authenticated_control_channels() {
             info.control.clone(),
             "--pki".into(),
             pki_dir.into(),
-            "--capture-iface".into(),
-            info.cli_if.clone(),
             "--json".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
@@ -375,6 +373,36 @@ fn remote_roles_over_authenticated_control_channels() {
     let r = json(&o);
     assert_eq!(r["ok"].as_u64(), Some(30), "{r}");
     assert_eq!(r["analysis"]["connections"].as_u64(), Some(30));
+    // captured by serve at the server host (the default vantage), brought over the control
+    // channel and analyzed here; serve keeps no copy
+    assert_eq!(r["capture_vantage"], "server", "{r}");
+    assert!(
+        r["capture"]["written"].as_u64().unwrap_or(0) > 30 * 6,
+        "{r}"
+    );
+    {
+        let db = rusqlite::Connection::open(d.join("r.db")).unwrap();
+        let meta = |k: &str| -> String {
+            db.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(meta("capture_vantage"), "server");
+        assert_eq!(meta("capture_iface"), info.srv_if);
+        let paired: i64 = db
+            .query_row(
+                "SELECT count(*) FROM replay_map WHERE status = 'ok' AND replay_conn_id IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(paired, 30);
+    }
+    // (`ip netns exec` execs serve: the child's pid is serve's)
+    let serve_dir = std::env::temp_dir().join(format!("mimic-serve-{}", srv.id()));
+    assert!(
+        !serve_dir.join("capture-1").exists(),
+        "serve kept the capture it handed over"
+    );
     // the replay announced its four client addresses: a client from the client host's own
     // address (outside them) is reset and counted, never served
     let tls = mimic_control::ControllerTls::load(&info.pki_dir).unwrap();
@@ -437,6 +465,10 @@ fn remote_roles_over_authenticated_control_channels() {
             "5",
             "--time-scale",
             "2",
+            "--vantage",
+            "client",
+            "--capture-iface",
+            &info.cli_if,
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -465,8 +497,8 @@ fn remote_roles_over_authenticated_control_channels() {
     assert_eq!(meta("seed"), "5");
     assert_eq!(meta("time_scale"), "2");
     assert_eq!(meta("select"), "all");
-    // captured on the client host (--capture-iface), the server's host asked over the
-    // control channel
+    // captured on the client host (--vantage client --capture-iface), the server's host
+    // asked over the control channel
     assert_eq!(meta("capture_vantage"), "client");
     assert!(!meta("server_kernel").is_empty());
     assert!(
@@ -474,10 +506,20 @@ fn remote_roles_over_authenticated_control_channels() {
         "{}",
         meta("server_stack")
     );
-    for c in [&mut emu, &mut srv] {
-        let _ = c.kill();
-        let _ = c.wait();
+    // serve stopped as an operator stops it (SIGTERM) removes its capture directory
+    let term = Command::new("kill")
+        .args(["-TERM", &srv.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    while srv.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(!serve_dir.exists(), "{} left behind", serve_dir.display());
+    let _ = emu.kill();
+    let _ = emu.wait();
 }
 
 /// Ctrl-C stops a replay cleanly: exit 130, no output, and no lab debris (the replay built the

@@ -89,10 +89,12 @@ pub struct ReplaySummary {
     pub netemu: Option<RunStats>,
     /// What the capture reported when it stopped (None: it wrote no summary).
     pub capture: Option<CaptureSummary>,
+    /// Captured at the server host by `mimic serve`: what bringing the files here cost.
+    pub capture_fetch: Option<crate::serve_capture::CaptureFetch>,
     pub stack: Option<StackProfile>,
-    /// Where the replay was captured: `server` (the lab) or `client` (remote,
-    /// `--capture-iface` on the client host; response times then carry about one more RTT
-    /// than an original captured at the server).
+    /// Where the replay was captured: `server` (the lab, or remote by `mimic serve` at its
+    /// host) or `client` (remote, `--vantage client`: `--capture-iface` on the client host;
+    /// response times then carry about one more RTT than an original captured at the server).
     pub capture_vantage: &'static str,
     /// The server host's kernel and stack as `mimic serve` reported them (None: it did not
     /// answer `info`).
@@ -230,7 +232,7 @@ pub fn run(
             counters: pipe_counters.remove(id),
         })
         .collect();
-    let capture_summary = roles.stop(ctl, !opts.target_is_remote());
+    let capture_summary = roles.stop(ctl, !opts.target_is_remote())?;
     interrupted(stop)?;
 
     // ---- analysis into the replay database ----
@@ -274,6 +276,7 @@ pub fn run(
     let stack_in_force = ep.stack_in_force.clone();
     let cpu_split = ep.cpu_split.clone();
     let capture_vantage = ep.capture_vantage;
+    let capture_fetch = roles.fetched.clone();
     drop(roles);
 
     let mut late: Vec<u64> = outcomes
@@ -311,6 +314,7 @@ pub fn run(
         server: server_stats,
         netemu: netemu_stats,
         capture: capture_summary,
+        capture_fetch,
         stack: stack_in_force,
         capture_vantage,
         server_host,

@@ -1,8 +1,10 @@
 //! The other roles of a replay: in the lab, the network emulator, the server emulator and the
 //! capture of the server side, each started as a process from its crate's spec
-//! ([`EmulatorSpec`], [`ServeSpec`], [`CaptureSpec`]) in its namespace; remote, the capture on
-//! a local interface, the emulators being already up. Then waiting until each is ready,
-//! and at the end stopping them and reading what the capture reports.
+//! ([`EmulatorSpec`], [`ServeSpec`], [`CaptureSpec`]) in its namespace; remote, the emulators
+//! being already up, the capture at the server host by `mimic serve` over its control channel
+//! (`--vantage server`, [`crate::serve_capture`]) or on a local interface (`--vantage
+//! client`). Then waiting until each is ready, and at the end stopping them and reading what
+//! the capture reports (remote at the server: its files brought over and checked).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,7 +14,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use mimic_capture::source::SourceSpec;
-use mimic_capture::{CaptureSpec, CaptureSummary, PayloadPolicy, Rate};
+#[cfg(test)]
+use mimic_capture::PayloadPolicy;
+use mimic_capture::{CaptureSpec, CaptureSummary};
 use mimic_core::cpu;
 use mimic_netemu::control::{Client as NetemuClient, ControlAddr, ControlError};
 use mimic_netemu::lab::{self, LabInfo, LabOptions};
@@ -23,7 +27,8 @@ use mimic_netemu::stack::{self, StackProfile};
 use super::guest_serve::{self, GuestServe};
 use super::{interrupted, CpuSplit, Progress, ReplayError};
 use crate::control::{ControllerTls, ServeClient};
-use crate::spec::{ReplayOptions, ServeSpec, Target};
+use crate::serve_capture::{replay_capture as capture_spec, CaptureFetch};
+use crate::spec::{RemoteCapture, ReplayOptions, ServeSpec, Target};
 
 const NETEMU: &str = "network emulator";
 const SERVE: &str = "server emulator";
@@ -49,9 +54,19 @@ pub(super) struct Endpoints {
     pub stack_in_force: Option<StackProfile>,
     pub cpu_split: Option<CpuSplit>,
     /// Where the replay is captured: `server` (the lab: the server's namespace, as an
-    /// original from a tap is) or `client` (remote: `--capture-iface` on this host).
+    /// original from a tap is; remote: by `mimic serve` on its host) or `client` (remote,
+    /// `--vantage client`: `--capture-iface` on this host).
     pub capture_vantage: &'static str,
+    /// The interface captured on (remote at the server: as serve reports it once started).
     pub capture_iface: String,
+}
+
+/// Where the replay's capture runs.
+enum Capture {
+    /// A capture process this replay started (the lab's server namespace, or this host).
+    Process(Box<CaptureSpec>),
+    /// `mimic serve`'s capture at the server host; its files are fetched into `dir`.
+    Serve { dir: PathBuf },
 }
 
 /// The started roles: processes stopped (TERM, then KILL) and a lab the replay built torn
@@ -61,25 +76,30 @@ pub(super) struct Roles {
     /// The server emulator when it runs in the lab's server guest.
     guest_serve: Option<GuestServe>,
     _lab: LabGuard,
-    capture: CaptureSpec,
+    capture: Capture,
     work: PathBuf,
     pub endpoints: Endpoints,
+    /// What bringing the server host's capture here cost (None: not captured there).
+    pub fetched: Option<CaptureFetch>,
 }
 
 /// The control channels of the two emulators, once they answer.
 pub(super) struct Controls {
     pub netemu: NetemuClient,
     pub serve: ServeClient,
+    /// serve captures this replay and has not handed the capture over yet: discarded there
+    /// if the replay ends early.
+    serve_capturing: bool,
 }
 
-/// The capture of a replay: every packet, real addresses, the first 64 payload bytes (the
-/// request preamble), into `dir`.
-fn capture_spec(source: SourceSpec, dir: &Path) -> CaptureSpec {
-    let mut c = CaptureSpec::new(source, dir);
-    c.settings.rate = Rate::ALL;
-    c.settings.anonymize = false;
-    c.settings.payload = PayloadPolicy::Bytes(64);
-    c
+impl Drop for Controls {
+    fn drop(&mut self) {
+        if self.serve_capturing {
+            if let Err(e) = self.serve.capture_discard() {
+                tracing::warn!("the server emulator's capture was not discarded: {e}");
+            }
+        }
+    }
 }
 
 /// `-q` and the role's own arguments.
@@ -201,14 +221,14 @@ impl Roles {
                     capture_vantage: "server",
                     capture_iface: info.srv_if.clone(),
                 };
-                (endpoints, capture)
+                (endpoints, Capture::Process(Box::new(capture)))
             }
             Target::Remote {
                 server,
                 server_control,
                 netemu,
                 pki_dir,
-                capture_iface,
+                capture,
                 client_addrs,
             } => {
                 let tls = ControllerTls::load(pki_dir).map_err(ControlError::from)?;
@@ -217,10 +237,22 @@ impl Roles {
                         "a remote replay needs at least one --client-addr".into(),
                     ));
                 }
-                let capture = capture_spec(SourceSpec::Iface(capture_iface.clone()), capdir);
-                let mut c = Command::new(exe);
-                c.args(quiet(capture.to_args()));
-                processes.spawn(CAPTURE, c, &work.join("capture.log"))?;
+                let (cap, iface) = match capture {
+                    RemoteCapture::Client { iface } => {
+                        let spec = capture_spec(SourceSpec::Iface(iface.clone()), capdir);
+                        let mut c = Command::new(exe);
+                        c.args(quiet(spec.to_args()));
+                        processes.spawn(CAPTURE, c, &work.join("capture.log"))?;
+                        (Capture::Process(Box::new(spec)), iface.clone())
+                    }
+                    // started over serve's control channel once it answers
+                    RemoteCapture::Server => (
+                        Capture::Serve {
+                            dir: capdir.to_path_buf(),
+                        },
+                        String::new(),
+                    ),
+                };
                 let endpoints = Endpoints {
                     server: *server,
                     netemu: netemu.clone(),
@@ -232,10 +264,10 @@ impl Roles {
                     lab: None,
                     stack_in_force: None,
                     cpu_split: None,
-                    capture_vantage: "client",
-                    capture_iface: capture_iface.clone(),
+                    capture_vantage: capture.vantage(),
+                    capture_iface: iface,
                 };
-                (endpoints, capture)
+                (endpoints, cap)
             }
         };
         Ok(Roles {
@@ -245,11 +277,13 @@ impl Roles {
             capture,
             work: work.to_path_buf(),
             endpoints,
+            fetched: None,
         })
     }
 
     /// Waits until both emulators answer on their control channels and the capture is
-    /// capturing. A refused handshake (a certificate not from this PKI) ends the wait at once; an absent listener
+    /// capturing (at the server host: started over serve's control channel). A refused
+    /// handshake (a certificate not from this PKI) ends the wait at once; an absent listener
     /// is retried; a role that exits ends it with the tail of its log.
     pub fn connect(&mut self, remote: bool, stop: &AtomicBool) -> Result<Controls, ReplayError> {
         let (ep, processes) = (&self.endpoints, &mut self.processes);
@@ -290,45 +324,106 @@ impl Roles {
             }
             annotate(e, &self.work.join("serve.log"))
         })?;
-        let capture = &self.capture;
-        wait_for(
-            CAPTURE,
-            Duration::from_secs(15),
-            stop,
-            || processes.alive(CAPTURE),
-            || Ok(capture.ready().map(|_| ())),
-        )
-        .map_err(|e| annotate(e, &self.work.join("capture.log")))?;
-        Ok(Controls { netemu, serve })
+        let mut ctl = Controls {
+            netemu,
+            serve,
+            serve_capturing: false,
+        };
+        match &self.capture {
+            Capture::Process(capture) => {
+                wait_for(
+                    CAPTURE,
+                    Duration::from_secs(15),
+                    stop,
+                    || processes.alive(CAPTURE),
+                    || Ok(capture.ready().map(|_| ())),
+                )
+                .map_err(|e| annotate(e, &self.work.join("capture.log")))?;
+            }
+            Capture::Serve { .. } => {
+                // (a discard goes out with the controls from here on, whatever happens)
+                ctl.serve_capturing = true;
+                let started = ctl.serve.capture_start().map_err(|e| ReplayError::Role {
+                    role: CAPTURE,
+                    why: format!(
+                        "the server emulator could not capture at its host: {e} (or capture on this host: --vantage client --capture-iface IF)"
+                    ),
+                })?;
+                tracing::info!(
+                    "the server emulator captures on {} ({})",
+                    started.source,
+                    started.filter.as_deref().unwrap_or("no filter")
+                );
+                self.endpoints.capture_iface = started.iface;
+            }
+        }
+        Ok(ctl)
     }
 
-    /// Ends the roles: in the lab both emulators are shut down over their control channels
-    /// (remote ones keep serving), the capture is stopped and its summary read, then the
-    /// emulator processes are stopped. None when the capture wrote no summary.
-    pub fn stop(&mut self, mut ctl: Controls, lab: bool) -> Option<CaptureSummary> {
+    /// Ends the roles: a capture at the server host is stopped and its files brought here
+    /// (checked by size and SHA-256); in the lab both emulators are shut down over their
+    /// control channels (remote ones keep serving); a capture process is stopped and its
+    /// summary read; then the emulator processes are stopped. The summary is None when a
+    /// capture process wrote none; a capture at the server that cannot be brought over is
+    /// an error.
+    pub fn stop(
+        &mut self,
+        mut ctl: Controls,
+        lab: bool,
+    ) -> Result<Option<CaptureSummary>, ReplayError> {
+        let mut summary = None;
+        if let Capture::Serve { dir } = &self.capture {
+            let t = Instant::now();
+            let (stopped, files) =
+                ctl.serve
+                    .capture_collect(dir)
+                    .map_err(|e| ReplayError::Role {
+                        role: CAPTURE,
+                        why: format!("bringing the server host's capture here: {e}"),
+                    })?;
+            ctl.serve_capturing = false;
+            let fetched = CaptureFetch {
+                files: files.len(),
+                bytes: stopped.files.iter().map(|f| f.bytes).sum(),
+                seconds: t.elapsed().as_secs_f64(),
+            };
+            tracing::info!(
+                "the server host's capture: {} files, {} bytes, brought over and checked in {:.2} s",
+                fetched.files,
+                fetched.bytes,
+                fetched.seconds
+            );
+            self.fetched = Some(fetched);
+            summary = Some(stopped.summary);
+        }
         if lab {
             let _ = ctl.serve.shutdown();
             let _ = ctl.netemu.shutdown();
         }
-        self.processes.stop(CAPTURE, Duration::from_secs(30));
-        let summary = match self.capture.read_summary() {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!("the replay's capture: {e}");
-                None
-            }
-        };
+        if let Capture::Process(spec) = &self.capture {
+            self.processes.stop(CAPTURE, Duration::from_secs(30));
+            summary = match spec.read_summary() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("the replay's capture: {e}");
+                    None
+                }
+            };
+        }
         self.processes.stop(SERVE, Duration::from_secs(5));
         if let Some(g) = self.guest_serve.as_mut() {
             g.stop(Duration::from_secs(5));
         }
         self.processes.stop(NETEMU, Duration::from_secs(5));
-        summary
+        Ok(summary)
     }
 
     /// The capture's closed pcapng files, in name order (which is time order).
     pub fn capture_files(&self) -> Result<Vec<PathBuf>, ReplayError> {
-        let dir = &self.capture.dir;
+        let dir = match &self.capture {
+            Capture::Process(spec) => &spec.dir,
+            Capture::Serve { dir } => dir,
+        };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| ReplayError::Io(format!("{}: {e}", dir.display())))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -340,7 +435,10 @@ impl Roles {
                 role: CAPTURE,
                 why: format!(
                     "no capture file ({})",
-                    log_tail(&self.work.join("capture.log"))
+                    match self.capture {
+                        Capture::Process(_) => log_tail(&self.work.join("capture.log")),
+                        Capture::Serve { .. } => "the server host's capture had none".into(),
+                    }
                 ),
             });
         }

@@ -4,6 +4,8 @@
 //! * [`synth`] — synthetic workloads with known truth.
 //! * [`server`] — the server emulator (`mimic serve`) and [`control`], its control channel.
 //! * [`client`] — the client emulator, one task per connection.
+//! * [`agent`] — a client agent (`mimic agent`): the client emulator on another host, driven
+//!   over the control channel (`mimic replay --agents`).
 //! * [`spec`] — the launch contracts of `mimic serve` ([`spec::ServeSpec`]) and `mimic replay`
 //!   ([`spec::ReplayOptions`]): typed settings and the one place that writes their command lines.
 //! * [`orchestrate`] — a whole replay, by stage: plan, roles (started from their crates'
@@ -12,6 +14,7 @@
 //! * [`hrtimer`] — sub-millisecond sleeps for async tasks.
 
 pub mod accuracy;
+pub mod agent;
 pub mod client;
 pub mod control;
 pub mod hrtimer;

@@ -968,17 +968,24 @@ fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
 /// What exists of the lab right now.
 pub fn status(name: &str) -> Result<LabStatus, LabError> {
     let info = LabInfo::for_name(name)?;
-    let namespaces: Vec<(String, bool)> = info
+    let mut namespaces: Vec<(String, bool)> = info
         .namespaces()
         .iter()
         .map(|n| (n.to_string(), exists_ns(n)))
         .collect();
-    let interfaces = vec![
+    let mut interfaces = vec![
         iface_status(&info.ns_cli, &info.cli_if, true),
         iface_status(&info.ns_emu, &info.emu_cli_if, false),
         iface_status(&info.ns_emu, &info.emu_srv_if, false),
         iface_status(&info.ns_srv, &info.srv_if, true),
     ];
+    // the client hosts `up --clients` added
+    for h in (2..=MAX_CLIENTS).filter_map(|k| info.client_host(k)) {
+        if exists_ns(&h.ns) {
+            interfaces.push(iface_status(&h.ns, &h.iface, true));
+            namespaces.push((h.ns, true));
+        }
+    }
     let up = namespaces.iter().all(|n| n.1) && interfaces.iter().all(|i| i.present);
     let stack = if up {
         stack::read_back(name).ok()

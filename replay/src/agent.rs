@@ -159,6 +159,8 @@ struct State {
 /// The agent: its addresses, what it was loaded with, and its run.
 pub struct Agent {
     info: AgentInfo,
+    /// `info.client_addrs`, for checking a share's addresses.
+    own: std::collections::HashSet<Ipv4Addr>,
     timer_cpus: Option<Vec<usize>>,
     state: Arc<Mutex<State>>,
     /// Set by `shutdown`.
@@ -196,6 +198,7 @@ impl Agent {
     ) -> Agent {
         let host = crate::control::HostInfo::local(None);
         Agent {
+            own: client_addrs.iter().copied().collect(),
             info: AgentInfo {
                 hostname: host.hostname,
                 kernel: host.kernel,
@@ -233,7 +236,7 @@ impl Agent {
                     return Err("a replay is running (abort it first)".into());
                 }
                 for c in &conns {
-                    if !self.info.client_addrs.contains(c.local.ip()) {
+                    if !self.own.contains(c.local.ip()) {
                         return Err(format!(
                             "connection {}: source address {} is not one of this agent's (--client-addr)",
                             c.index,

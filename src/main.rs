@@ -46,6 +46,8 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Run the server emulator alone (for a server host whose kernel you changed).
     Serve(cmd::serve::Args),
+    /// Run a client agent: opens its share of a replay's connections (`replay --agents`).
+    Agent(cmd::agent::Args),
     /// Make the certificates and keys of the roles' control channel.
     Pki(cmd::pki::Args),
     /// Generate a synthetic workload with known per-connection truth.
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Netemu(a) => cmd::netemu::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
         Command::Pki(a) => cmd::pki::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Compare(a) => cmd::compare::run(a),

@@ -6,7 +6,7 @@
 //! * `ca.crt` — the CA certificate: every host gets it.
 //! * `controller.crt`, `controller.key` — the replay controller's identity (extended key
 //!   usage clientAuth): only the controller host gets them.
-//! * `ROLE.crt`, `ROLE.key` for each role (`netemu`, `serve`, and any `--role NAME`): the
+//! * `ROLE.crt`, `ROLE.key` for each role (`netemu`, `serve`, `agent`, and any `--role NAME`): the
 //!   certificate names the role (DNS name `ROLE`, extended key usage serverAuth), so a
 //!   controller that dials the emulator cannot be answered by the server's key, and a role's
 //!   key cannot give commands.
@@ -30,7 +30,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 /// The roles `pki init` always makes certificates for.
-pub const ROLES: [&str; 2] = ["netemu", "serve"];
+pub const ROLES: [&str; 3] = ["netemu", "serve", "agent"];
 /// The file stem of the controller's certificate and key.
 pub const CONTROLLER: &str = "controller";
 

@@ -141,6 +141,8 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite() {
         "netemu.key",
         "serve.crt",
         "serve.key",
+        "agent.crt",
+        "agent.key",
         "capture.crt",
         "capture.key",
     ] {

@@ -675,6 +675,233 @@ fn boot_server(
     Ok(())
 }
 
+/// The most client hosts a lab can have (`mimic lab up NAME --clients N`).
+pub const MAX_CLIENTS: u32 = 8;
+
+/// Client host `k` (1-based) of a lab: host 1 is `NAME-cli`, the others `NAME-cliK`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClientHost {
+    /// `cli`, `cli2`, …: the name `mimic replay --agents` and `mimic lab exec` take.
+    pub role: String,
+    pub ns: String,
+    /// Its interface (in `ns`).
+    pub iface: String,
+    /// Its port on the client segment's switch (in the emu namespace); None for host 1 of a
+    /// lab with one client host (wired straight to the emulator).
+    pub switch_port: String,
+    /// The interface's own address: 198.18.0.(1+k).
+    pub addr: Ipv4Addr,
+    pub mac: String,
+    /// Addresses local to the host, routed back to it by the server: host 1 has
+    /// 198.19.0.0/19, host k 198.19.(32(k-1)).0/19.
+    pub pool: IpNet,
+}
+
+impl LabInfo {
+    /// Client host `k` (1..=[`MAX_CLIENTS`]).
+    pub fn client_host(&self, k: u32) -> Option<ClientHost> {
+        if k == 0 || k > MAX_CLIENTS {
+            return None;
+        }
+        let n = &self.name;
+        let (role, ns, iface) = if k == 1 {
+            ("cli".to_string(), self.ns_cli.clone(), self.cli_if.clone())
+        } else {
+            (
+                format!("cli{k}"),
+                format!("{n}-cli{k}"),
+                format!("{n}-c{k}"),
+            )
+        };
+        Some(ClientHost {
+            role,
+            ns,
+            iface,
+            switch_port: format!("{n}-e{k}"),
+            addr: Ipv4Addr::from(u32::from(CLIENT_ADDR) + k - 1),
+            mac: if k == 1 {
+                MAC_CLI.to_string()
+            } else {
+                format!("02:6d:69:00:02:{k:02x}")
+            },
+            pool: IpNet {
+                addr: Ipv4Addr::from(
+                    u32::from(CLIENT_POOL) + ((k - 1) << (32 - CLIENT_POOL_PREFIX)),
+                )
+                .into(),
+                prefix: CLIENT_POOL_PREFIX,
+            },
+        })
+    }
+
+    /// The client host named `role` (`cli`, `cli2`, …).
+    pub fn client_host_named(&self, role: &str) -> Option<ClientHost> {
+        match role {
+            "cli" => self.client_host(1),
+            r => r
+                .strip_prefix("cli")
+                .and_then(|k| k.parse::<u32>().ok())
+                .filter(|&k| k >= 2)
+                .and_then(|k| self.client_host(k)),
+        }
+    }
+
+    /// The client segment's switch (a bridge in the emu namespace) once the lab has more than
+    /// one client host, and the veth end that joins it to the emulator's `emu_cli_if`.
+    fn switch(&self) -> (String, String) {
+        (format!("{}-cb", self.name), format!("{}-eb", self.name))
+    }
+}
+
+/// The number of client hosts lab `name` has (1 unless `--clients` added more).
+pub fn client_count(name: &str) -> Result<u32, LabError> {
+    let info = LabInfo::for_name(name)?;
+    Ok(std::fs::read_to_string(info.runtime_dir.join("clients"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1))
+}
+
+/// Gives a built lab `n` client hosts (`NAME-cli`, `NAME-cli2`, …, each with its own TCP
+/// stack, interface address 198.18.0.(1+k) and address pool, see [`ClientHost`]). With more
+/// than one, the client segment becomes a switch: a bridge in the emu namespace joins the
+/// hosts' veths and one more veth whose other end, `NAME-ec`, is what the emulator bridges as
+/// before; the server routes each pool to its host's address (static neighbours, static
+/// switch entries, so nothing is learnt or flooded). Idempotent; a lab never loses hosts here
+/// (`lab down` removes them all). Run it with no emulator on the lab: rewiring `NAME-ec`
+/// would pull the interface from under it.
+pub fn add_clients(name: &str, n: u32) -> Result<Vec<ClientHost>, LabError> {
+    let info = LabInfo::for_name(name)?;
+    if !(1..=MAX_CLIENTS).contains(&n) {
+        return Err(LabError::Io(format!(
+            "--clients must be 1..={MAX_CLIENTS}, not {n}"
+        )));
+    }
+    if !complete(&info) {
+        return Err(LabError::NotUp(name.into()));
+    }
+    let have = client_count(name)?;
+    let hosts: Vec<ClientHost> = (1..=n.max(have))
+        .filter_map(|k| info.client_host(k))
+        .collect();
+    if n <= have {
+        return Ok(hosts);
+    }
+    if crate::guest::load_record(&info.runtime_dir, "emu").is_some() {
+        return Err(LabError::Io(format!(
+            "lab {name}: more client hosts on a lab whose router is a guest are not supported"
+        )));
+    }
+    if crate::guest::load_record(&info.runtime_dir, "srv").is_some() {
+        return Err(LabError::Io(format!(
+            "lab {name}: more client hosts on a lab whose server host is a guest are not supported \
+             (its routes to the added pools would have to be set in the guest)"
+        )));
+    }
+    let emu = &info.ns_emu;
+    let (bridge, bport) = info.switch();
+    if have == 1 {
+        // host 1 moves from the emulator's veth to a switch port
+        ipn(emu, &format!("link del {}", info.emu_cli_if))?;
+        ipn(
+            emu,
+            &format!(
+                "link add {} address {MAC_EMU_C} type veth peer name {bport}",
+                info.emu_cli_if
+            ),
+        )?;
+        ipn(
+            emu,
+            &format!("link add {bridge} type bridge stp_state 0 forward_delay 0"),
+        )?;
+        ipn(emu, &format!("link set {bport} master {bridge}"))?;
+        for dev in [&info.emu_cli_if, &bport] {
+            ethtool(emu, dev, &["tso", "off", "gso", "off", "gro", "off"])?;
+            ipn(emu, &format!("link set {dev} up"))?;
+        }
+        ipn(emu, &format!("link set {} promisc on", info.emu_cli_if))?;
+        ipn(emu, &format!("link set {bridge} up"))?;
+    }
+    let s = &info.ns_srv;
+    for h in hosts.iter().skip(if have == 1 { 0 } else { have as usize }) {
+        let k = h.addr.octets()[3] as u32 - 1;
+        if k > 1 {
+            ip(&["netns", "add", &h.ns])?;
+            stack::sysctl_in(
+                &h.ns,
+                &[
+                    ("net.ipv6.conf.all.disable_ipv6", "1"),
+                    ("net.ipv6.conf.default.disable_ipv6", "1"),
+                    ("net.ipv4.conf.all.rp_filter", "0"),
+                    ("net.ipv4.conf.default.rp_filter", "0"),
+                    ("net.ipv4.ip_local_port_range", "1024 65535"),
+                ],
+            )?;
+            ipn(&h.ns, "link set lo up")?;
+        }
+        ip(&[
+            "link",
+            "add",
+            &h.iface,
+            "netns",
+            &h.ns,
+            "address",
+            &h.mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &h.switch_port,
+            "netns",
+            emu,
+        ])?;
+        ipn(&h.ns, &format!("addr add {}/24 dev {}", h.addr, h.iface))?;
+        ethtool(&h.ns, &h.iface, &["tso", "off", "gso", "off", "gro", "off"])?;
+        ethtool(&h.ns, &h.iface, &["tx", "off"])?;
+        ethtool(
+            emu,
+            &h.switch_port,
+            &["tso", "off", "gso", "off", "gro", "off"],
+        )?;
+        ipn(emu, &format!("link set {} master {bridge}", h.switch_port))?;
+        ipn(emu, &format!("link set {} up", h.switch_port))?;
+        ipn(&h.ns, &format!("link set {} up", h.iface))?;
+        let mut fdb = Command::new("bridge");
+        fdb.args(["-n", emu, "fdb", "replace", &h.mac, "dev", &h.switch_port])
+            .args(["master", "static"]);
+        run(fdb)?;
+        if k > 1 {
+            ipn(&h.ns, &format!("route add local {} dev lo", h.pool))?;
+            ipn(
+                s,
+                &format!(
+                    "neigh replace {} lladdr {} dev {} nud permanent",
+                    h.addr, h.mac, info.srv_if
+                ),
+            )?;
+            ipn(
+                s,
+                &format!("route add {} via {} dev {}", h.pool, h.addr, info.srv_if),
+            )?;
+        }
+        ipn(
+            &h.ns,
+            &format!(
+                "neigh replace {SERVER_ADDR} lladdr {MAC_SRV} dev {} nud permanent",
+                h.iface
+            ),
+        )?;
+    }
+    let mut fdb = Command::new("bridge");
+    fdb.args(["-n", emu, "fdb", "replace", MAC_SRV, "dev", &bport])
+        .args(["master", "static"]);
+    run(fdb)?;
+    let f = info.runtime_dir.join("clients");
+    std::fs::write(&f, format!("{n}\n"))
+        .map_err(|e| LabError::Io(format!("{}: {e}", f.display())))?;
+    Ok(hosts)
+}
+
 /// What runs a lab host's commands.
 #[derive(Clone, Debug)]
 pub enum Host {
@@ -687,15 +914,18 @@ pub enum Host {
 /// The host of `role` (`cli`, `emu` or `srv`) in lab `name`.
 pub fn host(name: &str, role: &str) -> Result<Host, LabError> {
     let info = LabInfo::for_name(name)?;
+    let extra = info.client_host_named(role).map(|h| h.ns);
     let ns = match role {
-        "cli" => &info.ns_cli,
         "emu" => &info.ns_emu,
         "srv" => &info.ns_srv,
-        _ => {
-            return Err(LabError::Io(format!(
-                "unknown lab host `{role}` (use cli, emu or srv)"
-            )))
-        }
+        _ => match &extra {
+            Some(ns) => ns,
+            None => {
+                return Err(LabError::Io(format!(
+                    "unknown lab host `{role}` (use cli, emu or srv; cli2 … in a lab with more client hosts)"
+                )))
+            }
+        },
     };
     if !exists_ns(ns) {
         return Err(LabError::NotUp(name.into()));
@@ -750,7 +980,12 @@ pub fn down(name: &str) -> Result<DownReport, LabError> {
     }
     let me = std::process::id() as i32;
     let mut victims: Vec<i32> = Vec::new();
-    for ns in info.namespaces() {
+    // the client hosts `add_clients` made, then the three of every lab
+    let namespaces: Vec<String> = (2..=MAX_CLIENTS)
+        .filter_map(|k| info.client_host(k).map(|h| h.ns))
+        .chain(info.namespaces().iter().map(|n| n.to_string()))
+        .collect();
+    for ns in &namespaces {
         if exists_ns(ns) {
             victims.extend(crate::netns::pids(ns).into_iter().filter(|&p| p != me));
         }
@@ -772,7 +1007,7 @@ pub fn down(name: &str) -> Result<DownReport, LabError> {
         }
     }
     report.killed = victims;
-    for ns in info.namespaces() {
+    for ns in &namespaces {
         if exists_ns(ns) {
             ip(&["netns", "del", ns])?;
             report.namespaces.push(ns.to_string());
@@ -900,17 +1135,24 @@ fn iface_status(ns: &str, dev: &str, end_host: bool) -> InterfaceStatus {
 /// What exists of the lab right now.
 pub fn status(name: &str) -> Result<LabStatus, LabError> {
     let info = LabInfo::for_name(name)?;
-    let namespaces: Vec<(String, bool)> = info
+    let mut namespaces: Vec<(String, bool)> = info
         .namespaces()
         .iter()
         .map(|n| (n.to_string(), exists_ns(n)))
         .collect();
-    let interfaces = vec![
+    let mut interfaces = vec![
         iface_status(&info.ns_cli, &info.cli_if, true),
         iface_status(&info.ns_emu, &info.emu_cli_if, false),
         iface_status(&info.ns_emu, &info.emu_srv_if, false),
         iface_status(&info.ns_srv, &info.srv_if, true),
     ];
+    // the client hosts `up --clients` added
+    for h in (2..=MAX_CLIENTS).filter_map(|k| info.client_host(k)) {
+        if exists_ns(&h.ns) {
+            interfaces.push(iface_status(&h.ns, &h.iface, true));
+            namespaces.push((h.ns, true));
+        }
+    }
     let up = namespaces.iter().all(|n| n.1) && interfaces.iter().all(|i| i.present);
     let stack = if up {
         stack::read_back(name).ok()
@@ -991,6 +1233,35 @@ mod tests {
         assert!(LabInfo::for_name("a/b").is_err());
         assert!(LabInfo::for_name("1lab").is_err());
         assert!(LabInfo::for_name("").is_err());
+    }
+
+    #[test]
+    fn client_hosts_have_their_own_addresses_pools_and_names() {
+        let i = LabInfo::for_name("abcdefghijkl").unwrap();
+        let h1 = i.client_host(1).unwrap();
+        assert_eq!(
+            (h1.ns.as_str(), h1.iface.as_str()),
+            ("abcdefghijkl-cli", "abcdefghijkl-c")
+        );
+        assert_eq!(h1.addr, CLIENT_ADDR);
+        assert_eq!(h1.pool, i.client_pool);
+        let h2 = i.client_host_named("cli2").unwrap();
+        assert_eq!(h2.ns, "abcdefghijkl-cli2");
+        assert_eq!(h2.addr, Ipv4Addr::new(198, 18, 0, 3));
+        assert_eq!(h2.pool.to_string(), "198.19.32.0/19");
+        let last = i.client_host(MAX_CLIENTS).unwrap();
+        assert_eq!(last.pool.to_string(), "198.19.224.0/19");
+        for k in 1..=MAX_CLIENTS {
+            let h = i.client_host(k).unwrap();
+            assert!(h.iface.len() <= 15 && h.switch_port.len() <= 15, "{h:?}");
+            assert_eq!(i.client_host_named(&h.role), Some(h));
+        }
+        assert!(i.switch().0.len() <= 15 && i.switch().1.len() <= 15);
+        assert_eq!(i.client_host(0), None);
+        assert_eq!(i.client_host(MAX_CLIENTS + 1), None);
+        for bad in ["cli1", "cli0", "srv", "cli9", "clix"] {
+            assert_eq!(i.client_host_named(bad), None, "{bad}");
+        }
     }
 
     #[test]

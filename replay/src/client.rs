@@ -29,7 +29,7 @@ pub struct Planned {
     pub request_timing: RequestTiming,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Failure {
     /// The source address or port could not be bound.

@@ -176,6 +176,9 @@ pub struct ReplayOptions {
     pub keep_capture: Option<PathBuf>,
     /// In the lab: the datapath on a CPU of its own, the timer threads on the others.
     pub cpu_split: bool,
+    /// `--agents`: the client agents that open the connections instead of this process (none:
+    /// the client runs here).
+    pub agents: Vec<AgentTarget>,
     /// The mimic executable that runs the roles (not a flag: the running one).
     pub exe: PathBuf,
 }
@@ -202,6 +205,7 @@ impl ReplayOptions {
             server_port: DEFAULT_SERVER_PORT,
             keep_capture: None,
             cpu_split: true,
+            agents: Vec::new(),
             exe,
         }
     }
@@ -273,11 +277,131 @@ impl ReplayOptions {
         if !self.cpu_split {
             a.flag("--no-cpu-split");
         }
+        if !self.agents.is_empty() {
+            let list: Vec<String> = self.agents.iter().map(|t| t.to_string()).collect();
+            a.value("--agents", list.join(","));
+        }
         a.0
     }
 
     pub(crate) fn target_is_remote(&self) -> bool {
         matches!(self.target, Target::Remote { .. })
+    }
+}
+
+/// A client agent of a replay (`--agents`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentTarget {
+    /// A client host of the replay's lab (`cli`, `cli2`, …): the replay starts `mimic agent`
+    /// there, on the host's address pool, and stops it at the end.
+    LabHost(String),
+    /// An agent already running (`mimic agent --control ADDR`): `HOST:PORT` (TCP),
+    /// `tcp:HOST:PORT` or `unix:PATH`.
+    Remote(ControlAddr),
+}
+
+impl std::str::FromStr for AgentTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let lab_host = s == "cli"
+            || s.strip_prefix("cli")
+                .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+        if lab_host {
+            return Ok(AgentTarget::LabHost(s.to_string()));
+        }
+        if s.starts_with("unix:") || s.starts_with("tcp:") {
+            return s.parse().map(AgentTarget::Remote);
+        }
+        match s.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
+                Ok(AgentTarget::Remote(ControlAddr::Tcp(s.to_string())))
+            }
+            _ => Err(format!(
+                "`{s}` is not an agent: HOST:PORT, tcp:HOST:PORT, unix:PATH, or a lab client host (cli, cli2, …)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AgentTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentTarget::LabHost(h) => f.write_str(h),
+            AgentTarget::Remote(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// Everything `mimic agent` (a client agent) is told on its command line, typed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// `--control`: where the controller reaches it.
+    pub control: ControlAddr,
+    /// `--pki DIR`: ca.crt, agent.crt, agent.key from `mimic pki init`.
+    pub pki: PathBuf,
+    /// `--client-addr IP|CIDR` (repeatable): the source addresses its connections may use
+    /// (a prefix stands for its host addresses); they must be local to its host and routed
+    /// back to it through the emulator.
+    pub client_addrs: Vec<IpNet>,
+    /// `--timer-cpus`: keep the client's timer thread on these CPUs.
+    pub timer_cpus: Option<Vec<usize>>,
+}
+
+/// The most source addresses an agent takes (a /16).
+pub const MAX_AGENT_ADDRS: usize = 65_536;
+
+impl AgentSpec {
+    pub fn new(control: ControlAddr, pki: PathBuf, client_addrs: Vec<IpNet>) -> AgentSpec {
+        AgentSpec {
+            control,
+            pki,
+            client_addrs,
+            timer_cpus: None,
+        }
+    }
+
+    /// The command line after the program name (`agent --control ADDR …`).
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut a = ArgList::new("agent");
+        a.value("--control", self.control.to_string());
+        a.value("--pki", &self.pki);
+        for n in &self.client_addrs {
+            a.value("--client-addr", n.to_string());
+        }
+        if let Some(c) = &self.timer_cpus {
+            a.value("--timer-cpus", cpu::format_list(c));
+        }
+        a.0
+    }
+
+    /// The source addresses `client_addrs` stands for, in order (a prefix shorter than /31
+    /// without its network and broadcast addresses).
+    pub fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
+        let mut out = Vec::new();
+        for n in &self.client_addrs {
+            let std::net::IpAddr::V4(base) = n.addr else {
+                return Err(format!("--client-addr {n}: only IPv4 is supported"));
+            };
+            let size = 1u64 << (32 - n.prefix as u32);
+            if out.len() as u64 + size > MAX_AGENT_ADDRS as u64 + 2 {
+                return Err(format!(
+                    "--client-addr: more than {MAX_AGENT_ADDRS} addresses"
+                ));
+            }
+            let first = u32::from(base) as u64 & !(size - 1);
+            let (lo, hi) = if size > 2 {
+                (first + 1, first + size - 2)
+            } else {
+                (first, first + size - 1)
+            };
+            out.extend((lo..=hi).map(|a| Ipv4Addr::from(a as u32)));
+        }
+        out.dedup();
+        if out.is_empty() {
+            return Err("an agent needs at least one --client-addr".into());
+        }
+        Ok(out)
     }
 }
 
@@ -337,6 +461,41 @@ mod tests {
         s.control = None;
         s.pki = None;
         assert!(s.validate().unwrap_err().contains("--control"));
+    }
+
+    #[test]
+    fn agents_are_lab_hosts_or_control_addresses() {
+        let t = |s: &str| s.parse::<AgentTarget>();
+        assert_eq!(t("cli"), Ok(AgentTarget::LabHost("cli".into())));
+        assert_eq!(t("cli2"), Ok(AgentTarget::LabHost("cli2".into())));
+        assert_eq!(
+            t("10.0.0.5:7300"),
+            Ok(AgentTarget::Remote("tcp:10.0.0.5:7300".parse().unwrap()))
+        );
+        assert_eq!(
+            t("unix:/run/a.sock").unwrap().to_string(),
+            "unix:/run/a.sock"
+        );
+        for bad in ["clix", "host", "10.0.0.5", "h:port", "unix:"] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+        let mut a = AgentSpec::new(
+            "tcp:0.0.0.0:7300".parse().unwrap(),
+            "/p".into(),
+            vec!["10.1.0.0/30".parse().unwrap(), "10.2.0.9".parse().unwrap()],
+        );
+        assert_eq!(
+            a.addresses().unwrap(),
+            [
+                "10.1.0.1".parse::<Ipv4Addr>().unwrap(),
+                "10.1.0.2".parse().unwrap(),
+                "10.2.0.9".parse().unwrap()
+            ]
+        );
+        a.client_addrs = vec!["10.0.0.0/8".parse().unwrap()];
+        assert!(a.addresses().unwrap_err().contains("more than"));
+        a.client_addrs.clear();
+        assert!(a.addresses().is_err());
     }
 
     #[test]

@@ -53,7 +53,7 @@ impl std::fmt::Display for Select {
 }
 
 /// When the client emulator sends each request of a connection.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestTiming {
     /// Open loop: at its recorded time relative to the connection's start, but never before
@@ -85,7 +85,7 @@ impl std::fmt::Display for RequestTiming {
     }
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Close {
     /// The client closes with FIN.
@@ -98,7 +98,7 @@ pub enum Close {
     ServerRst,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct ExchangeSpec {
     pub seq: u32,
     pub req_bytes: u64,
@@ -115,7 +115,7 @@ pub struct ExchangeSpec {
     pub offset_us: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct ConnSpec {
     pub orig_id: i64,
     /// The original client's address (pools bandwidth estimates across its connections).

@@ -250,6 +250,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         server_port: 80,
         keep_capture: keep,
         cpu_split: true,
+        agents: Vec::new(),
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

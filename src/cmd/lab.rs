@@ -57,13 +57,17 @@ enum Cmd {
         /// own datapath thread (10).
         #[arg(long, value_name = "PRIO", default_value_t = 20, value_parser = clap::value_parser!(i32).range(0..=99))]
         guest_priority: i32,
+        /// Client hosts: NAME-cli, NAME-cli2, … (each its own namespace and TCP stack, address
+        /// 198.18.0.(1+K), pool 198.19.(32(K-1)).0/19), on a switch in front of the emulator;
+        /// for `mimic replay --agents cli,cli2`.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=lab::MAX_CLIENTS as i64))]
+        clients: u32,
     },
     /// Run a command on a lab host — a namespace (`ip netns exec`) or a guest (its command
     /// channel) alike — with its exit status; a guest's stdout and stderr come back when it ends.
     Exec {
         name: String,
-        /// cli, emu or srv.
-        #[arg(value_parser = ["cli", "emu", "srv"])]
+        /// cli, emu or srv (or cli2, … in a lab with more client hosts).
         host: String,
         /// Kill the command after this long (guests only; e.g. 30s).
         #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
@@ -109,6 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             boot_timeout,
             guest_memory,
             guest_priority,
+            clients,
         } => {
             if modules.is_some() && kernel.is_none() && server_kernel.is_none() {
                 anyhow::bail!(
@@ -134,6 +139,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("building lab {name}"))?;
             for n in &notes {
                 eprintln!("mimic: note: {n}");
+            }
+            if clients > 1 {
+                for h in lab::add_clients(&name, clients)
+                    .with_context(|| format!("adding client hosts to lab {name}"))?
+                {
+                    println!(
+                        "client host {}: {} on {} in {} (pool {})",
+                        h.role, h.addr, h.iface, h.ns, h.pool
+                    );
+                }
             }
             println!(
                 "lab {} is up: client {} (pool {}) in {}, emulator {} <-> {} in {}, server {} on {} in {}",

@@ -1,6 +1,7 @@
 //! One module per subcommand: its flags (defined once, with help) and a `run` that validates
 //! them before touching the system and returns the process exit code.
 
+pub mod agent;
 pub mod analyze;
 pub mod capture;
 pub mod compare;

@@ -16,7 +16,7 @@ pub struct Args {
 #[derive(Subcommand)]
 enum Cmd {
     /// Write a new CA certificate, the controller's certificate and key, and one certificate
-    /// and key per role (netemu, serve, and each --role) into DIR. Keys are mode 0600; the
+    /// and key per role (netemu, serve, agent, and each --role) into DIR. Keys are mode 0600; the
     /// CA's own key signs them and is thrown away.
     Init {
         /// Directory to write (created mode 0700 when missing).

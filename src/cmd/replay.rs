@@ -16,7 +16,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target, Unestimated,
 };
-use mimic_replay::spec::{self, RemoteCapture};
+use mimic_replay::spec::{self, AgentTarget, RemoteCapture};
 use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
@@ -78,7 +78,7 @@ pub struct Args {
     #[arg(long)]
     pub no_cpu_split: bool,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
-    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki", "client_addr"])]
+    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"])]
     pub server: Option<SocketAddr>,
     /// Control channel of the remote server emulator (unix:PATH or tcp:HOST:PORT).
     #[arg(long, value_name = "ADDR", value_parser = parse_control)]
@@ -106,9 +106,17 @@ pub struct Args {
     /// is captured.
     #[arg(long, value_name = "IF", requires = "server")]
     pub capture_iface: Option<String>,
-    /// Local source addresses for replayed connections (repeatable).
-    #[arg(long, value_name = "IP")]
+    /// Local source addresses for replayed connections (repeatable; with --server and
+    /// without --agents, at least one).
+    #[arg(long, value_name = "IP", conflicts_with = "agents")]
     pub client_addr: Vec<Ipv4Addr>,
+    /// Open the connections from these client agents instead of this process, split by the
+    /// Community ID of each original connection (agent K gets `analyze --shard K/N`'s
+    /// connections), started on one wall-clock instant: HOST:PORT or tcp:HOST:PORT or
+    /// unix:PATH of a running `mimic agent`, or, with --lab, a lab client host (cli, cli2, …;
+    /// the replay starts an agent there on the host's address pool). Comma-separated.
+    #[arg(long, value_name = "AGENT,...", value_delimiter = ',', value_parser = parse_agent)]
+    pub agents: Vec<AgentTarget>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -132,6 +140,9 @@ fn parse_select(s: &str) -> Result<Select, String> {
     s.parse()
 }
 fn parse_control(s: &str) -> Result<ControlAddr, String> {
+    s.parse()
+}
+fn parse_agent(s: &str) -> Result<AgentTarget, String> {
     s.parse()
 }
 
@@ -160,7 +171,12 @@ impl Args {
                         "--capture-iface captures on this (the client) host: add --vantage client, or leave it out to capture at the server (the default)"
                     ),
                 },
-                client_addrs: self.client_addr,
+                client_addrs: {
+                    if self.client_addr.is_empty() && self.agents.is_empty() {
+                        anyhow::bail!("--server needs --client-addr (or --agents)");
+                    }
+                    self.client_addr
+                },
             },
             (None, None) => anyhow::bail!("give --lab NAME or --server ADDR"),
         };
@@ -179,6 +195,7 @@ impl Args {
             server_port: self.server_port,
             keep_capture: self.keep_capture,
             cpu_split: !self.no_cpu_split,
+            agents: self.agents,
             exe,
         })
     }
@@ -279,6 +296,21 @@ fn print_summary(s: &ReplaySummary) {
         s.server.response_delay_error.p99_us,
         s.server.response_delay_error.over_1ms + s.server.query_delay_error.over_1ms
     );
+    for a in &s.agents {
+        println!(
+            "agent {} ({}, {} addresses): {} connections, {} ok, {} failed; started p50 {} µs / p99 {} µs / max {} µs late; start instant {:.0} ms ahead",
+            a.agent,
+            a.host,
+            a.client_addrs,
+            a.connections,
+            a.ok,
+            a.failed,
+            a.start_lateness_us[0],
+            a.start_lateness_us[1],
+            a.start_lateness_us[2],
+            a.start_lead_ms
+        );
+    }
     if let Some(c) = &s.cpu_split {
         println!(
             "cpus: network emulator datapath on CPU {}, timer threads on {}",
@@ -340,6 +372,7 @@ mod tests {
             server_port: 8080,
             keep_capture: Some("caps".into()),
             cpu_split: false,
+            agents: Vec::new(),
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);
@@ -353,6 +386,15 @@ mod tests {
             .iter()
             .any(|a| a == "--vantage" || a == "--capture-iface"));
         assert_eq!(round_trip(&at_server), at_server);
+        let mut with_agents = remote.clone();
+        if let Target::Remote { client_addrs, .. } = &mut with_agents.target {
+            client_addrs.clear();
+        }
+        with_agents.agents = vec![
+            "10.2.0.1:7300".parse().unwrap(),
+            "unix:/run/a2.sock".parse().unwrap(),
+        ];
+        assert_eq!(round_trip(&with_agents), with_agents);
 
         let mut lab = remote.clone();
         lab.target = Target::Lab {
@@ -365,6 +407,8 @@ mod tests {
             down: Some(100),
         };
         lab.unestimated = Unestimated::PooledClass;
+        assert_eq!(round_trip(&lab), lab);
+        lab.agents = vec!["cli".parse().unwrap(), "cli2".parse().unwrap()];
         assert_eq!(round_trip(&lab), lab);
         let defaults = ReplayOptions::new(
             "a.db".into(),

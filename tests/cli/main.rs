@@ -5,6 +5,7 @@ mod common;
 #[path = "../common/prom.rs"]
 mod prom;
 
+mod agent;
 mod analyze;
 mod analyze_input;
 mod capture;

@@ -20,6 +20,8 @@ fn pki_init_writes_keys_0600_and_refuses_to_overwrite_without_force() {
         "netemu.key",
         "serve.crt",
         "serve.key",
+        "agent.crt",
+        "agent.key",
         "capture.crt",
         "capture.key",
     ] {

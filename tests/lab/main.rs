@@ -7,6 +7,7 @@ mod common;
 #[path = "../common/prom.rs"]
 mod prom;
 
+mod agents;
 mod capture;
 mod demo;
 mod guest;

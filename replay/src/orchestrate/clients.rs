@@ -13,8 +13,8 @@ use crate::client::{self, Outcome, Planned};
 use crate::hrtimer::HrTimer;
 
 /// Runs every planned connection (in the client namespace when given) and returns the
-/// outcomes in plan order.
-pub(super) fn run_clients(
+/// outcomes in plan order. A client agent runs its share through it too.
+pub fn run_clients(
     plans: Vec<Planned>,
     ns: Option<String>,
     timer_cpus: Option<Vec<usize>>,

@@ -57,6 +57,8 @@ pub(super) struct Vantage<'a> {
     pub capture: &'a str,
     pub iface: &'a str,
     pub server_host: Option<&'a crate::control::HostInfo>,
+    /// `--agents`: each agent's [`super::agents::AgentRun`], as JSON.
+    pub agents: Option<String>,
 }
 
 /// Adds `replay_map` and the replay's metadata to the analysis of the capture.
@@ -151,6 +153,9 @@ pub(super) fn finish_db(
     }
     let meta = [
         ("role", "replay".to_string()),
+        // the client agents and how each one's share went (JSON; empty: the client ran in
+        // the controller's process)
+        ("agents", vantage.agents.clone().unwrap_or_default()),
         ("replay_of", opts.input.display().to_string()),
         ("replay_of_role", wl.role.clone().unwrap_or_default()),
         ("select", format!("{:?}", opts.select).to_lowercase()),

@@ -28,6 +28,7 @@ use crate::hrtimer::HrTimer;
 use crate::server::ServerStats;
 use crate::workload;
 
+pub mod agents;
 mod clients;
 mod db;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod rates;
 mod roles;
 
 pub use crate::spec::{ReplayOptions, Target};
+pub use clients::run_clients;
 pub use error::ReplayError;
 pub use plan::{flow_rules, pipes_for, QueueOverride};
 pub use rates::{RateSources, Unestimated};
@@ -105,6 +107,8 @@ pub struct ReplaySummary {
     pub cpu_split: Option<CpuSplit>,
     pub analysis: AnalysisSummary,
     pub duration_s: f64,
+    /// With `--agents`: how each agent's share went (empty: the client ran here).
+    pub agents: Vec<agents::AgentRun>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -165,19 +169,40 @@ pub fn run(
     std::fs::create_dir_all(&capdir)
         .map_err(|e| ReplayError::Io(format!("{}: {e}", capdir.display())))?;
 
+    // ---- client agents (before the roles: a lab may get client hosts) ----
+    let mut agents = if opts.agents.is_empty() {
+        None
+    } else {
+        progress.stage("agents");
+        Some(start_agents(opts, &work.0, stop)?)
+    };
+    // a remote replay's client addresses are the agents' then
+    let with_agents;
+    let opts = match (&agents, &opts.target) {
+        (Some(a), Target::Remote { .. }) => {
+            let mut o = opts.clone();
+            if let Target::Remote { client_addrs, .. } = &mut o.target {
+                *client_addrs = a.client_addrs();
+            }
+            with_agents = o;
+            &with_agents
+        }
+        _ => opts,
+    };
+
     // ---- roles ----
     progress.stage("lab");
     let mut roles = roles::Roles::start(opts, &work.0, &capdir, progress)?;
     let mut ctl = roles.connect(opts.target_is_remote(), stop)?;
+    let client_addrs = match &agents {
+        Some(a) => a.client_addrs(),
+        None => roles.endpoints.client_addrs.clone(),
+    };
     // the replay port serves only the client addresses this replay uses
-    ctl.serve
-        .allow(&crate::control::ranges_of(&roles.endpoints.client_addrs))?;
+    ctl.serve.allow(&crate::control::ranges_of(&client_addrs))?;
     ctl.serve.reset_stats()?;
     // the server host's kernel and stack, as serve sees them (the route towards the clients)
-    let server_host = match ctl
-        .serve
-        .info(roles.endpoints.client_addrs.first().map(|&a| a.into()))
-    {
+    let server_host = match ctl.serve.info(client_addrs.first().map(|&a| a.into())) {
         Ok(h) => {
             if let Some(e) = &h.stack_error {
                 tracing::warn!("the server's stack could not be read: {e}");
@@ -194,7 +219,17 @@ pub fn run(
 
     // ---- plan and pipes ----
     progress.stage("pipes");
-    let rules = flow_rules(&wl, &ep.client_addrs, server, opts.seed, opts.queue)?;
+    let (rules, owner) = match &agents {
+        Some(a) => {
+            let (locals, owner) = a.assign(&wl, &opts.input)?;
+            let rules = plan::flow_rules_at(&wl, &locals, server, opts.seed, opts.queue)?;
+            (rules, owner)
+        }
+        None => (
+            flow_rules(&wl, &ep.client_addrs, server, opts.seed, opts.queue)?,
+            Vec::new(),
+        ),
+    };
     let configs: Vec<(PipeConfig, PipeConfig)> = rules
         .iter()
         .map(|r| (r.up.clone(), r.down.clone()))
@@ -209,7 +244,16 @@ pub fn run(
     progress.stage("replay");
     let plans = plan::plans(&wl, &rules, opts.time_scale, opts.request_timing)?;
     let timer_cpus = ep.cpu_split.as_ref().map(|c| c.timers.clone());
-    let outcomes = clients::run_clients(plans, ep.client_ns.clone(), timer_cpus, progress, stop)?;
+    let (outcomes, agent_runs) = match &mut agents {
+        Some(a) => a.run(plans, &owner, opts.request_timing, progress, stop)?,
+        None => (
+            clients::run_clients(plans, ep.client_ns.clone(), timer_cpus, progress, stop)?,
+            Vec::new(),
+        ),
+    };
+    if let Some(a) = agents.take() {
+        a.stop();
+    }
     interrupted(stop)?;
 
     // ---- wind down: trailing packets, role statistics, capture closed ----
@@ -257,6 +301,8 @@ pub fn run(
             capture: ep.capture_vantage,
             iface: &ep.capture_iface,
             server_host: server_host.as_ref(),
+            agents: (!agent_runs.is_empty())
+                .then(|| serde_json::to_string(&agent_runs).unwrap_or_default()),
         },
         &rate_sources,
     )?;
@@ -309,7 +355,14 @@ pub fn run(
         start_lateness_us: [q(0.5), q(0.99), late.last().copied().unwrap_or(0)],
         start_lateness_p999_us: q(0.999),
         starts_over_1ms: late.iter().filter(|&&l| l > 1000).count() as u64,
-        client_timer_realtime: HrTimer::realtime(),
+        client_timer_realtime: if agent_runs.is_empty() {
+            HrTimer::realtime()
+        } else {
+            agent_runs
+                .iter()
+                .map(|r| r.timer_realtime)
+                .try_fold(true, |all, r| r.map(|r| all && r))
+        },
         max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,
@@ -321,5 +374,39 @@ pub fn run(
         cpu_split,
         analysis,
         duration_s: started.elapsed().as_secs_f64(),
+        agents: agent_runs,
     })
+}
+
+/// Connects the replay's client agents (starting those on lab client hosts) with the
+/// controller's side of the control channel: the lab's, or `--pki`'s.
+fn start_agents(
+    opts: &ReplayOptions,
+    work: &Path,
+    stop: &AtomicBool,
+) -> Result<agents::Agents, ReplayError> {
+    let (tls, timer_cpus) = match &opts.target {
+        Target::Lab { name, .. } => {
+            let info = mimic_netemu::lab::LabInfo::for_name(name)?;
+            if !mimic_netemu::netns::exists(&info.ns_cli) {
+                return Err(ReplayError::Invalid(format!(
+                    "--agents: lab {name} is not up (`mimic lab up {name} --clients N` first: its control channel's PKI is what the agents use)"
+                )));
+            }
+            // as the local client's: the timer threads off the datapath's CPU
+            let timers = opts
+                .cpu_split
+                .then(cpu::allowed_cpus)
+                .and_then(Result::ok)
+                .and_then(|a| cpu::lab_split(&a))
+                .map(|(_, timers)| timers);
+            (info.controller_tls()?, timers)
+        }
+        Target::Remote { pki_dir, .. } => (
+            crate::control::ControllerTls::load(pki_dir)
+                .map_err(mimic_netemu::control::ControlError::from)?,
+            None,
+        ),
+    };
+    agents::Agents::start(opts, &tls, work, timer_cpus, stop)
 }

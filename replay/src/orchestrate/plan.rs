@@ -131,11 +131,32 @@ pub fn flow_rules(
             "a replay needs at least one client address".into(),
         ));
     }
+    let locals: Vec<SocketAddrV4> = (0..wl.conns.len())
+        .map(|i| local_addr(client_addrs, i))
+        .collect::<Result<_, _>>()?;
+    flow_rules_at(wl, &locals, server, seed, queue)
+}
+
+/// [`flow_rules`] with each connection's source address and port given (`locals[i]` for
+/// connection `i`; a replay over client agents takes them from the agent of each).
+pub fn flow_rules_at(
+    wl: &Workload,
+    locals: &[SocketAddrV4],
+    server: SocketAddr,
+    seed: u64,
+    queue: QueueOverride,
+) -> Result<Vec<FlowRule>, ReplayError> {
+    if locals.len() != wl.conns.len() {
+        return Err(ReplayError::Invalid(format!(
+            "{} source addresses for {} connections",
+            locals.len(),
+            wl.conns.len()
+        )));
+    }
     wl.conns
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let local = local_addr(client_addrs, i)?;
+        .zip(locals)
+        .map(|(c, &local)| {
             let (up, down) = pipes_for(
                 c,
                 seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ c.orig_id as u64,

@@ -1,0 +1,175 @@
+//! `mimic replay --agents`: the client side of a replay on several client hosts (lab
+//! namespaces `NAME-cli`, `NAME-cli2`, each its own TCP stack behind one switch), driven over
+//! the control channel (root, namespaces).
+
+use std::process::Output;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::common::*;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Tears a lab down when the test ends, however it ends.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = mimic().args(["lab", "down", &self.0]).output();
+    }
+}
+
+fn ok(args: &[&str]) -> Output {
+    let o = mimic().args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "mimic {args:?} failed ({:?}): {}{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+/// `[p50, p99, max]` of a JSON summary's figures, as text.
+fn three(v: &serde_json::Value) -> String {
+    format!("{} / {} / {}", v[0], v[1], v[2])
+}
+
+/// 10,000 short connections (a `mimic synth` workload at 200 new connections per second)
+/// replayed twice in one lab at the same offered load: once from one client host (an agent in
+/// `NAME-cli`), once split over two (agents in `NAME-cli` and `NAME-cli2`, by the original
+/// flows' Community ID). Both capture and analyze at the server as a local replay does. The
+/// two-agent run must complete at least 99% of the connections, each agent must get about
+/// half of them, and the replay database must record the agents; the start lateness (at the
+/// agents) and the server-delay lateness (at the server emulator) of both runs are printed.
+#[test]
+fn ten_thousand_connections_over_two_client_agents() {
+    require_root("agent lab test");
+    for t in ["ip", "ethtool", "sysctl", "bridge"] {
+        require_tool(t);
+    }
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    const N: u64 = 10_000;
+    ok(&[
+        "synth",
+        "--connections",
+        &N.to_string(),
+        "--rate",
+        "200",
+        "--max-response",
+        "20000",
+        "--seed",
+        "11",
+        "-o",
+        &p("synth.db"),
+    ]);
+    let name = format!(
+        "ag{}x{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let _down = LabDown(name.clone());
+    let up = ok(&["lab", "up", &name, "--clients", "2"]);
+    assert!(
+        stdout(&up).contains(&format!("{name}-cli2")),
+        "{}",
+        stdout(&up)
+    );
+
+    let mut rows = Vec::new();
+    let mut runs = Vec::new();
+    for agents in ["cli", "cli,cli2"] {
+        let out = p(&format!("replay-{}.db", agents.replace(',', "-")));
+        let r = json(&ok(&[
+            "replay",
+            &p("synth.db"),
+            "-o",
+            &out,
+            "--lab",
+            &name,
+            "--agents",
+            agents,
+            "--json",
+        ]));
+        assert_eq!(r["connections"].as_u64(), Some(N), "{agents}: {r}");
+        let per_agent = r["agents"].as_array().expect("agents in the summary");
+        assert_eq!(per_agent.len(), agents.split(',').count(), "{r}");
+        let sum: u64 = per_agent
+            .iter()
+            .map(|a| a["connections"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, N, "every connection went to one agent: {r}");
+        let meta: serde_json::Value = {
+            let c = rusqlite::Connection::open(&out).unwrap();
+            let v: String = c
+                .query_row("SELECT value FROM meta WHERE key = 'agents'", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            serde_json::from_str(&v).unwrap()
+        };
+        assert_eq!(meta.as_array().map(|a| a.len()), Some(per_agent.len()));
+        let srv = &r["server"]["response_delay_error"];
+        rows.push(format!(
+            "{:>2} client host(s) | {:>5} ok of {N} ({:>4} failed, {:>3} missing) | start lateness p50/p99/max {} µs (> 1 ms: {}) | server response-delay lateness p50/p99/max {} / {} / {} µs (> 1 ms: {}) | at most {} open | {:.0} s",
+            per_agent.len(),
+            r["ok"],
+            r["failed"],
+            r["missing"],
+            three(&r["start_lateness_us"]),
+            r["starts_over_1ms"],
+            srv["p50_us"],
+            srv["p99_us"],
+            srv["max_us"],
+            srv["over_1ms"],
+            r["max_concurrent"],
+            r["duration_s"].as_f64().unwrap_or(0.0),
+        ));
+        for a in per_agent {
+            rows.push(format!(
+                "     agent {} on {}: {} connections, {} ok, start lateness p50/p99/max {} µs, start instant {:.0} ms ahead",
+                a["agent"].as_str().unwrap_or("?"),
+                a["host"].as_str().unwrap_or("?"),
+                a["connections"],
+                a["ok"],
+                three(&a["start_lateness_us"]),
+                a["start_lead_ms"].as_f64().unwrap_or(0.0)
+            ));
+        }
+        runs.push(r);
+    }
+    // shown with --nocapture / --show-output: the figures of the report
+    eprintln!("same workload, same offered load (200 new connections/s, {N} connections):");
+    for row in &rows {
+        eprintln!("{row}");
+    }
+
+    let two = &runs[1];
+    let ok_two = two["ok"].as_u64().unwrap();
+    assert!(
+        ok_two * 100 >= N * 99,
+        "two agents completed {ok_two} of {N} (< 99%): {}",
+        two["failures"]
+    );
+    for a in two["agents"].as_array().unwrap() {
+        let n = a["connections"].as_u64().unwrap();
+        // the Community ID hash splits 10,000 flows within a few percent of half
+        assert!(
+            (N * 45 / 100..=N * 55 / 100).contains(&n),
+            "agent {} got {n} of {N}",
+            a["agent"]
+        );
+    }
+    // the capture at the server saw the replay: its analysis paired the connections
+    assert!(
+        two["missing"].as_u64().unwrap() * 100 <= N,
+        "more than 1% of the replayed connections are missing from the server's capture: {}",
+        two["missing"]
+    );
+}

@@ -109,6 +109,50 @@ pub enum Target {
     },
 }
 
+/// Which emulator carries a replay's per-connection pipes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Emulator {
+    /// mimic's own userspace datapath (`mimic netemu run`): every pipe feature, delayed-ACK
+    /// shaping included.
+    #[default]
+    Mimic,
+    /// Kernel pipes: htb + netem leaves + hashed u32 filters installed with `tc` on the
+    /// router host (needs sch_netem there); no delayed-ACK shaping.
+    Netem,
+    /// Kernel pipes with `ipfw` dummynet (needs `ipfw` on the router host).
+    Dummynet,
+}
+
+impl Emulator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Emulator::Mimic => "mimic",
+            Emulator::Netem => "netem",
+            Emulator::Dummynet => "dummynet",
+        }
+    }
+}
+
+impl std::fmt::Display for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Emulator {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mimic" => Ok(Emulator::Mimic),
+            "netem" | "tc" => Ok(Emulator::Netem),
+            "dummynet" | "ipfw" => Ok(Emulator::Dummynet),
+            _ => Err(format!(
+                "`{s}` is not an emulator (mimic, netem or dummynet)"
+            )),
+        }
+    }
+}
+
 /// Everything `mimic replay` is told on its command line, typed: the client role and the
 /// controller that starts (in the lab) or reaches (remote) the other roles.
 #[derive(Clone, Debug, PartialEq)]
@@ -133,6 +177,8 @@ pub struct ReplayOptions {
     pub keep_capture: Option<PathBuf>,
     /// In the lab: the datapath on a CPU of its own, the timer threads on the others.
     pub cpu_split: bool,
+    /// Which emulator carries the pipes (`--emulator`).
+    pub emulator: Emulator,
     /// The mimic executable that runs the roles (not a flag: the running one).
     pub exe: PathBuf,
 }
@@ -159,6 +205,7 @@ impl ReplayOptions {
             server_port: DEFAULT_SERVER_PORT,
             keep_capture: None,
             cpu_split: true,
+            emulator: Emulator::Mimic,
             exe,
         }
     }
@@ -226,6 +273,9 @@ impl ReplayOptions {
         }
         if !self.cpu_split {
             a.flag("--no-cpu-split");
+        }
+        if self.emulator != Emulator::Mimic {
+            a.value("--emulator", self.emulator.as_str());
         }
         a.0
     }
@@ -297,6 +347,20 @@ mod tests {
         assert_eq!(
             text(o.to_args()),
             ["replay", "in.db", "-o", "out.db", "--lab", "t"]
+        );
+    }
+
+    #[test]
+    fn emulator_names_parse_and_print_back() {
+        for e in [Emulator::Mimic, Emulator::Netem, Emulator::Dummynet] {
+            assert_eq!(e.to_string().parse::<Emulator>(), Ok(e));
+        }
+        assert_eq!("tc".parse::<Emulator>(), Ok(Emulator::Netem));
+        assert_eq!("ipfw".parse::<Emulator>(), Ok(Emulator::Dummynet));
+        let e = "netemu".parse::<Emulator>().unwrap_err();
+        assert!(
+            e.contains("`netemu`") && e.contains("mimic, netem or dummynet"),
+            "{e}"
         );
     }
 }

@@ -228,6 +228,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         server_port: 80,
         keep_capture: keep,
         cpu_split: true,
+        emulator: Default::default(),
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

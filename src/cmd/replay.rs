@@ -16,7 +16,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target, Unestimated,
 };
-use mimic_replay::spec;
+use mimic_replay::spec::{self, Emulator};
 use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
@@ -77,6 +77,13 @@ pub struct Args {
     /// real-time datapath gets the last CPU to itself and the timer threads the others).
     #[arg(long)]
     pub no_cpu_split: bool,
+    /// What carries the per-connection pipes: mimic's own datapath, or kernel pipes
+    /// installed on the router host before the first SYN and removed after the last
+    /// connection: `netem` (tc htb + netem + u32; the router must have sch_netem, e.g. a
+    /// `lab up --kernel` guest) or `dummynet` (needs ipfw). Kernel pipes cannot shape delayed
+    /// ACKs: that is warned about and recorded in meta.
+    #[arg(long, value_name = "mimic|netem|dummynet", default_value = "mimic")]
+    pub emulator: Emulator,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
     #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki", "capture_iface", "client_addr"])]
     pub server: Option<SocketAddr>,
@@ -152,6 +159,7 @@ impl Args {
             server_port: self.server_port,
             keep_capture: self.keep_capture,
             cpu_split: !self.no_cpu_split,
+            emulator: self.emulator,
             exe,
         })
     }
@@ -252,6 +260,25 @@ fn print_summary(s: &ReplaySummary) {
         s.server.response_delay_error.p99_us,
         s.server.response_delay_error.over_1ms + s.server.query_delay_error.over_1ms
     );
+    if let Some(k) = &s.kernel_pipes {
+        println!(
+            "pipes: {} {} pipes on {}, installed in {:.2} s ({} commands, {} execs){}",
+            k.pipes,
+            k.backend,
+            k.router,
+            k.install_s,
+            k.commands,
+            k.execs,
+            if k.delack_left_out > 0 {
+                format!(
+                    "; WITHOUT delayed-ACK shaping for {} connections",
+                    k.delack_left_out
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(c) = &s.cpu_split {
         println!(
             "cpus: network emulator datapath on CPU {}, timer threads on {}",
@@ -311,6 +338,7 @@ mod tests {
             server_port: 8080,
             keep_capture: Some("caps".into()),
             cpu_split: false,
+            emulator: Emulator::Netem,
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);
@@ -326,6 +354,7 @@ mod tests {
             down: Some(100),
         };
         lab.unestimated = Unestimated::PooledClass;
+        lab.emulator = Emulator::Dummynet;
         assert_eq!(round_trip(&lab), lab);
         let defaults = ReplayOptions::new(
             "a.db".into(),

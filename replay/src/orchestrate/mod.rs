@@ -31,11 +31,13 @@ use crate::workload;
 mod clients;
 mod db;
 pub mod error;
+mod guest_emu;
+pub mod kernel;
 pub mod plan;
 pub mod rates;
 mod roles;
 
-pub use crate::spec::{ReplayOptions, Target};
+pub use crate::spec::{Emulator, ReplayOptions, Target};
 pub use error::ReplayError;
 pub use plan::{flow_rules, pipes_for, QueueOverride};
 pub use rates::{RateSources, Unestimated};
@@ -86,6 +88,10 @@ pub struct ReplaySummary {
     pub max_concurrent: u64,
     pub server: ServerStats,
     pub netemu: Option<RunStats>,
+    /// What carried the pipes (`--emulator`: mimic, netem, dummynet).
+    pub emulator: &'static str,
+    /// With kernel pipes: where and how fast they were installed, what was left out.
+    pub kernel_pipes: Option<kernel::KernelInstall>,
     /// What the capture reported when it stopped (None: it wrote no summary).
     pub capture: Option<CaptureSummary>,
     pub stack: Option<StackProfile>,
@@ -114,6 +120,26 @@ pub struct CpuSplit {
 
 fn cpu_list<S: serde::Serializer>(cpus: &[usize], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&cpu::format_list(cpus))
+}
+
+/// The `meta` rows of the emulator, in every mode: `emulator` and `emulator_unsupported`
+/// (what the pipes could not do, e.g. `delack:12 connections`; empty when nothing), and with
+/// kernel pipes where and how fast they were installed.
+fn emulator_meta(
+    e: crate::spec::Emulator,
+    kernel: Option<&kernel::KernelInstall>,
+) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("emulator", e.as_str().to_string()),
+        (
+            "emulator_unsupported",
+            kernel.map(|k| k.unsupported()).unwrap_or_default(),
+        ),
+    ];
+    if let Some(k) = kernel {
+        v.extend(k.meta());
+    }
+    v
 }
 
 /// Removes the working directory when dropped.
@@ -197,9 +223,26 @@ pub fn run(
         .map(|r| (r.up.clone(), r.down.clone()))
         .collect();
     let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
-    for batch in rules.chunks(2000) {
-        rule_ids.extend(ctl.netemu.add_flows(batch)?);
-        interrupted(stop)?;
+    match (&mut ctl.netemu, &mut roles.kernel) {
+        (Some(netemu), _) => {
+            for batch in rules.chunks(2000) {
+                rule_ids.extend(netemu.add_flows(batch)?);
+                interrupted(stop)?;
+            }
+        }
+        (None, Some(k)) => {
+            k.install(&rules)?;
+            tracing::info!(
+                "{} pipes installed with {} on {}: {} commands in {} execs, {:.2} s",
+                k.report.pipes,
+                k.report.backend,
+                k.report.router,
+                k.report.commands,
+                k.report.execs,
+                k.report.install_s
+            );
+        }
+        (None, None) => unreachable!("a replay has an emulator or kernel pipes"),
     }
 
     // ---- replay ----
@@ -213,20 +256,30 @@ pub fn run(
     progress.stage("collect");
     std::thread::sleep(Duration::from_millis(500));
     let server_stats = ctl.serve.stats()?;
-    let netemu_stats = ctl.netemu.stats().ok();
+    let mut netemu_stats = None;
     let mut pipe_counters = std::collections::HashMap::new();
-    for ids in rule_ids.chunks(2000) {
-        for f in ctl.netemu.remove_flows(ids)? {
-            pipe_counters.insert(f.id, (f.up, f.down));
+    if let Some(netemu) = &mut ctl.netemu {
+        netemu_stats = netemu.stats().ok();
+        for ids in rule_ids.chunks(2000) {
+            for f in netemu.remove_flows(ids)? {
+                pipe_counters.insert(f.id, (f.up, f.down));
+            }
         }
     }
+    let kernel = match &mut roles.kernel {
+        Some(k) => {
+            k.remove()?;
+            Some(k.report.clone())
+        }
+        None => None,
+    };
     let pipes: Vec<db::PipeRecord> = configs
         .into_iter()
-        .zip(&rule_ids)
-        .map(|((up, down), id)| db::PipeRecord {
+        .enumerate()
+        .map(|(i, (up, down))| db::PipeRecord {
             up,
             down,
-            counters: pipe_counters.remove(id),
+            counters: rule_ids.get(i).and_then(|id| pipe_counters.remove(id)),
         })
         .collect();
     let capture_summary = roles.stop(ctl, !opts.target_is_remote());
@@ -256,6 +309,7 @@ pub fn run(
             server_host: server_host.as_ref(),
         },
         &rate_sources,
+        &emulator_meta(opts.emulator, kernel.as_ref()),
     )?;
     if let Some(keep) = &opts.keep_capture {
         std::fs::create_dir_all(keep)
@@ -309,6 +363,8 @@ pub fn run(
         max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,
+        emulator: opts.emulator.as_str(),
+        kernel_pipes: kernel,
         capture: capture_summary,
         stack: stack_in_force,
         capture_vantage,

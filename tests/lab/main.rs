@@ -10,6 +10,7 @@ mod prom;
 mod capture;
 mod demo;
 mod guest;
+mod guest_replay;
 mod independent;
 mod metrics;
 mod netemu;

@@ -170,6 +170,12 @@ pub fn run(
             "--time-scale must be a positive number".into(),
         ));
     }
+    if opts.target_is_remote() && opts.emulator != crate::spec::Emulator::Mimic {
+        return Err(ReplayError::Invalid(format!(
+            "--emulator {}: kernel pipes on a remote router are not supported (the remote router runs mimic's datapath, `mimic netemu run`); replay through kernel pipes in a lab whose router host has them: `mimic lab up NAME --kernel IMAGE`, then `mimic replay --lab NAME --emulator {}`",
+            opts.emulator, opts.emulator
+        )));
+    }
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
     let rate_sources = rates::assign(&mut wl, opts.unestimated)?;

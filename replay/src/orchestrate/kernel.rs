@@ -392,3 +392,35 @@ impl Drop for KernelPipes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_kernel_pipes_left_out_is_named_in_meta() {
+        let mut k = KernelInstall {
+            backend: "netem",
+            router: "guest t-emu (kernel 6.1.0-56-amd64)".into(),
+            pipes: 400,
+            install_s: 0.9984,
+            execs: 3,
+            ..KernelInstall::default()
+        };
+        assert_eq!(k.unsupported(), "");
+        k.delack_left_out = 103;
+        assert_eq!(k.unsupported(), "delack:103 connections");
+        assert_eq!(
+            k.meta(),
+            [
+                (
+                    "emulator_router",
+                    "guest t-emu (kernel 6.1.0-56-amd64)".to_string()
+                ),
+                ("emulator_pipes", "400".to_string()),
+                ("emulator_install_s", "0.998".to_string()),
+                ("emulator_install_execs", "3".to_string()),
+            ]
+        );
+    }
+}

@@ -380,3 +380,32 @@ pub fn run(
         duration_s: started.elapsed().as_secs_f64(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Emulator;
+
+    #[test]
+    fn every_replay_records_its_emulator() {
+        assert_eq!(
+            emulator_meta(Emulator::Mimic, None),
+            [
+                ("emulator", "mimic".to_string()),
+                ("emulator_unsupported", String::new())
+            ]
+        );
+        let k = kernel::KernelInstall {
+            backend: "netem",
+            delack_left_out: 2,
+            ..Default::default()
+        };
+        let m = emulator_meta(Emulator::Netem, Some(&k));
+        assert_eq!(m[0], ("emulator", "netem".to_string()));
+        assert_eq!(
+            m[1],
+            ("emulator_unsupported", "delack:2 connections".to_string())
+        );
+        assert!(m.iter().any(|(k, _)| *k == "emulator_install_s"));
+    }
+}

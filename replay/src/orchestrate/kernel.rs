@@ -282,6 +282,17 @@ impl KernelPipes {
                     )));
                 }
             }
+            if let Router::Guest(_) = &self.router {
+                // the guest's NICs on its bridge (as `lab up` left them; a replay through
+                // mimic's emulator that was killed may have left them off it)
+                let (c, s) = (&self.ropts.client_if, &self.ropts.server_if);
+                self.run(&[
+                    "sh",
+                    "-ec",
+                    &format!("ip addr flush dev {c}; ip link set {c} master br0; ip link set {s} master br0"),
+                ])?;
+                execs += 1;
+            }
             for dev in [&self.ropts.server_if, &self.ropts.client_if] {
                 match self.root_qdisc(dev)? {
                     RootQdisc::KernelDefault(_) => {}

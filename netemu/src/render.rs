@@ -904,7 +904,8 @@ pub struct ApplyReport {
     pub commands: usize,
 }
 
-fn ensure_ipfw() -> Result<(), RenderError> {
+/// Whether `ipfw` (dummynet) is installed on this machine; an error naming it if not.
+pub fn ensure_ipfw() -> Result<(), RenderError> {
     let ok = Command::new("sh")
         .args(["-c", "command -v ipfw"])
         .output()

@@ -148,6 +148,46 @@ impl RemoteCapture {
         match self {
             RemoteCapture::Server => "server",
             RemoteCapture::Client { .. } => "client",
+/// Which emulator carries a replay's per-connection pipes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Emulator {
+    /// mimic's own userspace datapath (`mimic netemu run`): every pipe feature, delayed-ACK
+    /// shaping included.
+    #[default]
+    Mimic,
+    /// Kernel pipes: htb + netem leaves + hashed u32 filters installed with `tc` on the
+    /// router host (needs sch_netem there); no delayed-ACK shaping.
+    Netem,
+    /// Kernel pipes with `ipfw` dummynet (needs `ipfw` on the router host).
+    Dummynet,
+}
+
+impl Emulator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Emulator::Mimic => "mimic",
+            Emulator::Netem => "netem",
+            Emulator::Dummynet => "dummynet",
+        }
+    }
+}
+
+impl std::fmt::Display for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Emulator {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mimic" => Ok(Emulator::Mimic),
+            "netem" | "tc" => Ok(Emulator::Netem),
+            "dummynet" | "ipfw" => Ok(Emulator::Dummynet),
+            _ => Err(format!(
+                "`{s}` is not an emulator (mimic, netem or dummynet)"
+            )),
         }
     }
 }
@@ -179,6 +219,8 @@ pub struct ReplayOptions {
     /// `--agents`: the client agents that open the connections instead of this process (none:
     /// the client runs here).
     pub agents: Vec<AgentTarget>,
+    /// Which emulator carries the pipes (`--emulator`).
+    pub emulator: Emulator,
     /// The mimic executable that runs the roles (not a flag: the running one).
     pub exe: PathBuf,
 }
@@ -206,6 +248,7 @@ impl ReplayOptions {
             keep_capture: None,
             cpu_split: true,
             agents: Vec::new(),
+            emulator: Emulator::Mimic,
             exe,
         }
     }
@@ -280,6 +323,9 @@ impl ReplayOptions {
         if !self.agents.is_empty() {
             let list: Vec<String> = self.agents.iter().map(|t| t.to_string()).collect();
             a.value("--agents", list.join(","));
+        }
+        if self.emulator != Emulator::Mimic {
+            a.value("--emulator", self.emulator.as_str());
         }
         a.0
     }
@@ -512,6 +558,20 @@ mod tests {
         assert_eq!(
             text(o.to_args()),
             ["replay", "in.db", "-o", "out.db", "--lab", "t"]
+        );
+    }
+
+    #[test]
+    fn emulator_names_parse_and_print_back() {
+        for e in [Emulator::Mimic, Emulator::Netem, Emulator::Dummynet] {
+            assert_eq!(e.to_string().parse::<Emulator>(), Ok(e));
+        }
+        assert_eq!("tc".parse::<Emulator>(), Ok(Emulator::Netem));
+        assert_eq!("ipfw".parse::<Emulator>(), Ok(Emulator::Dummynet));
+        let e = "netemu".parse::<Emulator>().unwrap_err();
+        assert!(
+            e.contains("`netemu`") && e.contains("mimic, netem or dummynet"),
+            "{e}"
         );
     }
 }

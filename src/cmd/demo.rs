@@ -251,6 +251,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         keep_capture: keep,
         cpu_split: true,
         agents: Vec::new(),
+        emulator: Default::default(),
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

@@ -16,7 +16,7 @@ use mimic_netemu::stack::StackProfile;
 use mimic_replay::orchestrate::{
     self, Progress, QueueOverride, ReplayError, ReplayOptions, ReplaySummary, Target, Unestimated,
 };
-use mimic_replay::spec::{self, AgentTarget, RemoteCapture};
+use mimic_replay::spec::{self, AgentTarget, Emulator, RemoteCapture};
 use mimic_replay::workload::{RequestTiming, Select};
 
 #[derive(clap::Args)]
@@ -77,6 +77,13 @@ pub struct Args {
     /// real-time datapath gets the last CPU to itself and the timer threads the others).
     #[arg(long)]
     pub no_cpu_split: bool,
+    /// What carries the per-connection pipes: mimic's own datapath, or kernel pipes
+    /// installed on the router host before the first SYN and removed after the last
+    /// connection: `netem` (tc htb + netem + u32; the router must have sch_netem, e.g. a
+    /// `lab up --kernel` guest) or `dummynet` (needs ipfw). Kernel pipes cannot shape delayed
+    /// ACKs: that is warned about and recorded in meta.
+    #[arg(long, value_name = "mimic|netem|dummynet", default_value = "mimic")]
+    pub emulator: Emulator,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
     #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"])]
     pub server: Option<SocketAddr>,
@@ -196,6 +203,7 @@ impl Args {
             keep_capture: self.keep_capture,
             cpu_split: !self.no_cpu_split,
             agents: self.agents,
+            emulator: self.emulator,
             exe,
         })
     }
@@ -309,6 +317,23 @@ fn print_summary(s: &ReplaySummary) {
             a.start_lateness_us[1],
             a.start_lateness_us[2],
             a.start_lead_ms
+    if let Some(k) = &s.kernel_pipes {
+        println!(
+            "pipes: {} {} pipes on {}, installed in {:.2} s ({} commands, {} execs){}",
+            k.pipes,
+            k.backend,
+            k.router,
+            k.install_s,
+            k.commands,
+            k.execs,
+            if k.delack_left_out > 0 {
+                format!(
+                    "; WITHOUT delayed-ACK shaping for {} connections",
+                    k.delack_left_out
+                )
+            } else {
+                String::new()
+            }
         );
     }
     if let Some(c) = &s.cpu_split {
@@ -373,6 +398,7 @@ mod tests {
             keep_capture: Some("caps".into()),
             cpu_split: false,
             agents: Vec::new(),
+            emulator: Emulator::Netem,
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);
@@ -407,6 +433,7 @@ mod tests {
             down: Some(100),
         };
         lab.unestimated = Unestimated::PooledClass;
+        lab.emulator = Emulator::Dummynet;
         assert_eq!(round_trip(&lab), lab);
         lab.agents = vec!["cli".parse().unwrap(), "cli2".parse().unwrap()];
         assert_eq!(round_trip(&lab), lab);

@@ -287,3 +287,58 @@ fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
         stderr(&o)
     );
 }
+
+#[test]
+fn emulator_flag_errors_name_what_is_wrong() {
+    let dir = tempdir();
+    let out = dir.path().join("replay.db");
+    let out_s = out.to_str().unwrap();
+    // not an emulator: a usage error listing the three
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        out_s,
+        "--lab",
+        "x",
+        "--emulator",
+        "netemu",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("`netemu` is not an emulator (mimic, netem or dummynet)"),
+        "{e}"
+    );
+    // kernel pipes on a remote router: refused before anything is reached
+    for emulator in ["netem", "dummynet"] {
+        let o = run(&[
+            "replay",
+            "in.db",
+            "-o",
+            out_s,
+            "--server",
+            "127.0.0.1:80",
+            "--server-control",
+            "unix:/nonexistent/s.sock",
+            "--netemu",
+            "unix:/nonexistent/n.sock",
+            "--pki",
+            "/nonexistent/pki",
+            "--capture-iface",
+            "lo",
+            "--client-addr",
+            "127.0.0.2",
+            "--emulator",
+            emulator,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains(&format!("--emulator {emulator}"))
+                && e.contains("remote router are not supported"),
+            "{e}"
+        );
+    }
+    assert!(!out.exists());
+}

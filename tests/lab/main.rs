@@ -12,6 +12,7 @@ mod capture;
 mod demo;
 mod guest;
 mod guest_server;
+mod guest_replay;
 mod independent;
 mod metrics;
 mod netemu;

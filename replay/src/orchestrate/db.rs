@@ -74,6 +74,7 @@ pub(super) fn finish_db(
     lab: Option<&str>,
     vantage: &Vantage,
     rates: &RateSources,
+    emulator: &[(&'static str, String)],
 ) -> Result<Finished, ReplayError> {
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
@@ -187,7 +188,11 @@ pub(super) fn finish_db(
     for (k, v) in meta {
         set_meta(&tx, k, &v).map_err(sq)?;
     }
-    for (k, v) in vantage_meta(vantage).into_iter().chain(rates.meta()) {
+    for (k, v) in vantage_meta(vantage)
+        .into_iter()
+        .chain(rates.meta())
+        .chain(emulator.iter().cloned())
+    {
         set_meta(&tx, k, &v).map_err(sq)?;
     }
     tx.commit().map_err(sq)?;

@@ -33,11 +33,13 @@ mod clients;
 mod db;
 pub mod error;
 mod guest_serve;
+mod guest_emu;
+pub mod kernel;
 pub mod plan;
 pub mod rates;
 mod roles;
 
-pub use crate::spec::{ReplayOptions, Target};
+pub use crate::spec::{Emulator, ReplayOptions, Target};
 pub use clients::run_clients;
 pub use error::ReplayError;
 pub use plan::{flow_rules, pipes_for, QueueOverride};
@@ -89,6 +91,10 @@ pub struct ReplaySummary {
     pub max_concurrent: u64,
     pub server: ServerStats,
     pub netemu: Option<RunStats>,
+    /// What carried the pipes (`--emulator`: mimic, netem, dummynet).
+    pub emulator: &'static str,
+    /// With kernel pipes: where and how fast they were installed, what was left out.
+    pub kernel_pipes: Option<kernel::KernelInstall>,
     /// What the capture reported when it stopped (None: it wrote no summary).
     pub capture: Option<CaptureSummary>,
     /// Captured at the server host by `mimic serve`: what bringing the files here cost.
@@ -123,6 +129,26 @@ fn cpu_list<S: serde::Serializer>(cpus: &[usize], s: S) -> Result<S::Ok, S::Erro
     s.serialize_str(&cpu::format_list(cpus))
 }
 
+/// The `meta` rows of the emulator, in every mode: `emulator` and `emulator_unsupported`
+/// (what the pipes could not do, e.g. `delack:12 connections`; empty when nothing), and with
+/// kernel pipes where and how fast they were installed.
+fn emulator_meta(
+    e: crate::spec::Emulator,
+    kernel: Option<&kernel::KernelInstall>,
+) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("emulator", e.as_str().to_string()),
+        (
+            "emulator_unsupported",
+            kernel.map(|k| k.unsupported()).unwrap_or_default(),
+        ),
+    ];
+    if let Some(k) = kernel {
+        v.extend(k.meta());
+    }
+    v
+}
+
 /// Removes the working directory when dropped.
 struct WorkDir(PathBuf);
 
@@ -150,6 +176,12 @@ pub fn run(
         return Err(ReplayError::Invalid(
             "--time-scale must be a positive number".into(),
         ));
+    }
+    if opts.target_is_remote() && opts.emulator != crate::spec::Emulator::Mimic {
+        return Err(ReplayError::Invalid(format!(
+            "--emulator {}: kernel pipes on a remote router are not supported (the remote router runs mimic's datapath, `mimic netemu run`); replay through kernel pipes in a lab whose router host has them: `mimic lab up NAME --kernel IMAGE`, then `mimic replay --lab NAME --emulator {}`",
+            opts.emulator, opts.emulator
+        )));
     }
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
@@ -235,9 +267,26 @@ pub fn run(
         .map(|r| (r.up.clone(), r.down.clone()))
         .collect();
     let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
-    for batch in rules.chunks(2000) {
-        rule_ids.extend(ctl.netemu.add_flows(batch)?);
-        interrupted(stop)?;
+    match (&mut ctl.netemu, &mut roles.kernel) {
+        (Some(netemu), _) => {
+            for batch in rules.chunks(2000) {
+                rule_ids.extend(netemu.add_flows(batch)?);
+                interrupted(stop)?;
+            }
+        }
+        (None, Some(k)) => {
+            k.install(&rules)?;
+            tracing::info!(
+                "{} pipes installed with {} on {}: {} commands in {} execs, {:.2} s",
+                k.report.pipes,
+                k.report.backend,
+                k.report.router,
+                k.report.commands,
+                k.report.execs,
+                k.report.install_s
+            );
+        }
+        (None, None) => unreachable!("a replay has an emulator or kernel pipes"),
     }
 
     // ---- replay ----
@@ -260,20 +309,30 @@ pub fn run(
     progress.stage("collect");
     std::thread::sleep(Duration::from_millis(500));
     let server_stats = ctl.serve.stats()?;
-    let netemu_stats = ctl.netemu.stats().ok();
+    let mut netemu_stats = None;
     let mut pipe_counters = std::collections::HashMap::new();
-    for ids in rule_ids.chunks(2000) {
-        for f in ctl.netemu.remove_flows(ids)? {
-            pipe_counters.insert(f.id, (f.up, f.down));
+    if let Some(netemu) = &mut ctl.netemu {
+        netemu_stats = netemu.stats().ok();
+        for ids in rule_ids.chunks(2000) {
+            for f in netemu.remove_flows(ids)? {
+                pipe_counters.insert(f.id, (f.up, f.down));
+            }
         }
     }
+    let kernel = match &mut roles.kernel {
+        Some(k) => {
+            k.remove()?;
+            Some(k.report.clone())
+        }
+        None => None,
+    };
     let pipes: Vec<db::PipeRecord> = configs
         .into_iter()
-        .zip(&rule_ids)
-        .map(|((up, down), id)| db::PipeRecord {
+        .enumerate()
+        .map(|(i, (up, down))| db::PipeRecord {
             up,
             down,
-            counters: pipe_counters.remove(id),
+            counters: rule_ids.get(i).and_then(|id| pipe_counters.remove(id)),
         })
         .collect();
     let capture_summary = roles.stop(ctl, !opts.target_is_remote())?;
@@ -305,6 +364,7 @@ pub fn run(
                 .then(|| serde_json::to_string(&agent_runs).unwrap_or_default()),
         },
         &rate_sources,
+        &emulator_meta(opts.emulator, kernel.as_ref()),
     )?;
     if let Some(keep) = &opts.keep_capture {
         std::fs::create_dir_all(keep)
@@ -366,6 +426,8 @@ pub fn run(
         max_concurrent: progress.max_in_flight.load(Ordering::Relaxed),
         server: server_stats,
         netemu: netemu_stats,
+        emulator: opts.emulator.as_str(),
+        kernel_pipes: kernel,
         capture: capture_summary,
         capture_fetch,
         stack: stack_in_force,
@@ -409,4 +471,31 @@ fn start_agents(
         ),
     };
     agents::Agents::start(opts, &tls, work, timer_cpus, stop)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Emulator;
+
+    #[test]
+    fn every_replay_records_its_emulator() {
+        assert_eq!(
+            emulator_meta(Emulator::Mimic, None),
+            [
+                ("emulator", "mimic".to_string()),
+                ("emulator_unsupported", String::new())
+            ]
+        );
+        let k = kernel::KernelInstall {
+            backend: "netem",
+            delack_left_out: 2,
+            ..Default::default()
+        };
+        let m = emulator_meta(Emulator::Netem, Some(&k));
+        assert_eq!(m[0], ("emulator", "netem".to_string()));
+        assert_eq!(
+            m[1],
+            ("emulator_unsupported", "delack:2 connections".to_string())
+        );
+        assert!(m.iter().any(|(k, _)| *k == "emulator_install_s"));
+    }
 }

@@ -24,11 +24,13 @@ use mimic_netemu::netns;
 use mimic_netemu::spec::{Bridge, EmulatorSpec};
 use mimic_netemu::stack::{self, StackProfile};
 
+use super::guest_emu::GuestEmulator;
 use super::guest_serve::{self, GuestServe};
+use super::kernel::KernelPipes;
 use super::{interrupted, CpuSplit, Progress, ReplayError};
 use crate::control::{ControllerTls, ServeClient};
 use crate::serve_capture::{replay_capture as capture_spec, CaptureFetch};
-use crate::spec::{RemoteCapture, ReplayOptions, ServeSpec, Target};
+use crate::spec::{Emulator, RemoteCapture, ReplayOptions, ServeSpec, Target};
 
 const NETEMU: &str = "network emulator";
 const SERVE: &str = "server emulator";
@@ -39,6 +41,8 @@ pub(super) struct Endpoints {
     /// The server emulator's data address.
     pub server: SocketAddr,
     pub netemu: ControlAddr,
+    /// The namespace the emulator's control address is reached from (None: this one).
+    pub netemu_ns: Option<String>,
     pub serve: ControlAddr,
     /// The namespace the control socket to the server emulator is opened in (a server guest's
     /// management link is in `ns_srv`); None: this process's own.
@@ -75,6 +79,12 @@ pub(super) struct Roles {
     processes: Processes,
     /// The server emulator when it runs in the lab's server guest.
     guest_serve: Option<GuestServe>,
+    /// `--emulator netem|dummynet`: the kernel pipes on the router host (removed before the
+    /// lab goes).
+    pub kernel: Option<KernelPipes>,
+    /// mimic's emulator in a router guest (stopped, the guest's bridge restored, before the
+    /// lab goes).
+    guest_emu: Option<GuestEmulator>,
     _lab: LabGuard,
     capture: Capture,
     work: PathBuf,
@@ -85,7 +95,8 @@ pub(super) struct Roles {
 
 /// The control channels of the two emulators, once they answer.
 pub(super) struct Controls {
-    pub netemu: NetemuClient,
+    /// None: kernel pipes (`--emulator netem|dummynet`) in the lab, no emulator process.
+    pub netemu: Option<NetemuClient>,
     pub serve: ServeClient,
     /// serve captures this replay and has not handed the capture over yet: discarded there
     /// if the replay ends early.
@@ -120,6 +131,8 @@ impl Roles {
         let mut lab_guard = LabGuard(None);
         let mut processes = Processes::default();
         let mut guest_serve = None;
+        let mut kernel = None;
+        let mut guest_emu = None;
         let exe = opts.exe.as_os_str();
         let (endpoints, capture) = match &opts.target {
             Target::Lab { name, keep } => {
@@ -143,6 +156,9 @@ impl Roles {
                     }
                 }
                 let stack_in_force = stack::read_back(name).ok();
+                if opts.emulator != Emulator::Mimic {
+                    kernel = Some(KernelPipes::prepare(opts.emulator, &info)?);
+                }
                 let tls = info.controller_tls()?;
                 // a server host on a kernel of its own (`lab up --server-kernel`): serve runs
                 // in the guest, its control channel on the guest's management link
@@ -156,7 +172,7 @@ impl Roles {
                 }
                 .parse()
                 .map_err(ReplayError::Invalid)?;
-                let netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
+                let mut netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
                 let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
                 progress.stage("roles");
                 // the real-time datapath gets a CPU of its own, the timer threads the others
@@ -179,11 +195,23 @@ impl Roles {
                     .filter(|_| srv_guest.is_none())
                     .map(|c| c.timers.clone());
                 let capture = capture_spec(SourceSpec::Iface(info.srv_if.clone()), capdir);
-                processes.spawn(
-                    NETEMU,
-                    netns::command(&info.ns_emu, exe, quiet(emu.to_args())),
-                    &work.join("netemu.log"),
-                )?;
+                let router_guest = mimic_netemu::guest::load_record(&info.runtime_dir, "emu");
+                let mut netemu_ns = None;
+                match (&kernel, router_guest) {
+                    (Some(_), _) => {}
+                    (None, Some(rec)) => {
+                        let (g, addr) = GuestEmulator::start(rec, &info, &opts.exe)?;
+                        guest_emu = Some(g);
+                        netemu_ctl = addr;
+                        // the guest's control address is on the lab's /24
+                        netemu_ns = Some(info.ns_cli.clone());
+                    }
+                    (None, None) => processes.spawn(
+                        NETEMU,
+                        netns::command(&info.ns_emu, exe, quiet(emu.to_args())),
+                        &work.join("netemu.log"),
+                    )?,
+                }
                 match &srv_guest {
                     Some(rec) => {
                         guest_serve = Some(GuestServe::start(
@@ -210,6 +238,7 @@ impl Roles {
                 let endpoints = Endpoints {
                     server,
                     netemu: netemu_ctl,
+                    netemu_ns,
                     serve: serve_ctl,
                     serve_ns: srv_guest.as_ref().map(|_| info.ns_srv.clone()),
                     tls,
@@ -256,6 +285,7 @@ impl Roles {
                 let endpoints = Endpoints {
                     server: *server,
                     netemu: netemu.clone(),
+                    netemu_ns: None,
                     serve: server_control.clone(),
                     serve_ns: None,
                     tls,
@@ -273,6 +303,8 @@ impl Roles {
         Ok(Roles {
             processes,
             guest_serve,
+            kernel,
+            guest_emu,
             _lab: lab_guard,
             capture,
             work: work.to_path_buf(),
@@ -287,18 +319,36 @@ impl Roles {
     /// is retried; a role that exits ends it with the tail of its log.
     pub fn connect(&mut self, remote: bool, stop: &AtomicBool) -> Result<Controls, ReplayError> {
         let (ep, processes) = (&self.endpoints, &mut self.processes);
-        let netemu = wait_for(
-            NETEMU,
-            Duration::from_secs(15),
-            stop,
-            || processes.alive(NETEMU) || remote,
-            || match NetemuClient::connect(&ep.netemu, &ep.tls) {
-                Ok(c) => Ok(Some(c)),
-                Err(e) if e.is_refusal() => Err(e.into()),
-                Err(_) => Ok(None),
-            },
-        )
-        .map_err(|e| annotate(e, &self.work.join("netemu.log")))?;
+        let guest_emu = &self.guest_emu;
+        let netemu = match &self.kernel {
+            Some(_) => None,
+            None => Some(
+                wait_for(
+                    NETEMU,
+                    Duration::from_secs(if guest_emu.is_some() { 60 } else { 15 }),
+                    stop,
+                    || match guest_emu {
+                        Some(g) => g.alive(),
+                        None => processes.alive(NETEMU) || remote,
+                    },
+                    || match connect_netemu(ep) {
+                        Ok(c) => Ok(Some(c)),
+                        Err(e) if e.is_refusal() => Err(e.into()),
+                        Err(_) => Ok(None),
+                    },
+                )
+                .map_err(|e| match guest_emu {
+                    Some(g) => match e {
+                        ReplayError::Role { role, why } => ReplayError::Role {
+                            role,
+                            why: format!("{why}; log in the router guest: {}", g.log_tail()),
+                        },
+                        other => other,
+                    },
+                    None => annotate(e, &self.work.join("netemu.log")),
+                })?,
+            ),
+        };
         let in_guest = self.guest_serve.as_ref();
         let mut every = guest_serve::Every::new();
         let serve = wait_for(
@@ -398,7 +448,9 @@ impl Roles {
         }
         if lab {
             let _ = ctl.serve.shutdown();
-            let _ = ctl.netemu.shutdown();
+            if let Some(n) = ctl.netemu.as_mut() {
+                let _ = n.shutdown();
+            }
         }
         if let Capture::Process(spec) = &self.capture {
             self.processes.stop(CAPTURE, Duration::from_secs(30));
@@ -415,6 +467,7 @@ impl Roles {
             g.stop(Duration::from_secs(5));
         }
         self.processes.stop(NETEMU, Duration::from_secs(5));
+        drop(self.guest_emu.take());
         Ok(summary)
     }
 
@@ -443,6 +496,29 @@ impl Roles {
             });
         }
         Ok(files)
+    }
+}
+
+/// Connects to the network emulator's control channel, from the namespace it is reached from
+/// (a socket stays in the namespace it was made in, whichever thread uses it later).
+fn connect_netemu(ep: &Endpoints) -> Result<NetemuClient, ControlError> {
+    match &ep.netemu_ns {
+        None => NetemuClient::connect(&ep.netemu, &ep.tls),
+        Some(ns) => std::thread::scope(|s| {
+            s.spawn(|| {
+                netns::enter(ns).map_err(|err| ControlError::Io {
+                    addr: format!("{} (from namespace {ns})", ep.netemu),
+                    err,
+                })?;
+                NetemuClient::connect(&ep.netemu, &ep.tls)
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(ControlError::Protocol(
+                    "the thread connecting to the emulator panicked".into(),
+                ))
+            })
+        }),
     }
 }
 

@@ -148,6 +148,10 @@ impl RemoteCapture {
         match self {
             RemoteCapture::Server => "server",
             RemoteCapture::Client { .. } => "client",
+        }
+    }
+}
+
 /// Which emulator carries a replay's per-connection pipes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Emulator {

@@ -317,6 +317,8 @@ fn print_summary(s: &ReplaySummary) {
             a.start_lateness_us[1],
             a.start_lateness_us[2],
             a.start_lead_ms
+        );
+    }
     if let Some(k) = &s.kernel_pipes {
         println!(
             "pipes: {} {} pipes on {}, installed in {:.2} s ({} commands, {} execs){}",

@@ -471,6 +471,8 @@ fn start_agents(
         ),
     };
     agents::Agents::start(opts, &tls, work, timer_cpus, stop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -565,9 +565,6 @@ impl Conn {
                 flight: (end - if side.ack_seen { side.acked } else { 0 }).clamp(0, u32::MAX as i64)
                     as u32,
             });
-            if side.first_retx_t.is_none() {
-                side.ss_segs += 1;
-            }
             side.hi = side.hi.max(end);
             self.on_new_data(cfg, d, t, start, end, ins.new_bytes as u64, seg.payload);
         } else if is_retx {
@@ -728,8 +725,12 @@ impl Conn {
                 }
             }
             // delayed-ACK accounting in slow start (before the first retransmission)
+            // (segments counted as they are acknowledged, not as they are sent: a tail-loss
+            // probe before the first ACK would otherwise leave a quick-ACKing client with
+            // segments and no ACKs, read as delayed ACKs)
             if data.first_retx_t.is_none() && newly > 0 {
                 data.ss_acks += 1;
+                data.ss_segs += newly;
             }
             // an isolated segment (the only one in flight, nothing sent after it) reveals the
             // receiver's delayed-ACK timer
@@ -1321,7 +1322,17 @@ fn build_exchanges(
             _ => None,
         };
         if let Some(r) = resp {
-            prev_resp_last = Some(r.t_last);
+            // the client had the response when it acknowledged the last byte (seen here after
+            // the same upstream delay as its next request), not when the server sent it: on a
+            // slow link those are a transfer time apart, and a think time from the latter
+            // makes a replay's client wait that long again
+            let acked = r
+                .seg_len
+                .checked_sub(1)
+                .and_then(|i| segs.get((r.seg_start + i) as usize))
+                .filter(|s| s.2 >= r.end)
+                .and_then(|s| s.3);
+            prev_resp_last = Some(acked.map_or(r.t_last, |a| a.max(r.t_last)));
         }
         out.push(Exchange {
             seq: out.len() as u32,

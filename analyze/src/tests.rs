@@ -460,6 +460,57 @@ fn quick_ack_client_and_bandwidth() {
     assert_eq!(r.delack_timeout_us, None);
 }
 
+/// A quick-ACKing client behind a 128 kbit/s link (a full segment every 65 ms): the server's
+/// tail-loss probe leaves 4 ms after its burst, before any ACK is back. Counting the burst's
+/// segments as sent (and no ACK before that first retransmission) read this client as
+/// delayed-ACKing (0 ACKs per segment), and the replay then thinned its ACKs to every other
+/// segment, which on such a link outlasts the server's RTO.
+#[test]
+fn tail_loss_probe_before_the_first_ack_is_not_a_delayed_ack_client() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 6, 1000);
+    // the probe: the last segment again
+    w.send(t0 + 4 * MS, p(false, 10001, 1101, A, 1000));
+    for k in 1..=6i64 {
+        w.send(
+            t0 + k * 65 * MS,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_ne!(r.delack_policy, DelackPolicy::Delayed);
+    assert_ne!(r.acks_per_seg, Some(0.0));
+}
+
+/// A keep-alive client on a slow link: the server's 8 segments leave in 1 ms, reach the client
+/// over 520 ms, and the client asks for the next object 1 ms after its last ACK. The think time
+/// is that 1 ms, not the 520 ms the response was still on its way.
+#[test]
+fn think_time_on_a_slow_link_starts_when_the_client_has_the_response() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 8, 1000);
+    for k in 1..=8i64 {
+        w.send(
+            t0 + k * 65 * MS,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    let t1 = t0 + 8 * 65 * MS + MS;
+    w.send(t1, p(true, 1101, 13001, PA, 100));
+    w.send(t1 + MS, p(false, 13001, 1201, PA, 500));
+    w.send(t1 + 40 * MS, p(true, 1201, 13501, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.exchanges.len(), 2);
+    assert_eq!(r.exchanges[1].think_time_us, Some(1_000));
+}
+
 #[test]
 fn two_burst_response_with_query_delay() {
     let mut w = Wire::new();
@@ -606,8 +657,10 @@ fn persistent_connection_think_time() {
     assert_eq!(r.exchanges.len(), 3);
     // before the first request: 1 ms after the handshake completed
     assert_eq!(r.exchanges[0].think_time_us, Some(1_000));
-    assert_eq!(r.exchanges[1].think_time_us, Some(498_000));
-    assert_eq!(r.exchanges[2].think_time_us, Some(498_000));
+    // from the client's ACK of the previous response (it had the response then), not from
+    // the response's last byte leaving the server one round trip earlier
+    assert_eq!(r.exchanges[1].think_time_us, Some(488_000));
+    assert_eq!(r.exchanges[2].think_time_us, Some(488_000));
     assert_eq!(r.response_time_us, Some(1_002_000));
     assert_eq!(r.termination, Termination::None);
     assert_eq!(r.prune, vec![PruneReason::NoTermination]);

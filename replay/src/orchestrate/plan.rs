@@ -78,6 +78,31 @@ impl std::fmt::Display for QueueOverride {
     }
 }
 
+/// IP bytes of a SYN-ACK with the usual options (20 + 20 + 20).
+const SYNACK_IP_BYTES: f64 = 60.0;
+
+/// Token bucket depth a connection shaped by a token bucket gets: one full-size packet.
+pub const SHAPER_BURST_BYTES: u32 = 1500;
+
+/// Whether the connection's bottleneck was a token-bucket shaper rather than a
+/// store-and-forward link, by the one thing a tap can tell them apart with: a serializing
+/// link adds the SYN-ACK's serialization to the handshake's round trip, so a minimum RTT
+/// shorter than that at the estimated rate was shaped by a bucket that let the idle link's
+/// first packet through at once (tc htb/tbf, dummynet's burst, a cable modem). Such a
+/// connection's downstream pipe gets a bucket of one full-size packet: without it the replay
+/// delivers every packet one serialization time later (the ACK clock runs that much behind),
+/// which on the independent testbed's 128 kbit/s class was 94 ms per response. A minimum RTT
+/// longer than that says nothing (propagation can hide the difference): the pipe stays a
+/// serializing link.
+pub fn token_bucket_evident(c: &ConnSpec) -> bool {
+    match (c.bw_bps, c.min_rtt_us) {
+        (Some(bw), Some(rtt)) if bw.is_finite() && bw > 0.0 && rtt >= 0 => {
+            (rtt as f64) / 1e6 < SYNACK_IP_BYTES * 8.0 / bw
+        }
+        _ => false,
+    }
+}
+
 /// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
@@ -103,6 +128,11 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
     let down = PipeConfig {
         delay: owd_ns,
         rate_bps: c.bw_bps.map_or(0, |b| b.round().max(1.0) as u64),
+        burst: if token_bucket_evident(c) {
+            SHAPER_BURST_BYTES
+        } else {
+            0
+        },
         queue: QueueLimit::Packets(q_down),
         loss: if c.loss_rate_down > 0.0 {
             LossModel::Iid(c.loss_rate_down)
@@ -285,6 +315,34 @@ mod tests {
             (up.queue, down.queue),
             (QueueLimit::Packets(40), QueueLimit::Packets(40))
         );
+    }
+
+    #[test]
+    fn a_handshake_faster_than_the_synacks_serialization_gets_a_token_bucket() {
+        // 128 kbit/s: a 60-byte SYN-ACK takes 3.75 ms to serialize; the independent testbed's
+        // htb let it through at once and the tap saw a 50 µs handshake
+        let mut c = conn(Some(128e3), 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(token_bucket_evident(&c));
+        let (up, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(down.burst, SHAPER_BURST_BYTES);
+        assert_eq!(up.burst, 0, "upstream is not rate-limited");
+        // a handshake that took longer than the serialization: a serializing link (or one
+        // cannot tell), and the pipe stays one
+        c.min_rtt_us = Some(3_800);
+        assert!(!token_bucket_evident(&c));
+        assert_eq!(pipes_for(&c, 1, QueueOverride::default()).1.burst, 0);
+        // at 50 Mbit/s the SYN-ACK takes 9.6 µs: a 50 µs LAN handshake is no evidence
+        let mut c = conn(Some(50e6), 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(!token_bucket_evident(&c));
+        // no rate, no RTT: nothing to go on
+        let mut c = conn(None, 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(!token_bucket_evident(&c));
+        let mut c = conn(Some(128e3), 0.0, None);
+        c.min_rtt_us = None;
+        assert!(!token_bucket_evident(&c));
     }
 
     #[test]

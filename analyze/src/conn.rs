@@ -159,6 +159,10 @@ pub(crate) struct Side {
     // samples of this side's data: the first ones (kept as rows), the minimum and the count
     rtt: Vec<(Timestamp, i64)>,
     rtt_min: Option<(Timestamp, i64)>,
+    /// The largest sample of a segment that had more data sent after it (so the receiver
+    /// acknowledged it on the next segment's arrival, not on its delayed-ACK timer): the
+    /// deepest queue the bottleneck showed.
+    rtt_max: Option<(Timestamp, i64)>,
     rtt_count: u32,
     bw: Vec<BwPair>,
     samples_dropped: u64,
@@ -693,6 +697,7 @@ impl Conn {
             let mut any_retx = false;
             let mut newly: u32 = 0;
             let mut isolated: Option<(Timestamp, i64)> = None;
+            let mut followed = false;
             // segments are kept in sending order, which is sequence order but for gap fills
             let upto = data.segs.partition_point(|s| s.end <= a);
             for s in data.segs.range(..upto).rev() {
@@ -705,6 +710,7 @@ impl Conn {
                     exact = Some((s.t, s.burst));
                     if !s.retx && t >= s.t {
                         sample = Some(t.nanos_since(s.t));
+                        followed = s.end < data.hi;
                     }
                     // the only segment in flight, nothing sent after it
                     if s.start == prev_acked && s.end == data.hi {
@@ -719,6 +725,9 @@ impl Conn {
                 data.rtt_count += 1;
                 if data.rtt_min.is_none_or(|(_, m)| r < m) {
                     data.rtt_min = Some((t, r));
+                }
+                if followed && data.rtt_max.is_none_or(|(_, m)| r > m) {
+                    data.rtt_max = Some((t, r));
                 }
                 if data.rtt.len() < cfg.rtt_rows {
                     push_sized(&mut data.rtt, (t, r), cfg.rtt_rows.min(16));
@@ -941,7 +950,7 @@ impl Conn {
             .then(|| sv.syn.t_first.nanos_since(c.syn.t_first))
             .filter(|r| *r >= 0);
         let hs_rtt = hs_down.zip(hs_up).map(|(d, u)| d + u);
-        // rows: the handshake, then each direction's first samples and its minimum
+        // rows: the handshake, then each direction's first samples, its minimum and maximum
         let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(3 + sv.rtt.len() + c.rtt.len());
         if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
             rtt_samples.push(RttSample {
@@ -956,7 +965,8 @@ impl Conn {
                 rtt_us: dur::ns_to_us(*r),
                 kind,
             }));
-            if let Some((t, r)) = side.rtt_min {
+            let max = side.rtt_max.filter(|m| side.rtt_min != Some(*m));
+            for (t, r) in side.rtt_min.into_iter().chain(max) {
                 if !side.rtt.contains(&(t, r)) {
                     rtt_samples.push(RttSample {
                         t,

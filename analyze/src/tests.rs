@@ -511,6 +511,37 @@ fn think_time_on_a_slow_link_starts_when_the_client_has_the_response() {
     assert_eq!(r.exchanges[1].think_time_us, Some(1_000));
 }
 
+/// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization
+/// (8.32 ms) later, so the samples grow with the queue. Beyond the first rows, the largest
+/// sample is kept (a replay sizes its queue by it) — but not the last segment's, which nothing
+/// followed and whose ACK waited on the client's delayed-ACK timer.
+#[test]
+fn the_deepest_queue_sample_is_kept_and_a_timer_held_ack_is_not_it() {
+    let mut w = Wire::new();
+    let rtt = 20 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    let tx = 8_320 * US;
+    burst(&mut w, t0, 5001, 20, 1000);
+    for k in 1..=19i64 {
+        w.send(
+            t0 + rtt + k * tx,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    w.send(t0 + rtt + 20 * tx + 200 * MS, p(true, 1101, 25001, A, 0));
+    let r = &w.finish()[0];
+    let max = r
+        .rtt_samples
+        .iter()
+        .filter(|s| s.kind == crate::record::RttKind::Data)
+        .map(|s| s.rtt_us)
+        .max();
+    // segment 19 left 180 us after the first and was ACKed 19 serializations after it
+    assert_eq!(max, Some((rtt + 19 * tx - 180 * US) / 1000));
+}
+
 #[test]
 fn two_burst_response_with_query_delay() {
     let mut w = Wire::new();

@@ -13,6 +13,7 @@
 #
 # Usage (root): bench/independent.sh [--connections N] [--quick] [--no-delay] [--coarse-tick]
 #                                    [--classes A,B] [--seed S] [--no-replay] [--out DIR]
+#                                    [--regrade DIR]
 #   --connections N  connections in all (default 2000), spread evenly over the classes
 #   --quick          100 connections on two classes (isdn-128k, dsl-4m): checks the harness
 #   --no-delay       rate-only classes (the LAN's own RTT, no loss): what runs where the kernel
@@ -24,11 +25,14 @@
 #   --classes A,B    only these classes (names in bench/independent.py: CLASSES)
 #   --no-replay      the analyzer table only
 #   --out DIR        output folder (default bench/out/independent; replaced)
+#   --regrade DIR    no new traffic: copy an earlier run's capture and truth from DIR into
+#                    --out and analyze, replay and report them again (with this build), so two
+#                    builds are compared on the very same original connections
 # MIMIC=path/to/mimic uses that binary instead of building target/release/mimic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1
+connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1 regrade=
 out=bench/out/independent
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=${2:?--seed needs a number}; shift ;;
     --no-replay) replay=0 ;;
     --out) out=${2:?--out needs a folder}; shift ;;
+    --regrade) regrade=${2:?--regrade needs a folder}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "independent: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -85,10 +90,57 @@ if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/truth.c
   echo "independent: $out: exists and is not an earlier output of this script; give another --out" >&2
   exit 2
 fi
+if [ -n "$regrade" ]; then
+  for f in truth.csv requests.csv server.csv clients.csv classes.txt base_rtt_us cap.pcap; do
+    [ -f "$regrade/$f" ] || { echo "independent: --regrade $regrade: no $f there (not an output of this script?)" >&2; exit 2; }
+  done
+  [ "$(cd "$regrade" && pwd)" != "$(mkdir -p "$out" && cd "$out" && pwd)" ] ||
+    { echo "independent: --regrade needs an --out other than $regrade" >&2; exit 2; }
+fi
 rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tag=ind$$
+
+# analyze the capture, replay it, compare, and print the tables
+grade() {
+  echo "independent: analyzing the capture" >&2
+  # (the readiness probe from 198.19.255.1 and the departure probe are not part of the workload)
+  run "$m" -q analyze "$out/cap.pcap" -o "$out/flows.db" --filter 'not host 198.19.255.1 and not host 198.19.254.1' \
+    --json >"$out/analyze.json"
+  local report_args=()
+  if [ "$replay" = 1 ]; then
+    echo "independent: replaying flows.db in mimic's lab" >&2
+    # connections without a bandwidth estimate get their client's or RTT class's median
+    # (--unestimated pooled, the default) and an inferred delayed-ACK timeout over the pipe's 2 s
+    # is replayed as the default; replay.json's rate_sources counts both (the report prints them)
+    run "$m" -q replay "$out/flows.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
+    "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
+    report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")
+  fi
+  python3 "$py" report --dir "$out" --flows "$out/flows.db" --out "$out" \
+    $([ "$no_delay" = 1 ] && echo --no-delay) "${report_args[@]}"
+  echo "independent: tables in $out/table.{txt,json,csv}; per connection in $out/analyzer.csv" \
+    "$([ "$replay" = 1 ] && echo "and $out/replay.csv")" >&2
+}
+
+if [ -n "$regrade" ]; then
+  fg_pid=""
+  run() { "$@" & fg_pid=$!; wait "$fg_pid"; fg_pid=""; }
+  trap '[ -n "$fg_pid" ] && kill -TERM "$fg_pid" 2>/dev/null; "$m" lab down "$tag" >/dev/null 2>&1 || true' EXIT
+  trap 'exit 130' INT TERM
+  for f in "$regrade"/*; do
+    case "$(basename "$f")" in
+      flows.db|replay.db|replay.json|compare.*|analyze.json|table.*|analyzer.csv|replay.csv) ;;
+      *) [ -f "$f" ] && cp "$f" "$out/" ;;
+    esac
+  done
+  # rate-only when every class has neither delay nor loss
+  no_delay=$(awk '$5 != 0 || $6 != 0 {d = 1} END {print d ? 0 : 1}' "$out/classes.txt")
+  echo "independent: regrading $regrade's capture ($(wc -l <"$out/truth.csv" | awk '{print $1 - 1}') connections)" >&2
+  grade
+  exit 0
+fi
 # what the servers read and write lives in memory (tmpfs): on a busy machine a write to disk
 # can wait hundreds of ms on dirty-page throttling, which would add a server delay the truth
 # does not have
@@ -275,21 +327,4 @@ fi
 # the tc counters, for the record (drops per class show queue overflows)
 for dev in r0 r1; do tc -n "$R" -s qdisc show dev "$dev" >"$out/tc-$dev.txt"; done
 
-echo "independent: analyzing the capture" >&2
-# (the readiness probe from 198.19.255.1 and the departure probe are not part of the workload)
-run "$m" -q analyze "$out/cap.pcap" -o "$out/flows.db" --filter 'not host 198.19.255.1 and not host 198.19.254.1' \
-  --json >"$out/analyze.json"
-report_args=()
-if [ "$replay" = 1 ]; then
-  echo "independent: replaying flows.db in mimic's lab" >&2
-  # connections without a bandwidth estimate get their client's or RTT class's median
-  # (--unestimated pooled, the default) and an inferred delayed-ACK timeout over the pipe's 2 s
-  # is replayed as the default; replay.json's rate_sources counts both (the report prints them)
-  run "$m" -q replay "$out/flows.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
-  "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
-  report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")
-fi
-python3 "$py" report --dir "$out" --flows "$out/flows.db" --out "$out" \
-  $([ "$no_delay" = 1 ] && echo --no-delay) "${report_args[@]}"
-echo "independent: tables in $out/table.{txt,json,csv}; per connection in $out/analyzer.csv" \
-  "$([ "$replay" = 1 ] && echo "and $out/replay.csv")" >&2
+grade

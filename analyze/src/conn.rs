@@ -159,6 +159,10 @@ pub(crate) struct Side {
     // samples of this side's data: the first ones (kept as rows), the minimum and the count
     rtt: Vec<(Timestamp, i64)>,
     rtt_min: Option<(Timestamp, i64)>,
+    /// The largest sample of a segment that had more data sent after it (so the receiver
+    /// acknowledged it on the next segment's arrival, not on its delayed-ACK timer): the
+    /// deepest queue the bottleneck showed.
+    rtt_max: Option<(Timestamp, i64)>,
     rtt_count: u32,
     bw: Vec<BwPair>,
     samples_dropped: u64,
@@ -565,9 +569,6 @@ impl Conn {
                 flight: (end - if side.ack_seen { side.acked } else { 0 }).clamp(0, u32::MAX as i64)
                     as u32,
             });
-            if side.first_retx_t.is_none() {
-                side.ss_segs += 1;
-            }
             side.hi = side.hi.max(end);
             self.on_new_data(cfg, d, t, start, end, ins.new_bytes as u64, seg.payload);
         } else if is_retx {
@@ -696,6 +697,7 @@ impl Conn {
             let mut any_retx = false;
             let mut newly: u32 = 0;
             let mut isolated: Option<(Timestamp, i64)> = None;
+            let mut followed = false;
             // segments are kept in sending order, which is sequence order but for gap fills
             let upto = data.segs.partition_point(|s| s.end <= a);
             for s in data.segs.range(..upto).rev() {
@@ -708,6 +710,7 @@ impl Conn {
                     exact = Some((s.t, s.burst));
                     if !s.retx && t >= s.t {
                         sample = Some(t.nanos_since(s.t));
+                        followed = s.end < data.hi;
                     }
                     // the only segment in flight, nothing sent after it
                     if s.start == prev_acked && s.end == data.hi {
@@ -723,13 +726,20 @@ impl Conn {
                 if data.rtt_min.is_none_or(|(_, m)| r < m) {
                     data.rtt_min = Some((t, r));
                 }
+                if followed && data.rtt_max.is_none_or(|(_, m)| r > m) {
+                    data.rtt_max = Some((t, r));
+                }
                 if data.rtt.len() < cfg.rtt_rows {
                     push_sized(&mut data.rtt, (t, r), cfg.rtt_rows.min(16));
                 }
             }
             // delayed-ACK accounting in slow start (before the first retransmission)
+            // (segments counted as they are acknowledged, not as they are sent: a tail-loss
+            // probe before the first ACK would otherwise leave a quick-ACKing client with
+            // segments and no ACKs, read as delayed ACKs)
             if data.first_retx_t.is_none() && newly > 0 {
                 data.ss_acks += 1;
+                data.ss_segs += newly;
             }
             // an isolated segment (the only one in flight, nothing sent after it) reveals the
             // receiver's delayed-ACK timer
@@ -940,7 +950,7 @@ impl Conn {
             .then(|| sv.syn.t_first.nanos_since(c.syn.t_first))
             .filter(|r| *r >= 0);
         let hs_rtt = hs_down.zip(hs_up).map(|(d, u)| d + u);
-        // rows: the handshake, then each direction's first samples and its minimum
+        // rows: the handshake, then each direction's first samples, its minimum and maximum
         let mut rtt_samples: Vec<RttSample> = Vec::with_capacity(3 + sv.rtt.len() + c.rtt.len());
         if let (Some(r), Some(t)) = (hs_rtt, self.hs_ack) {
             rtt_samples.push(RttSample {
@@ -955,7 +965,8 @@ impl Conn {
                 rtt_us: dur::ns_to_us(*r),
                 kind,
             }));
-            if let Some((t, r)) = side.rtt_min {
+            let max = side.rtt_max.filter(|m| side.rtt_min != Some(*m));
+            for (t, r) in side.rtt_min.into_iter().chain(max) {
                 if !side.rtt.contains(&(t, r)) {
                     rtt_samples.push(RttSample {
                         t,
@@ -1321,7 +1332,17 @@ fn build_exchanges(
             _ => None,
         };
         if let Some(r) = resp {
-            prev_resp_last = Some(r.t_last);
+            // the client had the response when it acknowledged the last byte (seen here after
+            // the same upstream delay as its next request), not when the server sent it: on a
+            // slow link those are a transfer time apart, and a think time from the latter
+            // makes a replay's client wait that long again
+            let acked = r
+                .seg_len
+                .checked_sub(1)
+                .and_then(|i| segs.get((r.seg_start + i) as usize))
+                .filter(|s| s.2 >= r.end)
+                .and_then(|s| s.3);
+            prev_resp_last = Some(acked.map_or(r.t_last, |a| a.max(r.t_last)));
         }
         out.push(Exchange {
             seq: out.len() as u32,

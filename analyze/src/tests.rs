@@ -460,6 +460,88 @@ fn quick_ack_client_and_bandwidth() {
     assert_eq!(r.delack_timeout_us, None);
 }
 
+/// A quick-ACKing client behind a 128 kbit/s link (a full segment every 65 ms): the server's
+/// tail-loss probe leaves 4 ms after its burst, before any ACK is back. Counting the burst's
+/// segments as sent (and no ACK before that first retransmission) read this client as
+/// delayed-ACKing (0 ACKs per segment), and the replay then thinned its ACKs to every other
+/// segment, which on such a link outlasts the server's RTO.
+#[test]
+fn tail_loss_probe_before_the_first_ack_is_not_a_delayed_ack_client() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 6, 1000);
+    // the probe: the last segment again
+    w.send(t0 + 4 * MS, p(false, 10001, 1101, A, 1000));
+    for k in 1..=6i64 {
+        w.send(
+            t0 + k * 65 * MS,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    let r = &w.finish()[0];
+    assert_eq!(r.retx_down, 1);
+    assert_ne!(r.delack_policy, DelackPolicy::Delayed);
+    assert_ne!(r.acks_per_seg, Some(0.0));
+}
+
+/// A keep-alive client on a slow link: the server's 8 segments leave in 1 ms, reach the client
+/// over 520 ms, and the client asks for the next object 1 ms after its last ACK. The think time
+/// is that 1 ms, not the 520 ms the response was still on its way.
+#[test]
+fn think_time_on_a_slow_link_starts_when_the_client_has_the_response() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 8, 1000);
+    for k in 1..=8i64 {
+        w.send(
+            t0 + k * 65 * MS,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    let t1 = t0 + 8 * 65 * MS + MS;
+    w.send(t1, p(true, 1101, 13001, PA, 100));
+    w.send(t1 + MS, p(false, 13001, 1201, PA, 500));
+    w.send(t1 + 40 * MS, p(true, 1201, 13501, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.exchanges.len(), 2);
+    assert_eq!(r.exchanges[1].think_time_us, Some(1_000));
+}
+
+/// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization
+/// (8.32 ms) later, so the samples grow with the queue. Beyond the first rows, the largest
+/// sample is kept (a replay sizes its queue by it) — but not the last segment's, which nothing
+/// followed and whose ACK waited on the client's delayed-ACK timer.
+#[test]
+fn the_deepest_queue_sample_is_kept_and_a_timer_held_ack_is_not_it() {
+    let mut w = Wire::new();
+    let rtt = 20 * MS;
+    let t = w.handshake(0, rtt, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    let tx = 8_320 * US;
+    burst(&mut w, t0, 5001, 20, 1000);
+    for k in 1..=19i64 {
+        w.send(
+            t0 + rtt + k * tx,
+            p(true, 1101, 5001 + k as u32 * 1000, A, 0),
+        );
+    }
+    w.send(t0 + rtt + 20 * tx + 200 * MS, p(true, 1101, 25001, A, 0));
+    let r = &w.finish()[0];
+    let max = r
+        .rtt_samples
+        .iter()
+        .filter(|s| s.kind == crate::record::RttKind::Data)
+        .map(|s| s.rtt_us)
+        .max();
+    // segment 19 left 180 us after the first and was ACKed 19 serializations after it
+    assert_eq!(max, Some((rtt + 19 * tx - 180 * US) / 1000));
+}
+
 #[test]
 fn two_burst_response_with_query_delay() {
     let mut w = Wire::new();
@@ -606,8 +688,10 @@ fn persistent_connection_think_time() {
     assert_eq!(r.exchanges.len(), 3);
     // before the first request: 1 ms after the handshake completed
     assert_eq!(r.exchanges[0].think_time_us, Some(1_000));
-    assert_eq!(r.exchanges[1].think_time_us, Some(498_000));
-    assert_eq!(r.exchanges[2].think_time_us, Some(498_000));
+    // from the client's ACK of the previous response (it had the response then), not from
+    // the response's last byte leaving the server one round trip earlier
+    assert_eq!(r.exchanges[1].think_time_us, Some(488_000));
+    assert_eq!(r.exchanges[2].think_time_us, Some(488_000));
     assert_eq!(r.response_time_us, Some(1_002_000));
     assert_eq!(r.termination, Termination::None);
     assert_eq!(r.prune, vec![PruneReason::NoTermination]);

@@ -473,8 +473,8 @@ tables! {
         min_rtt_us: Option<i64> => col(Unit::Micros),
         /// SYN -> client's ACK of the SYN-ACK at the capture point.
         hs_rtt_us: Option<i64> => col(Unit::Micros),
-        /// RTT samples taken (rtt_samples rows keep the first ones and the minimum per
-        /// direction).
+        /// RTT samples taken (rtt_samples rows keep the first ones, the minimum and the
+        /// largest of a segment that had data sent after it, per direction).
         rtt_samples: i64 => col(Unit::Count).default("0"),
         /// MSS option of the client's SYN.
         mss_client: Option<i64> => col(Unit::Bytes),
@@ -605,7 +605,9 @@ tables! {
         used: i64 => col(Unit::Flag),
     }
 
-    /// RTT samples: the first ones and the minimum per direction.
+    /// RTT samples: the first ones, the minimum and the largest per direction (the largest of
+    /// a segment with data sent after it, whose ACK no delayed-ACK timer held: the deepest
+    /// bottleneck queue seen, which a replay sizes its queue by).
     pub struct RttSampleRow in "rtt_samples" since 1 {
         conn_id: i64 => col(Unit::None).references("connections(id)"),
         /// When the sample was taken (the acknowledgement).

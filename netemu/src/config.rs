@@ -9,6 +9,7 @@
 //! | `delay=20ms` | one-way propagation delay, added after serialization | 0 |
 //! | `rate=10mbit` | bottleneck rate in bit/s; counts the **IP packet** (IP header + transport header + payload, no Ethernet header) plus `overhead` bytes | unlimited |
 //! | `overhead=14` | bytes added to each packet's length for the rate (14 = Ethernet header, 38 = Ethernet on the wire with preamble, FCS and gap) | 0 |
+//! | `burst=1500` | token bucket depth in bytes in front of the serializer: an idle pipe lets this many bytes leave at once, each later packet leaves when the bucket (refilled at `rate`) holds its length — a shaper (tc tbf/htb, dummynet's `burst`, a cable modem's token bucket) rather than a store-and-forward link, whose packets leave only when fully serialized | 0 |
 //! | `queue=50` / `queue=64kb` | drop-tail queue limit in packets, or in bytes with a size unit; the packet being serialized counts | 50 packets |
 //! | `loss=1%` | i.i.d. random loss on arrival | 0 |
 //! | `ge=P/R/BAD/GOOD` | Gilbert–Elliott loss: P = P(good→bad), R = P(bad→good), BAD/GOOD = loss probability in each state (netem's `gemodel p r 1-h 1-k`) | off |
@@ -64,6 +65,8 @@ pub struct PipeConfig {
     pub rate_bps: u64,
     /// Bytes added to each packet's IP length when charging the rate.
     pub overhead: u32,
+    /// Token bucket depth (bytes) in front of the serializer; 0 = a store-and-forward link.
+    pub burst: u32,
     pub queue: QueueLimit,
     pub loss: LossModel,
     pub seed: Option<u64>,
@@ -81,6 +84,7 @@ impl Default for PipeConfig {
             delay: 0,
             rate_bps: 0,
             overhead: 0,
+            burst: 0,
             queue: QueueLimit::Packets(DEFAULT_QUEUE_PACKETS),
             loss: LossModel::None,
             seed: None,
@@ -118,6 +122,13 @@ impl FromStr for PipeConfig {
                 "rate" | "bw" => c.rate_bps = units::parse_rate(v).map_err(kv)?,
                 "overhead" => {
                     c.overhead = v.parse::<u32>().ok().filter(|&o| o <= 1000).ok_or_else(|| kv(format!("`{v}` is not a byte count in 0..=1000")))?
+                }
+                "burst" => {
+                    let b = units::parse_bytes(v).map_err(kv)?;
+                    if b > 1 << 30 {
+                        return Err(kv(format!("`{v}`: a token bucket holds 0 to 1 GiB")));
+                    }
+                    c.burst = b as u32;
                 }
                 "queue" | "limit" => {
                     let t = v.to_ascii_lowercase();
@@ -183,7 +194,7 @@ impl FromStr for PipeConfig {
                 }
                 _ => {
                     return Err(err(format!(
-                        "unknown key `{k}` (known: delay, rate, overhead, queue, loss, ge, seed, jitter, reorder, ack_every, ack_timeout)"
+                        "unknown key `{k}` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, reorder, ack_every, ack_timeout)"
                     )))
                 }
             }
@@ -209,6 +220,9 @@ impl fmt::Display for PipeConfig {
         parts.push(format!("rate={}", units::fmt_rate(self.rate_bps)));
         if self.overhead != 0 {
             parts.push(format!("overhead={}", self.overhead));
+        }
+        if self.burst != 0 {
+            parts.push(format!("burst={}", self.burst));
         }
         parts.push(match self.queue {
             QueueLimit::Packets(n) => format!("queue={n}"),
@@ -276,7 +290,7 @@ mod tests {
 
     #[test]
     fn round_trips_every_key() {
-        let s = "delay=1500us,rate=1500kbit,overhead=14,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,reorder=1,ack_every=4,ack_timeout=150ms";
+        let s = "delay=1500us,rate=1500kbit,overhead=14,burst=1514,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,reorder=1,ack_every=4,ack_timeout=150ms";
         let c: PipeConfig = s.parse().unwrap();
         assert_eq!(c.to_string(), s);
         assert_eq!(
@@ -300,5 +314,8 @@ mod tests {
         assert!("delay=20ms,delay=10ms".parse::<PipeConfig>().is_err());
         assert!("delay".parse::<PipeConfig>().is_err());
         assert!("queue=10kb".parse::<PipeConfig>().is_ok());
+        assert_eq!("burst=1.5kb".parse::<PipeConfig>().unwrap().burst, 1500);
+        let e = "burst=2gb".parse::<PipeConfig>().unwrap_err();
+        assert!(e.to_string().contains("burst"), "{e}");
     }
 }

@@ -8,6 +8,12 @@
 //! one on the wire) is at its limit, it is dropped (drop-tail); otherwise it starts
 //! serializing when the previous one ends, takes `(ip_len + overhead) * 8 / rate` and then
 //! travels for `delay (+ jitter)`.
+//!
+//! With a `burst` of B bytes the serializer is a token bucket of depth B (tbf's, dummynet's
+//! `burst`): a packet leaves B bytes' serialization time before it would have finished
+//! serializing, but never before it arrived (the generic cell rate algorithm, which is a token
+//! bucket). An idle pipe lets B bytes through at once; a backlog still leaves at the rate.
+//! Queue occupancy counts the packets that have not left.
 
 use std::collections::VecDeque;
 
@@ -154,8 +160,14 @@ impl Pipe {
             let rate = self.cfg.rate_bps as u128;
             let tx = (bits_ns / rate) as Nanos;
             self.carry = bits_ns % rate;
-            let end = start + tx;
-            self.busy_until = end;
+            // the token bucket lets the packet leave up to `burst` bytes' time early
+            let early = if self.cfg.burst == 0 {
+                0
+            } else {
+                (self.cfg.burst as u128 * 8 * 1_000_000_000 / rate) as Nanos
+            };
+            self.busy_until = start + tx;
+            let end = (start + tx).saturating_sub(early).max(now);
             self.backlog.push_back((end, ip_len));
             self.backlog_bytes += ip_len as u64;
             self.counters.max_queue_packets = self
@@ -249,6 +261,36 @@ mod tests {
             p.offer(8 * MS, 1000),
             Offer::Dropped(DropReason::Queue)
         ));
+    }
+
+    #[test]
+    fn a_token_bucket_lets_an_idle_pipes_first_packet_through_then_keeps_the_rate() {
+        // 1500 bytes at 128 kbit/s = 93.75 ms of serialization
+        let tx = 93_750_000;
+        let mut p = pipe("delay=10ms,rate=128kbit,burst=1500,queue=100");
+        assert_eq!(p.offer(0, 1500), Offer::Deliver(10 * MS), "leaves at once");
+        assert_eq!(p.offer(0, 1500), Offer::Deliver(tx + 10 * MS));
+        assert_eq!(p.offer(0, 1500), Offer::Deliver(2 * tx + 10 * MS));
+        // 25 small packets fit the bucket of an idle pipe; the 26th waits
+        let mut p = pipe("rate=128kbit,burst=1500,queue=100");
+        for _ in 0..25 {
+            assert_eq!(p.offer(0, 60), Offer::Deliver(0));
+        }
+        assert_eq!(p.offer(0, 60), Offer::Deliver(3_750_000));
+        // after a pause longer than the bucket's fill time it is full again, not fuller
+        let t = 10_000 * MS;
+        assert_eq!(p.offer(t, 1500), Offer::Deliver(t));
+        assert_eq!(p.offer(t, 1500), Offer::Deliver(t + tx));
+        // the queue counts packets that have not left: one left at once, so a queue of 2
+        // takes three back to back and drops the fourth
+        let mut p = pipe("rate=128kbit,burst=1500,queue=2");
+        for _ in 0..3 {
+            assert!(matches!(p.offer(0, 1500), Offer::Deliver(_)));
+        }
+        assert_eq!(p.offer(0, 1500), Offer::Dropped(DropReason::Queue));
+        // without a burst the same pipe is store-and-forward: the first packet pays too
+        let mut p = pipe("rate=128kbit,queue=2");
+        assert_eq!(p.offer(0, 1500), Offer::Deliver(tx));
     }
 
     #[test]

@@ -546,11 +546,14 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 next_minor(&mut minor)
             };
             s.comment(format!("{}: {}", p.what, c));
-            let ov = if c.overhead > 0 {
+            let mut ov = if c.overhead > 0 {
                 format!(" overhead {}", c.overhead)
             } else {
                 String::new()
             };
+            if c.burst > 0 {
+                let _ = write!(ov, " burst {b}b cburst {b}b", b = c.burst);
+            }
             s.cmd(&format!(
                 "tc class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}{id:x} htb rate {r} ceil {r} quantum 1514{ov}",
                 r = tc_rate(c.rate_bps)
@@ -716,7 +719,12 @@ fn render_dummynet(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Re
         };
         s.comment(format!("{}: {}", p.what, c));
         s.cmd(&format!(
-            "ipfw -q pipe {n} config bw {bw} delay {delay_ms} queue {queue}{plr}"
+            "ipfw -q pipe {n} config bw {bw} delay {delay_ms} queue {queue}{plr}{burst}",
+            burst = if c.burst > 0 {
+                format!(" burst {}", c.burst)
+            } else {
+                String::new()
+            }
         ));
         let (rule, m) = match m {
             Match::Flow { src, dst } => (

@@ -123,6 +123,9 @@ pub struct ConnSpec {
     /// Start of the connection at the capture point (the SYN, or the first packet), µs.
     pub t_start_us: i64,
     pub min_rtt_us: Option<i64>,
+    /// The largest downstream (data → ACK) RTT sample the database kept (`rtt_samples` of
+    /// kind `data`): min RTT plus the deepest queue the bottleneck showed.
+    pub max_rtt_us: Option<i64>,
     /// Bottleneck rate at the IP layer, bits/s.
     pub bw_bps: Option<f64>,
     /// Random (i.i.d.) loss to emulate on the downstream pipe: the database's
@@ -176,7 +179,8 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     let mut st = c
         .prepare(&format!(
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
-             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip
+             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
+             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data')
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -196,6 +200,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                 client_ip: r.get(12)?,
                 t_start_us: r.get(1)?,
                 min_rtt_us: r.get(2)?,
+                max_rtt_us: r.get(13)?,
                 bw_bps: r.get(3)?,
                 loss_rate_down: r.get::<_, f64>(4)?.clamp(0.0, 1.0),
                 delack_every: (policy == "delayed").then_some(2),

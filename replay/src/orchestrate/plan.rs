@@ -78,10 +78,60 @@ impl std::fmt::Display for QueueOverride {
     }
 }
 
+/// IP bytes of a SYN-ACK with the usual options (20 + 20 + 20).
+const SYNACK_IP_BYTES: f64 = 60.0;
+
+/// Token bucket depth a connection shaped by a token bucket gets: one full-size packet.
+pub const SHAPER_BURST_BYTES: u32 = 1500;
+
+/// Whether the connection's bottleneck was a token-bucket shaper rather than a
+/// store-and-forward link, by the one thing a tap can tell them apart with: a serializing
+/// link adds the SYN-ACK's serialization to the handshake's round trip, so a minimum RTT
+/// shorter than that at the estimated rate was shaped by a bucket that let the idle link's
+/// first packet through at once (tc htb/tbf, dummynet's burst, a cable modem). Such a
+/// connection's downstream pipe gets a bucket of one full-size packet: without it the replay
+/// delivers every packet one serialization time later (the ACK clock runs that much behind),
+/// which on the independent testbed's 128 kbit/s class was 94 ms per response. A minimum RTT
+/// longer than that says nothing (propagation can hide the difference): the pipe stays a
+/// serializing link.
+pub fn token_bucket_evident(c: &ConnSpec) -> bool {
+    match (c.bw_bps, c.min_rtt_us) {
+        (Some(bw), Some(rtt)) if bw.is_finite() && bw > 0.0 && rtt >= 0 => {
+            (rtt as f64) / 1e6 < SYNACK_IP_BYTES * 8.0 / bw
+        }
+        _ => false,
+    }
+}
+
+/// IP bytes of a full-size packet, the unit of a queue length in packets.
+const FULL_PACKET_BYTES: f64 = 1500.0;
+
+/// The downstream queue the original's RTT samples show, in full-size packets: its largest
+/// data RTT sample less its minimum RTT is time spent queued at the bottleneck, at the
+/// estimated rate (samples the client's delayed-ACK timer held are not kept as the largest;
+/// see the analyzer). A lower bound of the real queue — it held at least that much — so a
+/// replay queue shorter than it drops what the original's did not. On the independent
+/// testbed's 1 Mbit/s class (50-packet queues against the rate class's 30) the replay dropped
+/// 2-46 packets where the original lost none.
+pub fn observed_queue_packets(c: &ConnSpec) -> Option<u32> {
+    let (bw, min, max) = (c.bw_bps?, c.min_rtt_us?, c.max_rtt_us?);
+    if !(bw.is_finite() && bw > 0.0) || max <= min {
+        return None;
+    }
+    let q = ((max - min) as f64 / 1e6 * bw / 8.0 / FULL_PACKET_BYTES).floor();
+    (q >= 1.0).then(|| q.min(MAX_OBSERVED_QUEUE as f64) as u32)
+}
+
+/// Cap of an observed queue (packets): RTT samples inflated by something else than the queue
+/// (a stalled receiver's host) must not make an unbounded buffer.
+pub const MAX_OBSERVED_QUEUE: u32 = 1000;
+
 /// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
     let (class_up, class_down) = mimic_core::model::queue_packets(c.bw_bps);
+    // the rate class's queue, or the deeper one the original showed
+    let class_down = class_down.max(observed_queue_packets(c).unwrap_or(0));
     let (q_up, q_down) = (
         queue.up.unwrap_or(class_up),
         queue.down.unwrap_or(class_down),
@@ -103,6 +153,11 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
     let down = PipeConfig {
         delay: owd_ns,
         rate_bps: c.bw_bps.map_or(0, |b| b.round().max(1.0) as u64),
+        burst: if token_bucket_evident(c) {
+            SHAPER_BURST_BYTES
+        } else {
+            0
+        },
         queue: QueueLimit::Packets(q_down),
         loss: if c.loss_rate_down > 0.0 {
             LossModel::Iid(c.loss_rate_down)
@@ -256,6 +311,7 @@ mod tests {
             client_ip: None,
             t_start_us: 0,
             min_rtt_us: Some(40_000),
+            max_rtt_us: None,
             bw_bps,
             loss_rate_down: loss,
             delack_every: delack,
@@ -306,6 +362,63 @@ mod tests {
             (up.queue, down.queue),
             (QueueLimit::Packets(40), QueueLimit::Packets(40))
         );
+    }
+
+    #[test]
+    fn a_handshake_faster_than_the_synacks_serialization_gets_a_token_bucket() {
+        // 128 kbit/s: a 60-byte SYN-ACK takes 3.75 ms to serialize; the independent testbed's
+        // htb let it through at once and the tap saw a 50 µs handshake
+        let mut c = conn(Some(128e3), 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(token_bucket_evident(&c));
+        let (up, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(down.burst, SHAPER_BURST_BYTES);
+        assert_eq!(up.burst, 0, "upstream is not rate-limited");
+        // a handshake that took longer than the serialization: a serializing link (or one
+        // cannot tell), and the pipe stays one
+        c.min_rtt_us = Some(3_800);
+        assert!(!token_bucket_evident(&c));
+        assert_eq!(pipes_for(&c, 1, QueueOverride::default()).1.burst, 0);
+        // at 50 Mbit/s the SYN-ACK takes 9.6 µs: a 50 µs LAN handshake is no evidence
+        let mut c = conn(Some(50e6), 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(!token_bucket_evident(&c));
+        // no rate, no RTT: nothing to go on
+        let mut c = conn(None, 0.0, None);
+        c.min_rtt_us = Some(50);
+        assert!(!token_bucket_evident(&c));
+        let mut c = conn(Some(128e3), 0.0, None);
+        c.min_rtt_us = None;
+        assert!(!token_bucket_evident(&c));
+    }
+
+    #[test]
+    fn a_queue_the_original_showed_deeper_than_its_class_is_replayed() {
+        // 1 Mbit/s: 12 ms per full packet; 600 ms of queueing = 50 packets, the class has 30
+        let mut c = conn(Some(1e6), 0.0, None);
+        c.min_rtt_us = Some(100);
+        c.max_rtt_us = Some(600_100);
+        assert_eq!(observed_queue_packets(&c), Some(50));
+        let (_, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(down.queue, QueueLimit::Packets(50));
+        // a shallower one keeps the class's (the real queue may well be longer)
+        c.max_rtt_us = Some(120_100);
+        assert_eq!(observed_queue_packets(&c), Some(10));
+        assert_eq!(
+            pipes_for(&c, 1, QueueOverride::default()).1.queue,
+            QueueLimit::Packets(30)
+        );
+        // --queue still wins
+        c.max_rtt_us = Some(600_100);
+        let q: QueueOverride = "down=7".parse().unwrap();
+        assert_eq!(pipes_for(&c, 1, q).1.queue, QueueLimit::Packets(7));
+        // nothing to go on, and a cap on what a stalled host can make of it
+        c.max_rtt_us = None;
+        assert_eq!(observed_queue_packets(&c), None);
+        c.max_rtt_us = Some(3_600_000_000);
+        assert_eq!(observed_queue_packets(&c), Some(MAX_OBSERVED_QUEUE));
+        c.bw_bps = None;
+        assert_eq!(observed_queue_packets(&c), None);
     }
 
     #[test]

@@ -275,6 +275,7 @@ mod tests {
             client_ip: Some(ip.to_string()),
             t_start_us: id,
             min_rtt_us: Some(rtt_ms * 1000),
+            max_rtt_us: None,
             bw_bps: bw,
             loss_rate_down: 0.0,
             delack_every: None,

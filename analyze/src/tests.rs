@@ -1545,3 +1545,5 @@ fn shards_partition_the_records_exactly() {
         "{conns} connections, {spread} captures split"
     );
 }
+
+mod coarse;

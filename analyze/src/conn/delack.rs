@@ -2,8 +2,9 @@
 //!
 //! The policy is the ratio of ACKs that advanced to new data segments in slow start (before the
 //! direction's first retransmission): `quick` at 0.75 and above. The timer shows on isolated
-//! segments (the only one in flight, nothing sent after it): their send→ACK delay less the
-//! minimum RTT, above 1 ms.
+//! segments (nothing else unacknowledged when one was sent, nothing sent after it before its
+//! ACK; the last segment of a flight does not count: it waited in the bottleneck queue behind
+//! the others): their send→ACK delay less the minimum RTT, above 1 ms.
 
 use mimic_core::time::dur;
 use mimic_core::Timestamp;

@@ -529,8 +529,13 @@ impl Conn {
                     if !s.retx && t >= s.t {
                         sample = Some(t.nanos_since(s.t));
                     }
-                    // the only segment in flight, nothing sent after it
-                    if s.start == prev_acked && s.end == data.hi {
+                    // the only segment in flight, nothing sent after it, nothing
+                    // unacknowledged before it when it was sent (the last segment of a
+                    // flight waited in the bottleneck queue behind the others)
+                    if s.start == prev_acked
+                        && s.end == data.hi
+                        && s.flight as i64 == s.end - s.start
+                    {
                         isolated = Some(s.t);
                     }
                 }

@@ -1,8 +1,24 @@
 //! Bottleneck bandwidth of one direction, from the spacing of the receiver's ACKs.
 //!
-//! Packet pairs: two consecutive ACKs that advanced over this direction's data, only over
-//! segments sent in one burst, none retransmitted, spaced wider than they were sent, and not a
-//! lone delayed-ACK tail. The samples are combined by `--bw-method` (`crate::bandwidth`).
+//! * Packet pairs: two consecutive ACKs that advanced over this direction's data, only over
+//!   segments sent in one burst, none retransmitted, spaced wider than they were sent, and not
+//!   a lone delayed-ACK tail. Combined by `--bw-method` (`crate::bandwidth`).
+//! * Trains: the ACKs of a run of such segments (one burst, none retransmitted, pure ACKs, no
+//!   lone delayed-ACK tail), first to last: the IP bytes the ACKs after the first one covered
+//!   over the time between the first and the last. A pair's spacing is one or two segments'
+//!   transmission time, which a 1 ms timestamp tick (an emulator's clock, interrupt
+//!   coalescing) or ACKs compressed on the way back (held and released together) distort by
+//!   as much as the spacing itself; a train's span is many of them, so a train counts only if
+//!   it spans at least `MIN_TRAIN_SPAN` (10 ticks of 1 ms: at most 10% from the tick) and its
+//!   segments were sent in less than half that time (the bottleneck, not the sender, spaced
+//!   them), and no single spacing of two of its ACKs makes more than half of its span (a
+//!   stretch ACK or a delayed one would make a train a pair). A train that grows past that
+//!   (ACK-clocked segments sent as fast as they are acknowledged) keeps its longest prefix
+//!   that qualified. ACKs that arrive together (gap 0)
+//!   are fine inside a train.
+//!
+//! The estimate is the median of the trains where at least one qualified (`BwSource::Trains`),
+//! else the pairs' (`BwSource::Pairs`).
 
 use std::collections::VecDeque;
 
@@ -12,7 +28,12 @@ use mimic_core::Timestamp;
 use super::Seg;
 use crate::bandwidth::{self, Pair};
 use crate::config::Config;
-use crate::record::BwSample;
+use crate::record::{BwKind, BwSample, BwSource};
+
+/// A train counts only if its first and last ACK are at least this far apart.
+const MIN_TRAIN_SPAN: i64 = 10 * dur::MS;
+/// ... and it covered at least this many segments after its first ACK.
+const MIN_TRAIN_SEGS: u32 = 3;
 
 /// A packet pair that qualified as a bandwidth sample.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +43,37 @@ struct BwPair {
     wire: u64,
     gap: i64,
     delay_sum: i64,
+}
+
+/// A train being followed: the ACKs of segments of one burst since its first ACK.
+#[derive(Clone, Copy, Debug)]
+struct Train {
+    burst: u32,
+    /// Its first ACK.
+    t0: Timestamp,
+    /// Send times of the first and last segment acknowledged after `t0`.
+    send_first: Option<Timestamp>,
+    send_last: Option<Timestamp>,
+    /// IP bytes and segments acknowledged after `t0`.
+    wire: u64,
+    segs: u32,
+    /// Its latest ACK, and the widest spacing of two of its consecutive ACKs.
+    t_last: Timestamp,
+    max_gap: i64,
+    /// The longest prefix that qualified: (last ACK, IP bytes, span).
+    best: Option<(Timestamp, u64, i64)>,
+}
+
+impl Train {
+    fn sample(&self) -> Option<BwPair> {
+        self.best.map(|(t, wire, span)| BwPair {
+            t,
+            bps: wire as f64 * 8.0 / (span as f64 / 1e9),
+            wire,
+            gap: span,
+            delay_sum: i64::MAX,
+        })
+    }
 }
 
 /// The previous ACK that advanced over this direction's data.
@@ -58,6 +110,8 @@ pub(super) struct Advance<'a> {
 pub(super) struct Bandwidth {
     adv: Option<AdvAck>,
     pairs: Vec<BwPair>,
+    train: Option<Train>,
+    trains: Vec<BwPair>,
     pub samples_dropped: u64,
 }
 
@@ -111,6 +165,7 @@ impl Bandwidth {
                 }
             }
         }
+        self.follow_train(cfg, x);
         self.adv = Some(AdvAck {
             t,
             ack: x.ack,
@@ -120,29 +175,124 @@ impl Bandwidth {
         });
     }
 
-    /// Finish step: the estimate (IP-layer bits/s) and the samples behind it.
-    pub fn finish(&self, cfg: &Config) -> (Option<f64>, Vec<BwSample>) {
-        let pairs: Vec<Pair> = self
-            .pairs
-            .iter()
-            .map(|b| Pair {
-                bps: b.bps,
-                delay_sum_ns: b.delay_sum,
-            })
-            .collect();
-        let (bw, used) = bandwidth::combine(cfg.bw_method, &pairs);
-        let samples = self
-            .pairs
-            .iter()
-            .zip(used)
-            .map(|(b, used)| BwSample {
+    /// Per-ACK step of the train: extends it with this ACK, or closes it and starts the next.
+    fn follow_train(&mut self, cfg: &Config, x: &Advance) {
+        let prev_ack = self.adv.map(|p| p.ack);
+        let from = prev_ack.map_or(x.upto, |p| x.segs.partition_point(|s| s.end <= p));
+        // a lone segment at the end of its burst may have waited for the delayed-ACK timer
+        let lone_tail = x.newly == 1
+            && (x.ack >= x.hi
+                || x.segs
+                    .get(x.upto)
+                    .is_none_or(|n| Some(n.burst) != x.exact.map(|e| e.1)));
+        let extends = match &self.train {
+            Some(tr) => {
+                x.pure
+                    && !lone_tail
+                    && from < x.upto
+                    && x.segs
+                        .range(from..x.upto.max(from))
+                        .all(|s| !s.retx && s.burst == tr.burst)
+            }
+            None => false,
+        };
+        if extends {
+            let tr = self.train.as_mut().expect("checked");
+            for s in x.segs.range(from..x.upto.max(from)) {
+                tr.wire += s.wire as u64;
+                tr.segs += 1;
+                tr.send_first = Some(tr.send_first.map_or(s.t, |f| f.min(s.t)));
+                tr.send_last = Some(tr.send_last.map_or(s.t, |l| l.max(s.t)));
+            }
+            tr.max_gap = tr.max_gap.max(x.t.nanos_since(tr.t_last));
+            tr.t_last = x.t;
+            let span = x.t.nanos_since(tr.t0);
+            let sent_in = match (tr.send_first, tr.send_last) {
+                (Some(f), Some(l)) => l.nanos_since(f),
+                _ => i64::MAX,
+            };
+            if span >= MIN_TRAIN_SPAN
+                && tr.segs >= MIN_TRAIN_SEGS
+                && sent_in.saturating_mul(2) < span
+                && tr.max_gap.saturating_mul(2) <= span
+            {
+                tr.best = Some((x.t, tr.wire, span));
+            }
+            return;
+        }
+        self.close_train(cfg);
+        // a train starts at a pure ACK that ends exactly at a segment of a burst
+        self.train = match x.exact {
+            Some((_, burst)) if x.pure && !lone_tail => Some(Train {
+                burst,
+                t0: x.t,
+                send_first: None,
+                send_last: None,
+                wire: 0,
+                segs: 0,
+                t_last: x.t,
+                max_gap: 0,
+                best: None,
+            }),
+            _ => None,
+        };
+    }
+
+    fn close_train(&mut self, cfg: &Config) {
+        if let Some(sample) = self.train.take().and_then(|tr| tr.sample()) {
+            if self.trains.len() < cfg.max_samples {
+                self.trains.push(sample);
+            } else {
+                self.samples_dropped += 1;
+            }
+        }
+    }
+
+    /// Finish step: the estimate (IP-layer bits/s), where it came from, and the samples behind
+    /// it (pairs, then trains).
+    pub fn finish(&self, cfg: &Config) -> (Option<f64>, BwSource, Vec<BwSample>) {
+        let as_pairs = |v: &[BwPair]| -> Vec<Pair> {
+            v.iter()
+                .map(|b| Pair {
+                    bps: b.bps,
+                    delay_sum_ns: b.delay_sum,
+                })
+                .collect()
+        };
+        // the train still open counts as closed here
+        let mut trains = self.trains.clone();
+        if trains.len() < cfg.max_samples {
+            trains.extend(self.train.and_then(|tr| tr.sample()));
+        }
+        let (train_bw, train_used) =
+            bandwidth::combine(crate::config::BwMethod::Median, &as_pairs(&trains));
+        let (pair_bw, pair_used) = if train_bw.is_some() {
+            (None, vec![false; self.pairs.len()])
+        } else {
+            bandwidth::combine(cfg.bw_method, &as_pairs(&self.pairs))
+        };
+        let (bw, source) = match (train_bw, pair_bw) {
+            (Some(b), _) => (Some(b), BwSource::Trains),
+            (None, Some(b)) => (Some(b), BwSource::Pairs),
+            (None, None) => (None, BwSource::None),
+        };
+        let sample = |kind: BwKind| {
+            move |(b, used): (&BwPair, bool)| BwSample {
                 t: b.t,
                 bps: b.bps,
                 bytes: b.wire,
                 gap_us: dur::ns_to_us(b.gap),
                 used,
-            })
+                kind,
+            }
+        };
+        let samples = self
+            .pairs
+            .iter()
+            .zip(pair_used)
+            .map(sample(BwKind::Pair))
+            .chain(trains.iter().zip(train_used).map(sample(BwKind::Train)))
             .collect();
-        (bw, samples)
+        (bw, source, samples)
     }
 }

@@ -671,7 +671,7 @@ impl Conn {
 
         let loss = sv.loss.finish(sv.data_pkts);
         // bandwidth from the client's ACKs of server data
-        let (bw, bw_samples) = sv.bw.finish(cfg);
+        let (bw, bw_source, bw_samples) = sv.bw.finish(cfg);
         let (policy, aps, delack_timeout) = sv.delack.finish(rtt.min_rtt);
 
         // exchanges
@@ -795,6 +795,7 @@ impl Conn {
             zwnd_probes: c.zwnd_probes + sv.zwnd_probes,
             dup_frames: c.dup_frames + sv.dup_frames,
             bw_bps: bw,
+            bw_source,
             delack_policy: policy,
             acks_per_seg: aps,
             delack_timeout_us: delack_timeout,

@@ -362,3 +362,68 @@ fn exchanges_with_coarse_timestamps_and_compressed_acks() {
         "naive response delay {naive} is as good"
     );
 }
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "no samples");
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    (v[(n - 1) / 2] + v[n / 2]) / 2.0
+}
+
+#[test]
+fn bandwidth_with_coarse_timestamps_and_compressed_acks() {
+    // truth: the bottleneck rate; 40 segments leave back to back, the client ACKs every second
+    // one (the last, odd one after its 40 ms timer), the ACKs are released on a 3 ms grid and
+    // every timestamp is floored to 1 ms. Tolerance: 10% (a train spans at least 10 ticks);
+    // the criterion is 20%.
+    let mut naive_missed = Vec::new();
+    for rate in [128e3, 1e6, 4e6, 6e6, 12e6] {
+        let dl = Download::new(60 * MS, rate, 41);
+        let r = download(&dl, TICK);
+        let est = r.bw_bps.expect("an estimate");
+        assert_eq!(r.bw_source, BwSource::Trains, "{rate}");
+        assert!(within(est, rate, 0.1), "{est} bit/s for {rate}");
+        let trains: Vec<&BwSample> = r
+            .bw_samples
+            .iter()
+            .filter(|s| s.kind == BwKind::Train)
+            .collect();
+        assert!(!trains.is_empty() && trains.iter().all(|s| s.gap_us >= 10_000));
+        // naive: the median of the packet pairs, whose one- or two-segment spacings the tick
+        // and the compression distort by as much as the spacing itself
+        let pairs: Vec<f64> = r
+            .bw_samples
+            .iter()
+            .filter(|s| s.kind == BwKind::Pair)
+            .map(|s| s.bps)
+            .collect();
+        if pairs.is_empty() || !within(median(pairs), rate, 0.2) {
+            naive_missed.push(rate);
+        }
+    }
+    // (they miss at 4 and 12 Mbit/s: 2080 bytes in 4.2 ms and 1.4 ms against a 3 ms grid)
+    assert!(
+        naive_missed.len() >= 2,
+        "the pairs missed only {naive_missed:?}"
+    );
+}
+
+#[test]
+fn bandwidth_trains_and_pairs_agree_on_exact_timestamps() {
+    for rate in [128e3, 4e6, 12e6] {
+        let dl = Download {
+            compress: 0,
+            ..Download::new(60 * MS, rate, 41)
+        };
+        let r = download(&dl, 0);
+        let est = r.bw_bps.expect("an estimate");
+        assert_eq!(r.bw_source, BwSource::Trains);
+        assert!(within(est, rate, 0.01), "{est} bit/s for {rate}");
+        let pairs: Vec<f64> = r
+            .bw_samples
+            .iter()
+            .filter(|s| s.kind == BwKind::Pair)
+            .map(|s| s.bps)
+            .collect();
+        assert!(within(median(pairs), rate, 0.01));
+    }
+}

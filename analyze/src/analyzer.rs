@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::conn::Conn;
+use crate::conn::{Conn, Dir};
 use crate::halfopen::HalfOpen;
 use crate::record::ConnectionRecord;
 
@@ -248,7 +248,7 @@ impl Analyzer {
             return;
         }
         self.stats.tcp_segments += 1;
-        let side = swapped as usize;
+        let side = Dir::of_swapped(swapped);
         let old = if let Some(c) = self.table.get_mut(&key) {
             if !c.is_reuse(side, seg) {
                 c.handle(&self.cfg, side, t, seg);

@@ -14,7 +14,7 @@ use mimic_core::packet::{TcpFlags, TcpOptions, TcpSegment};
 use mimic_core::{FlowKey, SeqNum, Timestamp};
 
 use crate::config::Config;
-use crate::conn::Conn;
+use crate::conn::{Conn, Dir};
 
 /// SYN retransmissions a half-open entry holds (Linux resends an unanswered SYN after 1 s and
 /// 3 s, nmap once); the next packet makes it a full `Conn`.
@@ -72,7 +72,7 @@ fn option_bits(o: &TcpOptions) -> u8 {
 impl HalfOpen {
     /// The entry for a connection whose first packet (`id`, from `side`, at `t`) is `seg`, if
     /// that packet is a pure SYN.
-    pub fn new(id: u64, side: usize, t: Timestamp, seg: &TcpSegment) -> Option<HalfOpen> {
+    pub fn new(id: u64, side: Dir, t: Timestamp, seg: &TcpSegment) -> Option<HalfOpen> {
         if !pure_syn(seg) {
             return None;
         }
@@ -88,7 +88,7 @@ impl HalfOpen {
             mss: o.mss.unwrap_or(0),
             hdr_len: seg.hdr_len,
             wscale: o.wscale.unwrap_or(0),
-            bits: (side as u8 & SIDE1)
+            bits: (if side == Dir::Rev { SIDE1 } else { 0 })
                 | (if seg.ip_id.is_some() { IP_ID } else { 0 })
                 | option_bits(o),
             retries: 0,
@@ -96,8 +96,8 @@ impl HalfOpen {
         })
     }
 
-    fn side(&self) -> usize {
-        (self.bits & SIDE1) as usize
+    fn side(&self) -> Dir {
+        Dir::of_swapped(self.bits & SIDE1 != 0)
     }
 
     /// Time of the latest SYN (as `Conn::t_last`: never before the first).
@@ -112,7 +112,7 @@ impl HalfOpen {
 
     /// Takes `seg` (from `side`, at `t`) if it is a retransmission of the first SYN that this
     /// entry can hold; false: the connection needs a full `Conn` for it.
-    pub fn absorb(&mut self, side: usize, t: Timestamp, seg: &TcpSegment) -> bool {
+    pub fn absorb(&mut self, side: Dir, t: Timestamp, seg: &TcpSegment) -> bool {
         let n = self.retries as usize;
         let after = t.as_nanos().checked_sub(self.t.as_nanos());
         let same = pure_syn(seg)
@@ -142,10 +142,9 @@ impl HalfOpen {
     /// The full connection: a new `Conn` given the same SYNs.
     pub fn promote(&self, cfg: &Config, key: FlowKey) -> Box<Conn> {
         let side = self.side();
-        let (src, dst) = if side == 0 {
-            (key.src, key.dst)
-        } else {
-            (key.dst, key.src)
+        let (src, dst) = match side {
+            Dir::Fwd => (key.src, key.dst),
+            Dir::Rev => (key.dst, key.src),
         };
         let mut options = TcpOptions {
             mss: (self.bits & MSS != 0).then_some(self.mss),

@@ -22,6 +22,47 @@ pub enum ServerBy {
     Guess,
 }
 
+/// Where a connection's bandwidth estimate came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BwSource {
+    /// Packet pairs of the connection's own ACKs (no train qualified).
+    Pairs,
+    /// Trains of the connection's own ACKs (the median of the trains).
+    Trains,
+    /// No sample qualified: no estimate.
+    None,
+}
+
+impl BwSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BwSource::Pairs => "pairs",
+            BwSource::Trains => "trains",
+            BwSource::None => "none",
+        }
+    }
+}
+
+/// What a bandwidth sample measured.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BwKind {
+    /// Two consecutive advancing ACKs.
+    Pair,
+    /// The ACKs of a train of segments sent back to back: first to last.
+    Train,
+}
+
+impl BwKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BwKind::Pair => "pair",
+            BwKind::Train => "train",
+        }
+    }
+}
+
 impl ServerBy {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -159,6 +200,7 @@ pub struct BwSample {
     pub bytes: u64,
     pub gap_us: i64,
     pub used: bool,
+    pub kind: BwKind,
 }
 
 /// Everything the analyzer inferred about one TCP connection.
@@ -208,6 +250,7 @@ pub struct ConnectionRecord {
     pub zwnd_probes: u64,
     pub dup_frames: u64,
     pub bw_bps: Option<f64>,
+    pub bw_source: BwSource,
     pub delack_policy: DelackPolicy,
     pub acks_per_seg: Option<f64>,
     pub delack_timeout_us: Option<i64>,

@@ -1,6 +1,7 @@
 //! Writing connection records into a mimic database (schema `schemas/`: the tables of
 //! `0001_init.sql`, the indexes and views of `0002_operator.sql`, the `community_id` column of
-//! `0003_community_id.sql`).
+//! `0003_community_id.sql`, the `bw_source` and `bw_samples.kind` columns of
+//! `0004_bw_source.sql`).
 //!
 //! The columns are the lists of `mimic_core::schema`: a record becomes one row struct per table
 //! ([`connection_row`], [`exchange_row`], …) and the rows bind themselves to the generated
@@ -117,6 +118,7 @@ pub fn connection_row(r: &ConnectionRecord) -> ConnectionRow {
             &Endpoint::new(r.client_ip, r.client_port),
             &Endpoint::new(r.server_ip, r.server_port),
         ))),
+        bw_source: Some(Text::Borrowed(r.bw_source.as_str())),
     }
 }
 
@@ -157,6 +159,7 @@ pub fn bw_sample_row(conn_id: i64, s: &BwSample) -> BwSampleRow {
         bytes: s.bytes as i64,
         gap_us: s.gap_us,
         used: s.used.into(),
+        kind: Some(Text::Borrowed(s.kind.as_str())),
     }
 }
 

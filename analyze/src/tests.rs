@@ -1629,3 +1629,5 @@ fn shards_partition_the_records_exactly() {
         "{conns} connections, {spread} captures split"
     );
 }
+
+mod coarse;

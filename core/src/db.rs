@@ -15,13 +15,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("../../schemas/0001_init.sql")),
     (2, include_str!("../../schemas/0002_operator.sql")),
     (3, include_str!("../../schemas/0003_community_id.sql")),
+    (4, include_str!("../../schemas/0004_bw_source.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
-/// nullable column at the end (0003), which readers naming their columns do not see.
+/// nullable column at the end (0003, 0004), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -558,7 +559,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("3")
+            Some("4")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -627,7 +628,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("3")
+            Some("4")
         );
         assert_eq!(
             objects(&c),
@@ -659,6 +660,16 @@ mod tests {
             )
             .unwrap();
         assert_eq!(cid, None);
+        // 0004's columns, NULL too
+        let (src, kind): (Option<String>, Option<String>) = c
+            .query_row(
+                "SELECT (SELECT bw_source FROM connections WHERE id = 1), \
+                 (SELECT kind FROM bw_samples LIMIT 1)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((src, kind), (None, None));
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

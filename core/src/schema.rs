@@ -554,6 +554,10 @@ tables! {
         /// Community ID v1 of the connection's addresses and ports (seed 0, TCP), the flow hash
         /// Zeek, Suricata, Arkime and Elastic emit; NULL in rows written before migration 3.
         community_id: Option<Text> => col(Unit::None).since(3),
+        /// Where bw_bps came from: trains / pairs (of this connection's own ACKs) / none; a
+        /// replay that pools rates fills the rest at replay time. NULL in rows written before
+        /// migration 4.
+        bw_source: Option<Text> => col(Unit::None).since(4),
     }
 
     /// One row per request/response exchange (an application data unit each way).
@@ -588,21 +592,24 @@ tables! {
         status: Option<i64> => col(Unit::None),
     }
 
-    /// Packet pairs that qualified as bandwidth samples (two consecutive client ACKs advancing
-    /// over server segments sent in one burst, none retransmitted, spaced wider than the
-    /// server sent them).
+    /// Bandwidth samples: packet pairs (two consecutive client ACKs advancing over server
+    /// segments sent in one burst, none retransmitted, spaced wider than the server sent them)
+    /// and trains (the first to the last ACK of a run of such segments, spanning at least
+    /// 10 ms).
     pub struct BwSampleRow in "bw_samples" since 1 {
         conn_id: i64 => col(Unit::None).references("connections(id)"),
-        /// Time of the second ACK of the pair.
+        /// Time of the second ACK of the pair (the last ACK of the train).
         t_us: i64 => col(Unit::EpochMicros),
-        /// The pair's rate.
+        /// The pair's (the train's) rate.
         bps: f64 => col(Unit::BitsPerSecond),
-        /// Bytes newly acknowledged by the second ACK.
+        /// IP bytes newly acknowledged by the second ACK (by the train's ACKs after its first).
         bytes: i64 => col(Unit::Bytes),
-        /// Spacing of the two ACKs.
+        /// Spacing of the two ACKs (the first and last ACK of the train).
         gap_us: i64 => col(Unit::Micros),
         /// 1 if the combiner used it for bw_bps (see meta bw_method).
         used: i64 => col(Unit::Flag),
+        /// pair / train (NULL in rows written before migration 4: pairs).
+        kind: Option<Text> => col(Unit::None).since(4),
     }
 
     /// RTT samples: the first ones, the minimum and the largest per direction (the largest of
@@ -970,6 +977,7 @@ mod tests {
             holes_up: 10,
             frames: 20,
             community_id: Some(Text::Owned(format!("1:conn{id}="))),
+            bw_source: Some("trains".into()),
         };
         let rows = [conn(1), conn(2), conn(3)];
         let n = ConnectionRow::TABLE.columns.len();

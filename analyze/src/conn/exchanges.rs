@@ -1,0 +1,241 @@
+//! Exchanges: request and response data units, their times and sizes, the response delay,
+//! Monkey's query delay (§3.3.3) on every response, and the client's think time.
+
+use mimic_core::time::dur;
+use mimic_core::Timestamp;
+
+use super::dir::Dir;
+use super::push_sized;
+use crate::config::Config;
+use crate::http;
+use crate::record::Exchange;
+
+/// Segments remembered per data unit (the query-delay test looks at the first ones), and per
+/// connection in all.
+const ADU_SEGS: u32 = 256;
+const CONN_ADU_SEGS: usize = 1 << 16;
+
+/// A data unit's first transmission: time, sequence range, and when the other side's ACK
+/// covered it.
+type AduSeg = (Timestamp, i64, i64, Option<Timestamp>);
+
+/// One application data unit: a maximal run of new data in one direction.
+#[derive(Clone, Debug)]
+struct Adu {
+    dir: Dir,
+    t_first: Timestamp,
+    t_last: Timestamp,
+    bytes: u64,
+    start: i64,
+    end: i64,
+    /// This unit's first transmissions are `Exchanges::segs[seg_start..seg_start + seg_len]`.
+    seg_start: u32,
+    seg_len: u32,
+    /// Segments before this index (into `Exchanges::segs`) have their ACK time set.
+    acked_upto: u32,
+    prefix: [u8; 16],
+    prefix_len: u8,
+}
+
+/// The connection's data units in order, both directions.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Exchanges {
+    adus: Vec<Adu>,
+    segs: Vec<AduSeg>,
+    pub dropped: u64,
+}
+
+impl Exchanges {
+    /// Per-segment hook: `new_bytes` of new data in `[start, end)` sent in direction `d` at
+    /// `t`; `payload`'s first bytes name an HTTP method or status.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_new_data(
+        &mut self,
+        cfg: &Config,
+        d: Dir,
+        t: Timestamp,
+        start: i64,
+        end: i64,
+        new_bytes: u64,
+        payload: &[u8],
+    ) {
+        let room = self.segs.len() < CONN_ADU_SEGS;
+        if let Some(a) = self.adus.last_mut() {
+            if a.dir == d {
+                a.t_last = a.t_last.max(t);
+                a.bytes += new_bytes;
+                a.end = a.end.max(end);
+                if a.seg_len < ADU_SEGS && room {
+                    push_sized(&mut self.segs, (t, start, end, None), 32);
+                    a.seg_len += 1;
+                }
+                return;
+            }
+        }
+        if self.adus.len() >= cfg.max_exchanges * 2 {
+            self.dropped += 1;
+            return;
+        }
+        let mut prefix = [0u8; 16];
+        let n = payload.len().min(16);
+        prefix[..n].copy_from_slice(&payload[..n]);
+        push_sized(
+            &mut self.adus,
+            Adu {
+                dir: d,
+                t_first: t,
+                t_last: t,
+                bytes: new_bytes,
+                start,
+                end,
+                seg_start: self.segs.len() as u32,
+                seg_len: room as u32,
+                acked_upto: self.segs.len() as u32,
+                prefix,
+                prefix_len: n as u8,
+            },
+            16,
+        );
+        if room {
+            push_sized(&mut self.segs, (t, start, end, None), 32);
+        }
+    }
+
+    /// Per-segment hook: a pure retransmission of `[start, end)` in direction `d` at `t` still
+    /// extends its data unit's last-packet time.
+    pub fn on_resend(&mut self, d: Dir, t: Timestamp, start: i64, end: i64) {
+        for a in self.adus.iter_mut().rev() {
+            if a.dir == d && a.start < end && start < a.end {
+                a.t_last = a.t_last.max(t);
+                break;
+            }
+        }
+    }
+
+    /// Per-ACK hook: the other side acknowledged direction `d`'s data up to `a` at `t` (the ACK
+    /// times of response segments, for the query-delay test).
+    #[inline]
+    pub fn on_advance(&mut self, d: Dir, t: Timestamp, a: i64) {
+        for adu in self.adus.iter_mut().rev().take(4).filter(|x| x.dir == d) {
+            let end = adu.seg_start + adu.seg_len;
+            while adu.acked_upto < end && self.segs[adu.acked_upto as usize].2 <= a {
+                self.segs[adu.acked_upto as usize].3 = Some(t);
+                adu.acked_upto += 1;
+            }
+        }
+    }
+
+    /// Last-packet time of direction `d`'s latest data unit.
+    pub fn last_data_t(&self, d: Dir) -> Option<Timestamp> {
+        self.adus
+            .iter()
+            .rev()
+            .find(|a| a.dir == d)
+            .map(|a| a.t_last)
+    }
+
+    /// Finish step: pairs request and response data units into exchanges and runs the
+    /// query-delay test. Think time is the client's pause before a request: after the previous
+    /// response, or for the first request after the handshake completed (`connected`).
+    pub fn finish(&self, client: Dir, mss: u32, connected: Option<Timestamp>) -> Vec<Exchange> {
+        let adus = &self.adus;
+        let mut out: Vec<Exchange> = Vec::with_capacity(adus.len().div_ceil(2));
+        let mut i = 0;
+        let mut prev_resp_last: Option<Timestamp> = connected;
+        while i < adus.len() {
+            // data units alternate sides: a request is followed by its response, if any;
+            // data the server sent first is a response without a request
+            let (req, resp) = if adus[i].dir == client {
+                let resp = adus.get(i + 1);
+                i += 1 + resp.is_some() as usize;
+                (Some(&adus[i - 1 - resp.is_some() as usize]), resp)
+            } else {
+                i += 1;
+                (None, Some(&adus[i - 1]))
+            };
+            let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize]));
+            let status =
+                resp.and_then(|r| http::response_status(&r.prefix[..r.prefix_len as usize]));
+            let (query_delay, header) = match resp {
+                Some(r) => query_delay(
+                    r,
+                    &self.segs[r.seg_start as usize..(r.seg_start + r.seg_len) as usize],
+                    mss,
+                ),
+                None => (None, None),
+            };
+            let think = match (prev_resp_last, req) {
+                (Some(p), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(p))),
+                _ => None,
+            };
+            let response_delay = match (req, resp) {
+                (Some(q), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(q.t_last))),
+                _ => None,
+            };
+            if let Some(r) = resp {
+                // the client had the response when it acknowledged the last byte (seen here
+                // after the same upstream delay as its next request), not when the server sent
+                // it: on a slow link those are a transfer time apart, and a think time from the
+                // latter makes a replay's client wait that long again
+                let acked = r
+                    .seg_len
+                    .checked_sub(1)
+                    .and_then(|i| self.segs.get((r.seg_start + i) as usize))
+                    .filter(|s| s.2 >= r.end)
+                    .and_then(|s| s.3);
+                prev_resp_last = Some(acked.map_or(r.t_last, |a| a.max(r.t_last)));
+            }
+            out.push(Exchange {
+                seq: out.len() as u32,
+                t_req_first: req.map(|r| r.t_first),
+                t_req_last: req.map(|r| r.t_last),
+                req_bytes: req.map_or(0, |r| r.bytes),
+                t_resp_first: resp.map(|r| r.t_first),
+                t_resp_last: resp.map(|r| r.t_last),
+                resp_bytes: resp.map_or(0, |r| r.bytes),
+                response_delay_us: response_delay,
+                query_delay_us: query_delay,
+                header_bytes: header,
+                think_time_us: think,
+                method,
+                status,
+            });
+        }
+        out
+    }
+}
+
+/// First request byte → last response byte (Monkey §5.1), µs.
+pub(super) fn response_time(exchanges: &[Exchange]) -> Option<i64> {
+    let first_req = exchanges.iter().find_map(|e| e.t_req_first);
+    let last_resp = exchanges.iter().rev().find_map(|e| e.t_resp_last);
+    match (first_req, last_resp) {
+        (Some(a), Some(b)) if b >= a => Some(dur::ns_to_us(b.nanos_since(a))),
+        _ => None,
+    }
+}
+
+/// Monkey's query-delay algorithm (§3.3.3), applied to one response: walk the response's
+/// segments in sending order; the first segment `c` sent after its predecessor `p` was
+/// acknowledged (the server had room but no data), or following a sub-MSS `p` (the end of
+/// what the server had written), begins the part that waited on the query. Returns the delay
+/// from the first response segment to `c` and the bytes sent before `c`; (0, all bytes) when
+/// no such split exists.
+fn query_delay(r: &Adu, segs: &[AduSeg], mss: u32) -> (Option<i64>, Option<u64>) {
+    let Some(&(t0, s0, _, _)) = segs.first() else {
+        return (None, None);
+    };
+    for w in segs.windows(2) {
+        let (pt, ps, pe, pack) = w[0];
+        let (ct, cs, _, _) = w[1];
+        let acked_before = pack.is_some_and(|a| ct > a) && ct > pt;
+        let short = mss > 0 && ((pe - ps) as u32) < mss;
+        if acked_before || short {
+            return (
+                Some(dur::ns_to_us(ct.nanos_since(t0))),
+                Some((cs - s0).max(0) as u64),
+            );
+        }
+    }
+    (Some(0), Some(r.bytes))
+}

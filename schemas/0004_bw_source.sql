@@ -1,0 +1,17 @@
+-- mimic database schema, migration 4: where each bandwidth estimate came from.
+--
+-- `connections.bw_source` says where `bw_bps` came from: `trains` (the median of the trains of
+-- the connection's own ACKs: the first to the last ACK of a run of segments sent back to back,
+-- spanning at least 10 ms, so that a 1 ms timestamp tick or ACKs compressed on the way back
+-- move the estimate little), `pairs` (packet pairs of its own ACKs, combined by meta
+-- `bw_method`, where no train qualified) or `none`. A replay that pools rates for connections
+-- without an estimate (`mimic replay --unestimated pooled`) records that in the replay
+-- database, not here. `bw_samples.kind` says what each sample measured: `pair` or `train`.
+--
+-- Two nullable columns added at the end: readers that name their columns are unaffected, so
+-- the data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (their samples are pairs, their estimate, if
+-- any, came from pairs).
+--
+-- The columns themselves are declared in core/src/schema.rs (`.since(4)`); their ALTER TABLE
+-- statements are generated from that list and run before this file, which adds nothing else.

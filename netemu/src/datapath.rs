@@ -93,10 +93,18 @@ pub struct DatapathStats {
     pub wake_late_p99_ns: u64,
     #[serde(default)]
     pub wake_late_max_ns: u64,
+    /// How long frames waited between the kernel's receive timestamp and the thread taking
+    /// them from the ring.
+    #[serde(default)]
+    pub rx_wait_p99_ns: u64,
+    #[serde(default)]
+    pub rx_wait_max_ns: u64,
     #[serde(skip)]
     pub late_hist: Vec<u64>,
     #[serde(skip)]
     pub wake_hist: Vec<u64>,
+    #[serde(skip)]
+    pub rx_wait_hist: Vec<u64>,
 }
 
 const LATE_BUCKET_NS: u64 = 1_000;
@@ -147,6 +155,7 @@ impl DatapathStats {
             self.late_p99_ns = quantile(&self.late_hist, self.late_max_ns, 0.99);
         }
         self.wake_late_p99_ns = quantile(&self.wake_hist, self.wake_late_max_ns, 0.99);
+        self.rx_wait_p99_ns = quantile(&self.rx_wait_hist, self.rx_wait_max_ns, 0.99);
     }
 }
 
@@ -640,6 +649,11 @@ impl Datapath {
                         if arrival > now || now - arrival > 1_000_000_000 {
                             arrival = now;
                         }
+                        record(
+                            &mut stats.rx_wait_hist,
+                            &mut stats.rx_wait_max_ns,
+                            now - arrival,
+                        );
                         handle_frame(
                             &mut engine,
                             &mut pool,
@@ -820,7 +834,8 @@ mod tests {
         // 1 µs buckets, upper bounds, never above the maximum
         assert_eq!(s.wake_late_p99_ns, 700_400);
         assert_eq!(quantile(&s.wake_hist, s.wake_late_max_ns, 0.5), 3_000);
-        // departure lateness keeps its own histogram
+        // departure lateness and ring wait keep their own histograms
         assert_eq!((s.late_p50_ns, s.late_p99_ns), (10_000, 10_000));
+        assert_eq!((s.rx_wait_p99_ns, s.rx_wait_max_ns), (0, 0));
     }
 }

@@ -647,9 +647,11 @@ fn main() {
         let late = |s: &Option<DatapathStats>| {
             let s = s.as_ref().unwrap();
             format!(
-                "lateness p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
+                "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
                 s.late_p99_ns as f64 / 1e3,
                 s.late_max_ns as f64 / 1e3,
+                s.rx_wait_p99_ns as f64 / 1e3,
+                s.rx_wait_max_ns as f64 / 1e3,
                 s.wake_late_p99_ns as f64 / 1e3,
                 s.wake_late_max_ns as f64 / 1e3,
                 s.timed_sleeps,

@@ -84,42 +84,78 @@ pub struct DatapathStats {
     pub late_max_ns: u64,
     /// 10 ms windows in which busy-waiting was cut back because the machine was busy.
     pub spin_reduced_windows: u64,
+    /// Sleeps (`ppoll` until the next departure) that ran out, and how long after the
+    /// requested instant the thread got back (the wake-up latency the kernel adds; a
+    /// departure after such a sleep is at least this late).
+    #[serde(default)]
+    pub timed_sleeps: u64,
+    #[serde(default)]
+    pub wake_late_p99_ns: u64,
+    #[serde(default)]
+    pub wake_late_max_ns: u64,
+    /// How long frames waited between the kernel's receive timestamp and the thread taking
+    /// them from the ring.
+    #[serde(default)]
+    pub rx_wait_p99_ns: u64,
+    #[serde(default)]
+    pub rx_wait_max_ns: u64,
     #[serde(skip)]
     pub late_hist: Vec<u64>,
+    #[serde(skip)]
+    pub wake_hist: Vec<u64>,
+    #[serde(skip)]
+    pub rx_wait_hist: Vec<u64>,
 }
 
 const LATE_BUCKET_NS: u64 = 1_000;
 const LATE_BUCKETS: usize = 10_001;
 
+/// Adds `ns` to a histogram of 1 µs buckets (the last one open-ended).
+fn record(hist: &mut Vec<u64>, max: &mut u64, ns: u64) {
+    if hist.is_empty() {
+        *hist = vec![0; LATE_BUCKETS];
+    }
+    let b = ((ns / LATE_BUCKET_NS) as usize).min(LATE_BUCKETS - 1);
+    hist[b] += 1;
+    *max = (*max).max(ns);
+}
+
+/// The `q` quantile of a histogram of [`record`] (the bucket's upper bound, at most `max`);
+/// 0 when empty.
+fn quantile(hist: &[u64], max: u64, q: f64) -> u64 {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let target = (total as f64 * q).ceil() as u64;
+    let mut acc = 0;
+    for (i, c) in hist.iter().enumerate() {
+        acc += c;
+        if acc >= target {
+            return ((i as u64 + 1) * LATE_BUCKET_NS).min(max);
+        }
+    }
+    max
+}
+
 impl DatapathStats {
     fn record_late(&mut self, ns: u64) {
-        if self.late_hist.is_empty() {
-            self.late_hist = vec![0; LATE_BUCKETS];
-        }
-        let b = ((ns / LATE_BUCKET_NS) as usize).min(LATE_BUCKETS - 1);
-        self.late_hist[b] += 1;
-        self.late_max_ns = self.late_max_ns.max(ns);
+        record(&mut self.late_hist, &mut self.late_max_ns, ns);
     }
 
-    /// Fills the percentile fields from the histogram (1 µs buckets; upper bounds).
+    fn record_wake(&mut self, ns: u64) {
+        self.timed_sleeps += 1;
+        record(&mut self.wake_hist, &mut self.wake_late_max_ns, ns);
+    }
+
+    /// Fills the percentile fields from the histograms (1 µs buckets; upper bounds).
     pub fn finish(&mut self) {
-        let total: u64 = self.late_hist.iter().sum();
-        if total == 0 {
-            return;
+        if self.late_hist.iter().any(|&c| c > 0) {
+            self.late_p50_ns = quantile(&self.late_hist, self.late_max_ns, 0.5);
+            self.late_p99_ns = quantile(&self.late_hist, self.late_max_ns, 0.99);
         }
-        let pct = |q: f64| {
-            let target = (total as f64 * q).ceil() as u64;
-            let mut acc = 0;
-            for (i, c) in self.late_hist.iter().enumerate() {
-                acc += c;
-                if acc >= target {
-                    return (i as u64 + 1) * LATE_BUCKET_NS;
-                }
-            }
-            self.late_max_ns
-        };
-        self.late_p50_ns = pct(0.5).min(self.late_max_ns);
-        self.late_p99_ns = pct(0.99).min(self.late_max_ns);
+        self.wake_late_p99_ns = quantile(&self.wake_hist, self.wake_late_max_ns, 0.99);
+        self.rx_wait_p99_ns = quantile(&self.rx_wait_hist, self.rx_wait_max_ns, 0.99);
     }
 }
 
@@ -613,6 +649,11 @@ impl Datapath {
                         if arrival > now || now - arrival > 1_000_000_000 {
                             arrival = now;
                         }
+                        record(
+                            &mut stats.rx_wait_hist,
+                            &mut stats.rx_wait_max_ns,
+                            now - arrival,
+                        );
                         handle_frame(
                             &mut engine,
                             &mut pool,
@@ -709,14 +750,18 @@ impl Datapath {
                 tv_sec: (t / 1_000_000_000) as i64,
                 tv_nsec: (t % 1_000_000_000) as i64,
             });
+            let slept_at = mono_now();
             // SAFETY: fds is a valid array; the timespec (if any) outlives the call.
-            unsafe {
+            let ready = unsafe {
                 libc::ppoll(
                     fds.as_mut_ptr(),
                     fds.len() as u64,
                     ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
                     std::ptr::null(),
-                );
+                )
+            };
+            if let (0, Some(t)) = (ready, timeout) {
+                stats.record_wake(mono_now().saturating_sub(slept_at + t));
             }
             if fds[2].revents != 0 {
                 waker.drain();
@@ -761,5 +806,36 @@ fn handle_frame(
             pool.slot(token)[..frame.len()].copy_from_slice(frame);
             pool.len[token as usize] = frame.len() as u16;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_up_lateness_is_summarised_by_its_quantiles() {
+        let mut s = DatapathStats::default();
+        s.finish();
+        assert_eq!(
+            (s.wake_late_p99_ns, s.late_p99_ns, s.timed_sleeps),
+            (0, 0, 0)
+        );
+        // 98 prompt wake-ups and two 0.7 ms late: the p99 is the late ones
+        for _ in 0..98 {
+            s.record_wake(2_300);
+        }
+        s.record_wake(700_000);
+        s.record_wake(700_400);
+        s.record_late(10_000);
+        s.finish();
+        assert_eq!(s.timed_sleeps, 100);
+        assert_eq!(s.wake_late_max_ns, 700_400);
+        // 1 µs buckets, upper bounds, never above the maximum
+        assert_eq!(s.wake_late_p99_ns, 700_400);
+        assert_eq!(quantile(&s.wake_hist, s.wake_late_max_ns, 0.5), 3_000);
+        // departure lateness and ring wait keep their own histograms
+        assert_eq!((s.late_p50_ns, s.late_p99_ns), (10_000, 10_000));
+        assert_eq!((s.rx_wait_p99_ns, s.rx_wait_max_ns), (0, 0));
     }
 }

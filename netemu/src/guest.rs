@@ -42,6 +42,7 @@ pub const GUEST_MODULES: &[&str] = &[
     "9pnet_virtio",
     "9p",
     "bridge",
+    "veth",
     "sch_netem",
     "sch_htb",
     "sch_tbf",

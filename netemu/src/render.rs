@@ -49,9 +49,35 @@ pub const TC_HANDLE: &str = "6d69:";
 const TC_FIRST_MINOR: u32 = 0x10;
 /// Last class minor of a pipe.
 const TC_LAST_MINOR: u32 = 0xfffe;
-/// The most pipes one interface can take (class minors 0x10..=0xfffe without 0x6d69, whose
-/// leaf handle would be the root's).
-pub const TC_MAX_PIPES_PER_IF: usize = (TC_LAST_MINOR - TC_FIRST_MINOR + 1) as usize - 1;
+/// Class and leaf numbers an interface has: 0x10..=0xfffe without 0x6d69, whose leaf handle
+/// would be the root's.
+const TC_IDS_PER_IF: usize = (TC_LAST_MINOR - TC_FIRST_MINOR + 1) as usize - 1;
+/// The most pipes one htb qdisc holds. Adding a class makes the kernel walk every class of its
+/// qdisc (`tc_bind_tclass`), so N classes in one qdisc install in O(N^2): 32,768 took about
+/// ten minutes. An interface with more pipes puts them in groups of this many, each group an
+/// htb qdisc of its own below a class of mimic's root (two levels of filters), which installs
+/// in O(N).
+pub const TC_GROUP_PIPES: usize = 256;
+/// The most pipes one interface can take: each pipe and each group of
+/// [`TC_GROUP_PIPES`] uses one of the interface's class numbers.
+pub const TC_MAX_PIPES_PER_IF: usize = max_pipes_per_if();
+
+const fn max_pipes_per_if() -> usize {
+    let mut n = TC_IDS_PER_IF;
+    while n + n.div_ceil(TC_GROUP_PIPES) > TC_IDS_PER_IF {
+        n -= 1;
+    }
+    n
+}
+
+/// Class numbers `pipes` pipes of one interface use (their own and their groups').
+fn tc_ids_needed(pipes: usize) -> usize {
+    if pipes > TC_GROUP_PIPES {
+        pipes + pipes.div_ceil(TC_GROUP_PIPES)
+    } else {
+        pipes
+    }
+}
 /// Handle of the u32 hash table of IPv4 flow rules.
 const TC_FLOW_HT: u32 = 0x100;
 /// The htb rate of a pipe without a rate limit (and of the catch-all class).
@@ -459,7 +485,7 @@ fn host(addr: std::net::IpAddr) -> IpNet {
 fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, RenderError> {
     let all = pipes(table);
     let per_if = all.iter().filter(|p| p.2).count().max(all.len() / 2);
-    if per_if > TC_MAX_PIPES_PER_IF {
+    if tc_ids_needed(per_if) > TC_IDS_PER_IF {
         return Err(RenderError::TooMany {
             backend: "tc/htb (class ids per interface)",
             n: per_if,
@@ -507,25 +533,57 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
             r = tc_rate(0)
         ));
         let mine: Vec<_> = all.iter().filter(|x| x.2 == up).collect();
+        let shaped = mine
+            .iter()
+            .filter(|(_, m, _)| !matches!(m, Match::Default))
+            .count();
         let v4_flows = mine
             .iter()
             .filter(|(_, m, _)| matches!(m, Match::Flow { src, .. } if src.is_ipv4()))
             .count();
+        // the client is the source upstream (offset 12), the destination downstream (16)
+        let at = if up { 12 } else { 16 };
+        let flow_table = |s: &mut Script, parent: &str| {
+            s.cmd(&format!(
+                "tc filter add dev {dev} parent {parent} prio 1 handle {TC_FLOW_HT:x}: protocol ip u32 divisor 256"
+            ));
+            s.cmd(&format!(
+                "tc filter add dev {dev} parent {parent} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {TC_FLOW_HT:x}:"
+            ));
+        };
+        let mut minor = TC_FIRST_MINOR;
+        // Groups (see TC_GROUP_PIPES): root class 6d69:G, whose htb qdisc has the handle G:.
+        let groups: Vec<u32> = if shaped > TC_GROUP_PIPES {
+            (0..shaped.div_ceil(TC_GROUP_PIPES))
+                .map(|_| next_minor(&mut minor))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !groups.is_empty() {
+            s.comment(format!(
+                "{shaped} pipes: {} groups of at most {TC_GROUP_PIPES}, each an htb qdisc G: below class {TC_HANDLE}G (the kernel adds a class in time linear in its qdisc's classes); mimic's filters send a packet to its group, the group's to its pipe",
+                groups.len()
+            ));
+            for g in &groups {
+                s.cmd(&format!(
+                    "tc class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}{g:x} htb rate {r} ceil {r} quantum 1514",
+                    r = tc_rate(0)
+                ));
+                s.cmd(&format!(
+                    "tc qdisc add dev {dev} parent {TC_HANDLE}{g:x} handle {g:x}: htb"
+                ));
+            }
+        }
         if v4_flows > 0 {
-            // the client is the source upstream (offset 12), the destination downstream (16)
-            let at = if up { 12 } else { 16 };
             s.comment(format!(
                 "IPv4 flow rules: u32 hash table {TC_FLOW_HT:x}: with 256 buckets keyed on the last octet of the client address"
             ));
-            s.cmd(&format!(
-                "tc filter add dev {dev} parent {TC_HANDLE} prio 1 handle {TC_FLOW_HT:x}: protocol ip u32 divisor 256"
-            ));
-            s.cmd(&format!(
-                "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {TC_FLOW_HT:x}:"
-            ));
+            flow_table(&mut s, TC_HANDLE);
         }
-        let mut minor = TC_FIRST_MINOR;
+        let mut group_has_table = vec![false; groups.len()];
         let mut prefix_prio = 3;
+        let mut nth = 0usize;
         for (p, m, _) in mine {
             if common_checks(p, opts)? {
                 left_out += 1;
@@ -540,8 +598,23 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                     ))
                 }
             };
-            let id = if matches!(m, Match::Default) {
+            // (the qdisc the pipe's class is in, the class, its group's index)
+            let (parent, class, group) = if matches!(m, Match::Default) {
+                (TC_HANDLE.to_string(), format!("{TC_HANDLE}2"), None)
+            } else if groups.is_empty() {
+                let id = next_minor(&mut minor);
+                (TC_HANDLE.to_string(), format!("{TC_HANDLE}{id:x}"), None)
+            } else {
+                let g = nth / TC_GROUP_PIPES;
+                let k = nth % TC_GROUP_PIPES + 1;
+                nth += 1;
+                let gm = groups[g];
+                (format!("{gm:x}:"), format!("{gm:x}:{k:x}"), Some(g))
+            };
+            let leaf = if matches!(m, Match::Default) {
                 2
+            } else if groups.is_empty() {
+                minor - 1
             } else {
                 next_minor(&mut minor)
             };
@@ -555,13 +628,13 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 let _ = write!(ov, " burst {b}b cburst {b}b", b = c.burst);
             }
             s.cmd(&format!(
-                "tc class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}{id:x} htb rate {r} ceil {r} quantum 1514{ov}",
+                "tc class add dev {dev} parent {parent} classid {class} htb rate {r} ceil {r} quantum 1514{ov}",
                 r = tc_rate(c.rate_bps)
             ));
             match opts.leaf {
                 Leaf::Netem => {
                     let mut netem = format!(
-                        "tc qdisc add dev {dev} parent {TC_HANDLE}{id:x} handle {id:x}: netem limit {limit} delay {}",
+                        "tc qdisc add dev {dev} parent {class} handle {leaf:x}: netem limit {limit} delay {}",
                         tc_time(c.delay)
                     );
                     if c.jitter > 0 {
@@ -591,43 +664,67 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                     s.cmd(&netem);
                 }
                 Leaf::Pfifo => s.cmd(&format!(
-                    "tc qdisc add dev {dev} parent {TC_HANDLE}{id:x} handle {id:x}: pfifo limit {limit}"
+                    "tc qdisc add dev {dev} parent {class} handle {leaf:x}: pfifo limit {limit}"
                 )),
             }
-            match m {
-                Match::Default => {}
-                Match::Flow { src, dst } if src.is_ipv4() => {
-                    let client = if up { src.ip() } else { dst.ip() };
-                    let bucket = match client {
-                        std::net::IpAddr::V4(a) => a.octets()[3],
-                        std::net::IpAddr::V6(_) => unreachable!("checked is_ipv4"),
-                    };
-                    s.cmd(&format!(
-                        "tc filter add dev {dev} parent {TC_HANDLE} prio 1 protocol ip u32 ht {TC_FLOW_HT:x}:{bucket:x}: match ip protocol 6 0xff match ip src {} match ip dst {} match ip sport {} 0xffff match ip dport {} 0xffff flowid {TC_HANDLE}{id:x}",
+            // The filter of this pipe's match, on the qdisc `at_qdisc`, to class `to`.
+            let filter = |at_qdisc: &str, to: &str| -> Option<String> {
+                match m {
+                    Match::Default => None,
+                    Match::Flow { src, dst } if src.is_ipv4() => {
+                        let client = if up { src.ip() } else { dst.ip() };
+                        let bucket = match client {
+                            std::net::IpAddr::V4(a) => a.octets()[3],
+                            std::net::IpAddr::V6(_) => unreachable!("checked is_ipv4"),
+                        };
+                        Some(format!(
+                            "tc filter add dev {dev} parent {at_qdisc} prio 1 protocol ip u32 ht {TC_FLOW_HT:x}:{bucket:x}: match ip protocol 6 0xff match ip src {} match ip dst {} match ip sport {} 0xffff match ip dport {} 0xffff flowid {to}",
+                            host(src.ip()),
+                            host(dst.ip()),
+                            src.port(),
+                            dst.port()
+                        ))
+                    }
+                    Match::Flow { src, dst } => Some(format!(
+                        "tc filter add dev {dev} parent {at_qdisc} protocol ipv6 prio 2 u32 match ip6 protocol 6 0xff match ip6 src {} match ip6 dst {} match ip6 sport {} 0xffff match ip6 dport {} 0xffff flowid {to}",
                         host(src.ip()),
                         host(dst.ip()),
                         src.port(),
                         dst.port()
-                    ));
+                    )),
+                    Match::Prefix { src, dst } => {
+                        let (proto, fam) = if src.addr.is_ipv4() {
+                            ("ip", "ip")
+                        } else {
+                            ("ipv6", "ip6")
+                        };
+                        Some(format!("tc filter add dev {dev} parent {at_qdisc} protocol {proto} prio {prefix_prio} u32 match {fam} src {src} match {fam} dst {dst} flowid {to}"))
+                    }
                 }
-                Match::Flow { src, dst } => {
-                    s.cmd(&format!(
-                        "tc filter add dev {dev} parent {TC_HANDLE} protocol ipv6 prio 2 u32 match ip6 protocol 6 0xff match ip6 src {} match ip6 dst {} match ip6 sport {} 0xffff match ip6 dport {} 0xffff flowid {TC_HANDLE}{id:x}",
-                        host(src.ip()),
-                        host(dst.ip()),
-                        src.port(),
-                        dst.port()
-                    ));
+            };
+            match group {
+                None => {
+                    if let Some(f) = filter(TC_HANDLE, &class) {
+                        s.cmd(&f);
+                    }
                 }
-                Match::Prefix { src, dst } => {
-                    let (proto, fam) = if src.addr.is_ipv4() {
-                        ("ip", "ip")
-                    } else {
-                        ("ipv6", "ip6")
-                    };
-                    s.cmd(&format!("tc filter add dev {dev} parent {TC_HANDLE} protocol {proto} prio {prefix_prio} u32 match {fam} src {src} match {fam} dst {dst} flowid {TC_HANDLE}{id:x}"));
-                    prefix_prio += 1;
+                Some(g) => {
+                    let gm = groups[g];
+                    if let Some(f) = filter(TC_HANDLE, &format!("{TC_HANDLE}{gm:x}")) {
+                        s.cmd(&f);
+                    }
+                    if matches!(m, Match::Flow { src, .. } if src.is_ipv4()) && !group_has_table[g]
+                    {
+                        flow_table(&mut s, &parent);
+                        group_has_table[g] = true;
+                    }
+                    if let Some(f) = filter(&parent, &class) {
+                        s.cmd(&f);
+                    }
                 }
+            }
+            if matches!(m, Match::Prefix { .. }) {
+                prefix_prio += 1;
             }
         }
     }
@@ -1189,8 +1286,11 @@ mod tests {
         let ids: Vec<u32> = std::iter::from_fn(|| (m <= TC_LAST_MINOR).then(|| next_minor(&mut m)))
             .filter(|id| *id <= TC_LAST_MINOR)
             .collect();
-        assert_eq!(ids.len(), TC_MAX_PIPES_PER_IF);
+        assert_eq!(ids.len(), TC_IDS_PER_IF);
         assert!(!ids.contains(&TC_MAJOR));
+        // every pipe and every group takes one number, and the largest table fills them
+        assert_eq!(tc_ids_needed(TC_MAX_PIPES_PER_IF), TC_IDS_PER_IF);
+        assert!(tc_ids_needed(TC_MAX_PIPES_PER_IF + 1) > TC_IDS_PER_IF);
         let flows = |n: usize| PipeTable {
             flows: (0..n)
                 .map(|i| FlowRule {
@@ -1207,12 +1307,82 @@ mod tests {
         };
         let s = render(Backend::Netem, &flows(TC_MAX_PIPES_PER_IF), &opts()).unwrap();
         let sh = s.to_shell();
-        assert!(sh.contains("classid 6d69:fffe "));
+        // groups first (6d69:10...), then the pipes' leaves up to the last number
+        assert!(sh.contains("classid 6d69:10 "));
+        assert!(sh.contains(" handle fffe: "));
         assert!(!sh.contains("classid 6d69:6d69 "));
+        assert!(!sh.contains(" handle 6d69: htb\n"));
+        assert!(!sh.contains(" handle 6d69: pfifo"));
         assert!(matches!(
             render(Backend::Netem, &flows(TC_MAX_PIPES_PER_IF + 1), &opts()),
             Err(RenderError::TooMany { .. })
         ));
+    }
+
+    #[test]
+    fn more_pipes_than_a_group_go_into_nested_htb_qdiscs_with_two_filters_each() {
+        let flow = |i: u32| FlowRule {
+            client: std::net::SocketAddr::new(
+                std::net::Ipv4Addr::from(0xc613_0000u32 + i).into(),
+                20_000,
+            ),
+            server: "198.18.0.1:80".parse().unwrap(),
+            up: "delay=5ms".parse().unwrap(),
+            down: "delay=5ms".parse().unwrap(),
+        };
+        // one group's worth renders flat, as before
+        let flat = PipeTable {
+            flows: (0..TC_GROUP_PIPES as u32).map(flow).collect(),
+            ..Default::default()
+        };
+        let sh = render(Backend::Netem, &flat, &opts()).unwrap().to_shell();
+        assert!(!sh.contains("groups of"));
+        assert!(sh.contains("parent 6d69: classid 6d69:10f htb"));
+        // one more: two groups, 6d69:10 and 6d69:11, holding 256 and 1 pipes
+        let t = PipeTable {
+            flows: (0..=TC_GROUP_PIPES as u32).map(flow).collect(),
+            ..Default::default()
+        };
+        let sh = render(Backend::Netem, &t, &opts()).unwrap().to_shell();
+        let dev = |d: &str| -> Vec<String> {
+            sh.lines()
+                .filter(|l| l.contains(&format!("dev {d} ")) && !l.starts_with('#'))
+                .map(String::from)
+                .collect()
+        };
+        let up = dev("eth1");
+        let count = |what: &str| up.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count("parent 6d69: classid 6d69:"), 3); // catch-all + 2 groups
+        assert!(up.contains(&"tc qdisc add dev eth1 parent 6d69:10 handle 10: htb".into()));
+        assert!(up.contains(&"tc qdisc add dev eth1 parent 6d69:11 handle 11: htb".into()));
+        assert_eq!(count("parent 10: classid 10:"), TC_GROUP_PIPES);
+        assert_eq!(count("parent 11: classid 11:1 "), 1);
+        // leaves take the numbers after the groups
+        assert!(up
+            .iter()
+            .any(|l| l.contains("parent 10:1 handle 12: netem")));
+        assert!(up
+            .iter()
+            .any(|l| l.contains("parent 11:1 handle 112: netem")));
+        // the last flow (198.19.1.0) is filtered to its group at the root and to its class
+        // in the group, each level with its hash table
+        assert!(sh.contains("tc filter add dev eth1 parent 6d69: prio 1 protocol ip u32 ht 100:0: match ip protocol 6 0xff match ip src 198.19.1.0/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff flowid 6d69:11\n"));
+        assert!(sh.contains("tc filter add dev eth1 parent 11: prio 1 protocol ip u32 ht 100:0: match ip protocol 6 0xff match ip src 198.19.1.0/32 match ip dst 198.18.0.1/32 match ip sport 20000 0xffff match ip dport 80 0xffff flowid 11:1\n"));
+        for parent in ["6d69:", "10:", "11:"] {
+            assert_eq!(
+                count(&format!(
+                    "parent {parent} prio 1 handle 100: protocol ip u32 divisor 256"
+                )),
+                1,
+                "{parent}"
+            );
+        }
+        assert_eq!(count("filter add"), 2 * (TC_GROUP_PIPES + 1) + 3 * 2);
+        // the class walk the kernel does per new class stays within a group
+        let classes_per_qdisc = |q: &str| count(&format!("parent {q} classid"));
+        assert!(["6d69:", "10:", "11:"]
+            .iter()
+            .all(|q| classes_per_qdisc(q) <= TC_GROUP_PIPES));
     }
 
     #[test]

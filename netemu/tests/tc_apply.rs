@@ -16,7 +16,7 @@ use std::time::Instant;
 use mimic_netemu::engine::{FlowRule, PipeTable};
 use mimic_netemu::render::{
     apply, apply_teardown, render, root_qdisc, ApplyOptions, Backend, Leaf, RenderError,
-    RenderOptions, RootQdisc,
+    RenderOptions, RootQdisc, TC_GROUP_PIPES,
 };
 use mimic_netemu::PipeConfig;
 
@@ -271,6 +271,30 @@ fn the_real_netem_leaf_is_refused_on_a_kernel_without_netem_before_any_change() 
 /// everything else in the default class — the hashed u32 filters classify, not just install.
 #[test]
 fn hashed_filters_put_each_connection_in_its_own_class() {
+    classify_two_connections(0);
+}
+
+/// As above with 300 more flows, so each interface's pipes go into two groups (nested htb
+/// qdiscs, a filter to the group at the root and one to the pipe in the group): flow #1 is in
+/// the first group, flow #2 in the second.
+#[test]
+fn grouped_filters_put_each_connection_in_its_own_class() {
+    classify_two_connections(300);
+}
+
+/// The class a rendered script gives to the `dir` ("up" or "down") pipe of flow `n`.
+fn class_of(script: &str, n: usize, dir: &str) -> String {
+    let mut lines = script.lines();
+    let head = format!("# flow #{n} ");
+    lines
+        .find(|l| l.starts_with(&head) && l.contains(&format!(" {dir}: ")))
+        .and_then(|_| lines.next())
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "classid").nth(1))
+        .unwrap_or_else(|| panic!("no class for flow #{n} {dir} in\n{script}"))
+        .to_string()
+}
+
+fn classify_two_connections(filler: usize) {
     assert!(
         Command::new("curl").arg("--version").output().is_ok(),
         "curl is missing (it opens connections from chosen ports): apt-get install curl"
@@ -351,7 +375,22 @@ up = "delay=1ms"
 down = "delay=1ms"
 "#,
     );
+    let mut t = t;
+    // filler flows (never used) between flow #1 and flow #2
+    let second = t.flows.pop().unwrap();
+    for i in 0..filler {
+        let mut f = t.flows[0].clone();
+        f.client = SocketAddr::new(
+            Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 8, 1)) + i as u32).into(),
+            30_000,
+        );
+        t.flows.push(f);
+    }
+    t.flows.push(second);
     let sc = render(Backend::Netem, &t, &ropts()).unwrap();
+    let text = sc.to_shell();
+    let last = t.flows.len();
+    assert_eq!(text.contains("groups of"), filler > 0);
     apply(Backend::Netem, &sc, &ropts(), &in_ns(r)).unwrap();
     // each curl: SYN up, RST down (nothing listens), through its own pair of classes
     for (src, port) in [
@@ -399,20 +438,31 @@ down = "delay=1ms"
         v.sort();
         v
     };
-    // flow #1 -> 6d69:10 (one connection), flow #2 -> 6d69:11 (two connections, so twice the
-    // packets), 198.19.0.9 -> the default class 6d69:2; the catch-all 6d69:1 sees nothing
+    // flow #1 -> its class (one connection), flow #2 -> its class (two connections, so twice
+    // the packets), 198.19.0.9 -> the default class 6d69:2; the catch-all 6d69:1 sees nothing
     let up = packets("sif");
     let down = packets("cif");
-    for (dir, v) in [("upstream", &up), ("downstream", &down)] {
+    for (dir, v, d) in [("upstream", &up, "up"), ("downstream", &down, "down")] {
         let n = |id: &str| v.iter().find(|(c, _)| c == id).map(|x| x.1);
-        let one = n("6d69:10").unwrap();
+        let (first, second) = (class_of(&text, 1, d), class_of(&text, last, d));
+        if filler == 0 {
+            assert_eq!((first.as_str(), second.as_str()), ("6d69:10", "6d69:11"));
+        } else {
+            // in two different groups' qdiscs
+            assert_ne!(first.split(':').next(), second.split(':').next());
+        }
+        let one = n(&first).unwrap();
         assert!(
             one >= 1,
             "{dir}: flow #1 saw nothing: {v:?}\n{}\n{}",
             sh(&["ip", "-n", r, "-s", "link"]),
             sh(&["ip", "-n", r, "route"])
         );
-        assert_eq!(n("6d69:11"), Some(2 * one), "{dir}: {v:?}");
+        assert_eq!(n(&second), Some(2 * one), "{dir}: {v:?}");
+        // the filler flows' classes saw nothing
+        let busy = v.iter().filter(|(_, p)| *p > 0).count();
+        let groups = if filler > 0 { 2 } else { 0 };
+        assert!(busy <= 3 + groups, "{dir}: {v:?}");
         assert!(n("6d69:2").unwrap() >= one, "{dir}: {v:?}");
         assert_eq!(n("6d69:1"), Some(0), "{dir}: {v:?}");
     }
@@ -436,10 +486,18 @@ fn time_install(ns: &str, pipes: usize) -> f64 {
     let t1 = Instant::now();
     let r = apply(Backend::Netem, &s, &ropts(), &in_ns(ns)).unwrap();
     let installed = t1.elapsed().as_secs_f64();
+    eprintln!("tc install: {pipes} pipes applied in {installed:.2} s");
     let classes = sh(&["tc", "-n", ns, "class", "show", "dev", "sif"])
         .lines()
         .count();
-    assert_eq!(classes, pipes / 2 + 1);
+    // the pipes' classes, the catch-all, and a class per group beyond one group's worth
+    let per_if = pipes / 2;
+    let groups = if per_if > TC_GROUP_PIPES {
+        per_if.div_ceil(TC_GROUP_PIPES)
+    } else {
+        0
+    };
+    assert_eq!(classes, per_if + 1 + groups);
     let t2 = Instant::now();
     apply_teardown(Backend::Netem, None, &ropts(), &in_ns(ns)).unwrap();
     eprintln!(

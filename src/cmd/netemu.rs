@@ -702,10 +702,13 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
         d.rx_frames[0], d.rx_frames[1], d.tx_frames[0], d.tx_frames[1], d.forwarded_unshaped, e.not_ip, e.unmatched, d.no_buffer, d.ring_drops, d.tx_errors, d.discarded
     );
     println!(
-        "departure lateness: p50 {:.1}us p99 {:.1}us max {:.1}us; flow rules {}, pipes {}",
+        "departure lateness: p50 {:.1}us p99 {:.1}us max {:.1}us (wake-ups {} us late p99, {} max, of {} timed sleeps); flow rules {}, pipes {}",
         d.late_p50_ns as f64 / 1e3,
         d.late_p99_ns as f64 / 1e3,
         d.late_max_ns as f64 / 1e3,
+        d.wake_late_p99_ns / 1_000,
+        d.wake_late_max_ns / 1_000,
+        d.timed_sleeps,
         e.flow_rules,
         e.pipes
     );

@@ -21,7 +21,11 @@
 //! * mimic's datapath is restarted (same engine) for each phase, so the lateness and ring-drop
 //!   counters in the notes belong to that phase.
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000]
+//! * kernel netem (`--netem`, on a kernel with sch_netem): one netem qdisc, delay 5 ms, on
+//!   the server-side veth behind the mirred redirect, shared by all flows; its delay error
+//!   beside mimic's in the same run (bench/netem-delay.sh runs it in a router guest).
+//!
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--netem]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::net::SocketAddr;
@@ -515,6 +519,13 @@ fn main() {
     let load_pps: u64 = get("--load-pps")
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
+    let netem = args.iter().any(|a| a == "--netem");
+    if netem {
+        if let Err(e) = mimic_netemu::render::probe_netem() {
+            eprintln!("netemu-bench --netem: {e}");
+            std::process::exit(2);
+        }
+    }
     let name = format!("nb{}", std::process::id() % 100_000);
     let (info, _) = lab::up(&name, &LabOptions::default()).expect("lab up (needs root)");
     struct Down(String);
@@ -568,6 +579,36 @@ fn main() {
         &info.ns_emu,
         &format!("qdisc del dev {} root", info.emu_srv_if),
     );
+    // Kernel netem (--netem; needs sch_netem, e.g. in a router guest on Debian's stock
+    // kernel: bench/netem-delay.sh): one netem qdisc with the same 5 ms delay on the
+    // server-side veth, shared by all flows, limit far above what is in flight.
+    if netem {
+        tc(
+            &info.ns_emu,
+            &format!(
+                "qdisc add dev {} root netem delay {}us limit 1000000",
+                info.emu_srv_if,
+                DELAY_NS / 1_000
+            ),
+        );
+        for &n in &pipe_counts {
+            let (mut row, _) = measure(
+                &info,
+                &mut Kernel,
+                "kernel netem delay=5ms + mirred",
+                n,
+                DELAY_NS,
+                secs,
+                load_pps,
+            );
+            row.note = "flows through one shared netem".into();
+            rows.push(row);
+        }
+        tc(
+            &info.ns_emu,
+            &format!("qdisc del dev {} root", info.emu_srv_if),
+        );
+    }
     kernel_redirect(&info, false);
 
     for &n in &pipe_counts {
@@ -606,9 +647,15 @@ fn main() {
         let late = |s: &Option<DatapathStats>| {
             let s = s.as_ref().unwrap();
             format!(
-                "lateness p99/max {:.0}/{:.0} µs, ring drops {}, no-buffer {}",
+                "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
                 s.late_p99_ns as f64 / 1e3,
                 s.late_max_ns as f64 / 1e3,
+                s.rx_wait_p99_ns as f64 / 1e3,
+                s.rx_wait_max_ns as f64 / 1e3,
+                s.wake_late_p99_ns as f64 / 1e3,
+                s.wake_late_max_ns as f64 / 1e3,
+                s.timed_sleeps,
+                s.spin_reduced_windows,
                 s.ring_drops,
                 s.no_buffer
             )

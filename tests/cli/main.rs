@@ -12,6 +12,7 @@ mod compare;
 mod export;
 mod metrics;
 mod netemu;
+mod parquet;
 mod pki;
 mod replay;
 mod shard;

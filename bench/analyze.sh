@@ -7,9 +7,16 @@
 # database, and SQLite storing the rows mimic wrote (moved as stored, and by value), beside the
 # issue's targets (3x tcptrace, and 1.8x that with --threads 2) and what those leave of the
 # machine's CPU (bench/src/bin/analyze_floor.rs says what each floor measures).
-# Usage: bench/analyze.sh [RUNS]   (run on a quiet machine)
+# With --format parquet (or both, the default) mimic analyze --format parquet is timed beside
+# the SQLite runs, and the floor of writing the same rows as Parquet beside SQLite's.
+# Usage: bench/analyze.sh [--format sqlite|parquet|both] [RUNS]   (run on a quiet machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+format=both
+if [ "${1:-}" = --format ]; then
+  format=${2:?--format needs sqlite, parquet or both}; shift 2
+fi
+case "$format" in sqlite|parquet|both) ;; *) echo "--format: sqlite, parquet or both" >&2; exit 2 ;; esac
 runs=${1:-3}
 scripts/deps.sh test >/dev/null
 cargo build --release -q -p mimic -p mimic-bench
@@ -30,7 +37,7 @@ time_it() { # name, command...
     local t0 t1
     # every run writes a new database: replacing the previous one would add the file
     # system's release of its blocks (~30 ms for 70 MB on ext4) to the time
-    rm -f "$out/bench.db"
+    rm -rf "$out/bench.db" "$out/bench.parquet"
     t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N)
     ts+=("$(python3 -c "print($t1 - $t0)")")
   done
@@ -40,8 +47,14 @@ time_it() { # name, command...
 results=$(
   time_it "tcptrace -n" tcptrace -n "$trace"
   time_it "tshark -q -z conv,tcp" tshark -r "$trace" -q -z conv,tcp
+  if [ "$format" != parquet ]; then
+    time_it "mimic analyze --threads 2" ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q --threads 2
+  fi
+  if [ "$format" != sqlite ]; then
+    time_it "mimic analyze --format parquet" ./target/release/mimic analyze "$trace" -o "$out/bench.parquet" -q --format parquet
+  fi
+  # the last timed run leaves bench.db for the floors below
   time_it "mimic analyze" ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q
-  time_it "mimic analyze --threads 2" ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q --threads 2
 )
 conns=$(sqlite3 "$out/bench.db" "select count(*) from connections")
 
@@ -60,8 +73,11 @@ floors=$(
   floor_it "analysis" ./target/release/examples/analyze_nodb "$trace"
   floor_it "db_copy" ./target/release/analyze-floor db "$out/bench.db" "$out/floor.db"
   floor_it "db_insert" ./target/release/analyze-floor db --by-value "$out/bench.db" "$out/floor.db"
+  if [ "$format" != sqlite ]; then
+    floor_it "parquet" ./target/release/analyze-floor parquet "$out/bench.db" "$out/floor.parquet"
+  fi
 )
-rm -f "$out/floor.db"
+rm -rf "$out/floor.db" "$out/floor.parquet" "$out/bench.parquet"
 python3 - "$frames" "$conns" "$(nproc)" <<PY
 import statistics, sys
 frames, conns, cores = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -86,6 +102,9 @@ print(f"  reading the trace alone (mimic's reader, frames dropped)      {fl['rea
 print(f"  analysis without the database (records dropped, one thread)   {fl['analysis']:8.3f} s  {base / fl['analysis']:5.2f}x tcptrace")
 print(f"  SQLite storing mimic's rows as stored records (serial floor)  {fl['db_copy']:8.3f} s")
 print(f"  SQLite storing mimic's rows by value (its insert path)        {fl['db_insert']:8.3f} s")
+if 'parquet' in fl:
+    print(f"  Parquet storing the same rows (mimic's writer, from memory)   {fl['parquet']:8.3f} s"
+          f"  ({fl['db_insert'] / fl['parquet']:.2f}x faster than SQLite's insert path)")
 print()
 io = fl['read'] + fl['db_insert']          # no analysis at all
 proper = fl['analysis'] - fl['read']        # the analysis beyond reading

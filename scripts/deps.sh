@@ -19,9 +19,12 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 # (python3-yaml: its check of the Kubernetes manifests in docker/k8s without a cluster); QEMU,
 # Debian's static busybox and cpio run lab hosts as guests on Debian's stock kernel
 # (tests/lab/guest.rs; the kernel itself is fetched with apt-get download, not installed).
+# DuckDB and PySpark read the Parquet output in tests/cli/parquet.rs: from PyPI into the venv
+# below (Debian's pip refuses system installs), Spark on Debian's Java 17.
 test_pkgs=("${demo_pkgs[@]}" util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl nginx-light
-  docker.io docker-compose debootstrap python3-yaml qemu-system-x86 busybox-static cpio)
+  docker.io docker-compose debootstrap python3-yaml qemu-system-x86 busybox-static cpio
+  python3-venv openjdk-17-jre-headless)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)
@@ -33,6 +36,20 @@ case "$group" in
   corpus) pkgs=("${corpus_pkgs[@]}") ;;
   *) echo "usage: $0 demo|test|bench|corpus" >&2; exit 2 ;;
 esac
+
+# The Python packages of the tests, in a venv of their own (MIMIC_PYENV, by default
+# /var/cache/mimic/pyenv); made once, after the Debian packages, and left alone when complete.
+pyenv() {
+  local env=${MIMIC_PYENV:-/var/cache/mimic/pyenv}
+  if [ -x "$env/bin/python" ] && "$env/bin/python" -c 'import duckdb, pyspark' 2>/dev/null; then
+    return 0
+  fi
+  echo "mimic: installing duckdb and pyspark into $env" >&2
+  mkdir -p "$(dirname "$env")"
+  /usr/bin/python3 -m venv "$env"
+  "$env/bin/pip" install -q duckdb pyspark >&2
+}
+[ "$group" = test ] || [ "$group" = bench ] && trap pyenv EXIT
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -20,7 +20,7 @@ use crate::analyzer::{Analyzer, AnalyzerStats};
 use crate::config::Config;
 use crate::filter::{CaptureFilter, FilterError};
 use crate::record::{ConnectionRecord, PruneReason};
-use crate::store::RecordStore;
+use crate::store::{Output, OutputError, OutputFormat};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -30,6 +30,8 @@ pub enum AnalyzeError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Db(#[from] DbError),
+    #[error(transparent)]
+    Output(#[from] OutputError),
     #[error("{0}: the output would overwrite an input")]
     OutputIsInput(PathBuf),
     #[error("interrupted: nothing was written")]
@@ -417,8 +419,14 @@ impl FrameSource {
     }
 }
 
-/// Analyzes the inputs into `opts.output`.
+/// Analyzes the inputs into the SQLite database `opts.output`.
 pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
+    run_to(opts, OutputFormat::Sqlite)
+}
+
+/// Analyzes the inputs into `opts.output` in `format`: a SQLite database, or (Parquet) the
+/// directory of a dataset of which this run writes shard K (`--shard K/N`; 1 unsharded).
+pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, AnalyzeError> {
     if opts.inputs.is_empty() {
         return Err(AnalyzeError::NoInputs);
     }
@@ -427,15 +435,16 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
     }
     // a mistake in the filter is reported before anything is read
     let filter = opts.filter.as_deref().map(CaptureFilter::new).transpose()?;
-    check_output(&opts.output, &opts.inputs)?;
+    check_output(&opts.output, &opts.inputs, format)?;
     let started = Instant::now();
     let mut source = FrameSource::open(&opts.inputs, opts.progress.clone(), opts.cancel.clone())?;
     source.select.filter = filter;
-    let store = RecordStore::create(&opts.output)?;
+    let shard = opts.config.shard.map_or((1, 1), |s| (s.index(), s.count()));
+    let store = Output::create(&opts.output, format, shard)?;
     // the database is loaded on its own thread while the analysis goes on
     let (tx, rx) = mpsc::sync_channel::<Vec<ConnectionRecord>>(8);
     let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(
-        move || -> Result<RecordStore, DbError> {
+        move || -> Result<Output, OutputError> {
             let mut store = store;
             loop {
                 let batch = match rx.try_recv() {
@@ -575,7 +584,8 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
             0.0
         },
     };
-    write_meta(&store, opts, &summary)?;
+    let mut store = store;
+    write_meta(&mut store, opts, &summary)?;
     store.commit()?;
     // the time includes building the indexes and committing the database
     let mut summary = summary;
@@ -591,7 +601,11 @@ pub fn run(opts: &RunOptions) -> Result<Summary, AnalyzeError> {
 /// Refuses an output that cannot be written or would replace an input, before any work is
 /// done: an input reached through another name (a symlink, a hard link, `./`) is the same file
 /// when it has the same device and inode, and the database's final rename would destroy it.
-fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
+fn check_output(
+    output: &Path,
+    inputs: &[PathBuf],
+    format: OutputFormat,
+) -> Result<(), AnalyzeError> {
     use std::os::unix::fs::MetadataExt;
     let bad = |what: &str| {
         AnalyzeError::Db(DbError::Io {
@@ -600,8 +614,14 @@ fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
         })
     };
     if let Ok(out) = std::fs::metadata(output) {
-        if out.is_dir() {
-            return Err(bad("is a directory"));
+        match format {
+            OutputFormat::Sqlite if out.is_dir() => return Err(bad("is a directory")),
+            OutputFormat::Parquet if !out.is_dir() => {
+                return Err(bad(
+                    "exists and is not a directory (Parquet output is a directory)",
+                ))
+            }
+            _ => {}
         }
         for p in inputs.iter().filter(|p| !is_stdin(p)) {
             if let Ok(m) = std::fs::metadata(p) {
@@ -667,7 +687,7 @@ impl Sink {
     }
 }
 
-fn write_meta(store: &RecordStore, opts: &RunOptions, s: &Summary) -> Result<(), DbError> {
+fn write_meta(store: &mut Output, opts: &RunOptions, s: &Summary) -> Result<(), OutputError> {
     let cfg = &opts.config;
     let mut rows: Vec<(String, String)> = vec![
         ("role".into(), "original".into()),

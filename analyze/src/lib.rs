@@ -8,6 +8,7 @@
 
 pub mod analyzer;
 mod bandwidth;
+pub mod columnar;
 pub mod config;
 mod conn;
 pub mod driver;

@@ -8,18 +8,23 @@
 //! INSERT. Bulk loading is the expensive part of an analysis (a busy trace yields millions of
 //! exchange and sample rows), so rows are buffered and inserted many per statement, and the
 //! indexes are built once at the end.
+//!
+//! With `--format parquet` the same rows go to the column builders of a Parquet dataset
+//! ([`ParquetStore`], `crate::columnar`) instead; [`Output`] is either.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use mimic_core::community_id::tcp_community_id;
-use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError};
+use mimic_core::db::{index_statements, set_meta, AtomicDb, DbError, SCHEMA_LEVEL, SCHEMA_VERSION};
 use mimic_core::flow::Endpoint;
 use mimic_core::schema::{
-    BwSampleRow, ConnectionRow, ExchangeRow, RttSampleRow, Table, TableRow, Text,
+    BwSampleRow, ConnectionRow, ExchangeRow, MetaRow, RttSampleRow, Table, TableRow, Text,
 };
 use mimic_core::Timestamp;
 use rusqlite::Connection;
 
+use crate::columnar::{ColumnarError, ParquetDataset};
 use crate::record::{BwSample, ConnectionRecord, Exchange, RttSample};
 
 /// Inserts records into a database being written atomically; everything happens in one
@@ -297,5 +302,155 @@ impl RecordStore {
             "database committed"
         );
         r
+    }
+}
+
+/// The output formats of an analysis.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// One SQLite database (flows.db).
+    #[default]
+    Sqlite,
+    /// One shard of a Hive-partitioned Parquet directory (`crate::columnar`).
+    Parquet,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Parquet(#[from] ColumnarError),
+}
+
+/// Writes records as shard K of a Parquet dataset: the rows of each record go straight to the
+/// column builders of their tables; `meta` is gathered and written at the commit.
+pub struct ParquetStore {
+    ds: ParquetDataset,
+    meta: BTreeMap<String, String>,
+    /// Indexes of the tables in the dataset: meta, connections, exchanges, rtt_samples,
+    /// bw_samples.
+    ix: [usize; 5],
+}
+
+impl ParquetStore {
+    /// Shard `shard` of `count` in the directory `dir`.
+    pub fn create(dir: &Path, shard: u32, count: u32) -> Result<ParquetStore, ColumnarError> {
+        let ds = ParquetDataset::create(dir, shard, count)?;
+        let ix = [
+            MetaRow::TABLE,
+            ConnectionRow::TABLE,
+            ExchangeRow::TABLE,
+            RttSampleRow::TABLE,
+            BwSampleRow::TABLE,
+        ]
+        .map(|t| ParquetDataset::index(t.name).expect("a table of the contract"));
+        // what `db::init_schema_tables` writes into every new database
+        let meta = [
+            ("schema_version", SCHEMA_VERSION.to_string()),
+            ("schema_migration", SCHEMA_LEVEL.to_string()),
+            ("tool", "mimic".to_string()),
+            ("tool_version", env!("CARGO_PKG_VERSION").to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Ok(ParquetStore { ds, meta, ix })
+    }
+
+    pub fn set_meta(&mut self, key: &str, value: &str) {
+        self.meta.insert(key.to_string(), value.to_string());
+    }
+
+    pub fn insert(&mut self, r: &ConnectionRecord) -> Result<(), ColumnarError> {
+        let id = r.id as i64;
+        let [_, conn, ex, rtt, bw] = self.ix;
+        self.ds.table(conn).push(&connection_row(r))?;
+        let w = self.ds.table(ex);
+        for e in &r.exchanges {
+            w.push(&exchange_row(id, e))?;
+        }
+        let w = self.ds.table(rtt);
+        for s in &r.rtt_samples {
+            w.push(&rtt_sample_row(id, s))?;
+        }
+        let w = self.ds.table(bw);
+        for s in &r.bw_samples {
+            w.push(&bw_sample_row(id, s))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `meta` and every table's file, and moves them into place.
+    pub fn commit(mut self) -> Result<PathBuf, ColumnarError> {
+        let w = self.ds.table(self.ix[0]);
+        for (key, value) in std::mem::take(&mut self.meta) {
+            w.push(&MetaRow {
+                key: Text::Owned(key),
+                value: Some(Text::Owned(value)),
+            })?;
+        }
+        let dir = self.ds.dir().to_path_buf();
+        let t0 = std::time::Instant::now();
+        let counts = self.ds.commit()?;
+        tracing::debug!(
+            commit_s = t0.elapsed().as_secs_f64(),
+            ?counts,
+            "parquet dataset committed"
+        );
+        Ok(dir)
+    }
+}
+
+/// Where an analysis writes its records: a SQLite database or a shard of a Parquet dataset.
+pub enum Output {
+    Sqlite(RecordStore),
+    Parquet(ParquetStore),
+}
+
+impl Output {
+    /// The output at `dest` in `format`; `shard` is (K, N) of a sharded run, (1, 1) otherwise.
+    pub fn create(
+        dest: &Path,
+        format: OutputFormat,
+        shard: (u32, u32),
+    ) -> Result<Output, OutputError> {
+        Ok(match format {
+            OutputFormat::Sqlite => Output::Sqlite(RecordStore::create(dest)?),
+            OutputFormat::Parquet => Output::Parquet(ParquetStore::create(dest, shard.0, shard.1)?),
+        })
+    }
+
+    pub fn insert(&mut self, r: ConnectionRecord) -> Result<(), OutputError> {
+        match self {
+            Output::Sqlite(s) => Ok(s.insert(r)?),
+            Output::Parquet(s) => Ok(s.insert(&r)?),
+        }
+    }
+
+    /// Writes what is queued (SQLite; the Parquet builders write themselves as they fill).
+    pub fn flush(&mut self) -> Result<(), OutputError> {
+        match self {
+            Output::Sqlite(s) => Ok(s.flush()?),
+            Output::Parquet(_) => Ok(()),
+        }
+    }
+
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), OutputError> {
+        match self {
+            Output::Sqlite(s) => Ok(s.set_meta(key, value)?),
+            Output::Parquet(s) => {
+                s.set_meta(key, value);
+                Ok(())
+            }
+        }
+    }
+
+    /// Completes the output and gives it its final name.
+    pub fn commit(self) -> Result<PathBuf, OutputError> {
+        match self {
+            Output::Sqlite(s) => Ok(s.commit()?),
+            Output::Parquet(s) => Ok(s.commit()?),
+        }
     }
 }

@@ -122,6 +122,13 @@ impl Column {
         }
     }
 
+    /// Whether SQLite lets the column hold NULL: not for `NOT NULL` and not for an `INTEGER
+    /// PRIMARY KEY` (the rowid); a `TEXT PRIMARY KEY` does (SQLite's old rule). Columnar
+    /// outputs declare their fields nullable exactly then.
+    pub fn nullable(&self) -> bool {
+        !(self.not_null || (self.primary_key && self.sql_type == SqlType::Integer))
+    }
+
     /// The column's definition in `CREATE TABLE` / `ALTER TABLE … ADD COLUMN`.
     pub fn ddl(&self) -> String {
         let mut s = format!("{} {}", self.name, self.sql_type.as_str());
@@ -271,11 +278,23 @@ impl Table {
     }
 }
 
+/// One value of a row as the writers other than SQLite's take it (the Parquet writer): the
+/// column's type, or NULL.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Cell<'a> {
+    Integer(i64),
+    Real(f64),
+    Text(&'a str),
+    Null,
+}
+
 /// A Rust type a column holds: its SQL type, whether NULL is allowed, and how it is bound and
 /// read. Columns hold `i64`, `f64` or [`Text`], or an `Option` of one (nullable).
 pub trait Value: Sized {
     const SQL_TYPE: SqlType;
     const NULLABLE: bool;
+    /// The value as a [`Cell`].
+    fn cell(&self) -> Cell<'_>;
     fn bind(&self, st: &mut rusqlite::Statement<'_>, idx: usize) -> rusqlite::Result<()>;
     fn read(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Self>;
 }
@@ -283,6 +302,10 @@ pub trait Value: Sized {
 impl Value for i64 {
     const SQL_TYPE: SqlType = SqlType::Integer;
     const NULLABLE: bool = false;
+    #[inline]
+    fn cell(&self) -> Cell<'_> {
+        Cell::Integer(*self)
+    }
     #[inline]
     fn bind(&self, st: &mut rusqlite::Statement<'_>, idx: usize) -> rusqlite::Result<()> {
         st.raw_bind_parameter(idx, *self)
@@ -296,6 +319,10 @@ impl Value for f64 {
     const SQL_TYPE: SqlType = SqlType::Real;
     const NULLABLE: bool = false;
     #[inline]
+    fn cell(&self) -> Cell<'_> {
+        Cell::Real(*self)
+    }
+    #[inline]
     fn bind(&self, st: &mut rusqlite::Statement<'_>, idx: usize) -> rusqlite::Result<()> {
         st.raw_bind_parameter(idx, *self)
     }
@@ -308,6 +335,10 @@ impl Value for Text {
     const SQL_TYPE: SqlType = SqlType::Text;
     const NULLABLE: bool = false;
     #[inline]
+    fn cell(&self) -> Cell<'_> {
+        Cell::Text(self.as_ref())
+    }
+    #[inline]
     fn bind(&self, st: &mut rusqlite::Statement<'_>, idx: usize) -> rusqlite::Result<()> {
         st.raw_bind_parameter(idx, self.as_ref())
     }
@@ -319,6 +350,13 @@ impl Value for Text {
 impl<T: Value> Value for Option<T> {
     const SQL_TYPE: SqlType = T::SQL_TYPE;
     const NULLABLE: bool = true;
+    #[inline]
+    fn cell(&self) -> Cell<'_> {
+        match self {
+            Some(v) => v.cell(),
+            None => Cell::Null,
+        }
+    }
     #[inline]
     fn bind(&self, st: &mut rusqlite::Statement<'_>, idx: usize) -> rusqlite::Result<()> {
         match self {
@@ -342,6 +380,8 @@ pub trait TableRow: Sized {
     fn bind(&self, st: &mut rusqlite::Statement<'_>, first: usize) -> rusqlite::Result<()>;
     /// Reads a row of [`Table::select_sql`].
     fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
+    /// Calls `f` with each column's value, in column order (for writers other than SQLite's).
+    fn for_each_cell(&self, f: impl FnMut(Cell<'_>));
 
     /// Inserts the row on its own (writers that insert many rows use multi-row statements).
     fn insert(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
@@ -409,6 +449,11 @@ macro_rules! tables {
                     )*
                     let _ = idx;
                     Ok(())
+                }
+
+                #[inline]
+                fn for_each_cell(&self, mut f: impl FnMut(Cell<'_>)) {
+                    $( f(Value::cell(&self.$field)); )*
                 }
 
                 // the last column's increment is never read
@@ -1030,6 +1075,43 @@ mod tests {
                 []
             )
             .is_err());
+    }
+
+    /// A row's cells are its fields in column order, None as NULL; `nullable` is SQLite's
+    /// rule (NOT NULL and INTEGER PRIMARY KEY refuse NULL, a TEXT PRIMARY KEY takes it).
+    #[test]
+    fn cells_follow_the_column_list_and_nulls() {
+        let ex = ExchangeRow {
+            conn_id: 3,
+            seq: 1,
+            t_req_first: Some(10),
+            method: Some("GET".into()),
+            ..Default::default()
+        };
+        let mut cells = Vec::new();
+        ex.for_each_cell(|c| cells.push(format!("{c:?}")));
+        assert_eq!(cells.len(), ExchangeRow::TABLE.columns.len());
+        assert_eq!(
+            &cells[..4],
+            ["Integer(3)", "Integer(1)", "Integer(10)", "Null"]
+        );
+        assert_eq!(cells[12], "Text(\"GET\")");
+        assert_eq!(cells[13], "Null");
+        let bw = BwSampleRow {
+            bps: 2.5,
+            ..Default::default()
+        };
+        let mut cells = Vec::new();
+        bw.for_each_cell(|c| cells.push(format!("{c:?}")));
+        assert_eq!(cells[2], "Real(2.5)");
+        let col = |t: &Table, n: &str| t.column(n).unwrap().nullable();
+        assert!(!col(ConnectionRow::TABLE, "id"));
+        assert!(!col(ConnectionRow::TABLE, "client_ip"));
+        assert!(col(ConnectionRow::TABLE, "min_rtt_us"));
+        assert!(col(MetaRow::TABLE, "key"));
+        assert!(col(MetaRow::TABLE, "value"));
+        assert!(!col(ReplayMapRow::TABLE, "orig_conn_id"));
+        assert!(col(ReplayMapRow::TABLE, "replay_conn_id"));
     }
 
     /// The mechanism a new column goes through: version 2 of a table is version 1 plus one

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use mimic_analyze::driver::{self, RunOptions, Summary};
+use mimic_analyze::store::OutputFormat;
 use mimic_analyze::{BwMethod, Cidr, Config};
 use mimic_core::community_id::Shard;
 
@@ -16,9 +17,16 @@ pub struct Args {
     /// `-` reads one from standard input (e.g. `tcpdump -w - | mimic analyze - -o flows.db`).
     #[arg(required = true, value_name = "TRACE")]
     pub inputs: Vec<PathBuf>,
-    /// The database to write (replaced atomically when the run succeeds).
-    #[arg(short, long, value_name = "FILE")]
+    /// The database to write (replaced atomically when the run succeeds); with `--format
+    /// parquet`, the dataset directory (created if missing) that gets
+    /// `table=NAME/shard=K/part-0.parquet` per table (K of `--shard K/N`, 1 unsharded).
+    #[arg(short, long, value_name = "FILE|DIR")]
     pub output: PathBuf,
+    /// Output format: `sqlite` (one database) or `parquet` (a Hive-partitioned directory
+    /// that DuckDB, Spark and Trino read as one table per name, the shards of one run
+    /// together; see GUIDE.md).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Sqlite)]
+    pub format: Format,
     /// A server port, for connections whose handshake was not captured (repeatable).
     #[arg(long = "server-port", value_name = "P")]
     pub server_ports: Vec<u16>,
@@ -62,6 +70,22 @@ pub struct Args {
     /// bench/bw-methods.sh), mode (histogram, papers/004) or capprobe (minimum delay sum, papers/001).
     #[arg(long, value_name = "METHOD", default_value = "median", value_parser = parse_bw)]
     pub bw_method: BwMethod,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Sqlite,
+    Parquet,
+}
+
+impl From<Format> for OutputFormat {
+    fn from(f: Format) -> OutputFormat {
+        match f {
+            Format::Sqlite => OutputFormat::Sqlite,
+            Format::Parquet => OutputFormat::Parquet,
+        }
+    }
 }
 
 /// Where a trace was captured (meta `capture_vantage`).
@@ -137,6 +161,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.threads as usize,
         vec![("capture_vantage".into(), a.vantage.as_str().into())],
         a.filter.clone(),
+        a.format.into(),
         Some(cancel),
     ) {
         Ok(s) => s,
@@ -188,10 +213,20 @@ pub fn analyze_with_progress(
     extra_meta: Vec<(String, String)>,
     cancel: Option<Arc<AtomicBool>>,
 ) -> anyhow::Result<Summary> {
-    analyze_inputs(inputs, output, config, threads, extra_meta, None, cancel)
+    analyze_inputs(
+        inputs,
+        output,
+        config,
+        threads,
+        extra_meta,
+        None,
+        OutputFormat::Sqlite,
+        cancel,
+    )
 }
 
-/// [`analyze_with_progress`] with a capture filter.
+/// [`analyze_with_progress`] with a capture filter and an output format.
+#[allow(clippy::too_many_arguments)]
 fn analyze_inputs(
     inputs: Vec<PathBuf>,
     output: PathBuf,
@@ -199,6 +234,7 @@ fn analyze_inputs(
     threads: usize,
     extra_meta: Vec<(String, String)>,
     filter: Option<String>,
+    format: OutputFormat,
     cancel: Option<Arc<AtomicBool>>,
 ) -> anyhow::Result<Summary> {
     let total = driver::input_bytes(&inputs);
@@ -231,7 +267,7 @@ fn analyze_inputs(
         filter,
         cancel,
     };
-    let result = driver::run(&opts);
+    let result = driver::run_to(&opts, format);
     ticker.stop();
     pb.finish_and_clear();
     result.with_context(|| format!("analysis into {} failed", output.display()))

@@ -1,6 +1,8 @@
 //! `mimic export [--format text|csv|json|zeek] DB [-o FILE]`: one line or block per connection
 //! of a mimic database, for people (text, like tcptrace's long output), spreadsheets (CSV),
-//! scripts (JSON lines) and Zeek tooling (a conn.log-shaped TSV).
+//! scripts (JSON lines) and Zeek tooling (a conn.log-shaped TSV); or, with `--format parquet
+//! DB -o DIR`, every table of the database as a Parquet dataset (the writer of `mimic analyze
+//! --format parquet`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -20,6 +22,10 @@ Formats (one record per connection, in connection id order):
   json  JSON lines: one object per connection with the conn_summary columns; NULL is null
   zeek  Zeek's conn.log (TSV with #separator/#fields/#types header lines; `-` when unset);
         conn_state from mimic's handshake/termination, see GUIDE.md
+  parquet  not one record per connection: every table of the database (connections,
+        exchanges, rtt_samples, bw_samples, meta, ...) as DIR/table=NAME/shard=K/part-0.parquet
+        (K of a shard's meta `shard`, else 1), as `mimic analyze --format parquet` writes;
+        -o DIR is required
 Exit status: 0 written, 2 error (a closed pipe on stdout is not an error).")]
 pub struct Args {
     /// The database to export (from analyze, replay or synth; older schema levels too).
@@ -28,8 +34,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Write to FILE (atomically: complete or not at all) instead of standard output.
-    #[arg(short, long, value_name = "FILE")]
+    /// Write to FILE (atomically: complete or not at all) instead of standard output; with
+    /// `--format parquet`, the dataset directory (required).
+    #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
 }
 
@@ -39,6 +46,7 @@ pub enum Format {
     Csv,
     Json,
     Zeek,
+    Parquet,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -51,6 +59,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let conn = mimic_core::db::open_existing(&a.db)?;
+    if a.format == Format::Parquet {
+        let Some(dir) = &a.output else {
+            anyhow::bail!("--format parquet writes a directory of files: name it with -o DIR");
+        };
+        let (shard, counts) = mimic_analyze::columnar::export_database(&conn, &a.db, dir)
+            .with_context(|| format!("{}: exporting to Parquet", a.db.display()))?;
+        let rows: Vec<String> = counts.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        eprintln!(
+            "wrote {} (shard={shard}): {}",
+            dir.display(),
+            rows.join(", ")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let db = a.db.display().to_string();
     let result = match &a.output {
         Some(path) => {
@@ -181,6 +203,7 @@ fn write(conn: &Connection, db: &str, format: Format, out: &mut dyn Write) -> Re
         Format::Json => write_json(conn, out),
         Format::Zeek => write_zeek(conn, out),
         Format::Text => write_text(conn, db, out),
+        Format::Parquet => unreachable!("parquet is written by columnar::export_database"),
     }
 }
 

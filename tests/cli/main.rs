@@ -13,6 +13,7 @@ mod compare;
 mod export;
 mod metrics;
 mod netemu;
+mod parquet;
 mod pki;
 mod replay;
 mod shard;

@@ -12,6 +12,11 @@
 //!   at a time, so this time is serial however many cores the machine has. The copy is not
 //!   fsynced, which only lowers the floor. With `--by-value` every row goes through SQLite's
 //!   ordinary insert path instead (decoded and encoded again, indexes maintained row by row).
+//! * `analyze-floor parquet DB DIR` — the same rows, read into memory first (the row types of
+//!   `mimic_core::schema`), written as a Parquet dataset into DIR by mimic's Parquet writer
+//!   (`mimic_analyze::columnar`, as `mimic analyze --format parquet` writes them: column
+//!   builders, Snappy, files fsynced and renamed into place): what storing those records costs
+//!   in Parquet, beside `db --by-value` for SQLite.
 //!
 //! Each prints one line: `<what> <seconds> <count>`.
 
@@ -89,15 +94,44 @@ fn copy(src: &str, out: &str, by_value: bool) -> Result<(f64, u64), String> {
     Ok((secs, rows))
 }
 
+fn parquet(src: &str, dir: &str) -> Result<(f64, u64), String> {
+    use mimic_analyze::columnar::ParquetDataset;
+    use mimic_core::schema::{BwSampleRow, ConnectionRow, ExchangeRow, RttSampleRow, TableRow};
+    let _ = std::fs::remove_dir_all(dir);
+    let db = mimic_core::db::open_existing(src).map_err(|e| e.to_string())?;
+    let err = |e: rusqlite::Error| format!("{src}: {e}");
+    let conns = ConnectionRow::read_all(&db, "rowid").map_err(err)?;
+    let ex = ExchangeRow::read_all(&db, "rowid").map_err(err)?;
+    let rtt = RttSampleRow::read_all(&db, "rowid").map_err(err)?;
+    let bw = BwSampleRow::read_all(&db, "rowid").map_err(err)?;
+    let rows = (conns.len() + ex.len() + rtt.len() + bw.len()) as u64;
+    let t0 = Instant::now();
+    let perr = |e: mimic_analyze::columnar::ColumnarError| e.to_string();
+    let mut ds = ParquetDataset::create(std::path::Path::new(dir), 1, 1).map_err(perr)?;
+    fn put<T: TableRow>(ds: &mut ParquetDataset, rows: &[T]) -> Result<(), String> {
+        let w = ds.table(ParquetDataset::index(T::TABLE.name).expect("a table"));
+        rows.iter()
+            .try_for_each(|r| w.push(r))
+            .map_err(|e| e.to_string())
+    }
+    put(&mut ds, &conns)?;
+    put(&mut ds, &ex)?;
+    put(&mut ds, &rtt)?;
+    put(&mut ds, &bw)?;
+    ds.commit().map_err(perr)?;
+    Ok((t0.elapsed().as_secs_f64(), rows))
+}
+
 fn main() -> ExitCode {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let res = match a.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["read", trace] => read(trace).map(|r| ("read", r)),
         ["db", src, out] => copy(src, out, false).map(|r| ("db_copy", r)),
         ["db", "--by-value", src, out] => copy(src, out, true).map(|r| ("db_insert", r)),
+        ["parquet", src, dir] => parquet(src, dir).map(|r| ("parquet", r)),
         _ => {
             eprintln!(
-                "usage: analyze-floor read TRACE | analyze-floor db [--by-value] MIMIC_DB OUT"
+                "usage: analyze-floor read TRACE | analyze-floor db [--by-value] MIMIC_DB OUT | analyze-floor parquet MIMIC_DB DIR"
             );
             return ExitCode::from(2);
         }

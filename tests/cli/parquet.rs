@@ -1,0 +1,305 @@
+//! `mimic analyze --format parquet` and `mimic export --format parquet`: a public capture set
+//! analyzed in 4 shards into one Parquet directory is read back by DuckDB and by PySpark (the
+//! engines people run, from PyPI, in the venv `scripts/deps.sh test` makes) as one table per
+//! name, and their counts, a per-class aggregate and a join equal the SQLite figures of the
+//! unsharded run; DuckDB's rows equal SQLite's, row by row and column by column.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::analyze::{db, run_with_timeout};
+use crate::common::*;
+
+/// The Python with DuckDB and PySpark: `$MIMIC_PYENV/bin/python`, by default the venv
+/// `scripts/deps.sh test` creates. Missing: the test fails naming it.
+fn python() -> PathBuf {
+    let env = std::env::var_os("MIMIC_PYENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/mimic/pyenv"));
+    let py = env.join("bin/python");
+    assert!(
+        py.is_file(),
+        "{} is missing: the Python venv with duckdb and pyspark (scripts/deps.sh test creates it; or set MIMIC_PYENV)",
+        py.display()
+    );
+    py
+}
+
+/// Waits for `child` up to `limit`; past it, kills it and gives None.
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: exit {:?}\n{}{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+fn analyze_set(files: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+    let mut cmd = mimic();
+    cmd.arg("analyze")
+        .args(files)
+        .arg("-o")
+        .arg(out)
+        .arg("-q")
+        .args(extra);
+    run_with_timeout(cmd, Duration::from_secs(120), "analyze")
+}
+
+/// Every row of a table of the SQLite database, each a list of JSON values in column order.
+fn sqlite_rows(c: &rusqlite::Connection, table: &str) -> Vec<Vec<Value>> {
+    let mut st = c.prepare(&format!("SELECT * FROM {table}")).unwrap();
+    let n = st.column_count();
+    let rows = st
+        .query_map([], |r| {
+            (0..n)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => Value::Null,
+                        rusqlite::types::ValueRef::Integer(v) => Value::from(v),
+                        rusqlite::types::ValueRef::Real(v) => Value::from(v),
+                        rusqlite::types::ValueRef::Text(v) => {
+                            Value::from(String::from_utf8_lossy(v).into_owned())
+                        }
+                        rusqlite::types::ValueRef::Blob(_) => panic!("a blob in {table}"),
+                    })
+                })
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .unwrap();
+    rows.collect::<rusqlite::Result<_>>().unwrap()
+}
+
+/// Rows equal value by value; floats to the last bit but one (serde_json's default float
+/// parsing may round the script's shortest decimal to the neighbouring double).
+fn same_row(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Value::Number(p), Value::Number(q)) if p.is_f64() || q.is_f64() => {
+                let (p, q) = (p.as_f64().unwrap(), q.as_f64().unwrap());
+                (p - q).abs() <= 2.0 * f64::EPSILON * p.abs().max(q.abs())
+            }
+            _ => x == y,
+        })
+}
+
+fn sorted(mut rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    rows.sort_by_cached_key(|r| serde_json::to_string(r).unwrap());
+    rows
+}
+
+/// The per-class aggregate rows: class and sums exactly, the median to 1e-9.
+fn assert_classes(want: &Value, got: &Value, engine: &str) {
+    let (w, g) = (want.as_array().unwrap(), got.as_array().unwrap());
+    assert_eq!(w.len(), g.len(), "{engine}: classes {g:?}, SQLite {w:?}");
+    for (a, b) in w.iter().zip(g) {
+        let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+        assert_eq!(a[..5], b[..5], "{engine}: class row {b:?}, SQLite {a:?}");
+        match (a[5].as_f64(), b[5].as_f64()) {
+            (None, None) => {}
+            (Some(x), Some(y)) => assert!(
+                (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+                "{engine}: median {y} of class {}, SQLite {x}",
+                a[0]
+            ),
+            (x, y) => panic!("{engine}: median {y:?} of class {}, SQLite {x:?}", a[0]),
+        }
+    }
+}
+
+/// The check (CI): the `web/` capture set in 4 shards, written with `--format parquet`
+/// into one directory, read by DuckDB (`read_parquet(..., hive_partitioning = true)`) and by
+/// PySpark in local mode (`spark.read.parquet('DIR/table=connections')`): rows per table, the
+/// shard partitions, connections / bytes / exchanges / median response time per RTT class and a
+/// join of exchanges to connections equal what SQLite says of the unsharded flows.db; DuckDB's
+/// rows of every table equal SQLite's; and `mimic export --format parquet flows.db` gives the
+/// same rows.
+#[test]
+fn duckdb_and_spark_read_a_4_shard_parquet_directory_as_the_sqlite_run() {
+    let py = python();
+    require_tool("java");
+    let tmp = tempdir();
+    let files = traces_in("web");
+    let full = tmp.path().join("flows.db");
+    ok(&analyze_set(&files, &full, &[]), "unsharded analysis");
+    let ds = tmp.path().join("dataset");
+    for k in 1..=4 {
+        let shard = format!("{k}/4");
+        ok(
+            &analyze_set(&files, &ds, &["--format", "parquet", "--shard", &shard]),
+            &format!("shard {shard} to Parquet"),
+        );
+    }
+    for t in ["connections", "exchanges", "meta", "bw_samples"] {
+        for k in 1..=4 {
+            let p = ds.join(format!("table={t}/shard={k}/part-0.parquet"));
+            assert!(p.is_file(), "{} missing", p.display());
+        }
+    }
+    // nothing else in the directory (no temporary files left)
+    let top: Vec<String> = std::fs::read_dir(&ds)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(top.iter().all(|n| n.starts_with("table=")), "{top:?}");
+    let exported = tmp.path().join("exported");
+    let mut cmd = mimic();
+    cmd.args(["export", "--format", "parquet"])
+        .arg(&full)
+        .arg("-o")
+        .arg(&exported);
+    ok(
+        &run_with_timeout(cmd, Duration::from_secs(60), "export"),
+        "export",
+    );
+
+    // the figures (megabytes of rows) and Spark's log go to files: a pipe would fill and stop
+    // the script
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/parquet_engines.py");
+    let (json, log) = (
+        tmp.path().join("figures.json"),
+        tmp.path().join("engines.log"),
+    );
+    let mut child = Command::new(&py)
+        .arg(&script)
+        .arg(&ds)
+        .arg(&full)
+        .arg(&exported)
+        .arg(&json)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start parquet_engines.py");
+    let status = wait_or_kill(&mut child, Duration::from_secs(600));
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let tail = &log_text[log_text.len().saturating_sub(3000)..];
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "parquet_engines.py (DuckDB and PySpark): {status:?}\n{tail}"
+    );
+    let figures: Value = serde_json::from_slice(&std::fs::read(&json).unwrap())
+        .unwrap_or_else(|e| panic!("parquet_engines.py output: {e}\n{tail}"));
+
+    let sql = &figures["sqlite"];
+    let c = db(&full);
+    let conns: i64 = c
+        .query_row("SELECT count(*) FROM connections", [], |r| r.get(0))
+        .unwrap();
+    assert!(conns > 100, "the capture set gave only {conns} connections");
+    assert_eq!(sql["counts"]["connections"], conns);
+    for engine in ["duckdb", "spark"] {
+        let f = &figures[engine];
+        assert!(
+            f.get("error").is_none(),
+            "{engine}: {} (scripts/deps.sh test installs it into the venv)",
+            f["error"]
+        );
+        assert_eq!(f["counts"], sql["counts"], "{engine}: rows per table");
+        assert_eq!(f["shards"], serde_json::json!([1, 2, 3, 4]), "{engine}");
+        assert_classes(&sql["classes"], &f["classes"], engine);
+        assert_eq!(f["join"], sql["join"], "{engine}: exchanges joined");
+        let types = &f["types"];
+        let want = if engine == "duckdb" {
+            [
+                ("id", "BIGINT"),
+                ("bw_bps", "DOUBLE"),
+                ("client_ip", "VARCHAR"),
+            ]
+        } else {
+            [
+                ("id", "bigint"),
+                ("bw_bps", "double"),
+                ("client_ip", "string"),
+            ]
+        };
+        for (col, ty) in want {
+            assert_eq!(types[col], ty, "{engine}: type of connections.{col}");
+        }
+    }
+    let duck = &figures["duckdb"];
+    // each shard's meta says which shard it is
+    let shard_meta: BTreeMap<String, Value> =
+        serde_json::from_value(duck["meta_shard"].clone()).unwrap();
+    assert_eq!(
+        shard_meta.values().cloned().collect::<Vec<_>>(),
+        ["1/4", "2/4", "3/4", "4/4"]
+    );
+    let mut compared = 0;
+    for (set, label) in [("rows", "4 shards"), ("exported_rows", "export")] {
+        let rows = duck[set].as_object().expect("rows per table");
+        for (table, got) in rows {
+            let got: Vec<Vec<Value>> = serde_json::from_value(got.clone()).unwrap();
+            let want = sqlite_rows(&c, table);
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "{label}: rows of {table} in Parquet and SQLite"
+            );
+            let (got, want) = (sorted(got), sorted(want));
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    same_row(g, w),
+                    "{label}: a row of {table}, Parquet {g:?} vs SQLite {w:?}"
+                );
+            }
+            compared += got.len();
+        }
+    }
+    assert!(compared > 1000, "only {compared} rows compared");
+    eprintln!(
+        "parquet: {conns} connections, {compared} rows compared with SQLite; DuckDB and Spark agree on {} classes",
+        sql["classes"].as_array().unwrap().len()
+    );
+}
+
+/// Bad uses are refused with a message naming what is wrong: Parquet output onto a file, a
+/// directory holding another run's shard, export without a directory.
+#[test]
+fn parquet_output_refuses_what_it_cannot_write() {
+    let tmp = tempdir();
+    let f = trace("web/tcptrace_http.dmp.pcap");
+    let file = tmp.path().join("plain");
+    std::fs::write(&file, b"x").unwrap();
+    let o = analyze_set(std::slice::from_ref(&f), &file, &["--format", "parquet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
+
+    let ds = tmp.path().join("ds");
+    ok(
+        &analyze_set(
+            std::slice::from_ref(&f),
+            &ds,
+            &["--format", "parquet", "--shard", "3/3"],
+        ),
+        "shard 3/3",
+    );
+    let o = analyze_set(std::slice::from_ref(&f), &ds, &["--format", "parquet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("shard=3"), "{}", stderr(&o));
+
+    let full = tmp.path().join("flows.db");
+    ok(&analyze_set(std::slice::from_ref(&f), &full, &[]), "sqlite");
+    let o = run(&["export", "--format", "parquet", full.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-o DIR"), "{}", stderr(&o));
+}

@@ -482,6 +482,7 @@ mod tests {
                 client_ip: None,
                 t_start_us: 0,
                 min_rtt_us: None,
+                max_rtt_us: None,
                 bw_bps: None,
                 loss_rate_down: 0.0,
                 delack_every: None,

@@ -172,7 +172,8 @@ impl Roles {
                 }
                 .parse()
                 .map_err(ReplayError::Invalid)?;
-                let mut netemu_ctl: ControlAddr = info.control.parse().map_err(ReplayError::Invalid)?;
+                let mut netemu_ctl: ControlAddr =
+                    info.control.parse().map_err(ReplayError::Invalid)?;
                 let server = SocketAddr::new(IpAddr::V4(info.server_addr), opts.server_port);
                 progress.stage("roles");
                 // the real-time datapath gets a CPU of its own, the timer threads the others

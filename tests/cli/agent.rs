@@ -68,8 +68,6 @@ fn replay_agents_are_parsed_and_a_remote_replay_needs_addresses_or_agents() {
         "unix:/nonexistent/n.sock",
         "--pki",
         "/nonexistent/pki",
-        "--capture-iface",
-        "lo",
     ];
     let o = run(&remote);
     assert_eq!(o.status.code(), Some(2));

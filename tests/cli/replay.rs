@@ -325,8 +325,6 @@ fn emulator_flag_errors_name_what_is_wrong() {
             "unix:/nonexistent/n.sock",
             "--pki",
             "/nonexistent/pki",
-            "--capture-iface",
-            "lo",
             "--client-addr",
             "127.0.0.2",
             "--emulator",

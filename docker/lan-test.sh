@@ -90,6 +90,11 @@ cleanup() {
   if [ -n "$(docker image ls -q "$tag" 2>/dev/null)" ]; then
     docker image rm -f "$tag" >/dev/null || say "could not remove the image $tag"
   fi
+  for r in $roles; do
+    if [ -n "$(docker image ls -q "mimic-lan-$r:$run" 2>/dev/null)" ]; then
+      docker image rm -f "mimic-lan-$r:$run" >/dev/null || say "could not remove the image mimic-lan-$r:$run"
+    fi
+  done
   rm -rf "$repo/docker/bin/$run"
   rmdir "$repo/docker/bin" 2>/dev/null
   if [ -n "${MIMIC_LAN_KEEP:-}" ]; then
@@ -104,6 +109,7 @@ cleanup() {
   fi
   exit "$rc"
 }
+roles="client router server capture"
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT
 trap 'say "terminated"; exit 143' TERM
@@ -140,6 +146,7 @@ fi
 for p in $( (docker ps -a --format '{{.Names}}' --filter name=mimiclan
   docker network ls --format '{{.Name}}' --filter name=mimiclan
   docker image ls --format '{{.Tag}}' mimic-lan
+  for r in $roles; do docker image ls --format '{{.Tag}}' "mimic-lan-$r"; done
   ls docker/bin 2>/dev/null) | grep '^mimiclan[0-9]' | sed 's/_.*//' | sort -u); do
   pid=${p#mimiclan}
   case "$pid" in '' | *[!0-9]*) continue ;; esac
@@ -148,6 +155,7 @@ for p in $( (docker ps -a --format '{{.Names}}' --filter name=mimiclan
   docker-compose -f "$repo/docker/compose.yaml" -p "$p" down --remove-orphans --timeout 5 >/dev/null 2>&1 || true
   for c in $(docker ps -aq --filter "name=^${p}_"); do docker rm -f "$c" >/dev/null 2>&1 || true; done
   docker image rm -f "mimic-lan:$p" >/dev/null 2>&1 || true
+  for r in $roles; do docker image rm -f "mimic-lan-$r:$p" >/dev/null 2>&1 || true; done
   rm -rf "docker/bin/$p"
 done
 
@@ -169,6 +177,16 @@ bgw docker build -q --network host -f docker/Dockerfile \
   -t "$tag" . >/dev/null
 t_build=$(($(date +%s) - t0))
 say "image $tag: $(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'), built in ${t_build} s"
+# one image per role (the Dockerfile's role targets: the same layers, the role as the default
+# command): each must build and start its own role
+for r in $roles; do
+  bgw docker build -q --network host -f docker/Dockerfile --target "$r" \
+    --build-arg MIMIC_BINARY=host --build-arg "MIMIC_HOST_BINARY=docker/bin/$run/mimic" \
+    -t "mimic-lan-$r:$run" . >/dev/null
+  cmd=$(docker image inspect -f '{{json .Config.Cmd}}' "mimic-lan-$r:$run")
+  case "$cmd" in "[\"$r\""*) ;; *) die "image mimic-lan-$r:$run starts $cmd, not the $r role" ;; esac
+done
+say "role images: $(for r in $roles; do printf 'mimic-lan-%s ' "$r"; done)(the runtime's layers, one default command each)"
 
 # ---- the LAN: a /24 of 198.18.0.0/15 that no route and no Docker network uses yet ----
 # shellcheck disable=SC2046 # one argument per network

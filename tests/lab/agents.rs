@@ -2,37 +2,8 @@
 //! namespaces `NAME-cli`, `NAME-cli2`, each its own TCP stack behind one switch), driven over
 //! the control channel (root, namespaces).
 
-use std::process::Output;
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use crate::common::*;
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// Tears a lab down when the test ends, however it ends.
-struct LabDown(String);
-
-impl Drop for LabDown {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
-}
-
-fn ok(args: &[&str]) -> Output {
-    let o = mimic().args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "mimic {args:?} failed ({:?}): {}{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
+use crate::util::{json, lab_name, ok, LabDown};
 
 /// `[p50, p99, max]` of a JSON summary's figures, as text.
 fn three(v: &serde_json::Value) -> String {
@@ -69,11 +40,7 @@ fn ten_thousand_connections_over_two_client_agents() {
         "-o",
         &p("synth.db"),
     ]);
-    let name = format!(
-        "ag{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
+    let name = lab_name("ag");
     let _down = LabDown(name.clone());
     let up = ok(&["lab", "up", &name, "--clients", "2"]);
     assert!(

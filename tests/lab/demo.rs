@@ -8,6 +8,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::*;
+use crate::util::LabDown;
 
 /// Nothing of lab `name` is left: namespaces, interfaces, runtime directory, processes.
 pub fn assert_lab_gone(name: &str) {
@@ -111,15 +112,6 @@ fn demo_runs_end_to_end() {
     assert!(out.join("report.html").exists() && out.join("plots").is_dir());
     assert_lab_gone(&lab);
     significance_gate_on_the_demo_replays(&out);
-}
-
-/// Removes a lab when the test ends, however it ends.
-struct LabDown(String);
-
-impl Drop for LabDown {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
 }
 
 /// The significance-aware rollout gate on real replays: the demo's replays of production under

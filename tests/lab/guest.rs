@@ -11,35 +11,13 @@
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, mimic_bin, require_root, require_tool, stderr, stdout};
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn lab_name() -> String {
-    format!(
-        "gu{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = mimic().args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "mimic {args:?} failed ({}): {}{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
-    stdout(&o)
-}
+use crate::util::{debian_kernel, lab_name, ok_text, LabDown};
 
 fn require_guest_tools() {
     require_root("guest lab tests");
@@ -53,29 +31,6 @@ fn require_guest_tools() {
         "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
     );
     require_tool("qemu-system-x86_64");
-}
-
-/// Debian's stock kernel image (fetched with apt into the cache once).
-fn debian_kernel() -> PathBuf {
-    let o = mimic()
-        .args(["lab", "fetch-kernel", "linux-image-amd64"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "fetching Debian's kernel (linux-image-amd64) with apt failed: {}",
-        stderr(&o)
-    );
-    PathBuf::from(stdout(&o).trim())
-}
-
-/// Removes the lab on drop, also when the test fails.
-struct Guard(String);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
 }
 
 /// Pids of QEMU processes started for lab `name` (QEMU is named `mimic-NAME-emu`).
@@ -298,8 +253,8 @@ fn udp_probe(
 fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     require_guest_tools();
     let kernel = debian_kernel();
-    let name = lab_name();
-    let _g = Guard(name.clone());
+    let name = lab_name("gu");
+    let _g = LabDown(name.clone());
     let t0 = Instant::now();
     let o = mimic()
         .args(["lab", "up", &name, "--kernel", kernel.to_str().unwrap()])
@@ -315,7 +270,7 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
 
     // Status: each host and its kernel; the router runs the image's release.
     let st: serde_json::Value =
-        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
     assert_eq!(st["up"], true, "{st:#}");
     let hosts = st["hosts"].as_array().unwrap();
     let by_role = |r: &str| hosts.iter().find(|h| h["role"] == r).unwrap().clone();
@@ -336,13 +291,13 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
         "guest: accel {} ({}), booted in {:.1} s",
         emu["guest"]["accel"], emu["guest"]["accel_why"], emu["guest"]["boot_secs"]
     );
-    let text = ok(&["lab", "status", &name]);
+    let text = ok_text(&["lab", "status", &name]);
     assert!(text.contains(&format!("kernel {want}")), "{text}");
 
     // A plain `lab up` leaves the guest lab as it is (the same QEMU); mimic's own datapath is
     // refused on veths that are joined to the guest's taps.
     let pid = emu["guest"]["pid"].as_i64().unwrap();
-    ok(&["lab", "up", &name]);
+    ok_text(&["lab", "up", &name]);
     assert_eq!(qemu_pids(&name), vec![pid as i32]);
     let o = mimic()
         .args(["netemu", "run", "--lab", &name, "--default", "delay=1ms"])
@@ -577,7 +532,7 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     let o = mimic().args(["lab", "status", &name]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains("NOT running"), "{}", stdout(&o));
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     assert_nothing_left(&name);
 
     // 8. The owning process killed while the guest boots: `lab down` still removes it all.
@@ -598,7 +553,7 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
         !qemu_pids(&name).is_empty(),
         "QEMU should outlive the killed lab up"
     );
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     assert_nothing_left(&name);
     let _ = std::fs::remove_dir_all(&lab.dir);
 }
@@ -606,8 +561,8 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
 #[test]
 fn lab_up_with_a_file_that_is_not_a_kernel_names_it_and_builds_nothing() {
     require_root("guest lab tests");
-    let name = lab_name();
-    let _g = Guard(name.clone());
+    let name = lab_name("gu");
+    let _g = LabDown(name.clone());
     let d = crate::common::tempdir();
     let bogus = d.path().join("vmlinuz-bogus");
     std::fs::write(&bogus, vec![0x42u8; 8192]).unwrap();
@@ -629,8 +584,8 @@ fn lab_up_with_a_file_that_is_not_a_kernel_names_it_and_builds_nothing() {
 fn lab_up_without_qemu_says_so_and_leaves_nothing() {
     require_guest_tools();
     let kernel = debian_kernel();
-    let name = lab_name();
-    let _g = Guard(name.clone());
+    let name = lab_name("gu");
+    let _g = LabDown(name.clone());
     // An override naming a binary that does not exist.
     let o = mimic()
         .env("MIMIC_QEMU", "/nonexistent/qemu-system-x86_64")
@@ -663,8 +618,8 @@ fn lab_up_without_qemu_says_so_and_leaves_nothing() {
 fn a_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() {
     require_guest_tools();
     let kernel = debian_kernel();
-    let name = lab_name();
-    let _g = Guard(name.clone());
+    let name = lab_name("gu");
+    let _g = LabDown(name.clone());
     let t0 = Instant::now();
     let o = mimic()
         .args([

@@ -9,59 +9,10 @@
 //! `linux-image-amd64` (fetched once into /var/cache/mimic/kernels); a missing one fails the
 //! test with its name.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn lab_name() -> String {
-    format!(
-        "gr{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn ok(args: &[&str]) -> Output {
-    let o = mimic().args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "mimic {args:?} failed ({}): {}{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-/// Removes the lab on drop, also when the test fails.
-struct Guard(String);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
-}
-
-fn debian_kernel() -> PathBuf {
-    let o = mimic()
-        .args(["lab", "fetch-kernel", "linux-image-amd64"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "fetching Debian's kernel (linux-image-amd64) with apt failed: {}",
-        stderr(&o)
-    );
-    PathBuf::from(stdout(&o).trim())
-}
+use crate::util::{debian_kernel, json, lab_name, ok, LabDown};
 
 /// One column of the table: the criteria, measured on a replay of `truth`.
 #[derive(Debug)]
@@ -188,8 +139,8 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
         "-o",
         &p("synth.db"),
     ]);
-    let name = lab_name();
-    let _guard = Guard(name.clone());
+    let name = lab_name("gr");
+    let _guard = LabDown(name.clone());
     let up = ok(&["lab", "up", &name, "--kernel", kernel.to_str().unwrap()]);
     // "router host NAME-emu is a tcg guest on kernel ..."
     let tcg = format!("{}{}", stdout(&up), stderr(&up)).contains(" is a tcg guest");
@@ -390,8 +341,8 @@ fn kernel_pipes_without_netem_or_ipfw_on_the_router_name_what_is_missing() {
         "this test expects a machine without ipfw"
     );
     for (emulator, missing) in [("netem", "sch_netem"), ("dummynet", "ipfw")] {
-        let name = lab_name();
-        let _guard = Guard(name.clone());
+        let name = lab_name("gr");
+        let _guard = LabDown(name.clone());
         let o = mimic()
             .args(["replay", &p("synth.db"), "-o", &p("out.db"), "--lab", &name])
             .args(["--emulator", emulator])

@@ -17,44 +17,10 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
+use crate::util::{debian_kernel, ok_text, LabDown};
 
 /// The path-limited round trip the modified workload's connections get (each way half).
 const RTT_MS: f64 = 40.0;
-
-fn ok(args: &[&str]) -> String {
-    let o = mimic().args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "mimic {args:?} failed ({}): {}{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
-    stdout(&o)
-}
-
-/// Debian's stock kernel image (fetched with apt into the cache once).
-fn debian_kernel() -> PathBuf {
-    let o = mimic()
-        .args(["lab", "fetch-kernel", "linux-image-amd64"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "fetching Debian's kernel (linux-image-amd64) with apt failed: {}",
-        stderr(&o)
-    );
-    PathBuf::from(stdout(&o).trim())
-}
-
-/// Removes the lab on drop, also when the test fails.
-struct Guard(String);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
-}
 
 /// Pids of the QEMU of lab host `role` (QEMU is named `mimic-NAME-ROLE`).
 fn qemu_pids(name: &str, role: &str) -> Vec<i32> {
@@ -78,7 +44,7 @@ fn qemu_pids(name: &str, role: &str) -> Vec<i32> {
 /// segment into a 256 kB window, and responses of 20-60 kB sent in one go (no query pause).
 fn initcwnd_workload(dir: &Path) -> PathBuf {
     let db = dir.join("workload.db");
-    ok(&[
+    ok_text(&[
         "synth",
         "-q",
         "--connections",
@@ -156,7 +122,7 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
         .trim_start_matches("vmlinuz-")
         .to_string();
     let name = format!("gs{}", std::process::id() % 100_000);
-    let _guard = Guard(name.clone());
+    let _guard = LabDown(name.clone());
     let tmp = tempdir();
     let t_all = Instant::now();
 
@@ -183,20 +149,20 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
     let srv = |cmd: &[&str]| {
         let mut a = vec!["lab", "exec", &name, "srv", "--"];
         a.extend_from_slice(cmd);
-        ok(&a)
+        ok_text(&a)
     };
     assert_eq!(srv(&["uname", "-r"]).trim(), version);
     let addrs = srv(&["ip", "-br", "addr"]);
     assert!(addrs.contains("198.18.0.1/24"), "{addrs}");
     let st: serde_json::Value =
-        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
     let hosts = st["hosts"].as_array().unwrap();
     let h = |role: &str| hosts.iter().find(|h| h["role"] == role).unwrap().clone();
     assert_eq!(h("srv")["kind"], "guest");
     assert_eq!(h("srv")["kernel"].as_str(), Some(version.as_str()));
     assert_eq!(h("emu")["kind"], "namespace");
     // `lab stack` sets the guest kernel's route attributes and sysctls, and reads them back
-    let after = ok(&["lab", "stack", &name, "initcwnd=3,cc=reno"]);
+    let after = ok_text(&["lab", "stack", &name, "initcwnd=3,cc=reno"]);
     assert!(
         after.contains("initcwnd=3") && after.contains("cc=reno"),
         "{after}"
@@ -254,7 +220,7 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
 
     // 4. A crash of both guests: the router and the server on the kernel, QEMUs killed with
     // SIGKILL; status says so, `lab down` leaves no guest, tap, namespace or runtime file.
-    ok(&[
+    ok_text(&[
         "lab",
         "up",
         &name,
@@ -264,7 +230,7 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
         kernel.to_str().unwrap(),
     ]);
     let st: serde_json::Value =
-        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
     for h in st["hosts"].as_array().unwrap() {
         if h["role"] != "cli" {
             assert_eq!(h["kind"], "guest", "{h}");
@@ -277,6 +243,16 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
         // SAFETY: killing the QEMU this test's lab started.
         unsafe { libc::kill(pids[0], libc::SIGKILL) };
     }
+    // SIGKILL is asynchronous: a QEMU freeing its guest's memory can take a while to go (one
+    // was still there when `lab status` looked right after the kill)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ["emu", "srv"]
+        .iter()
+        .any(|r| !qemu_pids(&name, r).is_empty())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let o = mimic().args(["lab", "status", &name]).output().unwrap();
     assert!(!o.status.success(), "status of a crashed lab must say so");
     assert_eq!(
@@ -285,7 +261,7 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
         "{}",
         stdout(&o)
     );
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     let deadline = Instant::now() + Duration::from_secs(5);
     while ["emu", "srv"]
         .iter()
@@ -347,7 +323,7 @@ fn a_server_kernel_that_is_not_one_is_named_and_nothing_is_built() {
     let bogus = d.path().join("vmlinuz-notakernel");
     std::fs::write(&bogus, vec![0x42u8; 8192]).unwrap();
     let name = format!("gb{}", std::process::id() % 100_000);
-    let _g = Guard(name.clone());
+    let _g = LabDown(name.clone());
     let o = mimic()
         .args(["lab", "up", &name, "--server-kernel"])
         .arg(&bogus)
@@ -383,7 +359,7 @@ fn a_server_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() 
     require_tool("qemu-system-x86_64");
     let kernel = debian_kernel();
     let name = format!("gt{}", std::process::id() % 100_000);
-    let _g = Guard(name.clone());
+    let _g = LabDown(name.clone());
     let t0 = Instant::now();
     let o = mimic()
         .args([

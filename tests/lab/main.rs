@@ -17,3 +17,4 @@ mod independent;
 mod metrics;
 mod netemu;
 mod replay;
+mod util;

@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use mimic_netemu::control::{Client, ControlAddr};
@@ -14,22 +13,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::{netns, Direction, FlowRule, PipeOwner};
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout};
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn lab_name() -> String {
-    format!(
-        "ne{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = mimic().args(args).output().unwrap();
-    assert!(o.status.success(), "mimic {args:?} failed: {}", stderr(&o));
-    stdout(&o)
-}
+use crate::util::{lab_name, ok_text};
 
 /// A lab with an emulator running in it; everything is removed on drop.
 struct Lab {
@@ -44,8 +28,8 @@ impl Lab {
         for t in ["ip", "ethtool", "sysctl"] {
             require_tool(t);
         }
-        let name = lab_name();
-        ok(&["lab", "up", &name]);
+        let name = lab_name("ne");
+        ok_text(&["lab", "up", &name]);
         Lab {
             info: LabInfo::for_name(&name).unwrap(),
             emu: None,
@@ -223,9 +207,9 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     let lab = Lab::up();
     let name = lab.info.name.clone();
     // Up again: fine, nothing changes.
-    ok(&["lab", "up", &name, "--stack", "initcwnd=4,initrwnd=20,cc=reno,sack=0,dsack=0,timestamps=1,ecn=0,rto_min=150ms,slow_start_after_idle=0,rmem=4096/65536/1048576,wmem=8192/32768/2097152"]);
+    ok_text(&["lab", "up", &name, "--stack", "initcwnd=4,initrwnd=20,cc=reno,sack=0,dsack=0,timestamps=1,ecn=0,rto_min=150ms,slow_start_after_idle=0,rmem=4096/65536/1048576,wmem=8192/32768/2097152"]);
     let st: serde_json::Value =
-        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
     assert_eq!(st["up"], true);
     assert_eq!(st["server_addr"], "198.18.0.1");
     assert_eq!(st["client_pool"], "198.19.0.0/19");
@@ -326,7 +310,7 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     assert_eq!(stack["timestamps"], true);
     assert_eq!(stack["ecn"], 0);
     // Changing it later keeps the other keys.
-    let after = ok(&["lab", "stack", &name, "initcwnd=10,sack=1"]);
+    let after = ok_text(&["lab", "stack", &name, "initcwnd=10,sack=1"]);
     assert!(
         after.contains("initcwnd=10")
             && after.contains("sack=1")
@@ -367,9 +351,9 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
         .spawn()
         .unwrap();
     let st: serde_json::Value =
-        serde_json::from_str(&ok(&["lab", "status", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
     assert!(st["netemu_pid"].is_number(), "{st}");
-    let out = ok(&["lab", "down", &name]);
+    let out = ok_text(&["lab", "down", &name]);
     assert!(out.contains("removed"), "{out}");
     // Both processes are gone...
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -405,7 +389,7 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     );
     assert!(!lab.info.runtime_dir.exists());
     // Down again (nothing there) is fine too.
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
 }
 
 #[test]
@@ -1204,7 +1188,7 @@ fn lab_down_after_a_crashed_emulator_leaves_no_namespace_interface_or_process() 
 
     // `lab up` after the crash works (the lab is complete: it stays as it is), and a new
     // emulator starts over the stale socket and forwards.
-    let out = ok(&["lab", "up", &name]);
+    let out = ok_text(&["lab", "up", &name]);
     assert!(out.contains("is up"), "{out}");
     let mut c = lab.run_emulator(&["--default", "delay=1ms"]);
     let ping = lab.ping(&["-c", "3", "-i", "0.05", "-q", "198.18.0.1"]);
@@ -1232,18 +1216,18 @@ fn lab_down_after_a_crashed_emulator_leaves_no_namespace_interface_or_process() 
     emu.wait().unwrap();
     let inodes = lab_netns_inodes(&lab.info);
     assert_eq!(inodes.len(), 3);
-    let out = ok(&["lab", "down", &name]);
+    let out = ok_text(&["lab", "down", &name]);
     assert!(out.contains("removed (3 namespaces"), "{out}");
     strays.reap("lab down left a stray running");
     assert_nothing_left(&lab.info, &inodes);
 
     // And the lab comes up again from nothing.
-    ok(&["lab", "up", &name]);
+    ok_text(&["lab", "up", &name]);
     let (code, st) = status_json(&name);
     assert_eq!(code, Some(0), "{st}");
     assert_eq!(st["up"], true, "{st}");
     let inodes = lab_netns_inodes(&lab.info);
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     assert_nothing_left(&lab.info, &inodes);
 }
 
@@ -1303,7 +1287,7 @@ fn lab_down_and_up_after_a_half_built_lab_leave_nothing_behind() {
     for t in ["ip", "ethtool", "sysctl"] {
         require_tool(t);
     }
-    let name = lab_name();
+    let name = lab_name("ne");
     let _down = DownOnDrop(name.clone());
     let info = LabInfo::for_name(&name).unwrap();
 
@@ -1315,7 +1299,7 @@ fn lab_down_and_up_after_a_half_built_lab_leave_nothing_behind() {
     assert_eq!(st["up"], false, "{st}");
     let inodes = lab_netns_inodes(&info);
     assert_eq!(inodes.len(), 2);
-    let out = ok(&["lab", "down", &name]);
+    let out = ok_text(&["lab", "down", &name]);
     assert!(out.contains("removed (2 namespaces"), "{out}");
     strays.reap("lab down left a stray of a half-built lab running");
     assert_nothing_left(&info, &inodes);
@@ -1324,7 +1308,7 @@ fn lab_down_and_up_after_a_half_built_lab_leave_nothing_behind() {
     let mut strays = Strays(Vec::new());
     half_build(&info, &mut strays);
     let old = lab_netns_inodes(&info);
-    ok(&["lab", "up", &name]);
+    ok_text(&["lab", "up", &name]);
     strays.reap("lab up over a half-built lab left a stray running");
     let (code, st) = status_json(&name);
     assert_eq!(code, Some(0), "{st}");
@@ -1341,7 +1325,7 @@ fn lab_down_and_up_after_a_half_built_lab_leave_nothing_behind() {
     );
     let mut inodes = lab_netns_inodes(&info);
     inodes.extend(old);
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     assert_nothing_left(&info, &inodes);
 }
 
@@ -1352,14 +1336,14 @@ fn lab_down_after_lab_up_is_killed_midway_leaves_nothing_behind() {
         require_tool(t);
     }
     use std::os::unix::process::CommandExt;
-    let name = lab_name();
+    let name = lab_name("ne");
     let _down = DownOnDrop(name.clone());
     let info = LabInfo::for_name(&name).unwrap();
     // How long a whole build takes here, to kill the next ones at fractions of it.
     let t = Instant::now();
-    ok(&["lab", "up", &name]);
+    ok_text(&["lab", "up", &name]);
     let full = t.elapsed();
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     for frac in [0.05, 0.2, 0.4, 0.6, 0.8] {
         let mut up = mimic()
             .args(["lab", "up", &name])
@@ -1414,11 +1398,11 @@ fn lab_down_after_lab_up_is_killed_midway_leaves_nothing_behind() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    ok(&["lab", "up", &name]);
+    ok_text(&["lab", "up", &name]);
     let (code, st) = status_json(&name);
     assert_eq!(code, Some(0), "{st}");
     let inodes = lab_netns_inodes(&info);
-    ok(&["lab", "down", &name]);
+    ok_text(&["lab", "down", &name]);
     assert_nothing_left(&info, &inodes);
 }
 
@@ -1511,7 +1495,7 @@ fn per_pipe_counters_are_readable_at_run_time_and_at_exit() {
     // Run 1: the default pipe, counters as tables, stopped by SIGTERM.
     let _c = lab.run_emulator(&["--default", "delay=1ms"]);
     assert_eq!(ping(&lab, 20, &[]), (20, 20));
-    let t = ok(&["netemu", "counters", "--lab", &name]);
+    let t = ok_text(&["netemu", "counters", "--lab", &name]);
     let [p, b, qd, ld, mq] = table_row(&t, "default", "up");
     // No rate, no serialization queue: the largest queue an arrival saw is 0.
     assert_eq!((p, b, qd, ld, mq), (20, 20 * 128, 0, 0, 0), "{t}");
@@ -1519,7 +1503,7 @@ fn per_pipe_counters_are_readable_at_run_time_and_at_exit() {
     assert_eq!((p, b), (20, 20 * 128), "{t}");
     assert!(t.contains("datapath: rx "), "{t}");
     let j: serde_json::Value =
-        serde_json::from_str(&ok(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
     let up = json_row(&j, "default", None, "up");
     assert_eq!(up["packets"], 20, "{up}");
     assert_eq!(up["bytes"], 20 * 128, "{up}");
@@ -1591,7 +1575,7 @@ down = "delay=0ms"
         "a queue of 5 passes 5 of a burst of 20"
     );
     let live: serde_json::Value =
-        serde_json::from_str(&ok(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
+        serde_json::from_str(&ok_text(&["netemu", "counters", "--lab", &name, "--json"])).unwrap();
     let lossy = json_row(&live, "prefix", Some(0), "up");
     assert_eq!(lossy["packets"], received, "{lossy}");
     assert_eq!(lossy["loss_drops"], 40 - received, "{lossy}");
@@ -1612,7 +1596,7 @@ down = "delay=0ms"
         0,
         "{live}"
     );
-    ok(&["netemu", "shutdown", "--lab", &name]);
+    ok_text(&["netemu", "shutdown", "--lab", &name]);
     let (st, out) = stopped_emulator(&mut lab);
     assert!(st.success(), "netemu exited with {st}: {out}");
     let fin: serde_json::Value =
@@ -1649,7 +1633,7 @@ fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
         st["stack"].clone()
     };
     // Every boolean and ecn value the other way round from the first test, and wmem.
-    ok(&["lab", "stack", &name, "timestamps=0,ecn=2,sack=1,dsack=1,slow_start_after_idle=1,wmem=4096/16384/4194304,rmem=8192/131072/6291456"]);
+    ok_text(&["lab", "stack", &name, "timestamps=0,ecn=2,sack=1,dsack=1,slow_start_after_idle=1,wmem=4096/16384/4194304,rmem=8192/131072/6291456"]);
     let s = read_back(&name);
     assert_eq!(s["timestamps"], false, "{s}");
     assert_eq!(s["ecn"], 2, "{s}");
@@ -1658,7 +1642,7 @@ fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
     assert_eq!(s["slow_start_after_idle"], true, "{s}");
     assert_eq!(s["wmem"], serde_json::json!([4096, 16384, 4194304]), "{s}");
     assert_eq!(s["rmem"], serde_json::json!([8192, 131072, 6291456]), "{s}");
-    let out = ok(&["lab", "stack", &name, "timestamps=1,ecn=1"]);
+    let out = ok_text(&["lab", "stack", &name, "timestamps=1,ecn=1"]);
     assert!(
         out.contains("timestamps=1")
             && out.contains("ecn=1")
@@ -1728,7 +1712,7 @@ fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
     );
 
     // The profile is what a connection to the server really gets: cubic, no timestamps.
-    ok(&["lab", "stack", &name, "cc=cubic,timestamps=0"]);
+    ok_text(&["lab", "stack", &name, "cc=cubic,timestamps=0"]);
     let _c = lab.run_emulator(&["--default", "delay=1ms"]);
     let server = SocketAddr::new(lab.info.server_addr.into(), 7200);
     let (tx, rx) = std::sync::mpsc::channel::<()>();

@@ -6,48 +6,13 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::*;
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn lab_name() -> String {
-    format!(
-        "rp{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Tears a lab down when the test ends, however it ends.
-struct LabDown(String);
-
-impl Drop for LabDown {
-    fn drop(&mut self) {
-        let _ = mimic().args(["lab", "down", &self.0]).output();
-    }
-}
-
-fn ok(args: &[&str]) -> Output {
-    let o = mimic().args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "mimic {args:?} failed ({:?}): {}{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
+use crate::util::{json, lab_name, ok, LabDown};
 
 fn preflight() {
     require_root("replay lab tests");
@@ -85,7 +50,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     {
         assert!(n > 0, "no {class} connection in the workload");
     }
-    let name = lab_name();
+    let name = lab_name("rp");
     let _down = LabDown(name.clone());
     let r = json(&ok(&[
         "replay",
@@ -231,7 +196,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     args.extend(caps);
     let o = mimic().args(&args).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let name2 = lab_name();
+    let name2 = lab_name("rp");
     let _down2 = LabDown(name2.clone());
     ok(&[
         "replay",
@@ -291,7 +256,7 @@ fn remote_roles_over_authenticated_control_channels() {
         "-o",
         &p("synth.db"),
     ]);
-    let name = lab_name();
+    let name = lab_name("rp");
     let _down = LabDown(name.clone());
     ok(&["lab", "up", &name]);
     let info = LabInfo::for_name(&name).unwrap();
@@ -539,7 +504,7 @@ fn interrupt_leaves_no_debris() {
         "-o",
         &p("synth.db"),
     ]);
-    let name = lab_name();
+    let name = lab_name("rp");
     let _down = LabDown(name.clone());
     let mut child = mimic()
         .args(["replay", &p("synth.db"), "-o", &p("r.db"), "--lab", &name])
@@ -640,7 +605,7 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
             .collect()
     };
     for timing in ["recorded", "think"] {
-        let name = lab_name();
+        let name = lab_name("rp");
         let _down = LabDown(name.clone());
         let out = format!("{timing}.db");
         let r = json(&ok(&[
@@ -790,7 +755,7 @@ fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {
             .collect()
     };
     let replay = |out: &str, mode: Option<&str>| -> serde_json::Value {
-        let name = lab_name();
+        let name = lab_name("rp");
         let _down = LabDown(name.clone());
         let o = p(out);
         let mut args = vec!["replay", &p("synth.db"), "-o", &o, "--lab", &name, "--json"]

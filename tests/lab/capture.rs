@@ -1123,31 +1123,35 @@ fn dpdk_two_af_packet_ports_of_a_tap_merge_live_traffic_in_time_order() {
         "reference: {} packets",
         expected.len()
     );
-    // Lossless in every run but one on this 2-core VM, where two workers, the traffic and
-    // tcpdump share the cores: a port's ring can overflow. What is missing must then be what
-    // the port's kernel counters say it dropped (at most 1%), and everything captured must be
-    // what the server's interface saw; without drops the two are equal.
+    // Lossless in most runs on this 2-core VM, where two workers, the traffic and tcpdump
+    // share the cores: a port's ring can overflow. What is missing must then be explained by
+    // what the ports' kernel counters say they dropped (at most 1%), and everything captured
+    // must be what the server's interface saw. A counted drop need not be a missing packet:
+    // the ring drops whatever frame arrives when it is full, also one the reference (TCP on
+    // the server's interface) does not hold — a CI run kept all 5,395 and counted 1 dropped.
     let dropped = s["kernel_dropped"].as_u64().expect("kernel_dropped") as usize;
     assert!(
         dropped * 100 <= expected.len(),
         "{dropped} of {} packets dropped ({s})",
         expected.len()
     );
-    assert_eq!(
-        got.len() + dropped,
-        expected.len(),
+    assert!(
+        got.len() <= expected.len() && expected.len() - got.len() <= dropped,
         "two-port capture kept {} packets and counted {dropped} dropped, the server's interface saw {} ({s})",
         got.len(),
         expected.len()
     );
     let (mine, theirs) = (sorted_bytes(&got), sorted_bytes(&expected));
-    if dropped == 0 {
+    if got.len() == expected.len() {
         assert!(
             mine == theirs,
             "the two ports merged differ from what the server's interface saw"
         );
     } else {
-        eprintln!("DPDK two-port tap: {dropped} packets dropped by the kernel (counted)");
+        eprintln!(
+            "DPDK two-port tap: {} packets missing, {dropped} dropped by the kernel (counted)",
+            expected.len() - got.len()
+        );
         let mut rest = theirs.iter().peekable();
         for p in &mine {
             while rest.next_if(|q| *q < p).is_some() {}

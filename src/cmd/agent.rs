@@ -15,6 +15,8 @@ use mimic_netemu::classify::IpNet;
 use mimic_replay::agent::{self, Agent, ControlAddr, Listener, RoleTls};
 use mimic_replay::spec::AgentSpec;
 
+use super::parse_control;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Control channel the controller reaches it on: tcp:HOST:PORT or unix:PATH.
@@ -34,19 +36,10 @@ pub struct Args {
     pub timer_cpus: Option<String>,
 }
 
-fn parse_control(s: &str) -> Result<ControlAddr, String> {
-    s.parse()
-}
-
 impl Args {
     /// The agent these flags describe (checked; nothing is touched).
     pub fn into_spec(self) -> anyhow::Result<AgentSpec> {
-        let timer_cpus = self
-            .timer_cpus
-            .as_deref()
-            .map(mimic_core::cpu::parse_list)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))?;
+        let timer_cpus = super::timer_cpus(self.timer_cpus.as_deref())?;
         let spec = AgentSpec {
             control: self.control,
             pki: self.pki,
@@ -69,14 +62,7 @@ pub fn run_spec(a: AgentSpec) -> anyhow::Result<ExitCode> {
     let listener = Listener::bind(&a.control)
         .with_context(|| format!("binding control channel {}", a.control))?;
     if let Some(cpus) = &a.timer_cpus {
-        mimic_replay::hrtimer::HrTimer::global()
-            .pin(cpus)
-            .with_context(|| {
-                format!(
-                    "keeping the timer thread on CPUs {}",
-                    mimic_core::cpu::format_list(cpus)
-                )
-            })?;
+        super::pin_timer_thread(cpus)?;
     }
     let exit = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));

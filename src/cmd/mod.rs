@@ -24,6 +24,31 @@ pub(crate) fn positive_number(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Value parser for a control-channel address (`tcp:HOST:PORT` or `unix:PATH`).
+pub(crate) fn parse_control(s: &str) -> Result<mimic_netemu::control::ControlAddr, String> {
+    s.parse()
+}
+
+/// `--timer-cpus LIST` of the roles with a timer thread (serve, agent), checked.
+pub(crate) fn timer_cpus(list: Option<&str>) -> anyhow::Result<Option<Vec<usize>>> {
+    list.map(mimic_core::cpu::parse_list)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))
+}
+
+/// Keeps the process's timer thread on `cpus` (`--timer-cpus`).
+pub(crate) fn pin_timer_thread(cpus: &[usize]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    mimic_replay::hrtimer::HrTimer::global()
+        .pin(cpus)
+        .with_context(|| {
+            format!(
+                "keeping the timer thread on CPUs {}",
+                mimic_core::cpu::format_list(cpus)
+            )
+        })
+}
+
 /// Parses `mimic ARGS…` with the binary's own clap parser, as a started role would; for the
 /// tests that turn each role's spec into its command line and back.
 #[cfg(test)]

@@ -19,6 +19,8 @@ use mimic_replay::orchestrate::{
 use mimic_replay::spec::{self, AgentTarget, Emulator, RemoteCapture};
 use mimic_replay::workload::{RequestTiming, Select};
 
+use super::parse_control;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The workload: a database from mimic analyze, mimic synth or an earlier replay.
@@ -144,9 +146,6 @@ fn parse_queue(s: &str) -> Result<QueueOverride, String> {
     s.parse()
 }
 fn parse_select(s: &str) -> Result<Select, String> {
-    s.parse()
-}
-fn parse_control(s: &str) -> Result<ControlAddr, String> {
     s.parse()
 }
 fn parse_agent(s: &str) -> Result<AgentTarget, String> {

@@ -15,6 +15,8 @@ use mimic_replay::serve_capture::CaptureService;
 use mimic_replay::server::{self, AllowList, Stats};
 use mimic_replay::spec::ServeSpec;
 
+use super::parse_control;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Address and port to serve replayed connections on, e.g. 198.18.1.1:80.
@@ -54,19 +56,10 @@ pub struct Args {
     pub capture_dir: Option<PathBuf>,
 }
 
-fn parse_control(s: &str) -> Result<ControlAddr, String> {
-    s.parse()
-}
-
 impl Args {
     /// The server emulator these flags describe (checked; nothing is touched).
     pub fn into_spec(self) -> anyhow::Result<ServeSpec> {
-        let timer_cpus = self
-            .timer_cpus
-            .as_deref()
-            .map(mimic_core::cpu::parse_list)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("--timer-cpus: {e}"))?;
+        let timer_cpus = super::timer_cpus(self.timer_cpus.as_deref())?;
         let spec = ServeSpec {
             listen: self.listen,
             control: self.control,
@@ -106,14 +99,7 @@ pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
         None => None,
     };
     if let Some(cpus) = &a.timer_cpus {
-        mimic_replay::hrtimer::HrTimer::global()
-            .pin(cpus)
-            .with_context(|| {
-                format!(
-                    "keeping the timer thread on CPUs {}",
-                    mimic_core::cpu::format_list(cpus)
-                )
-            })?;
+        super::pin_timer_thread(cpus)?;
     }
     // the replay's capture at this host, started and fetched over the control channel
     let capture = match &a.control {

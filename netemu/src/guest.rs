@@ -756,19 +756,26 @@ pub fn load_record(runtime_dir: &Path, role: &str) -> Option<GuestRecord> {
     serde_json::from_str(&t).ok()
 }
 
-/// Whether `pid` runs (a zombie does not: a daemonized QEMU that was killed stays one until
-/// whoever adopted it reaps it).
+/// Whether `pid` runs. A zombie does not (a daemonized QEMU that was killed stays one until
+/// whoever adopted it reaps it), nor does a process that is exiting: a killed QEMU frees its
+/// guest's memory before it becomes a zombie, and for that while its state is still R or D
+/// (its command line already reads empty) — the kernel's PF_EXITING flag says so.
 pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     if pid <= 0 || unsafe { libc::kill(pid, 0) } != 0 {
         return false;
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
+    let mut fields = stat
         .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .unwrap_or("");
-    !matches!(state, "Z" | "X" | "")
+        .map(|(_, rest)| rest.split_whitespace())
+        .into_iter()
+        .flatten();
+    let state = fields.next().unwrap_or("");
+    // after the state: ppid, pgrp, session, tty_nr, tpgid, then flags
+    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+    const PF_EXITING: u64 = 0x4;
+    !matches!(state, "Z" | "X" | "") && flags & PF_EXITING == 0
 }
 
 /// Kills the guest of `role` (SIGKILL: a guest keeps nothing worth a clean shutdown) and waits

@@ -17,7 +17,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, mimic_bin, require_root, require_tool, stderr, stdout};
-use crate::util::{debian_kernel, lab_name, ok_text, LabDown};
+use crate::util::{debian_kernel, lab_name, ok_text, wait_exiting, LabDown};
 
 fn require_guest_tools() {
     require_root("guest lab tests");
@@ -528,7 +528,7 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     assert_eq!(pids.len(), 1, "{pids:?}");
     // SAFETY: killing the QEMU this test's lab started.
     unsafe { libc::kill(pids[0], libc::SIGKILL) };
-    std::thread::sleep(Duration::from_millis(300));
+    wait_exiting(&pids);
     let o = mimic().args(["lab", "status", &name]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains("NOT running"), "{}", stdout(&o));

@@ -17,7 +17,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, ok_text, LabDown};
+use crate::util::{debian_kernel, ok_text, wait_exiting, LabDown};
 
 /// The path-limited round trip the modified workload's connections get (each way half).
 const RTT_MS: f64 = 40.0;
@@ -237,22 +237,16 @@ fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
             assert_eq!(h["kernel"].as_str(), Some(version.as_str()), "{h}");
         }
     }
+    let mut killed = Vec::new();
     for role in ["emu", "srv"] {
         let pids = qemu_pids(&name, role);
         assert_eq!(pids.len(), 1, "one QEMU for {role}: {pids:?}");
         // SAFETY: killing the QEMU this test's lab started.
         unsafe { libc::kill(pids[0], libc::SIGKILL) };
+        killed.push(pids[0]);
     }
-    // SIGKILL is asynchronous: a QEMU freeing its guest's memory can take a while to go (one
-    // was still there when `lab status` looked right after the kill)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ["emu", "srv"]
-        .iter()
-        .any(|r| !qemu_pids(&name, r).is_empty())
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // SIGKILL is asynchronous: `lab status` must call a QEMU that has begun to exit not running
+    wait_exiting(&killed);
     let o = mimic().args(["lab", "status", &name]).output().unwrap();
     assert!(!o.status.success(), "status of a crashed lab must say so");
     assert_eq!(

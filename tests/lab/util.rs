@@ -64,3 +64,30 @@ pub fn debian_kernel() -> PathBuf {
     );
     PathBuf::from(stdout(&o).trim())
 }
+
+/// Waits (at most 10 s) until each of `pids`, just sent SIGKILL, has begun to exit: the
+/// kernel has set PF_EXITING, it is a zombie, or it is gone. A killed QEMU frees its guest's
+/// memory first, in state R or D with its command line already empty; `lab status` must
+/// call it not running from then on, not only once it is reaped.
+pub fn wait_exiting(pids: &[i32]) {
+    let exiting = |p: i32| {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            return true;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return true;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // after the state: ppid, pgrp, session, tty_nr, tpgid, then flags
+        let flags: u64 = f.get(6).and_then(|x| x.parse().ok()).unwrap_or(0);
+        matches!(f.first(), Some(&"Z") | Some(&"X")) || flags & 0x4 != 0
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pids.iter().all(|&p| exiting(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "killed processes {pids:?} did not begin to exit within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

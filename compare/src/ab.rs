@@ -36,6 +36,9 @@ pub struct AbComparison {
     pub wilcoxon_p: f64,
     pub direction: Direction,
     pub verdict: String,
+    /// Set when A or B is a replay whose own timing was distorted (see
+    /// [`crate::report::Comparison::timing_warning`]).
+    pub timing_warning: Option<String>,
 }
 
 /// Response times (µs) of a replay by the original connection they reproduce.
@@ -225,6 +228,7 @@ pub(crate) fn compare(
         wilcoxon_p: p,
         direction,
         verdict,
+        timing_warning: None,
     })
 }
 

@@ -105,6 +105,9 @@ pub(crate) fn render(r: &Report) -> String {
         if let Some(w) = &c.vantage_warning {
             let _ = writeln!(h, "<p class=\"warn\">Vantage point: {}</p>", esc(w));
         }
+        if let Some(w) = &c.timing_warning {
+            let _ = writeln!(h, "<p class=\"warn\">Replay timing: {}</p>", esc(w));
+        }
     }
     for a in &r.ab {
         let class = match a.direction {
@@ -117,6 +120,9 @@ pub(crate) fn render(r: &Report) -> String {
             "<p class=\"verdict {class}\"><b>{}</b></p>",
             esc(&a.verdict)
         );
+        if let Some(w) = &a.timing_warning {
+            let _ = writeln!(h, "<p class=\"warn\">Replay timing: {}</p>", esc(w));
+        }
     }
     if !r.ab.is_empty() {
         h.push_str("<p class=\"note\">Replays of the same workload reproduce the same original connections, so the stack change is judged connection by connection (bold): each connection's response time under the change against its own time under the reference replay, with a bootstrap over connections and a Wilcoxon signed-rank test. The lines above compare each input's distribution with BASE's, as independent samples.</p>\n");

@@ -238,6 +238,9 @@ pub struct Comparison {
     /// Set when BASE and OTHER were captured at different vantage points, or at one that is
     /// not known: their response times are then not measured alike.
     pub vantage_warning: Option<String>,
+    /// Set when BASE or OTHER is a replay whose own timing was distorted (its `meta`
+    /// `timing_health`): part of the difference is then the host's error, not the change.
+    pub timing_warning: Option<String>,
 }
 
 /// A full report: BASE (inputs[0]) against each OTHER.
@@ -426,6 +429,8 @@ impl Report {
                 (&labels[0], inputs[0].capture_vantage.as_deref()),
                 (&labels[k], inputs[k].capture_vantage.as_deref()),
             );
+            let timing_warning =
+                timing_warning(&[(&labels[0], &loaded[0].meta), (&labels[k], &loaded[k].meta)]);
             comparisons.push(Comparison {
                 base: labels[0].clone(),
                 other: labels[k].clone(),
@@ -435,6 +440,7 @@ impl Report {
                 paired,
                 pairing_note,
                 vantage_warning,
+                timing_warning,
             });
         }
         // Replays of the same workload pair up connection by connection: the first replay is
@@ -452,7 +458,14 @@ impl Report {
                         options.seed ^ (k as u64),
                         options.confidence,
                     ) {
-                        ab.push(c);
+                        let timing_warning = timing_warning(&[
+                            (&labels[1], &loaded[1].meta),
+                            (&labels[k], &loaded[k].meta),
+                        ]);
+                        ab.push(crate::ab::AbComparison {
+                            timing_warning,
+                            ..c
+                        });
                     }
                 }
             }
@@ -481,6 +494,23 @@ impl Report {
             .chain(self.ab.iter().map(|a| a.verdict.as_str()))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// The warnings of every comparison (vantage points, distorted replay timing), each once.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        let all = self
+            .comparisons
+            .iter()
+            .flat_map(|c| [&c.vantage_warning, &c.timing_warning])
+            .chain(self.ab.iter().map(|a| &a.timing_warning))
+            .flatten();
+        for w in all {
+            if !v.contains(w) {
+                v.push(w.clone());
+            }
+        }
+        v
     }
 
     /// Everything machine-readable (the `--json` output).
@@ -745,6 +775,41 @@ pub(crate) fn vantage_warning(
             "{head} (meta capture_vantage, set by `mimic analyze --vantage`): the response times may not be measured alike"
         )
     })
+}
+
+/// The warning for a comparison that involves a replay whose timing was distorted (`meta`
+/// `timing_health` = `distorted`, written by `mimic replay`; its reasons are in
+/// `timing_health_detail`). None when every input is healthy or not a replay.
+pub(crate) fn timing_warning(
+    inputs: &[(&str, &std::collections::BTreeMap<String, String>)],
+) -> Option<String> {
+    let bad: Vec<String> = inputs
+        .iter()
+        .filter(|(_, m)| m.get("timing_health").map(String::as_str) == Some("distorted"))
+        .map(|(label, m)| {
+            let reasons = m
+                .get("timing_health_detail")
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                .and_then(|d| {
+                    d["reasons"].as_array().map(|r| {
+                        r.iter()
+                            .filter_map(|x| x.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    })
+                })
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| "see its meta timing_health_detail".to_string());
+            format!("{label} ({reasons})")
+        })
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the replay's own timing was distorted in {}: part of any difference is the host's error, not the workload's or the change's; rerun on a quieter host (GUIDE.md, timing health)",
+        bad.join(" and ")
+    ))
 }
 
 fn summarize(i: &Input, label: String) -> InputSummary {

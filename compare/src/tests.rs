@@ -678,3 +678,51 @@ fn vantage_points_that_differ_or_are_unknown_are_warned_about() {
         |w| w.starts_with("client was captured at the client, old at an unknown point")
     ));
 }
+
+#[test]
+fn a_replay_whose_timing_was_distorted_is_warned_about() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let ok = dir.path().join("healthy.db");
+    let bad = dir.path().join("loaded.db");
+    std::fs::copy(&f.replay, &ok).unwrap();
+    std::fs::copy(&f.replay, &bad).unwrap();
+    let c = rusqlite::Connection::open(&ok).unwrap();
+    set_meta(&c, "timing_health", "ok").unwrap();
+    drop(c);
+    let c = rusqlite::Connection::open(&bad).unwrap();
+    set_meta(&c, "timing_health", "distorted").unwrap();
+    set_meta(
+        &c,
+        "timing_health_detail",
+        r#"{"verdict":"distorted","reasons":["min RTT as configured for only 56.4% of 165 connections"]}"#,
+    )
+    .unwrap();
+    drop(c);
+    let r = Report::build(&f.base, &[ok.clone(), bad.clone()], &opts()).unwrap();
+    assert_eq!(r.comparisons[0].timing_warning, None);
+    let w = r.comparisons[1].timing_warning.as_deref().unwrap();
+    assert!(
+        w.starts_with("the replay's own timing was distorted in loaded (min RTT as configured for only 56.4% of 165 connections)"),
+        "{w}"
+    );
+    // the connection-by-connection A/B of the two replays carries it too, and it is said once
+    assert_eq!(r.ab.len(), 1);
+    assert_eq!(r.ab[0].timing_warning.as_deref(), Some(w));
+    assert_eq!(r.warnings().iter().filter(|x| x.as_str() == w).count(), 1);
+    assert!(r.to_text().contains(&format!("  warning: {w}")));
+    assert!(r
+        .to_html()
+        .contains("<p class=\"warn\">Replay timing: the replay"));
+    assert_eq!(
+        r.to_json()["comparisons"][1]["timing_warning"].as_str(),
+        Some(w)
+    );
+    // healthy replays alone: no warning anywhere
+    let r = Report::build(&f.base, &[ok], &opts()).unwrap();
+    assert!(r.comparisons[0].timing_warning.is_none() && !r.to_html().contains("Replay timing:"));
+    assert!(!r
+        .warnings()
+        .iter()
+        .any(|x| x.contains("timing was distorted")));
+}

@@ -110,6 +110,9 @@ pub(crate) fn render(r: &Report) -> String {
         if let Some(w) = &c.vantage_warning {
             let _ = writeln!(s, "  warning: {w}");
         }
+        if let Some(w) = &c.timing_warning {
+            let _ = writeln!(s, "  warning: {w}");
+        }
     }
     for a in &r.ab {
         let _ = writeln!(
@@ -129,6 +132,9 @@ pub(crate) fn render(r: &Report) -> String {
             a.wilcoxon_z,
             crate::fmt::p_value(a.wilcoxon_p)
         );
+        if let Some(w) = &a.timing_warning {
+            let _ = writeln!(s, "  warning: {w}");
+        }
     }
     let _ = writeln!(s, "\nverdict:");
     for line in r.verdict().lines() {

@@ -137,6 +137,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if let Some(w) = &c.vantage_warning {
                 eprintln!("mimic: warning: {w}");
             }
+            if let Some(w) = &c.timing_warning {
+                eprintln!("mimic: warning: {w}");
+            }
         }
     }
 

@@ -140,6 +140,9 @@ fn replay(
                     "      {what}: {} connections, {} ok, {} failed, in {:.0} s",
                     s.connections, s.ok, s.failed, s.duration_s
                 );
+                if s.timing.distorted() {
+                    eprintln!("      warning: {}", s.timing.describe());
+                }
             }
             Ok(s)
         }
@@ -349,6 +352,9 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
     );
     for line in verdict.lines() {
         println!("verdict: {line}");
+    }
+    for w in report.warnings() {
+        println!("warning: {w}");
     }
     println!(
         "took {:.0} s; the lab is removed",

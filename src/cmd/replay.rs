@@ -303,6 +303,10 @@ fn print_summary(s: &ReplaySummary) {
         s.server.response_delay_error.p99_us,
         s.server.response_delay_error.over_1ms + s.server.query_delay_error.over_1ms
     );
+    println!("{}", s.timing.describe());
+    if s.timing.distorted() {
+        eprintln!("mimic: warning: {}", s.timing.describe());
+    }
     for a in &s.agents {
         println!(
             "agent {} ({}, {} addresses): {} connections, {} ok, {} failed; started p50 {} µs / p99 {} µs / max {} µs late; start instant {:.0} ms ahead",

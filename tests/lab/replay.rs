@@ -72,6 +72,24 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         "start lateness p50, p99, max (µs): {}",
         r["start_lateness_us"]
     );
+    // the replay judged its own timing (replay/src/orchestrate/health.rs): every pipe's delay
+    // was measured back in the connections' min RTT, and no part ran late; the verdict and its
+    // figures are in meta, for `mimic compare` to warn about
+    eprintln!("timing health: {}", r["timing"]);
+    let t = &r["timing"];
+    assert_eq!(t["verdict"], "ok", "{t}");
+    assert!(t["rtt_judged"].as_u64().unwrap() >= 300, "{t}");
+    assert!(t["rtt_agree"].as_f64().unwrap() >= 0.9, "{t}");
+    assert!(t["departure_late_p99_us"].as_u64().is_some(), "{t}");
+    let c = rusqlite::Connection::open(p("replay.db")).unwrap();
+    let meta = |k: &str| -> String {
+        c.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("meta {k}: {e}"))
+    };
+    assert_eq!(meta("timing_health"), "ok");
+    let detail: serde_json::Value = serde_json::from_str(&meta("timing_health_detail")).unwrap();
+    assert_eq!(&detail, t);
+    drop(c);
     // both emulators' timer threads ran real-time within their budgets (root, as in CI):
     // without it a deadline waits up to a scheduler tick (4 ms) on a busy CPU
     let missing = "SCHED_FIFO for the timer threads was refused: needs root (or CAP_SYS_NICE) \

@@ -34,6 +34,7 @@ mod db;
 pub mod error;
 mod guest_emu;
 mod guest_serve;
+pub mod health;
 pub mod kernel;
 pub mod plan;
 pub mod rates;
@@ -112,6 +113,8 @@ pub struct ReplaySummary {
     /// remote replay, or a single CPU).
     pub cpu_split: Option<CpuSplit>,
     pub analysis: AnalysisSummary,
+    /// Whether the replay's timing was what it was asked to be (health.rs; also in `meta`).
+    pub timing: health::TimingHealth,
     pub duration_s: f64,
     /// With `--agents`: how each agent's share went (empty: the client ran here).
     pub agents: Vec<agents::AgentRun>,
@@ -366,6 +369,32 @@ pub fn run(
         &rate_sources,
         &emulator_meta(opts.emulator, kernel.as_ref()),
     )?;
+    // was the replay's timing what it was asked to be? (health.rs)
+    let mut late: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.start_lateness.as_micros() as u64)
+        .collect();
+    late.sort_unstable();
+    let q = |f: f64| {
+        late.get(((late.len() as f64 - 1.0) * f).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    let at_server = ep.capture_vantage == "server";
+    let rtts = if at_server {
+        health::rtt_pairs(&staged, &wl, &pipes)?
+    } else {
+        Vec::new()
+    };
+    let timing = health::judge(&health::Measured {
+        rtts: &rtts,
+        rtt_judged: at_server,
+        start_late_p99_us: (!late.is_empty()).then(|| q(0.99)),
+        server: Some(&server_stats),
+        netemu: netemu_stats.as_ref(),
+        load: health::loadavg(),
+    });
+    health::write_meta(&staged, &timing)?;
     if let Some(keep) = &opts.keep_capture {
         std::fs::create_dir_all(keep)
             .map_err(|e| ReplayError::Io(format!("{}: {e}", keep.display())))?;
@@ -385,16 +414,6 @@ pub fn run(
     let capture_fetch = roles.fetched.clone();
     drop(roles);
 
-    let mut late: Vec<u64> = outcomes
-        .iter()
-        .map(|o| o.start_lateness.as_micros() as u64)
-        .collect();
-    late.sort_unstable();
-    let q = |f: f64| {
-        late.get(((late.len() as f64 - 1.0) * f).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
     let mut failures = BTreeMap::new();
     for o in &outcomes {
         if let Err(f) = &o.result {
@@ -435,6 +454,7 @@ pub fn run(
         server_host,
         cpu_split,
         analysis,
+        timing,
         duration_s: started.elapsed().as_secs_f64(),
         agents: agent_runs,
     })

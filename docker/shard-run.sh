@@ -122,6 +122,15 @@ if [ "$mode" = ssh ]; then
   for c in sha256sum scp; do command -v "$c" >/dev/null || die "$c is missing (--ssh needs it here)"; done
 fi
 
+if [ -n "$copy" ]; then
+  declare -A named=()
+  for c in "${caps[@]}"; do
+    b=$(basename -- "$c")
+    [ -z "${named[$b]:-}" ] || die "--copy: two captures are named $b (each host gets them by file name)"
+    named[$b]=1
+  done
+fi
+
 out=$(realpath -m -- "$out")
 mkdir -p "$(dirname "$out")"
 if [ "$format" = parquet ] && [ -e "$out" ]; then
@@ -129,22 +138,7 @@ if [ "$format" = parquet ] && [ -e "$out" ]; then
   [ -z "$(ls -A "$out")" ] \
     || die "$out is not empty: the shards would mix with another run's files (name a new directory, or remove it first)"
 fi
-# everything of this run here: beside the output (so the last rename stays on one file system)
-stage=$(mktemp -d "$(dirname "$out")/.shard-run.XXXXXX")
-if [ -n "$keep" ]; then
-  shards=$(realpath -m -- "$keep")
-  mkdir -p "$shards"
-else
-  shards=$stage
-fi
-# absolute capture paths (the same inside a container, and on hosts that share them)
-abs=()
-for c in "${caps[@]}"; do abs+=("$(realpath -- "$c")"); done
-if [ -n "$copy" ]; then
-  dup=$(for c in "${abs[@]}"; do basename -- "$c"; done | sort | uniq -d | head -1)
-  [ -z "$dup" ] || die "--copy: two captures are named $dup (each host gets them by file name)"
-fi
-
+stage=
 run=shardrun$$
 declare -A running=() # pid of a shard's job (its own process group) -> K
 # distinct hosts, their remote folders (filled in once each host answered)
@@ -166,11 +160,15 @@ stop_jobs() {
 # its unfinished output), then the folders
 # shellcheck disable=SC2317 # (called by cleanup)
 remote_cleanup() {
-  local h ps=() hs=() i
+  local h ps=() hs=() i=0
   for h in "${uhosts[@]+"${uhosts[@]}"}"; do
+    # (a stop while the hosts were still being prepared: the folders they made so far)
+    [ -n "${rdir[$h]:-}" ] || [ ! -s "$stage/host-$i.dir" ] || rdir[$h]=$(cat "$stage/host-$i.dir")
+    i=$((i + 1))
     [ -n "${rdir[$h]:-}" ] || continue
     # shellcheck disable=SC2016 # (expanded there)
     "$stage/ssh" "$h" "d=$(q "${rdir[$h]}")"'
+case "$d" in /*/mimic-shard-run.*) ;; *) exit 1 ;; esac
 cd "$d" 2>/dev/null || exit 0
 for f in *.pid; do [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null; done
 i=0
@@ -197,12 +195,24 @@ cleanup() {
     for k in $(seq 1 "$n"); do docker rm -f "$run-$k" >/dev/null 2>&1; done
   fi
   [ "$mode" != ssh ] || remote_cleanup
-  rm -rf "$stage"
+  [ -z "$stage" ] || rm -rf "$stage"
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT
 trap 'say "terminated"; exit 143' TERM
+
+# everything of this run here: beside the output (so the last rename stays on one file system)
+stage=$(mktemp -d "$(dirname "$out")/.shard-run.XXXXXX")
+if [ -n "$keep" ]; then
+  shards=$(realpath -m -- "$keep")
+  mkdir -p "$shards"
+else
+  shards=$stage
+fi
+# absolute capture paths (the same inside a container, and on hosts that share them)
+abs=()
+for c in "${caps[@]}"; do abs+=("$(realpath -- "$c")"); done
 
 # ssh as the user asked for it (MIMIC_SSH: words for the shell, like GIT_SSH_COMMAND), never
 # prompting; scp -S runs the same
@@ -234,9 +244,9 @@ if [ "$mode" = ssh ]; then
       || { echo "cannot run $rmimic there: $o"; return 1; }
     # the folder first, so that it is removed even when what follows fails
     local d=${o##*$'\n'}
+    case "$d" in /*/mimic-shard-run.*) ;; *) echo "mktemp -d there gave '$d'"; return 1 ;; esac
     printf '%s\n' "$d" >"$stage/host-$i.dir"
     printf '%s\n' "${o%%$'\n'*}" >"$stage/host-$i.version"
-    case "$d" in /*) ;; *) echo "mktemp -d there gave '$d'"; return 1 ;; esac
     if [ -n "$copy" ]; then
       "$stage/ssh" "$h" "mkdir $(q "$d/in")" </dev/null || { echo "mkdir $d/in failed"; return 1; }
       scp -q -B -S "$stage/ssh" -- "${abs[@]}" "$(scp_host "$h"):$d/in/" </dev/null \

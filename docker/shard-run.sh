@@ -333,7 +333,7 @@ cd $(q "$d") || exit 2"
         || { echo "fetching $d/$name from $h (scp) failed"; return 1; }
       if [ "$format" = parquet ]; then
         # the same files, each with the same SHA-256
-        diff <(cut -c67- "$sums") <(cd "$tmp" && find . -type f | sort) >/dev/null \
+        diff <(cut -c67- "$sums" | LC_ALL=C sort) <(cd "$tmp" && find . -type f | LC_ALL=C sort) >/dev/null \
           || { echo "the files fetched from $h are not the files written there"; return 1; }
         (cd "$tmp" && sha256sum -c --quiet --strict) <"$sums" \
           || { echo "checksum mismatch: $name fetched from $h is not what was written there"; return 1; }

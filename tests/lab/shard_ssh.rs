@@ -8,6 +8,7 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -442,7 +443,6 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
         ),
     )
     .unwrap();
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bad = out.join("bad.db");
     let mut args = vec![
@@ -468,6 +468,73 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
     assert!(!bad.exists());
     assert_eq!(entries(&out), ["flows.parquet", "full.db", "ssh.db"]);
     assert_eq!(hosts.left_on_hosts(), Vec::<PathBuf>::new());
+
+    // Ctrl-C while the shards run on the hosts (their mimic sleeps instead): exit 130 at once,
+    // the remote processes stopped, no output, the hosts' folders gone
+    let marker = format!("86.{}", std::process::id());
+    let slow = dir.join("slow-mimic");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -q ] && exec sleep {marker}\nexec {} \"$@\"\n",
+            mimic_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sleeping = || {
+        let o = Command::new("pgrep")
+            .args(["-f", &format!("^sleep {marker}$")])
+            .output()
+            .unwrap();
+        stdout(&o).split_whitespace().count()
+    };
+    let mut child = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/shard-run.sh"))
+        .args(["-n", "4", "--ssh", &list, "--remote-mimic"])
+        .arg(&slow)
+        .arg("-o")
+        .arg(&bad)
+        .args(&caps)
+        .env("MIMIC_SSH", &hosts.ssh)
+        .env("MIMIC_BIN", mimic_bin())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sleeping() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the two slow shards did not start on the hosts in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("shard-run.sh did not stop within 20 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut e = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+    assert_eq!(status.code(), Some(130), "{e}");
+    assert!(e.contains("interrupted"), "{e}");
+    assert_eq!(sleeping(), 0, "remote shards still running after Ctrl-C");
+    assert!(!bad.exists());
+    assert_eq!(hosts.left_on_hosts(), Vec::<PathBuf>::new());
+    assert_eq!(entries(&out), ["flows.parquet", "full.db", "ssh.db"]);
+    eprintln!(
+        "Ctrl-C: stopped in {:.1} s, remote shards and folders gone",
+        t.elapsed().as_secs_f64()
+    );
 
     // a host without sshd (this side of the first link: connection refused) is named before
     // any shard runs

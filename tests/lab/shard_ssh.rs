@@ -110,7 +110,17 @@ fn two_hosts(dir: &Path) -> Hosts {
     let host_pub: Vec<&str> = host_pub.split_whitespace().take(2).collect();
 
     let pid = std::process::id();
-    let net = 100 + pid % 100; // 198.18.NET.0/29: two /30 links
+    // 198.18.NET.0/29 (two /30 links), NET in 100..=199 from the pid, one no route here uses
+    // yet (a lab, a container LAN)
+    let routes = Command::new("ip")
+        .args(["-4", "route", "show"])
+        .output()
+        .unwrap();
+    let routes = stdout(&routes);
+    let net = (0..100)
+        .map(|i| 100 + (pid + i) % 100)
+        .find(|n| !routes.contains(&format!("198.18.{n}.")))
+        .expect("every 198.18.100-199.0/24 has a route here: nowhere to put the test's links");
     let mut hosts = Hosts {
         hosts: Vec::new(),
         ssh: String::new(),

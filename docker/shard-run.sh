@@ -354,10 +354,12 @@ say "$n shards of ${#abs[@]} capture(s), $jobs at a time, $format ($mode${image:
 set -m
 next=1
 failed=
+began=()
 while :; do
   while [ ${#running[@]} -lt "$jobs" ] && [ "$next" -le "$n" ] && [ -z "$failed" ]; do
     (shard "$next") >"$shards/shard-$next.log" 2>&1 </dev/null &
     running[$!]=$next
+    began[next]=$EPOCHREALTIME
     next=$((next + 1))
   done
   [ ${#running[@]} -gt 0 ] || break
@@ -368,7 +370,7 @@ while :; do
   where=
   [ "$mode" != ssh ] || where=" on $(host_of "$k")"
   if [ "$rc" -eq 0 ]; then
-    say "shard $k/$n done$where"
+    say "shard $k/$n done$where in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - ${began[$k]} }") s"
   else
     say "shard $k/$n failed$where (exit $rc):"
     sed 's/^/  /' "$shards/shard-$k.log" >&2

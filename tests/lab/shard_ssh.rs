@@ -356,7 +356,7 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
     let e = stderr(&o);
     for (k, h) in [(1, &a), (2, &b), (3, &a), (4, &b)] {
         assert!(
-            e.contains(&format!("shard {k}/4 done on {h}")),
+            e.contains(&format!("shard {k}/4 done on {h} in ")),
             "shard {k} not reported done on {h}: {e}"
         );
     }

@@ -12,7 +12,7 @@
 #   client (--vantage client) shows the bias: its connections' median difference lies between
 #   0.5 and 2 RTTs (about one round trip, as expected); and the sharded analysis run in
 #   containers of the same image -- the Kubernetes Indexed Job's pods (docker/k8s, their
-#   scripts with JOB_COMPLETION_INDEX set) and docker/shard-run.sh --docker (xargs -P) -- merges
+#   scripts with JOB_COMPLETION_INDEX set) and docker/shard-run.sh --docker (-j 2) -- merges
 #   into the unsharded run's database, table by table and row by row (docker/shard-check.py);
 # 1 when one is missed, 2 on an error, 130 when interrupted. Everything of its own (containers,
 # networks, the image tag, the engine if it started it) is removed on exit, Ctrl-C included.
@@ -432,7 +432,7 @@ if [ "${MIMIC_LAN_SHARDS:-1}" != 0 ]; then
   # the same without a cluster: xargs -P over containers
   bgw docker/shard-run.sh --docker "$tag" -n "$n_sh" -j 2 --mimic "$MIMIC_BIN" \
     -o "$sh_dir/xargs.db" "${sh_caps[@]}" || die "docker/shard-run.sh failed"
-  echo "-- docker/shard-run.sh --docker (xargs -P 2) --"
+  echo "-- docker/shard-run.sh --docker (-j 2) --"
   python3 docker/shard-check.py "$sh_dir/out/full-here.db" "$sh_dir/xargs.db" || status=1
   t_shards=$(($(date +%s) - t0))
 fi

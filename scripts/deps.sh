@@ -20,11 +20,12 @@ demo_pkgs=("${build_pkgs[@]}" iproute2 ethtool procps iputils-ping libpcap0.8 ca
 # Debian's static busybox and cpio run lab hosts as guests on Debian's stock kernel
 # (tests/lab/guest.rs; the kernel itself is fetched with apt-get download, not installed).
 # DuckDB and PySpark read the Parquet output in tests/cli/parquet.rs: from PyPI into the venv
-# below (Debian's pip refuses system installs), Spark on Debian's Java 17.
+# below (Debian's pip refuses system installs), Spark on Debian's Java 17. openssh-server and
+# openssh-client: docker/shard-run.sh --ssh against sshd in two namespaces (tests/lab/shard_ssh.rs).
 test_pkgs=("${demo_pkgs[@]}" util-linux
   tcptrace tshark tcpdump iperf3 chromium sqlite3 python3 python3-prometheus-client curl nginx-light
   docker.io docker-compose debootstrap python3-yaml qemu-system-x86 busybox-static cpio
-  python3-venv openjdk-17-jre-headless)
+  python3-venv openjdk-17-jre-headless openssh-server openssh-client)
 bench_pkgs=("${test_pkgs[@]}" hyperfine time)
 # Fetching the public corpus (scripts/corpus.sh).
 corpus_pkgs=(curl gzip ca-certificates)

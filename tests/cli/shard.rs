@@ -8,61 +8,13 @@ use std::process::Output;
 use rusqlite::Connection;
 
 use crate::analyze::{analyze, db};
+use crate::common::flowdb::{assert_merged_equals_unsharded, meta};
 use crate::common::*;
-
-/// meta rows that legitimately differ between the merged shards and the unsharded run: the
-/// command line, the merge's own rows, and the peak of connections tracked at once (the sum
-/// of the shards' peaks, which need not fall at the same moment: an upper bound).
-const META_DIFFERS: &[&str] = &["command", "shards", "merged_from", "peak_connections"];
 
 fn merge(inputs: &[PathBuf], out: &Path) -> Output {
     let mut cmd = mimic();
     cmd.arg("merge").args(inputs).arg("-o").arg(out);
     crate::analyze::run_with_timeout(cmd, std::time::Duration::from_secs(60), "merge")
-}
-
-/// Every table but `meta`, each row as text, sorted over all its columns.
-fn tables(c: &Connection) -> BTreeMap<String, Vec<String>> {
-    let names: Vec<String> = {
-        let mut st = c
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'meta'")
-            .unwrap();
-        let n = st.query_map([], |r| r.get(0)).unwrap();
-        n.collect::<rusqlite::Result<_>>().unwrap()
-    };
-    names
-        .into_iter()
-        .map(|t| {
-            let st = c.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
-            let n = st.column_count();
-            let order = (1..=n)
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
-            let mut st = c
-                .prepare(&format!("SELECT * FROM \"{t}\" ORDER BY {order}"))
-                .unwrap();
-            let rows = st
-                .query_map([], |r| {
-                    (0..n)
-                        .map(|i| r.get_ref(i).map(|v| format!("{v:?}")))
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                        .map(|v| v.join("|"))
-                })
-                .unwrap()
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .unwrap();
-            (t, rows)
-        })
-        .collect()
-}
-
-fn meta(c: &Connection) -> BTreeMap<String, String> {
-    let mut st = c
-        .prepare("SELECT key, coalesce(value, '') FROM meta")
-        .unwrap();
-    let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
-    rows.collect::<rusqlite::Result<_>>().unwrap()
 }
 
 fn ok(o: &Output, what: &str) {
@@ -113,21 +65,8 @@ fn merged_shards_equal_the_unsharded_run_on_every_public_capture() {
             std::fs::create_dir(&d).unwrap();
             let (full, merged, shards) = shard_and_merge(&f, &d, 4);
             let (a, b) = (db(&full), db(&merged));
-            let (ta, tb) = (tables(&a), tables(&b));
-            assert_eq!(
-                ta.keys().collect::<Vec<_>>(),
-                tb.keys().collect::<Vec<_>>(),
-                "{}",
-                f.display()
-            );
-            for (t, ra) in &ta {
-                let rb = &tb[t];
-                assert_eq!(ra.len(), rb.len(), "{}: {t} rows", f.display());
-                for (x, y) in ra.iter().zip(rb) {
-                    assert_eq!(x, y, "{}: table {t} differs", f.display());
-                }
-                rows += ra.len();
-            }
+            let ta = assert_merged_equals_unsharded(&a, &b, &f.display().to_string());
+            rows += ta.values().map(Vec::len).sum::<usize>();
             conns += ta["connections"].len();
             // every connection has its Community ID
             let missing: i64 = b
@@ -139,12 +78,6 @@ fn merged_shards_equal_the_unsharded_run_on_every_public_capture() {
                 .unwrap();
             assert_eq!(missing, 0, "{}", f.display());
             let (ma, mb) = (meta(&a), meta(&b));
-            for k in ma.keys().chain(mb.keys()) {
-                if META_DIFFERS.contains(&k.as_str()) {
-                    continue;
-                }
-                assert_eq!(ma.get(k), mb.get(k), "{}: meta {k}", f.display());
-            }
             let peak = |m: &BTreeMap<String, String>| m["peak_connections"].parse::<u64>().unwrap();
             assert!(peak(&mb) >= peak(&ma), "{}", f.display());
             assert_eq!(mb["shards"], "4");

@@ -28,6 +28,7 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+pub mod flowdb;
 pub mod generated;
 
 /// Whether an absent public corpus is an error: on CI (`CI=true`, which always has `shared/`

@@ -17,4 +17,5 @@ mod independent;
 mod metrics;
 mod netemu;
 mod replay;
+mod shard_ssh;
 mod util;

@@ -15,10 +15,14 @@
 //!   puts its rules in set [`DN_SET`] and numbers its pipes from [`DN_PIPE_BASE`]. Rendering
 //!   first removes mimic's previous installation, so applying twice gives the same state;
 //!   [`teardown`] removes exactly that, and [`apply`] refuses a root qdisc mimic did not install.
-//! * Rate: mimic counts IP bytes (+ `overhead`). htb counts Ethernet frames, so the root qdisc
-//!   gets `stab overhead -14` and each class `overhead N`; dummynet counts IP bytes already and
-//!   has no overhead setting (`overhead` is an error there). A pipe without a rate gets an htb
-//!   class at [`UNLIMITED_TC_RATE_BPS`].
+//! * Rate: a store-and-forward pipe (mimic's default) gets netem's own `rate R [OVERHEAD]`
+//!   below an unlimited htb class: netem computes each departure on arrival exactly as mimic's
+//!   pipe does (see `RateIn`). A pipe with a token bucket (`burst`) gets an htb class at the
+//!   rate with the bucket mimic's has ([`htb_burst`]). mimic counts IP bytes (+ `overhead`);
+//!   the root qdisc's `stab overhead -14` makes htb and netem (which read the length the root
+//!   computed) count them too, plus each class's `overhead N` or netem's OVERHEAD; dummynet
+//!   counts IP bytes already and has no overhead setting (`overhead` is an error there). A pipe
+//!   without a rate gets an htb class at [`UNLIMITED_TC_RATE_BPS`].
 //! * Queue: netem's `limit` counts every packet inside netem, including those in the delay line
 //!   (delay + jitter), so it is rendered as queue + the packets that can be in the delay line:
 //!   at the pipe's rate with 1500-byte packets, or, for a pipe without a rate, at the class's

@@ -299,7 +299,7 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     // gaps were within 20% of it at 20 Mbit/s (600 us), 52% at 60 Mbit/s, 14% at 150 Mbit/s
     // (while the average rate stayed right: iperf3 at 99-100% of 50 and 150 Mbit/s). On TCG
     // the 80% is asserted on the estimates of connections below 25 Mbit/s (measured:
-    // 97.5% of 118-120 in two replays; all estimates 71-75%, those at 25 Mbit/s and up 17-27%,
+    // 97.5-98.3% of 118-120 in four replays; all estimates 71-74%, at 25 Mbit/s and up 17-27%,
     // printed above); with KVM on all estimates.
     assert!(n.replayed >= 0.95, "netem: replayed {}", pct(n.replayed));
     assert!(n.rtt_ok >= 0.90, "netem: min RTT {n:?}");

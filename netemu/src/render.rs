@@ -15,10 +15,14 @@
 //!   puts its rules in set [`DN_SET`] and numbers its pipes from [`DN_PIPE_BASE`]. Rendering
 //!   first removes mimic's previous installation, so applying twice gives the same state;
 //!   [`teardown`] removes exactly that, and [`apply`] refuses a root qdisc mimic did not install.
-//! * Rate: mimic counts IP bytes (+ `overhead`). htb counts Ethernet frames, so the root qdisc
-//!   gets `stab overhead -14` and each class `overhead N`; dummynet counts IP bytes already and
-//!   has no overhead setting (`overhead` is an error there). A pipe without a rate gets an htb
-//!   class at [`UNLIMITED_TC_RATE_BPS`].
+//! * Rate: a store-and-forward pipe (mimic's default) gets netem's own `rate R [OVERHEAD]`
+//!   below an unlimited htb class: netem computes each departure on arrival exactly as mimic's
+//!   pipe does (see `RateIn`). A pipe with a token bucket (`burst`) gets an htb class at the
+//!   rate with the bucket mimic's has ([`htb_burst`]). mimic counts IP bytes (+ `overhead`);
+//!   the root qdisc's `stab overhead -14` makes htb and netem (which read the length the root
+//!   computed) count them too, plus each class's `overhead N` or netem's OVERHEAD; dummynet
+//!   counts IP bytes already and has no overhead setting (`overhead` is an error there). A pipe
+//!   without a rate gets an htb class at [`UNLIMITED_TC_RATE_BPS`].
 //! * Queue: netem's `limit` counts every packet inside netem, including those in the delay line
 //!   (delay + jitter), so it is rendered as queue + the packets that can be in the delay line:
 //!   at the pipe's rate with 1500-byte packets, or, for a pipe without a rate, at the class's
@@ -465,6 +469,56 @@ pub fn netem_limit(c: &PipeConfig, queue: u32) -> u64 {
     (queue as u128 + in_line).min(u32::MAX as u128) as u64
 }
 
+/// Where a rate-limited pipe's rate is rendered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RateIn {
+    /// netem's `rate` (a pipe without `burst`; htb's class is unlimited). netem gives each
+    /// packet its departure time when it arrives: the later of its arrival + delay and the
+    /// previous packet's departure, plus its own serialization time at the rate — exactly
+    /// mimic's store-and-forward pipe (serialize, then delay). A timer that fires late sends
+    /// the packets that are due together and the schedule does not slip, as a link's does not.
+    Netem,
+    /// htb's class rate with a token bucket (`burst` > 0, which netem's `rate` has not; or the
+    /// pfifo test leaf, which has no rate). htb sends when its timer fires and charges from
+    /// then on, so a late timer delays every later packet of the busy period too.
+    Htb,
+}
+
+impl RateIn {
+    fn of(c: &PipeConfig, leaf: Leaf) -> Self {
+        if c.rate_bps > 0 && c.burst == 0 && leaf == Leaf::Netem {
+            RateIn::Netem
+        } else {
+            RateIn::Htb
+        }
+    }
+}
+
+/// The largest IP packet a pipe's class is assumed to pass (the lab's and Ethernet's MTU).
+const MTU_IP_BYTES: u64 = 1500;
+
+/// The htb `burst` (= `cburst`, bytes) of a rate-limited pipe's class, so that htb lets packets
+/// go when mimic's pipe would (None: a pipe without a rate keeps htb's default).
+///
+/// htb sends a class's packet whenever the class's tokens are not negative and charges it
+/// afterwards, so an idle class lets its bucket **plus one packet** through back to back: tc's
+/// default bucket (rate / HZ + 1600 bytes, at least one MTU) sent the first two packets of
+/// every busy period together, where mimic's store-and-forward pipe (`burst=0`) spaces them by
+/// a packet's serialization time — compressed pairs at the start of every flight, which a
+/// packet-pair estimator reads as a far higher rate (netemu/README.md, "netem rate"). mimic's
+/// `burst=B` lets a packet leave B bytes' time before it finishes serializing, which is htb's
+/// bucket of B minus one full packet (its length counted as htb counts it: the IP packet plus
+/// `overhead`). tc's `burst 0` means "default", so an empty bucket is rendered as one byte
+/// (below a tick of htb's clock at most rates). Only pipes whose rate stays htb's use it
+/// (see `RateIn`).
+pub fn htb_burst(c: &PipeConfig) -> Option<u64> {
+    if c.rate_bps == 0 {
+        return None;
+    }
+    let packet = MTU_IP_BYTES + c.overhead as u64;
+    Some((c.burst as u64).saturating_sub(packet).max(1))
+}
+
 /// The next class minor, skipping the one whose leaf handle would be mimic's root handle.
 fn next_minor(m: &mut u32) -> u32 {
     if *m == TC_MAJOR {
@@ -619,17 +673,25 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 next_minor(&mut minor)
             };
             s.comment(format!("{}: {}", p.what, c));
-            let mut ov = if c.overhead > 0 {
-                format!(" overhead {}", c.overhead)
-            } else {
-                String::new()
+            // A store-and-forward pipe's rate is netem's own (see `RateIn`); a token bucket
+            // (`burst`) is htb's.
+            let rate_in = RateIn::of(c, opts.leaf);
+            let mut ov = String::new();
+            let class_rate = match rate_in {
+                RateIn::Netem => 0,
+                RateIn::Htb => {
+                    if c.overhead > 0 {
+                        let _ = write!(ov, " overhead {}", c.overhead);
+                    }
+                    if let Some(b) = htb_burst(c) {
+                        let _ = write!(ov, " burst {b}b cburst {b}b");
+                    }
+                    c.rate_bps
+                }
             };
-            if c.burst > 0 {
-                let _ = write!(ov, " burst {b}b cburst {b}b", b = c.burst);
-            }
             s.cmd(&format!(
                 "tc class add dev {dev} parent {parent} classid {class} htb rate {r} ceil {r} quantum 1514{ov}",
-                r = tc_rate(c.rate_bps)
+                r = tc_rate(class_rate)
             ));
             match opts.leaf {
                 Leaf::Netem => {
@@ -639,6 +701,12 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                     );
                     if c.jitter > 0 {
                         let _ = write!(netem, " {}", tc_time(c.jitter));
+                    }
+                    if rate_in == RateIn::Netem {
+                        let _ = write!(netem, " rate {}", tc_rate(c.rate_bps));
+                        if c.overhead > 0 {
+                            let _ = write!(netem, " {}", c.overhead);
+                        }
                     }
                     match c.loss {
                         LossModel::None => {}
@@ -1259,6 +1327,70 @@ mod tests {
         assert_eq!(netem_limit(&c, 50), 50 + 25 + 1);
         let c: PipeConfig = "delay=0ms".parse().unwrap();
         assert_eq!(netem_limit(&c, 7), 7);
+    }
+
+    /// Regression (issue 22, netem column of the guest replay): a rate-limited pipe was an htb
+    /// class at the rate with tc's default bucket, which lets an idle class send two packets
+    /// back to back (its bucket plus one packet): every bandwidth miss of two 200-connection
+    /// replays in a TCG guest (78 and 77) was an over-estimate. A store-and-forward pipe's rate is now
+    /// netem's own (departures computed on arrival, as mimic's pipe does), htb's class
+    /// unlimited; a token bucket stays htb's, with the bucket mimic's pipe has.
+    #[test]
+    fn store_and_forward_rates_are_netems_and_token_buckets_htbs_less_one_packet() {
+        let sh = render(
+            Backend::Netem,
+            &default_table("delay=5ms", "delay=20ms,rate=10mbit,overhead=14,queue=50"),
+            &opts(),
+        )
+        .unwrap()
+        .to_shell();
+        assert!(
+            sh.contains("classid 6d69:2 htb rate 10gbit ceil 10gbit quantum 1514\n"),
+            "{sh}"
+        );
+        assert!(
+            sh.contains("handle 2: netem limit 67 delay 20ms rate 10mbit 14\n"),
+            "{sh}"
+        );
+        assert!(!sh.contains("htb rate 10mbit"), "{sh}");
+        assert!(!sh.contains("overhead 14"), "{sh}");
+        // a token bucket of mimic's: htb, whose bucket is one full packet smaller
+        let sh = render(
+            Backend::Netem,
+            &default_table("delay=5ms", "delay=20ms,rate=10mbit,burst=4500,queue=50"),
+            &opts(),
+        )
+        .unwrap()
+        .to_shell();
+        assert!(
+            sh.contains("htb rate 10mbit ceil 10mbit quantum 1514 burst 3000b cburst 3000b\n"),
+            "{sh}"
+        );
+        assert!(sh.contains("netem limit 67 delay 20ms\n"), "{sh}");
+        let c = |s: &str| s.parse::<PipeConfig>().unwrap();
+        assert_eq!(htb_burst(&c("rate=10mbit,burst=1500")), Some(1), "empty");
+        assert_eq!(
+            htb_burst(&c("rate=10mbit,burst=1552,overhead=38")),
+            Some(14)
+        );
+        assert_eq!(htb_burst(&c("rate=10mbit")), Some(1));
+        assert_eq!(htb_burst(&c("delay=1ms")), None);
+        // the pfifo test leaf cannot shape: the rate stays htb's
+        let o = RenderOptions {
+            leaf: Leaf::Pfifo,
+            ..opts()
+        };
+        let sh = render(
+            Backend::Netem,
+            &default_table("delay=5ms", "rate=10mbit"),
+            &o,
+        )
+        .unwrap()
+        .to_shell();
+        assert!(
+            sh.contains("htb rate 10mbit ceil 10mbit quantum 1514 burst 1b cburst 1b"),
+            "{sh}"
+        );
     }
 
     #[test]

@@ -453,8 +453,9 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     assert_eq!(counted as usize, lost, "losses that netem did not make");
 
     // 5. A burst larger than the queue drops the excess: 100 datagrams at once into a
-    // 30-packet queue. At 100 kbit/s a 1028-byte datagram leaves every 82 ms, so none but the
-    // first (taken at once by htb) leaves while the TCG guest takes the burst in (~20 ms):
+    // 30-packet queue. At 100 kbit/s (netem's own rate) a 1028-byte datagram leaves every
+    // 82 ms, the first after its own serialization, so none leaves while the TCG guest takes
+    // the burst in (~20 ms):
     // netem's queue (its `limit`: the queue plus the delay line, see netemu/README.md) fills,
     // and the rest is dropped by netem.
     lab.apply("[default]\nup = \"rate=100kbit,queue=30\"\ndown = \"delay=0ms\"\n");

@@ -26,6 +26,9 @@ struct Column {
     /// Bandwidth within 20% among the estimates of connections below 25 Mbit/s.
     bw_slow_n: u64,
     bw_slow_ok: f64,
+    /// ... and among those of connections at 25 Mbit/s and up.
+    bw_fast_n: u64,
+    bw_fast_ok: f64,
     delay_n: u64,
     delay_ok: f64,
     install_s: Option<f64>,
@@ -71,6 +74,10 @@ fn column(truth: &Path, replay: &Path, r: &serde_json::Value) -> Column {
         "SELECT coalesce(sum(abs(r.bw_bps / o.bw_bps - 1) <= 0.2), 0), count(*) {pairs} \
          WHERE r.bw_bps IS NOT NULL AND o.bw_bps > 0 AND o.bw_bps < 25e6"
     ));
+    let (bw_fast_ok, bw_fast_n) = one(&format!(
+        "SELECT coalesce(sum(abs(r.bw_bps / o.bw_bps - 1) <= 0.2), 0), count(*) {pairs} \
+         WHERE r.bw_bps IS NOT NULL AND o.bw_bps >= 25e6"
+    ));
     // exchanges pair by their order in the connection
     let (delay_ok, delay_n) = one(&format!(
         "SELECT coalesce(sum(abs(re.response_delay_us - oe.response_delay_us) <= 2000), 0), count(*) {pairs} \
@@ -86,6 +93,8 @@ fn column(truth: &Path, replay: &Path, r: &serde_json::Value) -> Column {
         bw_ok: share(bw_ok, bw_n),
         bw_slow_n,
         bw_slow_ok: share(bw_slow_ok, bw_slow_n),
+        bw_fast_n,
+        bw_fast_ok: share(bw_fast_ok, bw_fast_n),
         delay_n,
         delay_ok: share(delay_ok, delay_n),
         install_s: r["kernel_pipes"]["install_s"].as_f64(),
@@ -241,6 +250,7 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
          {:<44} {:>16} {:>16}\n\
          {:<44} {:>16} {:>16}\n\
          {:<44} {:>16} {:>16}\n\
+         {:<44} {:>16} {:>16}\n\
          {:<44} {:>16} {:>16}",
         n.connections,
         rn["kernel_pipes"]["router"].as_str().unwrap_or("?"),
@@ -260,6 +270,9 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
         "  of those below 25 Mbit/s",
         format!("{} of {}", pct(n.bw_slow_ok), n.bw_slow_n),
         format!("{} of {}", pct(m.bw_slow_ok), m.bw_slow_n),
+        "  of those at 25 Mbit/s and up",
+        format!("{} of {}", pct(n.bw_fast_ok), n.bw_fast_n),
+        format!("{} of {}", pct(m.bw_fast_ok), m.bw_fast_n),
         "response delay within 2 ms (>= 90%)",
         format!("{} of {}", pct(n.delay_ok), n.delay_n),
         format!("{} of {}", pct(m.delay_ok), m.delay_n),
@@ -278,13 +291,16 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     );
 
     // The netem column: the issue's thresholds for replayed, min RTT and response delays.
-    // Bandwidth: the analyzer's packet pairs need the ACKs' spacing kept to well under 20%;
-    // a TCG guest forwards when QEMU gets the CPU, its timers firing up to a millisecond or so
-    // late, which is 25% of the 4 ms gap of a 3 Mbit/s connection and many gaps of a
-    // 180 Mbit/s one (measured on TCG: 49-58% of all estimates, 69-78% of those below
-    // 25 Mbit/s). On TCG what is asserted is that the pipes shaped at all: most estimates
-    // below 25 Mbit/s within 20% (an unshaped replay estimates the link: none would be).
-    // With KVM the issue's 80% is asserted.
+    // Bandwidth: the analyzer's packet pairs read the spacing of the data (and of the client's
+    // ACKs) that the guest's netem released; netem's `rate` computes each departure exactly
+    // (netemu/README.md, "netem rate"), but a TCG guest's timers fire 60-170 us late with as
+    // much jitter, so a pair's spacing is right only where a packet's serialization time is
+    // well above that: in a steady stream through one pipe in this guest, 96% of the data
+    // gaps were within 20% of it at 20 Mbit/s (600 us), 52% at 60 Mbit/s, 14% at 150 Mbit/s
+    // (while the average rate stayed right: iperf3 at 99-100% of 50 and 150 Mbit/s). On TCG
+    // the issue's 80% is asserted on the estimates of connections below 25 Mbit/s (measured:
+    // 97.5-98.3% of 118-120 in four replays; all estimates 71-74%, at 25 Mbit/s and up 17-27%,
+    // printed above); with KVM on all estimates.
     assert!(n.replayed >= 0.95, "netem: replayed {}", pct(n.replayed));
     assert!(n.rtt_ok >= 0.90, "netem: min RTT {n:?}");
     assert!(n.delay_ok >= 0.90, "netem: response delays {n:?}");
@@ -294,7 +310,7 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     );
     if tcg {
         assert!(
-            n.bw_slow_ok >= 0.6,
+            n.bw_slow_ok >= 0.80,
             "netem: bandwidth below 25 Mbit/s within 20% (TCG guest) {n:?}"
         );
     } else {

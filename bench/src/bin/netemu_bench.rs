@@ -366,44 +366,46 @@ fn other_threads() -> BTreeMap<(i32, i32), Thread> {
             let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            let Some(mut thread) = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|stat| parse_thread_stat(&stat))
+            else {
                 continue;
             };
-            let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else {
-                continue;
-            };
-            // the fields after the command name start at field 3 (state): flags is field 9,
-            // rt_priority field 40, policy field 41 (proc(5))
-            let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-            let num = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok());
-            const PF_KTHREAD: i64 = 0x0020_0000;
-            let (Some(flags), Some(prio), Some(policy)) = (num(6), num(37), num(38)) else {
-                continue;
-            };
-            if flags & PF_KTHREAD != 0 {
-                continue;
-            }
-            let policy = match policy as i32 {
-                libc::SCHED_FIFO => Some("FIFO"),
-                libc::SCHED_RR => Some("RR"),
-                _ => None,
-            };
-            let cpu_ns = std::fs::read_to_string(t.path().join("schedstat"))
+            thread.cpu_ns = std::fs::read_to_string(t.path().join("schedstat"))
                 .ok()
                 .and_then(|s| s.split_ascii_whitespace().next()?.parse().ok())
                 .unwrap_or(0);
-            out.insert(
-                (pid, tid),
-                Thread {
-                    comm: head.get(open + 1..).unwrap_or("?").to_string(),
-                    policy,
-                    priority: prio as i32,
-                    cpu_ns,
-                },
-            );
+            out.insert((pid, tid), thread);
         }
     }
     out
+}
+
+/// A user-space thread from its `/proc/PID/task/TID/stat` line (CPU time left at 0); None for
+/// a kernel thread or a line that does not parse.
+fn parse_thread_stat(stat: &str) -> Option<Thread> {
+    let open = stat.find('(')?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    // the fields after the command name start at field 3 (state): flags is field 9,
+    // rt_priority field 40, policy field 41 (proc(5))
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok());
+    const PF_KTHREAD: i64 = 0x0020_0000;
+    let (flags, prio, policy) = (num(6)?, num(37)?, num(38)?);
+    if flags & PF_KTHREAD != 0 {
+        return None;
+    }
+    Some(Thread {
+        comm: head.get(open + 1..)?.to_string(),
+        policy: match policy as i32 {
+            libc::SCHED_FIFO => Some("FIFO"),
+            libc::SCHED_RR => Some("RR"),
+            _ => None,
+        },
+        priority: prio as i32,
+        cpu_ns: 0,
+    })
 }
 
 /// What other processes' real-time threads at `min_priority` or above ran between two
@@ -436,7 +438,7 @@ fn foreign_rt_ran(
         .into_iter()
         .map(|((pid, comm, pol, prio), ns)| (format!("{comm}[{pid}] {pol} {prio}"), ns))
         .collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
     v
 }
 
@@ -913,5 +915,69 @@ fn main() {
             .map(|r| serde_json::json!({"datapath": r.name, "pipes": r.pipes, "offered_pps": r.sent_pps, "forwarded_pps": r.rx_pps, "vs_kernel_forwarding": r.rx_pps / kernel_pps(r.pipes), "paced": r.paced.json(), "loaded": r.loaded.json(), "note": r.note}))
             .collect();
         std::fs::write(&o, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // a TCG guest's QEMU vCPU thread at SCHED_FIFO 20, as /proc showed it
+    const QEMU: &str = "1347 (qemu-system-x86) S 1 1341 1341 0 -1 138412224 13094 0 5 0 1213 183 0 0 -21 0 3 0 3393228 2352021504 96989 18446744073709551615 94012161396736 94012167257173 140727290332864 0 0 0 2147220087 3674112 16451 1 0 0 -1 0 20 1 0 0 0 94012170369272 94012175573424 94013173366784 140727290341146 140727290342085 140727290342085 140727290343388 0";
+
+    #[test]
+    fn thread_stat_lines_give_name_policy_and_priority() {
+        let t = parse_thread_stat(QEMU).unwrap();
+        assert_eq!(
+            (t.comm.as_str(), t.policy, t.priority),
+            ("qemu-system-x86", Some("FIFO"), 20)
+        );
+        // a name with spaces and parentheses; normal policy
+        let odd = QEMU
+            .replace("(qemu-system-x86)", "(a (b) c)")
+            .replace(" 20 1 0 0 0 ", " 0 0 0 0 0 ");
+        let t = parse_thread_stat(&odd).unwrap();
+        assert_eq!((t.comm.as_str(), t.policy), ("a (b) c", None));
+        // kernel threads (PF_KTHREAD) are left out, and so is what does not parse
+        let kthread = QEMU.replace(" 138412224 ", " 2129984 ");
+        assert!(parse_thread_stat(&kthread).is_none());
+        assert!(parse_thread_stat("1 (x) S 1 2").is_none());
+        assert!(parse_thread_stat("").is_none());
+    }
+
+    #[test]
+    fn foreign_real_time_use_is_the_growth_of_threads_at_or_above_the_priority() {
+        let th = |comm: &str, policy, priority, cpu_ns| Thread {
+            comm: comm.into(),
+            policy,
+            priority,
+            cpu_ns,
+        };
+        let before = BTreeMap::from([
+            ((7, 7), th("qemu", Some("FIFO"), 20, 1_000_000)),
+            ((7, 8), th("qemu", Some("FIFO"), 20, 5_000_000)),
+            ((9, 9), th("timer", Some("FIFO"), 1, 0)),
+            ((11, 11), th("cc1", None, 0, 0)),
+        ]);
+        let after = BTreeMap::from([
+            ((7, 7), th("qemu", Some("FIFO"), 20, 4_000_000)),
+            ((7, 8), th("qemu", Some("FIFO"), 20, 5_000_000)),
+            // a thread that appeared during the phase counts with all its time
+            ((7, 12), th("qemu", Some("FIFO"), 20, 2_000_000)),
+            // below the priority, or normal, does not count
+            ((9, 9), th("timer", Some("FIFO"), 1, 9_000_000)),
+            ((11, 11), th("cc1", None, 0, 9_000_000)),
+            // an equal priority does (FIFO peers do not preempt each other)
+            ((13, 13), th("netemu-datapath", Some("FIFO"), 10, 500_000)),
+            ((14, 14), th("idle-rt", Some("RR"), 50, 0)),
+        ]);
+        assert_eq!(
+            foreign_rt_ran(&before, &after, 10),
+            vec![
+                ("qemu[7] FIFO 20".to_string(), 5_000_000),
+                ("netemu-datapath[13] FIFO 10".to_string(), 500_000),
+            ]
+        );
+        assert!(foreign_rt_ran(&after, &after, 10).is_empty());
     }
 }

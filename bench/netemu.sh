@@ -8,7 +8,10 @@
 #
 # Usage: bench/netemu.sh [SECONDS [LOAD_PPS]]   (root; writes bench/out/netemu.json, prints a table)
 # Goals (issue 3): 65,536 pipes with p99 delay error <= 50 us and >= 50% of kernel
-# forwarding's packet rate. Other work on the machine (2 cores) disturbs both figures.
+# forwarding's packet rate. Other work on the machine (2 cores) disturbs both figures: each
+# row gives its phases' host load and CPU pressure, and names other processes' real-time
+# threads that ran meanwhile (also warned on stderr). mimic's datapath runs with both spin
+# rules (the load-following budget and the fixed one before it), alternating per pipe count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/netemu.sh needs root (namespaces, AF_PACKET)" >&2; exit 1; }

@@ -49,6 +49,19 @@ pub struct DatapathConfig {
     pub rt_priority: Option<i32>,
     /// Pin the datapath thread to this CPU (None: wherever the scheduler puts it).
     pub cpu: Option<usize>,
+    /// What limits busy-waiting (see [`SpinRule`]).
+    pub spin_rule: SpinRule,
+}
+
+/// How much of each 10 ms window the datapath may busy-wait before departures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpinRule {
+    /// Up to half of the window, less as the rest of the machine gets busy ([`MachineLoad`]).
+    #[default]
+    FollowLoad,
+    /// Always up to half of the window: the rule before the budget followed the load (kept
+    /// so that netemu-bench can compare the two in one build, `--spin-rule fixed`).
+    Fixed,
 }
 
 impl Default for DatapathConfig {
@@ -61,6 +74,7 @@ impl Default for DatapathConfig {
             spin_ns: 100_000,
             rt_priority: None,
             cpu: None,
+            spin_rule: SpinRule::default(),
         }
     }
 }
@@ -708,8 +722,10 @@ impl Datapath {
             if let Some(since) = spinning_since.take() {
                 budget.add_spin(now.saturating_sub(since));
             }
-            if let Some(h) = load.headroom(now, budget.spun_total()) {
-                budget.set_headroom(h);
+            if self.cfg.spin_rule == SpinRule::FollowLoad {
+                if let Some(h) = load.headroom(now, budget.spun_total()) {
+                    budget.set_headroom(h);
+                }
             }
             if budget.roll(now) {
                 stats.spin_reduced_windows += 1;

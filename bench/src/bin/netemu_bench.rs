@@ -25,9 +25,19 @@
 //!   the server-side veth behind the mirred redirect, shared by all flows; its delay error
 //!   beside mimic's in the same run (bench/netem-delay.sh runs it in a router guest).
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--netem]
+//! * spin rule (`--spin-rule load,fixed`, both by default, alternating at each pipe count):
+//!   mimic's datapath with its busy-wait budget following the machine's load (what `mimic
+//!   netemu run` does) and with the fixed half-window budget of the builds before that rule.
+//! * host: each row gives the 1-minute load average and the share of the phase in which some
+//!   task waited for a CPU (`/proc/pressure/cpu`, "some") for the paced and load phases, and
+//!   names other processes' real-time threads at or above the datapath's priority that ran
+//!   during a phase, with their CPU time (a TCG guest's QEMU at FIFO 20 preempts the datapath;
+//!   a warning on stderr too): such figures measure the machine, not the datapath.
+//!
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed] [--netem]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::process::Command;
@@ -35,7 +45,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use mimic_netemu::datapath::{Datapath, DatapathConfig, DatapathStats, Finished, Job, Waker};
+use mimic_netemu::datapath::{
+    Datapath, DatapathConfig, DatapathStats, Finished, Job, SpinRule, Waker,
+};
 use mimic_netemu::engine::{Engine, FlowRule, Limits, PipeTable};
 use mimic_netemu::lab::{self, LabInfo, LabOptions};
 use mimic_netemu::netns;
@@ -45,6 +57,8 @@ const DST_MAC: [u8; 6] = [0x02, 0x6d, 0x69, 0, 0, 0x99]; // owned by nobody: the
 const SERVER: [u8; 4] = [198, 18, 0, 9];
 const FRAME_LEN: usize = 14 + 20 + 20 + 16;
 const DELAY_NS: u64 = 5_000_000;
+/// SCHED_FIFO priority of mimic's datapath thread here (`mimic netemu run`'s default).
+const DATAPATH_PRIORITY: i32 = mimic_netemu::spec::DEFAULT_RT_PRIORITY;
 
 fn flow(i: u32) -> ([u8; 4], u16) {
     let ip = u32::from_be_bytes([198, 19, 0, 0]) + 1 + i / 64;
@@ -320,6 +334,133 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> (u64, Vec<u64>) {
     (sent, rx.join().unwrap())
 }
 
+/// A thread of another process: name, scheduling policy (FIFO, RR, or None for a normal
+/// one), real-time priority and the CPU time it had used (`/proc/PID/task/TID/schedstat`, ns).
+#[derive(Clone, Debug)]
+struct Thread {
+    comm: String,
+    policy: Option<&'static str>,
+    priority: i32,
+    cpu_ns: u64,
+}
+
+/// The threads of the other user-space processes, keyed by (pid, tid) (kernel threads such as
+/// migration/N are the kernel's own, not a workload, and are left out).
+fn other_threads() -> BTreeMap<(i32, i32), Thread> {
+    let me = std::process::id() as i32;
+    let mut out = BTreeMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Some(mut thread) = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|stat| parse_thread_stat(&stat))
+            else {
+                continue;
+            };
+            thread.cpu_ns = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_ascii_whitespace().next()?.parse().ok())
+                .unwrap_or(0);
+            out.insert((pid, tid), thread);
+        }
+    }
+    out
+}
+
+/// A user-space thread from its `/proc/PID/task/TID/stat` line (CPU time left at 0); None for
+/// a kernel thread or a line that does not parse.
+fn parse_thread_stat(stat: &str) -> Option<Thread> {
+    let open = stat.find('(')?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    // the fields after the command name start at field 3 (state): flags is field 9,
+    // rt_priority field 40, policy field 41 (proc(5))
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok());
+    const PF_KTHREAD: i64 = 0x0020_0000;
+    let (flags, prio, policy) = (num(6)?, num(37)?, num(38)?);
+    if flags & PF_KTHREAD != 0 {
+        return None;
+    }
+    Some(Thread {
+        comm: head.get(open + 1..)?.to_string(),
+        policy: match policy as i32 {
+            libc::SCHED_FIFO => Some("FIFO"),
+            libc::SCHED_RR => Some("RR"),
+            _ => None,
+        },
+        priority: prio as i32,
+        cpu_ns: 0,
+    })
+}
+
+/// What other processes' real-time threads at `min_priority` or above ran between two
+/// snapshots of [`other_threads`], by process, largest first (empty when none ran). Such a
+/// thread takes the datapath's CPU whenever it runs there (a higher priority preempts the
+/// datapath, an equal FIFO one is never preempted by it): a TCG guest's QEMU, another lab's
+/// datapath. A thread that became real-time during the phase counts with all its CPU time
+/// of the phase.
+fn foreign_rt_ran(
+    before: &BTreeMap<(i32, i32), Thread>,
+    after: &BTreeMap<(i32, i32), Thread>,
+    min_priority: i32,
+) -> Vec<(String, u64)> {
+    let mut by_proc: BTreeMap<(i32, String, &str, i32), u64> = BTreeMap::new();
+    for (&(pid, tid), t) in after {
+        let Some(policy) = t.policy.filter(|_| t.priority >= min_priority) else {
+            continue;
+        };
+        // a thread missing from the first snapshot began during the phase
+        let ran = t
+            .cpu_ns
+            .saturating_sub(before.get(&(pid, tid)).map_or(0, |b| b.cpu_ns));
+        if ran > 0 {
+            *by_proc
+                .entry((pid, t.comm.clone(), policy, t.priority))
+                .or_default() += ran;
+        }
+    }
+    let mut v: Vec<(String, u64)> = by_proc
+        .into_iter()
+        .map(|((pid, comm, pol, prio), ns)| (format!("{comm}[{pid}] {pol} {prio}"), ns))
+        .collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
+    v
+}
+
+/// The kernel's CPU pressure: µs in which some runnable task waited for a CPU, in all
+/// (`/proc/pressure/cpu`, "some ... total="); None without PSI.
+fn cpu_pressure_us() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let line = t.lines().find(|l| l.starts_with("some "))?;
+    line.split_ascii_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
+/// The 1-minute load average (`/proc/loadavg`), NaN if unreadable.
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_ascii_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 /// Added-delay error of one timestamped phase.
 #[derive(Default)]
 struct Errors {
@@ -329,12 +470,40 @@ struct Errors {
     max_us: f64,
     sent: u64,
     received: usize,
+    /// The host's 1-minute load average at the end of the phase.
+    load: f64,
+    /// Share of the phase in which some task waited for a CPU (PSI "some"; NaN without PSI).
+    cpu_wait: f64,
+    /// CPU time foreign real-time threads at or above the datapath's priority ran during the
+    /// phase, by process (see [`foreign_rt_ran`]).
+    foreign_rt: Vec<(String, u64)>,
 }
 
 impl Errors {
     fn json(&self) -> serde_json::Value {
+        let rt: serde_json::Map<String, serde_json::Value> = self
+            .foreign_rt
+            .iter()
+            .map(|(k, ns)| (k.clone(), serde_json::json!(*ns as f64 / 1e6)))
+            .collect();
         serde_json::json!({"pps": self.pps, "err_p50_us": self.p50_us, "err_p99_us": self.p99_us,
-            "err_max_us": self.max_us, "sent": self.sent, "received": self.received})
+            "err_max_us": self.max_us, "sent": self.sent, "received": self.received,
+            "loadavg_1m": self.load, "cpu_pressure_some": self.cpu_wait, "foreign_rt_ms": rt})
+    }
+    /// Foreign real-time CPU time during the phase, for the notes ("" if none).
+    fn foreign_note(&self, phase: &str) -> String {
+        if self.foreign_rt.is_empty() {
+            return String::new();
+        }
+        let v: Vec<String> = self
+            .foreign_rt
+            .iter()
+            .map(|(k, ns)| format!("{k} ran {:.0} ms", *ns as f64 / 1e6))
+            .collect();
+        format!(
+            "; {phase}: FOREIGN REAL-TIME THREADS at priority >= {DATAPATH_PRIORITY}: {}",
+            v.join(", ")
+        )
     }
     fn cell(&self) -> String {
         format!(
@@ -361,6 +530,9 @@ fn errors(sent: u64, lat: &[u64], configured: u64, secs: f64) -> Errors {
         pps: sent as f64 / secs,
         sent,
         received: lat.len(),
+        load: loadavg(),
+        cpu_wait: f64::NAN,
+        foreign_rt: Vec::new(),
         p50_us: f64::NAN,
         p99_us: f64::NAN,
         max_us: f64::NAN,
@@ -401,14 +573,26 @@ fn measure(
     secs: f64,
     load_pps: u64,
 ) -> (Row, Phases) {
-    fwd.start();
-    let (sent, lat) = latency(info, pipes, 10_000, secs);
-    let paced_stats = fwd.stop();
-    let paced = errors(sent, &lat, configured, secs);
-    fwd.start();
-    let (sent, lat) = latency(info, pipes, load_pps, secs);
-    let loaded_stats = fwd.stop();
-    let loaded = errors(sent, &lat, configured, secs);
+    let mut timed = |pps: u64| {
+        fwd.start();
+        let threads0 = other_threads();
+        let (psi0, t0) = (cpu_pressure_us(), Instant::now());
+        let (sent, lat) = latency(info, pipes, pps, secs);
+        let mut e = errors(sent, &lat, configured, secs);
+        if let (Some(a), Some(b)) = (psi0, cpu_pressure_us()) {
+            e.cpu_wait = b.saturating_sub(a) as f64 / 1e6 / t0.elapsed().as_secs_f64();
+        }
+        e.foreign_rt = foreign_rt_ran(&threads0, &other_threads(), DATAPATH_PRIORITY);
+        if !e.foreign_rt.is_empty() {
+            eprintln!(
+                "netemu-bench: WARNING: {name}, {pipes} flows, {pps} pps: other processes' real-time threads took the CPU during the phase{}",
+                e.foreign_note("")
+            );
+        }
+        (e, fwd.stop())
+    };
+    let (paced, paced_stats) = timed(10_000);
+    let (loaded, loaded_stats) = timed(load_pps);
     fwd.start();
     let before = rx_packets(info);
     let t = Instant::now();
@@ -438,6 +622,7 @@ fn measure(
 /// mimic's datapath, in-process on its own thread in NAME-emu.
 struct Mimic {
     info: LabInfo,
+    spin_rule: SpinRule,
     engine: Option<Engine<u32>>,
     running: Option<(mpsc::Sender<Job>, Waker, std::thread::JoinHandle<Finished>)>,
 }
@@ -449,12 +634,14 @@ impl Forwarder for Mimic {
         let waker = Waker::new().unwrap();
         let ns = self.info.ns_emu.clone();
         let (ci, si) = (self.info.emu_cli_if.clone(), self.info.emu_srv_if.clone());
+        let spin_rule = self.spin_rule;
         let dp = std::thread::spawn(move || {
             netns::enter(&ns).unwrap();
             let d = Datapath::open(DatapathConfig {
                 client_if: ci,
                 server_if: si,
-                rt_priority: Some(10),
+                rt_priority: Some(DATAPATH_PRIORITY),
+                spin_rule,
                 ..Default::default()
             })
             .unwrap();
@@ -520,6 +707,23 @@ fn main() {
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
     let netem = args.iter().any(|a| a == "--netem");
+    let mut spin_rules = Vec::new();
+    for r in get("--spin-rule")
+        .as_deref()
+        .unwrap_or("load,fixed")
+        .split(',')
+    {
+        spin_rules.push(match r {
+            "load" => ("spin follows load", SpinRule::FollowLoad),
+            "fixed" => ("fixed spin budget", SpinRule::Fixed),
+            x => {
+                eprintln!(
+                    "netemu-bench: --spin-rule {x}: expected load, fixed or both (load,fixed)"
+                );
+                std::process::exit(2);
+            }
+        });
+    }
     if netem {
         if let Err(e) = mimic_netemu::render::probe_netem() {
             eprintln!("netemu-bench --netem: {e}");
@@ -627,47 +831,51 @@ fn main() {
                 .collect(),
             ..Default::default()
         };
-        let t = Instant::now();
-        let engine: Engine<u32> = Engine::new(&table, Limits::default(), 1).unwrap();
-        let setup_ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut m = Mimic {
-            info: info.clone(),
-            engine: Some(engine),
-            running: None,
-        };
-        let (mut row, ph) = measure(
-            &info,
-            &mut m,
-            "mimic netemu (delay=5ms per pipe)",
-            n,
-            DELAY_NS,
-            secs,
-            load_pps,
-        );
-        let late = |s: &Option<DatapathStats>| {
-            let s = s.as_ref().unwrap();
-            format!(
-                "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
-                s.late_p99_ns as f64 / 1e3,
-                s.late_max_ns as f64 / 1e3,
-                s.rx_wait_p99_ns as f64 / 1e3,
-                s.rx_wait_max_ns as f64 / 1e3,
-                s.wake_late_p99_ns as f64 / 1e3,
-                s.wake_late_max_ns as f64 / 1e3,
-                s.timed_sleeps,
-                s.spin_reduced_windows,
-                s.ring_drops,
-                s.no_buffer
-            )
-        };
-        row.note = format!(
-            "{} pipes, built in {setup_ms:.0} ms; paced: {}; load: {}; blast: {}",
-            2 * n,
-            late(&ph.paced),
-            late(&ph.loaded),
-            late(&ph.blast)
-        );
-        rows.push(row);
+        // the rules alternate at each pipe count, so that they meet the same host load
+        for &(rule_name, spin_rule) in &spin_rules {
+            let t = Instant::now();
+            let engine: Engine<u32> = Engine::new(&table, Limits::default(), 1).unwrap();
+            let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+            let mut m = Mimic {
+                info: info.clone(),
+                spin_rule,
+                engine: Some(engine),
+                running: None,
+            };
+            let (mut row, ph) = measure(
+                &info,
+                &mut m,
+                &format!("mimic netemu (delay=5ms per pipe, {rule_name})"),
+                n,
+                DELAY_NS,
+                secs,
+                load_pps,
+            );
+            let late = |s: &Option<DatapathStats>| {
+                let s = s.as_ref().unwrap();
+                format!(
+                    "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
+                    s.late_p99_ns as f64 / 1e3,
+                    s.late_max_ns as f64 / 1e3,
+                    s.rx_wait_p99_ns as f64 / 1e3,
+                    s.rx_wait_max_ns as f64 / 1e3,
+                    s.wake_late_p99_ns as f64 / 1e3,
+                    s.wake_late_max_ns as f64 / 1e3,
+                    s.timed_sleeps,
+                    s.spin_reduced_windows,
+                    s.ring_drops,
+                    s.no_buffer
+                )
+            };
+            row.note = format!(
+                "{} pipes, built in {setup_ms:.0} ms; paced: {}; load: {}; blast: {}",
+                2 * n,
+                late(&ph.paced),
+                late(&ph.loaded),
+                late(&ph.blast)
+            );
+            rows.push(row);
+        }
     }
 
     let kernel_pps = |n: u32| {
@@ -677,11 +885,11 @@ fn main() {
             .rx_pps
     };
     println!("Delay error = |actual - configured| one-way, µs, p50 / p99 / max. paced: 10 kpps, one probe per flow round robin; load: all frames timestamped at {load_pps} pps round robin over all flows; blast: forwarding rate, no timestamps. vs kernel fwd: forwarded pps / kernel forwarding's with the same number of flows.\n");
-    println!("| datapath | active pipes | blast offered pps | forwarded pps | vs kernel fwd | error, paced 10 kpps | error under load (achieved pps) | received / sent under load | notes |");
-    println!("|---|---:|---:|---:|---:|---|---|---:|---|");
+    println!("| datapath | active pipes | blast offered pps | forwarded pps | vs kernel fwd | error, paced 10 kpps | error under load (achieved pps) | received / sent under load | host load (paced / load) | notes |");
+    println!("|---|---:|---:|---:|---:|---|---|---:|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {:.2} / {:.2} (CPU wait {:.0}% / {:.0}%) | {}{}{} |",
             r.name,
             r.pipes,
             r.sent_pps,
@@ -692,7 +900,13 @@ fn main() {
             r.loaded.pps,
             r.loaded.received,
             r.loaded.sent,
-            r.note
+            r.paced.load,
+            r.loaded.load,
+            100.0 * r.paced.cpu_wait,
+            100.0 * r.loaded.cpu_wait,
+            r.note,
+            r.paced.foreign_note("paced"),
+            r.loaded.foreign_note("load")
         );
     }
     if let Some(o) = out {
@@ -701,5 +915,69 @@ fn main() {
             .map(|r| serde_json::json!({"datapath": r.name, "pipes": r.pipes, "offered_pps": r.sent_pps, "forwarded_pps": r.rx_pps, "vs_kernel_forwarding": r.rx_pps / kernel_pps(r.pipes), "paced": r.paced.json(), "loaded": r.loaded.json(), "note": r.note}))
             .collect();
         std::fs::write(&o, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // a TCG guest's QEMU vCPU thread at SCHED_FIFO 20, as /proc showed it
+    const QEMU: &str = "1347 (qemu-system-x86) S 1 1341 1341 0 -1 138412224 13094 0 5 0 1213 183 0 0 -21 0 3 0 3393228 2352021504 96989 18446744073709551615 94012161396736 94012167257173 140727290332864 0 0 0 2147220087 3674112 16451 1 0 0 -1 0 20 1 0 0 0 94012170369272 94012175573424 94013173366784 140727290341146 140727290342085 140727290342085 140727290343388 0";
+
+    #[test]
+    fn thread_stat_lines_give_name_policy_and_priority() {
+        let t = parse_thread_stat(QEMU).unwrap();
+        assert_eq!(
+            (t.comm.as_str(), t.policy, t.priority),
+            ("qemu-system-x86", Some("FIFO"), 20)
+        );
+        // a name with spaces and parentheses; normal policy
+        let odd = QEMU
+            .replace("(qemu-system-x86)", "(a (b) c)")
+            .replace(" 20 1 0 0 0 ", " 0 0 0 0 0 ");
+        let t = parse_thread_stat(&odd).unwrap();
+        assert_eq!((t.comm.as_str(), t.policy), ("a (b) c", None));
+        // kernel threads (PF_KTHREAD) are left out, and so is what does not parse
+        let kthread = QEMU.replace(" 138412224 ", " 2129984 ");
+        assert!(parse_thread_stat(&kthread).is_none());
+        assert!(parse_thread_stat("1 (x) S 1 2").is_none());
+        assert!(parse_thread_stat("").is_none());
+    }
+
+    #[test]
+    fn foreign_real_time_use_is_the_growth_of_threads_at_or_above_the_priority() {
+        let th = |comm: &str, policy, priority, cpu_ns| Thread {
+            comm: comm.into(),
+            policy,
+            priority,
+            cpu_ns,
+        };
+        let before = BTreeMap::from([
+            ((7, 7), th("qemu", Some("FIFO"), 20, 1_000_000)),
+            ((7, 8), th("qemu", Some("FIFO"), 20, 5_000_000)),
+            ((9, 9), th("timer", Some("FIFO"), 1, 0)),
+            ((11, 11), th("cc1", None, 0, 0)),
+        ]);
+        let after = BTreeMap::from([
+            ((7, 7), th("qemu", Some("FIFO"), 20, 4_000_000)),
+            ((7, 8), th("qemu", Some("FIFO"), 20, 5_000_000)),
+            // a thread that appeared during the phase counts with all its time
+            ((7, 12), th("qemu", Some("FIFO"), 20, 2_000_000)),
+            // below the priority, or normal, does not count
+            ((9, 9), th("timer", Some("FIFO"), 1, 9_000_000)),
+            ((11, 11), th("cc1", None, 0, 9_000_000)),
+            // an equal priority does (FIFO peers do not preempt each other)
+            ((13, 13), th("netemu-datapath", Some("FIFO"), 10, 500_000)),
+            ((14, 14), th("idle-rt", Some("RR"), 50, 0)),
+        ]);
+        assert_eq!(
+            foreign_rt_ran(&before, &after, 10),
+            vec![
+                ("qemu[7] FIFO 20".to_string(), 5_000_000),
+                ("netemu-datapath[13] FIFO 10".to_string(), 500_000),
+            ]
+        );
+        assert!(foreign_rt_ran(&after, &after, 10).is_empty());
     }
 }

@@ -553,6 +553,43 @@ def cmd_report(a):
         orig_rt = {r[0]: r[8] for r in rows}
         rp = {c: dict(errs=[], failed=0, no_rt=0) for c in classes}
         rep_rows = []
+        causes = {c: {} for c in classes}
+
+        def lost(dbc):
+            return {i: (r or 0) - (s or 0) > 0 for i, r, s in dbc.execute(
+                "SELECT id, retx_down, spurious_retx_down FROM connections")}
+
+        def stalled(dbc):
+            # time the client's window stayed closed while the server had data (schema
+            # migration 5); older databases only count zero-window segments
+            cols = {r[1] for r in dbc.execute("PRAGMA table_info(exchanges)")}
+            if "zero_window_us" in cols:
+                return dict(dbc.execute("SELECT conn_id, sum(coalesce(zero_window_us, 0)) "
+                                        "FROM exchanges GROUP BY conn_id"))
+            return {i: n for i, n in dbc.execute("SELECT id, zero_window FROM connections")}
+
+        o_lost, r_lost, o_stall = lost(db), lost(rdb), stalled(db)
+        o_bw = {r[0]: r[5] for r in rows}
+        o_ex = {i: n for i, n in db.execute("SELECT id, exchanges FROM connections")}
+
+        def miss_cause(o, rid):
+            # the first that applies: why a replay missed its original by more than 20%
+            if o_stall.get(o):
+                return "zero_window"
+            lo, lr = o_lost.get(o, False), r_lost.get(rid, False)
+            if lo and lr:
+                return "loss_both"
+            if lo:
+                return "loss_original_only"
+            if lr:
+                return "loss_replay_only"
+            if o_bw.get(o) is None:
+                return "no_estimate"
+            if (o_ex.get(o) or 0) > 1:
+                return "several_exchanges"
+            if (orig_rt.get(o) or 0) < 20_000:
+                return "original_under_20ms"
+            return "other"
         for o, rid, status in rdb.execute(
                 "SELECT orig_conn_id, replay_conn_id, status FROM replay_map"):
             t = flows_by_id.get(o)
@@ -562,16 +599,20 @@ def cmd_report(a):
             ort = orig_rt.get(o)
             if status != "ok" or rid is None:
                 q["failed"] += 1
-                rep_rows.append((o, t["conn"], t["class"], ort, None, None, status))
+                rep_rows.append((o, t["conn"], t["class"], ort, None, None, status, None))
                 continue
             rt = rrt.get(rid)
             if not ort or rt is None:
                 q["no_rt"] += 1
-                rep_rows.append((o, t["conn"], t["class"], ort, rt, None, "no_response_time"))
+                rep_rows.append((o, t["conn"], t["class"], ort, rt, None, "no_response_time", None))
                 continue
             e = (rt - ort) / ort
             q["errs"].append(e)
-            rep_rows.append((o, t["conn"], t["class"], ort, rt, round(100 * e, 2), "ok"))
+            cause = None
+            if abs(e) > 0.2 + 1e-12:
+                cause = miss_cause(o, rid)
+                causes[t["class"]][cause] = causes[t["class"]].get(cause, 0) + 1
+            rep_rows.append((o, t["conn"], t["class"], ort, rt, round(100 * e, 2), "ok", cause))
 
         def fid(q):
             n = len(q["errs"]) + q["failed"]
@@ -588,7 +629,13 @@ def cmd_report(a):
         replay["all"] = fid(allq)
         write_csv_atomic(os.path.join(a.out, "replay.csv"),
                          ["orig_conn_id", "truth_conn", "class", "orig_response_time_us",
-                          "replay_response_time_us", "error_pct", "status"], rep_rows)
+                          "replay_response_time_us", "error_pct", "status", "miss_cause"], rep_rows)
+        allc = {}
+        for c in classes:
+            for k, v in causes[c].items():
+                allc[k] = allc.get(k, 0) + v
+        causes["all"] = allc
+        replay["miss_causes"] = causes
         if a.compare_json:
             # mimic compare's own per-connection pairing (replay_map, consistency-checked),
             # over the pairs it formed (failed replays left out), as a cross-check
@@ -689,7 +736,7 @@ def render(analyzer, replay, base_rtt_us, no_delay):
         out.append(f"{'class':20} {'replayed':>8} {'failed':>6}  {'within +-20%':>19}  "
                    f"{'median%':>7} {'p10%':>7} {'p90%':>7}")
         for c, v in replay.items():
-            if c in ("mimic_compare", "rate_sources"):
+            if c in ("mimic_compare", "rate_sources", "miss_causes"):
                 continue
             out.append(f"{c:20} {v['replayed']:8} {v['failed']:6}  "
                        f"{fmt_share(v['within_20'], v['replayed']):>19}  "
@@ -700,6 +747,14 @@ def render(analyzer, replay, base_rtt_us, no_delay):
             out.append(f"mimic compare, same pairs without the failed ones: "
                        f"{100 * mc['within_20']:.1f}% within +-20%, {100 * mc['within_10']:.1f}% "
                        f"within +-10% ({mc['pairs']} pairs)")
+        mc = replay.get("miss_causes")
+        if mc:
+            out.append("misses (beyond +-20%) by cause, the first that applies: zero_window (the "
+                       "original client stopped reading), loss in the original / the replay / both, "
+                       "no_estimate, several_exchanges, original_under_20ms, other")
+            for c, v in mc.items():
+                out.append(f"{c:20} " + ", ".join(f"{k} {n}" for k, n in
+                                                 sorted(v.items(), key=lambda x: -x[1])))
         rs = replay.get("rate_sources")
         if rs:
             out.append(f"rates (mimic replay --unestimated {rs.get('unestimated')}): "
@@ -707,7 +762,8 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        f"by client, {rs.get('pooled_by_class', 0)} pooled by RTT class, "
                        f"{rs.get('unshaped_by_request', 0)} unshaped, {rs.get('left_out', 0)} left "
                        f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "
-                       f"replayed as the default")
+                       f"replayed as the default; {rs.get('paused_reads', 0)} clients pause their "
+                       f"reads (zero window)")
     return "\n".join(out) + "\n"
 
 

@@ -163,6 +163,10 @@ pub struct Exchange {
     pub think_time_us: Option<i64>,
     pub method: Option<&'static str>,
     pub status: Option<u16>,
+    /// Time the client's window stayed at zero while the server still had this response to
+    /// send (µs), and the response bytes acknowledged when it first closed.
+    pub zero_window_us: Option<i64>,
+    pub zero_window_at_bytes: Option<u64>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]

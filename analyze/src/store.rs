@@ -144,6 +144,8 @@ pub fn exchange_row(conn_id: i64, e: &Exchange) -> ExchangeRow {
         think_time_us: e.think_time_us,
         method: e.method.map(Text::Borrowed),
         status: e.status.map(i64::from),
+        zero_window_us: e.zero_window_us,
+        zero_window_at_bytes: e.zero_window_at_bytes.map(|v| v as i64),
     }
 }
 

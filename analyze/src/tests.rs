@@ -511,6 +511,50 @@ fn think_time_on_a_slow_link_starts_when_the_client_has_the_response() {
     assert_eq!(r.exchanges[1].think_time_us, Some(1_000));
 }
 
+/// A client that stops reading: its window closes after half the response and reopens 300 ms
+/// later (window probes answered with zero windows meanwhile), and the server sends the rest
+/// only then; that response's exchange records the 300 ms and the 4,000 bytes acknowledged
+/// when it closed. The next response is all sent before the window closes (the client reads
+/// it later): no server byte waited, so nothing is recorded for it.
+#[test]
+fn a_receiver_that_stops_reading_records_how_long_its_window_stayed_closed() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 4, 1000);
+    let mut closed = p(true, 1101, 9001, A, 0);
+    closed.win = 0;
+    w.send(t0 + MS, closed);
+    // the server's window probe, answered with the window still closed
+    w.send(t0 + 201 * MS, p(false, 9000, 1101, A, 0));
+    let mut still = p(true, 1101, 9001, A, 0);
+    still.win = 0;
+    w.send(t0 + 201 * MS + 100 * US, still);
+    // the window update, then the rest
+    w.send(t0 + 301 * MS, p(true, 1101, 9001, A, 0));
+    burst(&mut w, t0 + 301 * MS + 100 * US, 9001, 4, 1000);
+    w.send(t0 + 303 * MS, p(true, 1101, 13001, A, 0));
+    // second exchange: all sent, then the client's window closes on the last byte
+    let t1 = t0 + 400 * MS;
+    w.send(t1, p(true, 1101, 13001, PA, 100));
+    w.send(t1 + MS, p(false, 13001, 1201, PA, 1000));
+    w.send(t1 + MS + 10 * US, p(false, 14001, 1201, PA, 1000));
+    let mut full = p(true, 1201, 15001, A, 0);
+    full.win = 0;
+    w.send(t1 + 2 * MS, full);
+    w.send(t1 + 100 * MS, p(true, 1201, 15001, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.zero_window, 3);
+    assert_eq!(r.exchanges.len(), 2);
+    let e = &r.exchanges[0];
+    assert_eq!(e.resp_bytes, 8000);
+    assert_eq!(e.zero_window_us, Some(300_000));
+    assert_eq!(e.zero_window_at_bytes, Some(4000));
+    let e = &r.exchanges[1];
+    assert_eq!((e.zero_window_us, e.zero_window_at_bytes), (Some(0), None));
+}
+
 /// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization
 /// (8.32 ms) later, so the samples grow with the queue. Beyond the first rows, the largest
 /// sample is kept (a replay sizes its queue by it) — but not the last segment's, which nothing

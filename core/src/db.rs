@@ -16,13 +16,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (2, include_str!("../../schemas/0002_operator.sql")),
     (3, include_str!("../../schemas/0003_community_id.sql")),
     (4, include_str!("../../schemas/0004_bw_source.sql")),
+    (5, include_str!("../../schemas/0005_zero_window.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
-/// nullable column at the end (0003, 0004), which readers naming their columns do not see.
+/// nullable column at the end (0003, 0004, 0005), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -559,7 +560,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("4")
+            Some("5")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -600,7 +601,8 @@ mod tests {
                complete, server_by, min_rtt_us, rtt_samples, bw_bps, termination)
              VALUES (1, '2001:db8::1', 40000, '192.0.2.1', 443, 6, 1700000000123456, 1700000001123456, 1, 'syn',
                12345, 1, 1.5e6, 'fin');
-             INSERT INTO rtt_samples VALUES (1, 1700000000200000, 12345, 'data');",
+             INSERT INTO rtt_samples VALUES (1, 1700000000200000, 12345, 'data');
+             INSERT INTO exchanges (conn_id, seq, req_bytes, resp_bytes) VALUES (1, 0, 100, 2000);",
         )
         .unwrap();
     }
@@ -628,7 +630,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("4")
+            Some("5")
         );
         assert_eq!(
             objects(&c),
@@ -670,6 +672,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!((src, kind), (None, None));
+        // 0005's columns, NULL too
+        let (zw, at): (Option<i64>, Option<i64>) = c
+            .query_row(
+                "SELECT zero_window_us, zero_window_at_bytes FROM exchanges WHERE conn_id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((zw, at), (None, None));
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

@@ -635,6 +635,14 @@ tables! {
         method: Option<Text> => col(Unit::None),
         /// Plaintext HTTP/1.x response status, when captured.
         status: Option<i64> => col(Unit::None),
+        /// Time the client's advertised receive window stayed at zero while the server still
+        /// had this response to send (the client stopped reading): the sum of the closed
+        /// intervals, from the client's zero-window ACK to its window update, as the tap saw
+        /// them; 0 when it never closed. NULL in rows written before migration 5.
+        zero_window_us: Option<i64> => col(Unit::Micros).since(5),
+        /// Response bytes the client had acknowledged when its window first closed during this
+        /// response (NULL when it never closed, and in rows written before migration 5).
+        zero_window_at_bytes: Option<i64> => col(Unit::Bytes).since(5),
     }
 
     /// Bandwidth samples: packet pairs (two consecutive client ACKs advancing over server
@@ -1052,6 +1060,8 @@ mod tests {
             think_time_us: Some(10),
             method: Some("GET".into()),
             status: Some(200),
+            zero_window_us: Some(11),
+            zero_window_at_bytes: Some(12),
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);

@@ -6,8 +6,9 @@
 //! Per connection, pure: the engine feeds it the client's segments and the server's data
 //! segments with the time, and it answers what to do with the packet (and with an ACK it held
 //! earlier). Rules:
-//! * the first ACK (the handshake's), ACKs carrying SACK, duplicate ACKs and window-only
-//!   updates pass at once (they are loss or flow-control signals), releasing a held ACK first;
+//! * the first ACK (the handshake's), ACKs carrying SACK, duplicate ACKs, window-only
+//!   updates and ACKs that close the window (zero) pass at once (they are loss or
+//!   flow-control signals), releasing a held ACK first;
 //! * any other pure ACK passes once it acknowledges `every` segments (bytes / the largest
 //!   server segment seen) beyond the last ACK that passed; otherwise it is held, replacing
 //!   (thinning) an ACK held before, and released when the first held ACK has waited `timeout`;
@@ -130,7 +131,8 @@ impl<T: Copy> AckShaper<T> {
                 let _ = w;
                 true // duplicate ACK or window update
             }
-            _ => tcp.sack,
+            // a closed window: the server must stop now, not a timeout later
+            _ => tcp.sack || tcp.window == 0,
         };
         let behind = self.last_passed.is_some_and(|p| !seq_ge(tcp.ack, p));
         self.last_seen = Some((tcp.ack, tcp.window));
@@ -266,6 +268,28 @@ mod tests {
         assert_eq!(d.previous, Some(Previous::Discard(3)));
         assert_eq!(d.current, Current::Pass);
         assert_eq!(s.counters.thinned, 2);
+    }
+
+    /// A client that stops reading closes its window with an ACK that also acknowledges new
+    /// data; held, the server would send into a window that is gone until the timeout.
+    #[test]
+    fn an_ack_that_closes_the_window_passes_at_once() {
+        let mut s = shaper(4);
+        assert_eq!(s.on_client(0, &ack(1), 0, 40).current, Current::Pass);
+        assert!(matches!(
+            s.on_client(MS, &ack(1001), 1, 40).current,
+            Current::Hold(Some(_))
+        ));
+        let mut closed = ack(2001);
+        closed.window = 0;
+        let d = s.on_client(2 * MS, &closed, 2, 40);
+        assert_eq!(
+            d,
+            Decision {
+                previous: Some(Previous::Send(1, 40)),
+                current: Current::Pass
+            }
+        );
     }
 
     #[test]

@@ -500,6 +500,8 @@ mod tests {
                     header_bytes: 3000,
                     think_time_us: 0,
                     offset_us: None,
+                    zero_window_us: 0,
+                    zero_window_at_bytes: 0,
                 }],
             },
             local: SocketAddrV4::new(ip, 0),

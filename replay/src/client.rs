@@ -95,7 +95,14 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         // TCP_MAXSEG before connect sets the MSS the SYN advertises
         let _ = s.set_tcp_mss(mss.clamp(MSS_RANGE.0, MSS_RANGE.1) as u32);
     }
-    if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
+    if stalls(&p.spec) {
+        // a client that stopped reading: a receive buffer that holds about its window (the
+        // kernel doubles it for overhead), so that when it stops reading its window closes
+        // after about as many bytes as the original's did
+        let rwin = stall_window(&p.spec);
+        let _ = s.set_recv_buffer_size(rwin as usize);
+        set_window_clamp(&s, rwin as u32);
+    } else if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
         // the window this client advertises: a receive buffer big enough for it, and the
         // window clamped to the recorded size
         let rwin = rwin.clamp(2048, 64 << 20);
@@ -108,6 +115,40 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
     s.set_nonblocking(true)
         .map_err(|e| Failure::Other(e.to_string()))?;
     Ok(s)
+}
+
+/// Whether the original client stopped reading during a response (its window closed).
+fn stalls(spec: &ConnSpec) -> bool {
+    spec.exchanges.iter().any(|e| e.zero_window_us > 0)
+}
+
+/// The receive window of a client that stops reading: the recorded one, else 64 KiB.
+fn stall_window(spec: &ConnSpec) -> u64 {
+    spec.rwin_bytes
+        .filter(|w| *w > 0)
+        .unwrap_or(64 << 10)
+        .clamp(2048, 64 << 20)
+}
+
+/// The client stops reading (at the response byte the plan says) as the original did: it
+/// waits until its own advertised window has closed (the kernel's `tcpi_rcv_wnd` is 0), then
+/// keeps it closed for `closed_for` before it reads on, so the server is held back as long as
+/// the original's was. Returns at once if the rest of the response (`remaining` bytes) is
+/// already in the socket: nothing is left for the server to hold back. Where the kernel does
+/// not report the window (before Linux 6.2) the pause starts when reading stops.
+async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) {
+    use std::os::fd::AsRawFd;
+    let fd = s.as_raw_fd();
+    loop {
+        if crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining) {
+            return;
+        }
+        match crate::sys::advertised_window(fd) {
+            Some(0) | None => break,
+            Some(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    tokio::time::sleep(closed_for).await;
 }
 
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
@@ -214,8 +255,21 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
             .map_err(|e| Failure::from_io(&e))?;
         first_req.get_or_insert(sent_at);
         let mut left = e.resp_bytes;
+        // where this client stops reading: a window's worth before the byte at which the
+        // original's window closed, so that its own closes there
+        let mut stop_at = (e.zero_window_us > 0)
+            .then(|| e.zero_window_at_bytes.saturating_sub(stall_window(spec)));
         while left > 0 {
-            let k = left.min(buf.len() as u64) as usize;
+            let read = e.resp_bytes - left;
+            if stop_at.is_some_and(|at| read >= at) {
+                stop_at = None;
+                pause_reading(&s, left, Duration::from_micros(e.zero_window_us)).await;
+            }
+            let mut k = left.min(buf.len() as u64);
+            if let Some(at) = stop_at {
+                k = k.min(at - read);
+            }
+            let k = k as usize;
             let got = s
                 .read(&mut buf[..k])
                 .await

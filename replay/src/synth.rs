@@ -299,6 +299,8 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
                 query_delay_us: Some(qd as i64),
                 header_bytes: Some(header as i64),
                 think_time_us: Some(think),
+                // the synth's clients read at once
+                zero_window_us: Some(0),
                 ..ExchangeRow::default()
             }
             .insert(c)

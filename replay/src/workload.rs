@@ -113,6 +113,13 @@ pub struct ExchangeSpec {
     /// The request's first packet relative to the connection's start (`t_start_us`), as the
     /// capture point saw both; None when not recorded.
     pub offset_us: Option<u64>,
+    /// How long the original client's receive window stayed at zero while the server still
+    /// had this response to send (it stopped reading), µs; 0 when it read at once.
+    #[serde(default)]
+    pub zero_window_us: u64,
+    /// Response bytes the original client had acknowledged when its window first closed.
+    #[serde(default)]
+    pub zero_window_at_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
@@ -253,11 +260,14 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()
                 header_bytes: nn(e.header_bytes.unwrap_or(e.resp_bytes)),
                 think_time_us: nn(e.think_time_us.unwrap_or(0)),
                 offset_us: e.t_req_first.and_then(|t| u64::try_from(t - t0).ok()),
+                zero_window_us: nn(e.zero_window_us.unwrap_or(0)),
+                zero_window_at_bytes: nn(e.zero_window_at_bytes.unwrap_or(0)),
             })
         })?;
         conn.exchanges = rows.collect::<Result<_, _>>()?;
         for e in &mut conn.exchanges {
             e.header_bytes = e.header_bytes.min(e.resp_bytes);
+            e.zero_window_at_bytes = e.zero_window_at_bytes.min(e.resp_bytes);
             if e.header_bytes == e.resp_bytes {
                 e.query_delay_us = 0;
             }

@@ -873,3 +873,151 @@ fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {
         .count() as u64;
     assert_eq!(unshaped, unestimated);
 }
+
+/// A real client that stops reading is replayed as one: a Python client reads the first
+/// 20 kB of a 600 kB response, pauses (0.8 s, 1.5 s), then reads the rest, so its window
+/// closes and the server waits (captured with tcpdump at the server). The analyzer records
+/// per exchange how long the window stayed closed (the pause less the time the buffer took to
+/// fill), the replay's
+/// client stops reading until its own window has been closed that long (its capture shows a
+/// closed window too), and every replayed response time is within 20% of the original's. A
+/// client reading at once would replay each in a few milliseconds.
+#[test]
+fn a_client_that_stops_reading_is_replayed_with_its_pause() {
+    use crate::capture::{start_server, start_tcpdump, VethLab};
+    preflight();
+    require_tool("python3");
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    let body = 600_000usize;
+    let pauses = [0.8f64, 1.5, 0.8];
+    let lab = VethLab::new("zw", 73);
+    let _server = start_server(&lab, 8080, body);
+    let mut tcpdump = start_tcpdump(&lab, &d.join("cap.pcap"));
+    const STALLING_CLIENT: &str = r#"
+import socket, sys, time
+host, port, body = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for pause in map(float, sys.argv[4:]):
+    c = socket.create_connection((host, port), timeout=20)
+    c.sendall(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")
+    got = 0
+    while got < 20000:
+        got += len(c.recv(20000 - got))
+    time.sleep(pause)
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += len(b)
+    assert got > body, got
+    c.close()
+    time.sleep(0.2)
+"#;
+    let o = lab
+        .exec(&lab.cli, "python3")
+        .arg("-c")
+        .arg(STALLING_CLIENT)
+        .arg(&lab.srv_ip)
+        .arg("8080")
+        .arg(body.to_string())
+        .args(pauses.iter().map(|x| x.to_string()))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "the stalling client failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    tcpdump.signal(libc::SIGINT);
+    tcpdump.wait(Duration::from_secs(10));
+    ok(&["analyze", &p("cap.pcap"), "-o", &p("flows.db")]);
+    let c = rusqlite::Connection::open(d.join("flows.db")).unwrap();
+    let orig: Vec<(i64, i64, i64, i64)> = c
+        .prepare(
+            "SELECT c.id, c.response_time_us, e.zero_window_us, coalesce(e.zero_window_at_bytes, -1)
+             FROM connections c JOIN exchanges e ON e.conn_id = c.id ORDER BY c.t_syn",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        orig.len(),
+        pauses.len(),
+        "one exchange per connection: {orig:?}"
+    );
+    for (&(id, rt, zw, at), pause) in orig.iter().zip(pauses) {
+        // the window closes only once the buffer has filled after the client stopped reading
+        // (the server sends into a shrinking window meanwhile: about 90 ms on an idle host),
+        // and reopens when the client reads again, which a loaded host may wake late (up to
+        // 0.3 s seen here at load 16): the tap's closed time, not the pause, is what a replay
+        // must reproduce
+        let want = pause * 1e6;
+        assert!(
+            zw as f64 >= 0.5 * want && zw as f64 <= 1.5 * want,
+            "connection {id}: window closed {zw} µs, the client paused {want} µs"
+        );
+        assert!(
+            at >= 20_000 && (at as usize) < body,
+            "connection {id}: closed at byte {at}"
+        );
+        assert!(rt as f64 >= want, "connection {id}: response time {rt} µs");
+    }
+    drop(c);
+    let name = lab_name("zw");
+    let _down = LabDown(name.clone());
+    let r = json(&ok(&[
+        "replay",
+        &p("flows.db"),
+        "-o",
+        &p("replay.db"),
+        "--lab",
+        &name,
+        "--unestimated",
+        "unshaped",
+        "--json",
+    ]));
+    assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+    assert_eq!(
+        r["rate_sources"]["paused_reads"].as_u64(),
+        Some(pauses.len() as u64),
+        "the summary counts the clients that pause their reads: {r}"
+    );
+    let c = rusqlite::Connection::open(d.join("replay.db")).unwrap();
+    let meta: String = c
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'clients_pausing_reads'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(meta, pauses.len().to_string());
+    for &(id, rt, zw, _) in &orig {
+        let (rrt, rzw): (i64, i64) = c
+            .query_row(
+                "SELECT c.response_time_us, e.zero_window_us FROM replay_map m
+                 JOIN connections c ON c.id = m.replay_conn_id
+                 JOIN exchanges e ON e.conn_id = c.id WHERE m.orig_conn_id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let err = (rrt - rt) as f64 / rt as f64;
+        eprintln!(
+            "connection {id}: original {rt} µs (window closed {zw} µs), replay {rrt} µs \
+             (closed {rzw} µs): {:+.1}%",
+            100.0 * err
+        );
+        assert!(
+            rzw > 0,
+            "connection {id}: the replay's client never closed its window"
+        );
+        assert!(
+            err.abs() <= 0.2,
+            "connection {id}: replay {rrt} µs against the original's {rt} µs"
+        );
+    }
+}

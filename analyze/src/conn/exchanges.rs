@@ -19,6 +19,16 @@ const CONN_ADU_SEGS: usize = 1 << 16;
 /// covered it.
 type AduSeg = (Timestamp, i64, i64, Option<Timestamp>);
 
+/// An interval the client's advertised receive window stayed at zero, as the tap saw it: its
+/// first zero-window segment, its next segment with an open window, and the server data it had
+/// acknowledged when it closed (relative offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ZeroWindow {
+    pub t_closed: Timestamp,
+    pub t_open: Timestamp,
+    pub acked: i64,
+}
+
 /// One application data unit: a maximal run of new data in one direction.
 #[derive(Clone, Debug)]
 struct Adu {
@@ -137,7 +147,14 @@ impl Exchanges {
     /// Finish step: pairs request and response data units into exchanges and runs the
     /// query-delay test. Think time is the client's pause before a request: after the previous
     /// response, or for the first request after the handshake completed (`connected`).
-    pub fn finish(&self, client: Dir, mss: u32, connected: Option<Timestamp>) -> Vec<Exchange> {
+    /// `closed`: the intervals the client's window stayed at zero, in order.
+    pub fn finish(
+        &self,
+        client: Dir,
+        mss: u32,
+        connected: Option<Timestamp>,
+        closed: &[ZeroWindow],
+    ) -> Vec<Exchange> {
         let adus = &self.adus;
         let mut out: Vec<Exchange> = Vec::with_capacity(adus.len().div_ceil(2));
         let mut i = 0;
@@ -172,6 +189,10 @@ impl Exchanges {
                 (Some(q), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(q.t_last))),
                 _ => None,
             };
+            let (zero_window_us, zero_window_at_bytes) = match resp {
+                Some(r) => stalled(r, closed),
+                None => (None, None),
+            };
             if let Some(r) = resp {
                 // the client had the response when it acknowledged the last byte (seen here
                 // after the same upstream delay as its next request), not when the server sent
@@ -199,10 +220,29 @@ impl Exchanges {
                 think_time_us: think,
                 method,
                 status,
+                zero_window_us,
+                zero_window_at_bytes,
             });
         }
         out
     }
+}
+
+/// The time the client's window stayed closed while the server still had response `r` to
+/// send, and the response bytes it had acknowledged when it first closed: the intervals that
+/// closed inside the response (acknowledged at least its first byte and less than all of it)
+/// before the server sent its last byte. A window that closes only once the whole response
+/// is out (the client reads it later) holds no server byte back. (Some(0), None) when none.
+fn stalled(r: &Adu, closed: &[ZeroWindow]) -> (Option<i64>, Option<u64>) {
+    let mut total = 0i64;
+    let mut at = None;
+    for w in closed {
+        if w.acked >= r.start && w.acked < r.end && w.t_closed < r.t_last {
+            total += w.t_open.nanos_since(w.t_closed).max(0);
+            at.get_or_insert((w.acked - r.start) as u64);
+        }
+    }
+    (Some(dur::ns_to_us(total)), at)
 }
 
 /// First request byte → last response byte (Monkey §5.1), µs.

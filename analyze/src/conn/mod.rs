@@ -65,6 +65,8 @@ struct Send {
 
 /// Transmissions logged per direction; later ones fall back to the flight-size test.
 const MAX_SENDS: usize = 1 << 16;
+/// Zero-window intervals kept per direction.
+const MAX_ZERO_WINDOWS: usize = 1024;
 const NO_LOG: u32 = u32::MAX;
 
 #[derive(Clone, Debug, Default)]
@@ -121,6 +123,12 @@ struct Side {
     // this side as a receiver
     window_at_first_data: Option<u16>,
     zero_window: u32,
+    /// The window this side advertised is closed now: since when, and how much of the other
+    /// side's data it had acknowledged then.
+    zw_open: Option<(Timestamp, i64)>,
+    /// Intervals its window stayed closed (up to `MAX_ZERO_WINDOWS`; later ones are added to
+    /// the last one's duration, so the closed time is kept whole).
+    zw_closed: Vec<exchanges::ZeroWindow>,
     fin_t: Option<Timestamp>,
     rst_t: Option<Timestamp>,
     // the estimators, on this side's data
@@ -131,6 +139,24 @@ struct Side {
 }
 
 impl Side {
+    /// The window this side advertised reopened at `t_open` after closing at `t_closed` with
+    /// the other side's data acknowledged up to `acked`.
+    fn close_zero_window(&mut self, t_closed: Timestamp, t_open: Timestamp, acked: i64) {
+        let w = exchanges::ZeroWindow {
+            t_closed,
+            t_open,
+            acked,
+        };
+        let full = self.zw_closed.len() >= MAX_ZERO_WINDOWS;
+        match self.zw_closed.last_mut() {
+            Some(last) if full => {
+                // the limit: keep the closed time, attributed to the last kept interval
+                last.t_open = last.t_open.add_nanos(t_open.nanos_since(t_closed).max(0));
+            }
+            _ => push_sized(&mut self.zw_closed, w, 4),
+        }
+    }
+
     /// Relative (unwrapped) offset of `seq` in this side's sequence space.
     #[inline]
     fn rel(&self, seq: SeqNum) -> i64 {
@@ -319,10 +345,15 @@ impl Conn {
 
         // receive window advertised by this side
         if !flags.syn() && !flags.rst() {
+            let acked = self.s[o].acked;
+            let side = &mut self.s[d];
             if seg.window == 0 {
-                self.s[d].zero_window += 1;
+                side.zero_window += 1;
+                side.zw_open.get_or_insert((t, acked));
+            } else if let Some((t_closed, at)) = side.zw_open.take() {
+                side.close_zero_window(t_closed, t, at);
             }
-            self.s[d].last_window = Some(seg.window);
+            side.last_window = Some(seg.window);
         }
         if seg.payload_len > 0 && self.s[d].window_at_first_data.is_none() {
             self.s[d].window_at_first_data = Some(seg.window);
@@ -685,9 +716,21 @@ impl Conn {
                 _ => sv.max_seg,
             }
         };
-        let exchanges =
-            self.exchanges
-                .finish(cd, mss_eff, if handshake { self.hs_ack } else { None });
+        // the client's window still closed when the trace ends: closed until its last packet
+        let mut closed = c.zw_closed.clone();
+        if let Some((t_closed, acked)) = c.zw_open {
+            closed.push(exchanges::ZeroWindow {
+                t_closed,
+                t_open: self.t_last,
+                acked,
+            });
+        }
+        let exchanges = self.exchanges.finish(
+            cd,
+            mss_eff,
+            if handshake { self.hs_ack } else { None },
+            &closed,
+        );
         let loss_random =
             sv.loss
                 .random_loss(&loss, &sv.sends, sv.data_pkts, bw, rtt.min_rtt, mss_eff);

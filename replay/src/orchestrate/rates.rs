@@ -98,6 +98,9 @@ pub struct RateSources {
     pub left_out: u64,
     /// Inferred delayed-ACK timeouts over [`MAX_DELACK_TIMEOUT_US`], replayed with the default.
     pub delack_timeout_defaulted: u64,
+    /// Connections whose client pauses its reads where the original's window stayed at zero
+    /// (`exchanges.zero_window_us`).
+    pub paused_reads: u64,
 }
 
 impl RateSources {
@@ -127,13 +130,14 @@ impl RateSources {
                 "delack_timeout_defaulted",
                 self.delack_timeout_defaulted.to_string(),
             ),
+            ("clients_pausing_reads", self.paused_reads.to_string()),
         ]
     }
 
     /// One line for the text summary.
     pub fn describe(&self) -> String {
         format!(
-            "rates (--unestimated {}): {} estimated, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}",
+            "rates (--unestimated {}): {} estimated, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}",
             self.unestimated,
             self.estimated,
             self.pooled_by_client,
@@ -145,6 +149,14 @@ impl RateSources {
                     "; {} delayed-ACK timeouts over 2 s replayed as {} ms",
                     self.delack_timeout_defaulted,
                     DEFAULT_DELACK_TIMEOUT_US / 1000
+                )
+            } else {
+                String::new()
+            },
+            if self.paused_reads > 0 {
+                format!(
+                    "; {} clients pause their reads where the original's window was closed",
+                    self.paused_reads
                 )
             } else {
                 String::new()
@@ -251,6 +263,9 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
         {
             c.delack_timeout_us = None;
             counts.delack_timeout_defaulted += 1;
+        }
+        if c.exchanges.iter().any(|e| e.zero_window_us > 0) {
+            counts.paused_reads += 1;
         }
         wl.conns.push(c);
     }

@@ -1,0 +1,17 @@
+-- mimic database schema, migration 5: receivers that stop reading.
+--
+-- `exchanges.zero_window_us` is the time the client's advertised receive window stayed at zero
+-- while the server still had that response to send: the sum of the closed intervals, each from
+-- the client's first zero-window ACK to its next ACK with an open window (the window update), as
+-- the capture point saw them. A window that closes only once the whole response has arrived
+-- (the client reads it later) delays no server byte and is not counted. `zero_window_at_bytes`
+-- is how many response bytes the client had acknowledged when its window first closed. A
+-- replay's client stops reading there and resumes once its own window has been closed that long
+-- (`mimic replay`, see GUIDE.md), so a client that read slowly is replayed as one.
+--
+-- Two nullable columns added at the end: readers that name their columns are unaffected, so
+-- the data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (replayed as a client that reads at once).
+--
+-- The columns themselves are declared in core/src/schema.rs (`.since(5)`); their ALTER TABLE
+-- statements are generated from that list and run before this file, which adds nothing else.

@@ -587,7 +587,10 @@ impl KernelRouter {
         }
         self.installed = false;
         let lines = self.slots.teardown();
+        let ack_left_out = self.slots.ack_left_out;
         self.slots = SlotPipes::new(&self.slots.devs[1], &self.slots.devs[0]);
+        // (the count is of the router's whole run)
+        self.slots.ack_left_out = ack_left_out;
         self.run(&lines, true)
     }
 

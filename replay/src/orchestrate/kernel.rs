@@ -46,7 +46,7 @@ use super::ReplayError;
 use crate::spec::{Emulator, PipeMode, AUTO_ALL_AT_ONCE_MAX};
 
 /// The least lead time of a per-connection install ahead of its SYN.
-pub const LEAD_MIN: Duration = Duration::from_millis(250);
+pub const LEAD_MIN: Duration = Duration::from_millis(500);
 /// How often the per-connection scheduler looks for installs and removals due.
 const SLICE: Duration = Duration::from_millis(50);
 /// How long after a connection closed its pipes are removed (trailing FIN/ACKs; plus the
@@ -294,16 +294,32 @@ impl KernelPipes {
     }
 
     /// The mode `requested` comes to for `conns` connections: dummynet and client agents
-    /// (whose connections this process does not see close) always install all at once.
-    pub fn mode(&self, requested: PipeMode, conns: usize, agents: bool) -> PipeMode {
-        if self.backend == Backend::Dummynet || agents {
-            return PipeMode::All;
-        }
-        match requested {
-            PipeMode::Auto if conns > AUTO_ALL_AT_ONCE_MAX => PipeMode::PerConnection,
-            PipeMode::Auto => PipeMode::All,
-            m => m,
-        }
+    /// (whose connections this process does not see close) install all at once (`auto`), and
+    /// refuse `per-connection`.
+    pub fn mode(
+        &self,
+        requested: PipeMode,
+        conns: usize,
+        agents: bool,
+    ) -> Result<PipeMode, ReplayError> {
+        let only_all = if self.backend == Backend::Dummynet {
+            Some("dummynet pipes")
+        } else if agents {
+            Some("--agents (this process does not see their connections close)")
+        } else {
+            None
+        };
+        Ok(match (requested, only_all) {
+            (PipeMode::PerConnection, Some(why)) => {
+                return Err(ReplayError::Invalid(format!(
+                    "--kernel-pipes per-connection: not with {why}; use --kernel-pipes all"
+                )))
+            }
+            (_, Some(_)) => PipeMode::All,
+            (PipeMode::Auto, None) if conns > AUTO_ALL_AT_ONCE_MAX => PipeMode::PerConnection,
+            (PipeMode::Auto, None) => PipeMode::All,
+            (m, None) => m,
+        })
     }
 
     /// Runs `argv` on the router host; its stdout.
@@ -799,6 +815,85 @@ impl Drop for KernelPipes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pipes(backend: Backend) -> KernelPipes {
+        KernelPipes {
+            backend,
+            router: Router::Namespace {
+                ns: "t-emu".into(),
+                bridge: None,
+            },
+            ropts: RenderOptions::new("c", "s"),
+            table: None,
+            installed: false,
+            slots: None,
+            report: KernelInstall::default(),
+        }
+    }
+
+    #[test]
+    fn auto_installs_short_workloads_at_once_and_long_ones_per_connection() {
+        let k = pipes(Backend::Netem);
+        let m = |req, n, agents| k.mode(req, n, agents);
+        assert_eq!(m(PipeMode::Auto, 200, false).unwrap(), PipeMode::All);
+        assert_eq!(
+            m(PipeMode::Auto, AUTO_ALL_AT_ONCE_MAX, false).unwrap(),
+            PipeMode::All
+        );
+        assert_eq!(
+            m(PipeMode::Auto, AUTO_ALL_AT_ONCE_MAX + 1, false).unwrap(),
+            PipeMode::PerConnection
+        );
+        assert_eq!(
+            m(PipeMode::PerConnection, 5, false).unwrap(),
+            PipeMode::PerConnection
+        );
+        assert_eq!(m(PipeMode::All, 70_000, false).unwrap(), PipeMode::All);
+        // agents: all at once, and per-connection asked for is an error naming why
+        assert_eq!(m(PipeMode::Auto, 70_000, true).unwrap(), PipeMode::All);
+        let e = m(PipeMode::PerConnection, 10, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--agents"), "{e}");
+        let d = pipes(Backend::Dummynet);
+        assert_eq!(
+            d.mode(PipeMode::Auto, 70_000, false).unwrap(),
+            PipeMode::All
+        );
+        let e = d
+            .mode(PipeMode::PerConnection, 10, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dummynet"), "{e}");
+    }
+
+    #[test]
+    fn per_connection_meta_names_the_mode_and_the_late_installs() {
+        let k = KernelInstall {
+            backend: "netem",
+            mode: "per-connection",
+            late_installs: 3,
+            max_installed: 84,
+            batches: 45,
+            batch_max_ms: 224.51,
+            lead_ms: 673.5,
+            ..KernelInstall::default()
+        };
+        let m: std::collections::HashMap<_, _> = k.meta().into_iter().collect();
+        assert_eq!(m["emulator_pipe_mode"], "per-connection");
+        assert_eq!(m["emulator_late_installs"], "3");
+        assert_eq!(m["emulator_max_installed"], "84");
+        assert_eq!(m["emulator_install_batch_max_ms"], "224.5");
+        assert_eq!(m["emulator_install_lead_ms"], "674");
+        assert_eq!(m["emulator_remove_errors"], "0");
+        let all = KernelInstall {
+            mode: "all",
+            ..KernelInstall::default()
+        };
+        let m: std::collections::HashMap<_, _> = all.meta().into_iter().collect();
+        assert_eq!(m["emulator_pipe_mode"], "all");
+        assert!(!m.contains_key("emulator_late_installs"));
+    }
 
     #[test]
     fn what_kernel_pipes_left_out_is_named_in_meta() {

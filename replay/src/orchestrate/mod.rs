@@ -177,6 +177,17 @@ pub fn run(
             "--time-scale must be a positive number".into(),
         ));
     }
+    if opts.emulator == crate::spec::Emulator::Mimic && opts.kernel_pipes != PipeMode::Auto {
+        return Err(ReplayError::Invalid(format!(
+            "--kernel-pipes {}: only kernel pipes (--emulator netem|dummynet) are installed that way; mimic's emulator registers each connection's pipes over its control channel",
+            opts.kernel_pipes.as_str()
+        )));
+    }
+    if opts.target_is_remote() && opts.emulator == crate::spec::Emulator::Dummynet {
+        return Err(ReplayError::Invalid(
+            "--emulator dummynet: a remote router takes kernel pipes only as netem (`mimic netemu run --backend netem`, then `--emulator netem`); dummynet pipes can be rendered: `mimic netemu render --backend dummynet --from FLOWS_DB`".into(),
+        ));
+    }
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
     let rate_sources = rates::assign(&mut wl, opts.unestimated)?;
@@ -269,7 +280,7 @@ pub fn run(
                 interrupted(stop)?;
             }
         }
-        (None, Some(k)) => match k.mode(opts.kernel_pipes, rules.len(), agents.is_some()) {
+        (None, Some(k)) => match k.mode(opts.kernel_pipes, rules.len(), agents.is_some())? {
             PipeMode::PerConnection => {
                 k.begin_per_connection(&rules)?;
                 per_connection = true;

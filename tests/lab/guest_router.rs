@@ -324,7 +324,8 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         &[
             "sh",
             "-c",
-            &format!("kill {router_pid}; i=0; while [ $i -lt 100 ]; do kill -0 {router_pid} 2>/dev/null || exit 0; sleep 0.2; i=$((i+1)); done; exit 1"),
+            // (gone, or a zombie: the guest's init need not reap a process left to it)
+            &format!("kill {router_pid}; i=0; while [ $i -lt 100 ]; do st=$(cut -d' ' -f3 /proc/{router_pid}/stat 2>/dev/null); [ -z \"$st\" ] || [ \"$st\" = Z ] && exit 0; sleep 0.2; i=$((i+1)); done; exit 1"),
         ],
     );
     let log = stdout(&guest(&name, &["cat", ROUTER_LOG]));
@@ -335,6 +336,11 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         stderr(&o)
     );
     assert!(log.contains("mimic's root qdiscs removed"), "{log}");
+    assert!(
+        log.contains("280 connections installed, 280 removed")
+            && !log.contains(" 0 with delayed-ACK shaping left out"),
+        "{log}"
+    );
     let q = stdout(&guest(&name, &["tc", "-j", "qdisc", "show"]));
     let v: serde_json::Value = serde_json::from_str(&q).unwrap();
     for x in v.as_array().unwrap() {

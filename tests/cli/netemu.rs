@@ -221,7 +221,7 @@ fn bad_render_requests_are_clear_errors() {
 #[test]
 fn a_kernel_router_refuses_what_it_cannot_do() {
     let o = run(&["netemu", "run", "--backend", "netem", "--lab", "x"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("--backend netem takes --client-if and --server-if, not --lab"),
         "{}",
@@ -239,7 +239,7 @@ fn a_kernel_router_refuses_what_it_cannot_do() {
         "--default",
         "delay=1ms",
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("installs only the pipes the controller sends"),
         "{}",

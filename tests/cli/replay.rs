@@ -343,5 +343,38 @@ fn emulator_flag_errors_name_what_is_wrong() {
             assert!(e.contains("in.db") && !e.contains("remote router"), "{e}");
         }
     }
+    // --kernel-pipes with mimic's own emulator: refused, naming why
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        out_s,
+        "--lab",
+        "x",
+        "--kernel-pipes",
+        "per-connection",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--kernel-pipes per-connection: only kernel pipes"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        out_s,
+        "--lab",
+        "x",
+        "--kernel-pipes",
+        "some",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("`some` is not a kernel pipe mode (auto, all or per-connection)"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!out.exists());
 }

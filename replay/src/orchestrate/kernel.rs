@@ -12,7 +12,8 @@
 //! installs the pipes of the connections whose SYN is due within a lead time, in batches per
 //! time slice, and removes a connection's pipes once it has closed, so a long replay holds only
 //! the connections open around now. The lead time covers the install time measured (three
-//! times the slowest batch so far, at least [`LEAD_MIN`]); an install that completes after its
+//! times the slowest batch so far, the skeleton's install on a lab router included, at least
+//! [`LEAD_MIN`]); an install that completes after its
 //! connection's SYN was due is counted (`emulator_late_installs`), never silent.
 //!
 //! The router host is a QEMU guest on a kernel with sch_netem (`mimic lab up NAME --kernel
@@ -158,6 +159,9 @@ pub(super) struct KernelPipes {
     installed: bool,
     /// Per connection on a lab router: the slot layout rendered here.
     slots: Option<SlotPipes>,
+    /// Per connection: the time one batch took before the replay (the skeleton's), which the
+    /// first lead time covers three times.
+    first_batch: Duration,
     pub report: KernelInstall,
 }
 
@@ -238,6 +242,7 @@ impl KernelPipes {
             table: None,
             installed: false,
             slots: None,
+            first_batch: Duration::ZERO,
             report: KernelInstall {
                 backend: emulator.as_str(),
                 router: where_,
@@ -282,6 +287,7 @@ impl KernelPipes {
             table: None,
             installed: false,
             slots: None,
+            first_batch: Duration::ZERO,
             report: KernelInstall {
                 backend: "netem",
                 router: format!(
@@ -554,7 +560,9 @@ impl KernelPipes {
             let mut execs = self.ready_router()?;
             let slots = SlotPipes::new(&self.ropts.client_if, &self.ropts.server_if);
             self.installed = true;
+            let t = Instant::now();
             execs += self.run_batch(&slots.skeleton())?;
+            self.first_batch = t.elapsed();
             self.slots = Some(slots);
             self.report.execs = execs;
         }
@@ -636,7 +644,7 @@ impl KernelPipes {
         let mut next = 0;
         let mut ids: HashMap<usize, PipeId> = HashMap::new();
         let mut removals: VecDeque<(Instant, usize)> = VecDeque::new();
-        let mut lead = LEAD_MIN;
+        let mut lead = LEAD_MIN.max(self.first_batch * 3);
         let mut clients_done = false;
         let t_all = Instant::now();
         loop {
@@ -827,6 +835,7 @@ mod tests {
             table: None,
             installed: false,
             slots: None,
+            first_batch: Duration::ZERO,
             report: KernelInstall::default(),
         }
     }

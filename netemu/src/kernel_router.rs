@@ -738,6 +738,52 @@ mod tests {
         }
     }
 
+    /// A long replay: 70,000 connections through the slots, at most 500 at once, never run
+    /// out of slots or filter handles; the router's limit is a clear error.
+    #[test]
+    fn a_long_replay_cycles_through_slots_and_the_limit_is_an_error() {
+        let mut s = SlotPipes::new("c", "s");
+        let mut open = std::collections::VecDeque::new();
+        for i in 0..70_000u32 {
+            let client = format!("198.19.{}.{}", (i / 250) % 250, i % 250 + 1);
+            let (ids, _) = s
+                .install(&[rule(&client, 1024 + (i % 60_000) as u16)])
+                .unwrap();
+            open.push_back(ids[0]);
+            if open.len() > 500 {
+                let (_, n) = s.remove(&[open.pop_front().unwrap()]);
+                assert_eq!(n, 1);
+            }
+        }
+        assert_eq!(s.len(), 500);
+        assert!(
+            s.groups.len() <= 3,
+            "slots are reused: {} groups",
+            s.groups.len()
+        );
+        let mut full = SlotPipes::new("c", "s");
+        let rules: Vec<FlowRule> = (0..MAX_SLOTS as u32)
+            .map(|i| rule(&format!("198.19.{}.{}", i / 200, i % 200 + 1), 2000))
+            .collect();
+        full.install(&rules).unwrap();
+        let e = full.install(&[rule("198.19.250.1", 1)]).unwrap_err();
+        assert!(e.to_string().contains("at most 16384"), "{e}");
+        // one u32 bucket (one client address) takes 4,095 connections at once
+        let mut one = SlotPipes::new("c", "s");
+        let same: Vec<FlowRule> = (0..MAX_NODE as u16)
+            .map(|p| rule("198.19.0.9", 1 + p))
+            .collect();
+        one.install(&same).unwrap();
+        let e = one.install(&[rule("198.19.0.9", 9999)]).unwrap_err();
+        assert!(e.to_string().contains("end in .9"), "{e}");
+        assert_eq!(
+            one.len(),
+            MAX_NODE as usize,
+            "nothing kept of the refused one"
+        );
+        one.install(&[rule("198.19.0.10", 1)]).unwrap();
+    }
+
     #[test]
     fn what_netem_cannot_take_is_refused_and_nothing_is_kept() {
         let mut s = SlotPipes::new("c", "s");

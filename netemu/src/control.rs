@@ -4,6 +4,11 @@
 //! `stats`, `set_default {up, down}` (null clears), `add_prefix {rule}`, `shutdown`.
 //! Requests run on the datapath thread between packets; a batch of flow rules is added all
 //! or none.
+//!
+//! A router with kernel pipes (`mimic netemu run --backend netem`, [`serve_kernel`]) answers
+//! `kernel_info`, `install_pipes {rules}` (all or none; the pipe ids), `remove_pipes {ids}`,
+//! `teardown` and `shutdown` instead; each side refuses the other's requests with a message
+//! naming the backend it runs.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Sender};
@@ -17,6 +22,7 @@ use serde_json::{json, Value};
 use crate::config::PipeConfig;
 use crate::datapath::{DatapathStats, Job, Waker};
 use crate::engine::{EngineStats, FlowRule, PipeCounters, PrefixRule, RuleId};
+use crate::kernel_router::{KernelRouter, KernelRouterInfo, PipeId};
 use crate::pipe::Counters;
 
 /// The emulator's role name: its certificate is `netemu.crt` / `netemu.key`.
@@ -46,7 +52,20 @@ enum Request {
         rule: PrefixRule,
     },
     Shutdown,
+    KernelInfo,
+    InstallPipes {
+        rules: Vec<FlowRule>,
+    },
+    RemovePipes {
+        ids: Vec<PipeId>,
+    },
+    Teardown,
 }
+
+/// The datapath's answer to a kernel router's request.
+const NOT_KERNEL: &str = "this router runs mimic's own datapath (`mimic netemu run`), not kernel pipes: start it with `mimic netemu run --backend netem --client-if IF --server-if IF` on a router whose kernel has sch_netem";
+/// A kernel router's answer to a datapath request.
+const NOT_DATAPATH: &str = "this router installs kernel pipes (`mimic netemu run --backend netem`), it has no datapath of mimic's: use `mimic replay --emulator netem`, or start the router without --backend netem";
 
 /// Final counters of a removed flow rule.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -137,10 +156,77 @@ impl Client {
         Self::decode(v)
     }
 
-    /// Asks the emulator to stop (it prints its counters and exits 0).
+    /// Asks the emulator to stop (it prints its counters and exits 0; a kernel router
+    /// removes its pipes first).
     pub fn shutdown(&mut self) -> Result<(), ControlError> {
         self.call(&Request::Shutdown).map(|_| ())
     }
+
+    /// A kernel router's backend, kernel and counts; refused by mimic's datapath.
+    pub fn kernel_info(&mut self) -> Result<KernelRouterInfo, ControlError> {
+        let v = self.call(&Request::KernelInfo)?;
+        Self::decode(v)
+    }
+
+    /// Installs kernel pipes for `rules` on a kernel router in one `tc -batch` (all or none);
+    /// their ids, in order.
+    pub fn install_pipes(&mut self, rules: &[FlowRule]) -> Result<Vec<PipeId>, ControlError> {
+        let v = self.call(&Request::InstallPipes {
+            rules: rules.to_vec(),
+        })?;
+        Self::decode(v)
+    }
+
+    /// Removes kernel pipes; how many of `ids` were installed.
+    pub fn remove_pipes(&mut self, ids: &[PipeId]) -> Result<usize, ControlError> {
+        let v = self.call(&Request::RemovePipes { ids: ids.to_vec() })?;
+        Self::decode(v)
+    }
+
+    /// Removes everything the kernel router installed (it keeps serving; later installs are
+    /// refused).
+    pub fn teardown(&mut self) -> Result<(), ControlError> {
+        self.call(&Request::Teardown).map(|_| ())
+    }
+}
+
+/// Serves a kernel router's control channel until `stop` is set (on the calling thread):
+/// requests run one at a time on `router`; `shutdown` tears the pipes down and sets `stop`.
+pub fn serve_kernel(
+    listener: Listener,
+    tls: RoleTls,
+    router: Arc<std::sync::Mutex<KernelRouter>>,
+    stop: Arc<AtomicBool>,
+) {
+    let halt = stop.clone();
+    let handler: mimic_control::Handler = Arc::new(move |v: Value| {
+        let req: Request = serde_json::from_value(v).map_err(|e| format!("bad request: {e}"))?;
+        let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
+        match req {
+            Request::KernelInfo => Ok(json!(r.info())),
+            Request::InstallPipes { rules } => r
+                .install(&rules)
+                .map(|ids| json!(ids))
+                .map_err(|e| e.to_string()),
+            Request::RemovePipes { ids } => {
+                r.remove(&ids).map(|n| json!(n)).map_err(|e| e.to_string())
+            }
+            Request::Teardown => r.teardown().map(|_| Value::Null).map_err(|e| e.to_string()),
+            Request::Shutdown => {
+                let t = r.teardown();
+                halt.store(true, std::sync::atomic::Ordering::Relaxed);
+                t.map(|_| Value::Null).map_err(|e| e.to_string())
+            }
+            Request::AddFlows { .. }
+            | Request::UpdateFlow { .. }
+            | Request::RemoveFlows { .. }
+            | Request::Counters
+            | Request::Stats
+            | Request::SetDefault { .. }
+            | Request::AddPrefix { .. } => Err(NOT_DATAPATH.to_string()),
+        }
+    });
+    mimic_control::Server::new(listener, tls, handler, stop).run()
 }
 
 /// Serves the control channel until `stop` is set (on the calling thread), each request run
@@ -221,6 +307,10 @@ fn run_on_datapath(req: Request, jobs: &Sender<Job>, waker: Waker) -> Value {
                 *ctx.stop = true;
                 Ok(Value::Null)
             }
+            Request::KernelInfo
+            | Request::InstallPipes { .. }
+            | Request::RemovePipes { .. }
+            | Request::Teardown => Err(NOT_KERNEL.to_string()),
         };
         let _ = tx.send(match r {
             Ok(v) => json!({"ok": true, "result": v}),
@@ -300,6 +390,10 @@ mod tests {
         let counters = c.counters().unwrap();
         assert_eq!(counters.len(), 20_000);
         assert_eq!(counters[0].config.delay, 1_000_000);
+        assert!(
+            matches!(c.kernel_info(), Err(ControlError::Refused { msg, .. }) if msg.contains("--backend netem")),
+            "the datapath refuses a kernel router's request, naming the backend"
+        );
         let removed = c.remove_flows(&ids[..10]).unwrap();
         assert_eq!(removed.len(), 10);
         assert_eq!(c.stats().unwrap().engine.flow_rules, 9_990);

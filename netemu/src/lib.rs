@@ -13,6 +13,7 @@ pub mod control;
 pub mod datapath;
 pub mod engine;
 pub mod guest;
+pub mod kernel_router;
 pub mod lab;
 pub mod netns;
 pub mod pipe;

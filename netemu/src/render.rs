@@ -432,7 +432,7 @@ fn common_checks(p: &PipeRef<'_>, opts: &RenderOptions) -> Result<bool, RenderEr
     Ok(false)
 }
 
-fn tc_rate(bps: u64) -> String {
+pub(crate) fn tc_rate(bps: u64) -> String {
     let bps = if bps == 0 { UNLIMITED_TC_RATE_BPS } else { bps };
     if bps.is_multiple_of(1_000_000_000) {
         format!("{}gbit", bps / 1_000_000_000)
@@ -445,7 +445,7 @@ fn tc_rate(bps: u64) -> String {
     }
 }
 
-fn tc_time(ns: u64) -> String {
+pub(crate) fn tc_time(ns: u64) -> String {
     if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
     } else {

@@ -43,6 +43,30 @@ pub enum DefaultPipes {
     Split { up: PipeConfig, down: PipeConfig },
 }
 
+/// What carries the pipes (`--backend`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RouterBackend {
+    /// mimic's own userspace datapath.
+    #[default]
+    Mimic,
+    /// Kernel pipes (tc htb + netem) installed on request over the control channel; no
+    /// datapath ([`crate::kernel_router`]).
+    Netem,
+}
+
+impl std::str::FromStr for RouterBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mimic" => Ok(RouterBackend::Mimic),
+            "netem" => Ok(RouterBackend::Netem),
+            other => Err(format!(
+                "unknown router backend `{other}` (mimic or netem; dummynet pipes can only be rendered: `mimic netemu render --backend dummynet`)"
+            )),
+        }
+    }
+}
+
 /// Everything `mimic netemu run` is told on its command line, typed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmulatorSpec {
@@ -70,6 +94,10 @@ pub struct EmulatorSpec {
     pub json: bool,
     /// `--metrics ADDR`.
     pub metrics: Option<SocketAddr>,
+    /// `--backend`: mimic's datapath or kernel pipes.
+    pub backend: RouterBackend,
+    /// `--force`: kernel pipes may replace a root qdisc mimic did not install.
+    pub force: bool,
 }
 
 /// A spec that cannot run, or a lab or pipe table it names that cannot be read.
@@ -106,6 +134,8 @@ impl EmulatorSpec {
             seed: DEFAULT_SEED,
             json: false,
             metrics: None,
+            backend: RouterBackend::Mimic,
+            force: false,
         }
     }
 
@@ -167,6 +197,12 @@ impl EmulatorSpec {
         }
         if let Some(m) = self.metrics {
             push("--metrics", Some(m.to_string().into()));
+        }
+        if self.backend == RouterBackend::Netem {
+            push("--backend", Some("netem".into()));
+        }
+        if self.force {
+            push("--force", None);
         }
         a
     }

@@ -340,7 +340,7 @@ impl Agent {
         std::thread::Builder::new()
             .name("mimic-agent-run".into())
             .spawn(move || {
-                let r = crate::orchestrate::run_clients(plans, None, cpus, &progress, &abort)
+                let r = crate::orchestrate::run_clients(plans, None, cpus, None, &progress, &abort)
                     .map_err(|e| e.to_string());
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 st.phase = Phase::Finished(r);

@@ -152,6 +152,46 @@ impl RemoteCapture {
     }
 }
 
+/// When kernel pipes are installed (`--kernel-pipes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PipeMode {
+    /// All at once for short workloads (at most [`AUTO_ALL_AT_ONCE_MAX`] connections),
+    /// per connection for longer ones.
+    #[default]
+    Auto,
+    /// Every connection's pipes before the first SYN, removed after the last connection.
+    All,
+    /// Each connection's pipes ahead of its SYN, removed after it closes.
+    PerConnection,
+}
+
+/// The most connections `--kernel-pipes auto` installs all at once.
+pub const AUTO_ALL_AT_ONCE_MAX: usize = 2_000;
+
+impl PipeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipeMode::Auto => "auto",
+            PipeMode::All => "all",
+            PipeMode::PerConnection => "per-connection",
+        }
+    }
+}
+
+impl std::str::FromStr for PipeMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(PipeMode::Auto),
+            "all" => Ok(PipeMode::All),
+            "per-connection" => Ok(PipeMode::PerConnection),
+            _ => Err(format!(
+                "`{s}` is not a kernel pipe mode (auto, all or per-connection)"
+            )),
+        }
+    }
+}
+
 /// Which emulator carries a replay's per-connection pipes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Emulator {
@@ -225,6 +265,8 @@ pub struct ReplayOptions {
     pub agents: Vec<AgentTarget>,
     /// Which emulator carries the pipes (`--emulator`).
     pub emulator: Emulator,
+    /// With kernel pipes: all at once or per connection (`--kernel-pipes`).
+    pub kernel_pipes: PipeMode,
     /// The mimic executable that runs the roles (not a flag: the running one).
     pub exe: PathBuf,
 }
@@ -253,6 +295,7 @@ impl ReplayOptions {
             cpu_split: true,
             agents: Vec::new(),
             emulator: Emulator::Mimic,
+            kernel_pipes: PipeMode::Auto,
             exe,
         }
     }
@@ -330,6 +373,9 @@ impl ReplayOptions {
         }
         if self.emulator != Emulator::Mimic {
             a.value("--emulator", self.emulator.as_str());
+        }
+        if self.kernel_pipes != PipeMode::Auto {
+            a.value("--kernel-pipes", self.kernel_pipes.as_str());
         }
         a.0
     }

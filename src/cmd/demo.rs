@@ -255,6 +255,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         cpu_split: true,
         agents: Vec::new(),
         emulator: Default::default(),
+        kernel_pipes: Default::default(),
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

@@ -133,6 +133,16 @@ pub struct RunArgs {
     /// command starts in, like --control), e.g. 127.0.0.1:9465.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// What carries the pipes: `mimic` (mimic's own datapath) or `netem` (no datapath: the
+    /// kernel's htb + netem, installed with `tc -batch` per connection as the controller asks
+    /// over the control channel, e.g. `mimic replay --emulator netem --netemu-control ADDR`;
+    /// needs --client-if/--server-if and a kernel with sch_netem).
+    #[arg(long, default_value = "mimic", value_name = "mimic|netem")]
+    backend: spec::RouterBackend,
+    /// --backend netem: replace a root qdisc mimic did not install on --client-if/--server-if
+    /// (without it such a qdisc is an error; mimic's own is always replaced).
+    #[arg(long)]
+    force: bool,
 }
 
 impl RunArgs {
@@ -165,6 +175,8 @@ impl RunArgs {
             seed: self.seed,
             json: self.json,
             metrics: self.metrics,
+            backend: self.backend,
+            force: self.force,
         })
     }
 }
@@ -425,6 +437,9 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
+    if spec.backend == spec::RouterBackend::Netem {
+        return run_kernel_router(spec);
+    }
     let table = spec.pipe_table()?;
     let info = spec.lab()?;
     let (cif, sif) = match (&info, &spec.bridge) {
@@ -544,6 +559,75 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
     } else {
         print_counters(&rows, &stats);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mimic netemu run --backend netem`: no datapath; serves the control channel, installing and
+/// removing kernel pipes as the controller asks, until SIGINT/SIGTERM or `shutdown`; removes
+/// everything it installed on the way out.
+fn run_kernel_router(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
+    let (cif, sif) = match &spec.bridge {
+        Bridge::Interfaces {
+            client_if,
+            server_if,
+        } => (client_if.clone(), server_if.clone()),
+        Bridge::Lab(name) => bail!(
+            "--backend netem takes --client-if and --server-if, not --lab: a lab replays through kernel pipes with `mimic replay --lab {name} --emulator netem` (its router host on a kernel with netem: `mimic lab up {name} --kernel IMAGE`)"
+        ),
+    };
+    if spec.pipes.is_some() || spec.default != DefaultPipes::None {
+        bail!("--backend netem installs only the pipes the controller sends (no --pipes or --default*); render a table for the kernel with `mimic netemu render --backend netem --apply`");
+    }
+    if spec.metrics.is_some() {
+        bail!("--backend netem has no --metrics (the kernel's counters: `tc -s class show dev {cif}`)");
+    }
+    let (addr, pki) = spec.control_and_pki()?;
+    let tls = RoleTls::load(&pki, control::ROLE)?;
+    let signal_fd = datapath::block_stop_signals().context("blocking SIGINT/SIGTERM")?;
+    let router = mimic_netemu::kernel_router::KernelRouter::open(&cif, &sif, spec.force)
+        .with_context(|| format!("kernel pipes on {cif} and {sif}"))?;
+    let info = router.info();
+    let router = Arc::new(std::sync::Mutex::new(router));
+    let listener = control::Listener::bind(&addr)
+        .with_context(|| format!("binding control channel {addr}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ctl = {
+        let (stop, router) = (stop.clone(), router.clone());
+        std::thread::Builder::new()
+            .name("netemu-control".into())
+            .spawn(move || control::serve_kernel(listener, tls, router, stop))?
+    };
+    eprintln!(
+        "mimic: netemu kernel pipes (netem, kernel {}) on {cif} (downstream) and {sif} (upstream){}; control {addr}",
+        info.kernel,
+        if info.forced { "; a foreign root qdisc was replaced (--force)" } else { "" }
+    );
+    let mut pfd = libc::pollfd {
+        fd: signal_fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 200) };
+        if n > 0 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = ctl.join();
+    let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
+    let torn = r.teardown();
+    let info = r.info();
+    if spec.json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        println!(
+            "kernel pipes: {} connections installed, {} removed, {} tc batches (longest {:.1} ms), {} with delayed-ACK shaping left out; mimic's root qdiscs removed from {cif} and {sif}",
+            info.installs, info.removes, info.batches, info.max_batch_ms, info.ack_left_out
+        );
+    }
+    torn.context("removing the kernel pipes")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -750,6 +834,8 @@ mod tests {
             seed: 77,
             json: true,
             metrics: Some("127.0.0.1:9465".parse().unwrap()),
+            backend: spec::RouterBackend::Netem,
+            force: true,
         };
         assert_eq!(round_trip(&every_field), every_field);
 

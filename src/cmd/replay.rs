@@ -80,12 +80,20 @@ pub struct Args {
     #[arg(long)]
     pub no_cpu_split: bool,
     /// What carries the per-connection pipes: mimic's own datapath, or kernel pipes
-    /// installed on the router host before the first SYN and removed after the last
-    /// connection: `netem` (tc htb + netem + u32; the router must have sch_netem, e.g. a
-    /// `lab up --kernel` guest) or `dummynet` (needs ipfw). Kernel pipes cannot shape delayed
-    /// ACKs: that is warned about and recorded in meta.
+    /// installed on the router host (see --kernel-pipes): `netem` (tc htb + netem + u32; the
+    /// router must have sch_netem: a `lab up --kernel` guest, or a remote router running
+    /// `mimic netemu run --backend netem`, given as --netemu) or `dummynet` (needs ipfw; lab
+    /// only). Kernel pipes cannot shape delayed ACKs: that is warned about and recorded in meta.
     #[arg(long, value_name = "mimic|netem|dummynet", default_value = "mimic")]
     pub emulator: Emulator,
+    /// With kernel pipes: `all` installs every connection's pipes before the first SYN and
+    /// removes them after the last; `per-connection` installs each connection's ahead of its
+    /// SYN (by a lead time that follows the measured install time) and removes them after it
+    /// closes, so a long replay never holds them all; `auto`: all at once up to 2,000
+    /// connections, per connection above (dummynet and --agents: always all). Installs that
+    /// come after their SYN are counted in the summary and meta.
+    #[arg(long, value_name = "auto|all|per-connection", default_value = "auto")]
+    pub kernel_pipes: spec::PipeMode,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
     #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"])]
     pub server: Option<SocketAddr>,
@@ -203,6 +211,7 @@ impl Args {
             cpu_split: !self.no_cpu_split,
             agents: self.agents,
             emulator: self.emulator,
+            kernel_pipes: self.kernel_pipes,
             exe,
         })
     }
@@ -322,7 +331,36 @@ fn print_summary(s: &ReplaySummary) {
             a.start_lead_ms
         );
     }
-    if let Some(k) = &s.kernel_pipes {
+    if let Some(k) = s
+        .kernel_pipes
+        .as_ref()
+        .filter(|k| k.mode == "per-connection")
+    {
+        println!(
+            "pipes: {} {} pipes on {}, per connection: {} batches (slowest {:.1} ms, lead {:.0} ms), at most {} connections at once, {} installed AFTER their SYN{}{}",
+            k.pipes,
+            k.backend,
+            k.router,
+            k.batches,
+            k.batch_max_ms,
+            k.lead_ms,
+            k.max_installed,
+            k.late_installs,
+            if k.remove_errors > 0 {
+                format!("; {} removals failed (torn down at the end)", k.remove_errors)
+            } else {
+                String::new()
+            },
+            if k.delack_left_out > 0 {
+                format!(
+                    "; WITHOUT delayed-ACK shaping for {} connections",
+                    k.delack_left_out
+                )
+            } else {
+                String::new()
+            }
+        );
+    } else if let Some(k) = &s.kernel_pipes {
         println!(
             "pipes: {} {} pipes on {}, installed in {:.2} s ({} commands, {} execs){}",
             k.pipes,
@@ -404,6 +442,7 @@ mod tests {
             cpu_split: false,
             agents: Vec::new(),
             emulator: Emulator::Netem,
+            kernel_pipes: spec::PipeMode::PerConnection,
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);

@@ -215,3 +215,41 @@ fn bad_render_requests_are_clear_errors() {
     ]);
     assert_eq!(o.status.code(), Some(2), "--client-addr without --from");
 }
+
+/// `netemu run --backend netem` takes interfaces and installs only what a controller sends:
+/// the flags it cannot honour are clear errors before anything is touched.
+#[test]
+fn a_kernel_router_refuses_what_it_cannot_do() {
+    let o = run(&["netemu", "run", "--backend", "netem", "--lab", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--backend netem takes --client-if and --server-if, not --lab"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "run",
+        "--backend",
+        "netem",
+        "--client-if",
+        "a0",
+        "--server-if",
+        "b0",
+        "--default",
+        "delay=1ms",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("installs only the pipes the controller sends"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["netemu", "run", "--backend", "dummynet", "--lab", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown router backend `dummynet`"),
+        "{}",
+        stderr(&o)
+    );
+}

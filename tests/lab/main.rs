@@ -12,6 +12,7 @@ mod capture;
 mod demo;
 mod guest;
 mod guest_replay;
+mod guest_router;
 mod guest_server;
 mod independent;
 mod metrics;

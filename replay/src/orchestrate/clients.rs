@@ -2,6 +2,7 @@
 //! namespace), each on its own task, at its planned time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,11 +14,13 @@ use crate::client::{self, Outcome, Planned};
 use crate::hrtimer::HrTimer;
 
 /// Runs every planned connection (in the client namespace when given) and returns the
-/// outcomes in plan order. A client agent runs its share through it too.
+/// outcomes in plan order. A client agent runs its share through it too. `done` hears each
+/// connection's index as it ends (per-connection kernel pipes remove its pipes then).
 pub fn run_clients(
     plans: Vec<Planned>,
     ns: Option<String>,
     timer_cpus: Option<Vec<usize>>,
+    done: Option<Sender<usize>>,
     progress: &Progress,
     stop: &AtomicBool,
 ) -> Result<Vec<Outcome>, ReplayError> {
@@ -58,6 +61,7 @@ pub fn run_clients(
                     let mut set = tokio::task::JoinSet::new();
                     for p in plans {
                         let counters = counters.clone();
+                        let done = done.clone();
                         set.spawn(async move {
                             tokio::time::sleep_until((p.start - Duration::from_millis(5)).into())
                                 .await;
@@ -67,6 +71,9 @@ pub fn run_clients(
                             counters[2].fetch_sub(1, Ordering::Relaxed);
                             counters[if o.result.is_ok() { 0 } else { 1 }]
                                 .fetch_add(1, Ordering::Relaxed);
+                            if let Some(d) = &done {
+                                let _ = d.send(o.index);
+                            }
                             o
                         });
                     }
@@ -87,6 +94,7 @@ pub fn run_clients(
                             }
                         }
                     }
+                    drop(done);
                     outcomes.sort_by_key(|o| o.index);
                     Ok(outcomes)
                 })

@@ -40,7 +40,7 @@ pub mod plan;
 pub mod rates;
 mod roles;
 
-pub use crate::spec::{Emulator, ReplayOptions, Target};
+pub use crate::spec::{Emulator, PipeMode, ReplayOptions, Target};
 pub use clients::run_clients;
 pub use error::ReplayError;
 pub use plan::{flow_rules, pipes_for, QueueOverride};
@@ -180,11 +180,16 @@ pub fn run(
             "--time-scale must be a positive number".into(),
         ));
     }
-    if opts.target_is_remote() && opts.emulator != crate::spec::Emulator::Mimic {
+    if opts.emulator == crate::spec::Emulator::Mimic && opts.kernel_pipes != PipeMode::Auto {
         return Err(ReplayError::Invalid(format!(
-            "--emulator {}: kernel pipes on a remote router are not supported (the remote router runs mimic's datapath, `mimic netemu run`); replay through kernel pipes in a lab whose router host has them: `mimic lab up NAME --kernel IMAGE`, then `mimic replay --lab NAME --emulator {}`",
-            opts.emulator, opts.emulator
+            "--kernel-pipes {}: only kernel pipes (--emulator netem|dummynet) are installed that way; mimic's emulator registers each connection's pipes over its control channel",
+            opts.kernel_pipes.as_str()
         )));
+    }
+    if opts.target_is_remote() && opts.emulator == crate::spec::Emulator::Dummynet {
+        return Err(ReplayError::Invalid(
+            "--emulator dummynet: a remote router takes kernel pipes only as netem (`mimic netemu run --backend netem`, then `--emulator netem`); dummynet pipes can be rendered: `mimic netemu render --backend dummynet --from FLOWS_DB`".into(),
+        ));
     }
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
@@ -270,6 +275,7 @@ pub fn run(
         .map(|r| (r.up.clone(), r.down.clone()))
         .collect();
     let mut rule_ids: Vec<RuleId> = Vec::with_capacity(rules.len());
+    let mut per_connection = false;
     match (&mut ctl.netemu, &mut roles.kernel) {
         (Some(netemu), _) => {
             for batch in rules.chunks(2000) {
@@ -277,18 +283,29 @@ pub fn run(
                 interrupted(stop)?;
             }
         }
-        (None, Some(k)) => {
-            k.install(&rules)?;
-            tracing::info!(
-                "{} pipes installed with {} on {}: {} commands in {} execs, {:.2} s",
-                k.report.pipes,
-                k.report.backend,
-                k.report.router,
-                k.report.commands,
-                k.report.execs,
-                k.report.install_s
-            );
-        }
+        (None, Some(k)) => match k.mode(opts.kernel_pipes, rules.len(), agents.is_some())? {
+            PipeMode::PerConnection => {
+                k.begin_per_connection(&rules)?;
+                per_connection = true;
+                tracing::info!(
+                    "kernel pipes ({}) on {}: installed per connection ahead of its SYN, removed after it closes",
+                    k.report.backend,
+                    k.report.router
+                );
+            }
+            _ => {
+                k.install(&rules)?;
+                tracing::info!(
+                    "{} pipes installed with {} on {}: {} commands in {} execs, {:.2} s",
+                    k.report.pipes,
+                    k.report.backend,
+                    k.report.router,
+                    k.report.commands,
+                    k.report.execs,
+                    k.report.install_s
+                );
+            }
+        },
         (None, None) => unreachable!("a replay has an emulator or kernel pipes"),
     }
 
@@ -296,10 +313,44 @@ pub fn run(
     progress.stage("replay");
     let plans = plan::plans(&wl, &rules, opts.time_scale, opts.request_timing)?;
     let timer_cpus = ep.cpu_split.as_ref().map(|c| c.timers.clone());
-    let (outcomes, agent_runs) = match &mut agents {
-        Some(a) => a.run(plans, &owner, opts.request_timing, progress, stop)?,
-        None => (
-            clients::run_clients(plans, ep.client_ns.clone(), timer_cpus, progress, stop)?,
+    let (outcomes, agent_runs) = match (&mut agents, &mut roles.kernel) {
+        (Some(a), _) => a.run(plans, &owner, opts.request_timing, progress, stop)?,
+        (None, Some(k)) if per_connection => {
+            let due: Vec<kernel::Due> = plans
+                .iter()
+                .zip(&rules)
+                .map(|(p, r)| kernel::Due {
+                    index: p.index,
+                    start: p.start,
+                    rule: r.clone(),
+                })
+                .collect();
+            let client_ns = ep.client_ns.clone();
+            // the clients stop when the pipes cannot be installed, or on Ctrl-C
+            let abort = AtomicBool::new(false);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (outcomes, pipes) = std::thread::scope(|s| {
+                // (it sets `abort` when it ends with an error, Ctrl-C included)
+                let sched = s.spawn(|| k.run_per_connection(due, rx, stop, &abort));
+                let outcomes =
+                    clients::run_clients(plans, client_ns, timer_cpus, Some(tx), progress, &abort);
+                let pipes = sched
+                    .join()
+                    .unwrap_or_else(|_| Err(ReplayError::Io("the pipe scheduler panicked".into())));
+                (outcomes, pipes)
+            });
+            pipes?;
+            (outcomes?, Vec::new())
+        }
+        _ => (
+            clients::run_clients(
+                plans,
+                ep.client_ns.clone(),
+                timer_cpus,
+                None,
+                progress,
+                stop,
+            )?,
             Vec::new(),
         ),
     };

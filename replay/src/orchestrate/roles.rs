@@ -283,6 +283,9 @@ impl Roles {
                         String::new(),
                     ),
                 };
+                if opts.emulator != Emulator::Mimic {
+                    kernel = Some(KernelPipes::prepare_remote(opts.emulator, netemu, &tls)?);
+                }
                 let endpoints = Endpoints {
                     server: *server,
                     netemu: netemu.clone(),

@@ -1,0 +1,389 @@
+//! Kernel pipes on a REMOTE router (issue 22, item 3): `mimic netemu run --backend netem` in a
+//! QEMU guest on Debian's stock kernel (the lab's router host, `lab up --kernel`), reached
+//! over its authenticated control channel on the lab's client-side /24; `mimic serve` in the
+//! server namespace; `mimic replay` in the client namespace as a remote controller (`--server`,
+//! `--netemu`, `--client-addr`), its pipes installed per connection ahead of each SYN and
+//! removed after it closes. One guest, booted once.
+//!
+//! Needs root, qemu-system-x86, busybox-static, cpio and apt access to Debian's
+//! `linux-image-amd64`; a missing one fails the test with its name.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mimic_netemu::control::{Client, ControlAddr, ControllerTls};
+use mimic_netemu::kernel_router::KernelRouterInfo;
+use mimic_netemu::lab::LabInfo;
+use mimic_netemu::netns;
+
+use crate::common::{mimic, mimic_bin, require_root, require_tool, stderr, stdout, tempdir};
+use crate::util::{debian_kernel, json, lab_name, ok, LabDown};
+
+/// The router's control address in the guest (on its bridge, in the lab's client /24).
+const ROUTER_IP: &str = "198.18.0.254";
+const ROUTER_LOG: &str = "/run/mimic-kernel-router.log";
+
+/// Kills a process this test started when the test ends.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn guest(name: &str, argv: &[&str]) -> Output {
+    let mut a = vec!["lab", "exec", name, "emu", "--"];
+    a.extend_from_slice(argv);
+    mimic().args(&a).output().unwrap()
+}
+
+/// The router's report, asked from the client namespace (where its address is reachable),
+/// retried until it answers or `within` has passed.
+fn router_info(ns: &str, addr: &ControlAddr, pki: &Path, within: Duration) -> KernelRouterInfo {
+    let (ns, addr, pki) = (ns.to_string(), addr.clone(), pki.to_path_buf());
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let tls = ControllerTls::load(&pki).unwrap();
+        let until = Instant::now() + within;
+        loop {
+            match Client::connect(&addr, &tls).and_then(|mut c| c.kernel_info()) {
+                Ok(i) => return i,
+                Err(e) if Instant::now() > until => {
+                    panic!("the kernel router at {addr} did not answer: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(300)),
+            }
+        }
+    })
+    .join()
+    .unwrap()
+}
+
+fn meta(db: &Path, key: &str) -> String {
+    let c = rusqlite::Connection::open(db).unwrap();
+    mimic_core::db::get_meta(&c, key)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no meta {key}", db.display()))
+}
+
+#[test]
+fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_control_channel() {
+    require_root("guest lab tests");
+    for t in ["ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb"] {
+        require_tool(t);
+    }
+    assert!(
+        Path::new("/bin/busybox").is_file(),
+        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
+    );
+    require_tool("qemu-system-x86_64");
+    let kernel = debian_kernel();
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    ok(&[
+        "synth",
+        "--connections",
+        "240",
+        "--rate",
+        "20",
+        "--seed",
+        "11",
+        "--max-response",
+        "50000",
+        "-o",
+        &p("synth.db"),
+    ]);
+    let name = lab_name("gk");
+    let _down = LabDown(name.clone());
+    ok(&["lab", "up", &name, "--kernel", kernel.to_str().unwrap()]);
+    let info = LabInfo::for_name(&name).unwrap();
+    let pki = info.pki_dir.display().to_string();
+    let (ec, es) = (info.emu_cli_if.clone(), info.emu_srv_if.clone());
+    let exe = mimic_bin().display().to_string();
+    let control = format!("tcp:{ROUTER_IP}:7002");
+
+    // the router's certificate into the guest; its control address on the guest's bridge
+    let read = |f: &str| std::fs::read_to_string(info.pki_dir.join(f)).unwrap();
+    let o = guest(
+        &name,
+        &[
+            "sh",
+            "-ec",
+            "umask 077; mkdir -p \"$1\"; printf %s \"$2\" > \"$1/ca.crt\"; printf %s \"$3\" > \"$1/netemu.crt\"; printf %s \"$4\" > \"$1/netemu.key\"; ip addr replace \"$5\"/24 dev br0",
+            "sh",
+            &pki,
+            &read("ca.crt"),
+            &read("netemu.crt"),
+            &read("netemu.key"),
+            ROUTER_IP,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let router_args = [
+        exe.as_str(),
+        "-q",
+        "netemu",
+        "run",
+        "--backend",
+        "netem",
+        "--client-if",
+        &ec,
+        "--server-if",
+        &es,
+        "--control",
+        &control,
+        "--pki",
+        &pki,
+    ];
+
+    // a root qdisc that is not mimic's is refused (nothing installed), replaced only with --force
+    let o = guest(
+        &name,
+        &[
+            "tc", "qdisc", "add", "dev", &ec, "root", "handle", "1:", "htb",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = guest(&name, &router_args);
+    assert!(!o.status.success(), "a foreign root qdisc was not refused");
+    assert!(
+        stderr(&o).contains("root qdisc mimic did not install") && stderr(&o).contains(&ec),
+        "{}",
+        stderr(&o)
+    );
+    let q = stdout(&guest(&name, &["tc", "qdisc", "show", "dev", &es]));
+    assert!(!q.contains("6d69:"), "the refused router left a qdisc: {q}");
+    let o = guest(&name, &["tc", "qdisc", "del", "dev", &ec, "root"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // the router, in the background in the guest
+    let quoted: Vec<String> = router_args.iter().map(|a| format!("'{a}'")).collect();
+    let o = guest(
+        &name,
+        &[
+            "sh",
+            "-ec",
+            &format!(
+                "setsid {} > {ROUTER_LOG} 2>&1 < /dev/null & echo $!",
+                quoted.join(" ")
+            ),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let router_pid = stdout(&o).trim().to_string();
+    let addr: ControlAddr = control.parse().unwrap();
+    let before = router_info(&info.ns_cli, &addr, &info.pki_dir, Duration::from_secs(60));
+    assert_eq!(before.backend, "netem");
+    assert_eq!(before.installed, 0);
+    assert!(!before.kernel.is_empty());
+    eprintln!("kernel router: {before:?}");
+
+    // the server emulator in the server namespace
+    let serve_ctl = format!("unix:{}", d.join("serve.sock").display());
+    let server = format!("{}:8080", info.server_addr);
+    let _serve = Kill(
+        netns::command(
+            &info.ns_srv,
+            mimic_bin(),
+            [
+                "-q",
+                "serve",
+                "--listen",
+                &server,
+                "--control",
+                &serve_ctl,
+                "--pki",
+                &pki,
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while !d.join("serve.sock").exists() {
+        assert!(Instant::now() < until, "serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addrs: Vec<String> = (0..4)
+        .map(|i| info.pool_addr(i).unwrap().to_string())
+        .collect();
+    let replay = |out: &str, extra: &[&str]| -> Output {
+        let mut args = vec![
+            "replay".to_string(),
+            p("synth.db"),
+            "-o".into(),
+            p(out),
+            "--server".into(),
+            server.clone(),
+            "--server-port".into(),
+            "8080".into(),
+            "--server-control".into(),
+            serve_ctl.clone(),
+            "--netemu".into(),
+            control.clone(),
+            "--pki".into(),
+            pki.clone(),
+            "--emulator".into(),
+            "netem".into(),
+            "--json".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        for a in &addrs {
+            args.push("--client-addr".into());
+            args.push(a.clone());
+        }
+        let mut c: Command = netns::command(&info.ns_cli, mimic_bin(), &args);
+        c.output().unwrap()
+    };
+
+    // 1. per connection
+    let o = replay("per.db", &["--kernel-pipes", "per-connection"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let r = json(&o);
+    let k = &r["kernel_pipes"];
+    eprintln!("per-connection replay: {k}");
+    assert_eq!(r["connections"].as_u64(), Some(240), "{r}");
+    assert_eq!(
+        r["netemu"],
+        serde_json::Value::Null,
+        "no datapath of mimic's ran"
+    );
+    assert_eq!(k["mode"], "per-connection");
+    assert_eq!(k["pipes"].as_u64(), Some(480), "{k}");
+    let late = k["late_installs"].as_u64().unwrap();
+    let most = k["max_installed"].as_u64().unwrap();
+    assert!(
+        most > 0 && most < 120,
+        "at most {most} of 240 connections installed at once: not per connection"
+    );
+    assert!(
+        late <= 12,
+        "{late} of 240 installs came after their SYN (lead {} ms, slowest batch {} ms)",
+        k["lead_ms"],
+        k["batch_max_ms"]
+    );
+    assert!(k["router"].as_str().unwrap().contains(&control), "{k}");
+    let db = d.join("per.db");
+    assert_eq!(meta(&db, "emulator"), "netem");
+    assert_eq!(meta(&db, "emulator_pipe_mode"), "per-connection");
+    assert_eq!(meta(&db, "emulator_late_installs"), late.to_string());
+    assert_eq!(meta(&db, "emulator_max_installed"), most.to_string());
+    // replayed and shaped: the truth's min RTT came back (an unshaped replay has ~0)
+    let (replayed, rtt_ok, rtt_n): (i64, i64, i64) = {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
+            .unwrap();
+        c.query_row(
+            "SELECT (SELECT count(replay_conn_id) FROM replay_map), \
+             coalesce(sum(abs(r.min_rtt_us - o.min_rtt_us) <= max(0.1 * o.min_rtt_us, 2000)), 0), count(*) \
+             FROM replay_map m JOIN t.connections o ON o.id = m.orig_conn_id \
+             JOIN connections r ON r.id = m.replay_conn_id \
+             WHERE r.min_rtt_us IS NOT NULL AND o.min_rtt_us IS NOT NULL",
+            [],
+            |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)),
+        )
+        .unwrap()
+    };
+    eprintln!("replayed {replayed} of 240; min RTT within 10% or 2 ms: {rtt_ok} of {rtt_n}");
+    assert!(replayed >= 228, "replayed {replayed} of 240");
+    assert!(
+        rtt_ok as f64 >= 0.9 * rtt_n as f64 && rtt_n >= 200,
+        "min RTT within 10% or 2 ms for {rtt_ok} of {rtt_n}"
+    );
+    // everything this replay installed is gone again; the router keeps serving
+    let after = router_info(&info.ns_cli, &addr, &info.pki_dir, Duration::from_secs(10));
+    assert_eq!(after.installed, 0, "{after:?}");
+    assert_eq!(after.installs, 240, "{after:?}");
+    assert_eq!(after.removes, 240, "{after:?}");
+    for dev in [&ec, &es] {
+        // the skeleton and the (empty) group qdisc stay; no pipe's netem leaf does
+        let q = stdout(&guest(&name, &["tc", "qdisc", "show", "dev", dev]));
+        assert!(q.contains("6d69:"), "mimic's root qdisc is gone early: {q}");
+        assert!(!q.contains("netem"), "a pipe is left on {dev}: {q}");
+    }
+
+    // 2. a short workload: auto installs all at once
+    let o = replay("all.db", &["--limit", "40"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let r = json(&o);
+    assert_eq!(r["kernel_pipes"]["mode"], "all", "{}", r["kernel_pipes"]);
+    assert_eq!(meta(&d.join("all.db"), "emulator_pipe_mode"), "all");
+    assert!(r["ok"].as_u64().unwrap() >= 38, "{r}");
+    let after = router_info(&info.ns_cli, &addr, &info.pki_dir, Duration::from_secs(10));
+    assert_eq!(after.installed, 0, "{after:?}");
+
+    // 3. SIGTERM: the router removes its root qdiscs and exits
+    let o = guest(
+        &name,
+        &[
+            "sh",
+            "-c",
+            // (gone, or a zombie: the guest's init need not reap a process left to it)
+            &format!("kill {router_pid}; i=0; while [ $i -lt 100 ]; do st=$(cut -d' ' -f3 /proc/{router_pid}/stat 2>/dev/null); [ -z \"$st\" ] || [ \"$st\" = Z ] && exit 0; sleep 0.2; i=$((i+1)); done; exit 1"),
+        ],
+    );
+    let log = stdout(&guest(&name, &["cat", ROUTER_LOG]));
+    assert!(
+        o.status.success(),
+        "the router did not exit within 20 s of SIGTERM: {}{}; its log: {log}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(log.contains("mimic's root qdiscs removed"), "{log}");
+    assert!(
+        log.contains("280 connections installed, 280 removed")
+            && !log.contains(" 0 with delayed-ACK shaping left out"),
+        "{log}"
+    );
+    let q = stdout(&guest(&name, &["tc", "-j", "qdisc", "show"]));
+    let v: serde_json::Value = serde_json::from_str(&q).unwrap();
+    for x in v.as_array().unwrap() {
+        assert!(
+            !x["handle"].as_str().unwrap_or("").starts_with("6d69:") && x["kind"] != "netem",
+            "left in the router guest after SIGTERM: {x}"
+        );
+    }
+
+    // 4. the same per connection with the lab's router host itself (`--lab`: tc over the
+    //    guest's command channel, one exec per batch)
+    let o = mimic()
+        .args(["replay", &p("synth.db"), "-o", &p("lab.db"), "--lab", &name])
+        .args([
+            "--keep-lab",
+            "--emulator",
+            "netem",
+            "--kernel-pipes",
+            "per-connection",
+        ])
+        .args(["--limit", "100", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let r = json(&o);
+    let k = &r["kernel_pipes"];
+    eprintln!("per-connection replay with the lab's router guest: {k}");
+    assert_eq!(k["mode"], "per-connection", "{k}");
+    assert_eq!(k["pipes"].as_u64(), Some(200), "{k}");
+    assert!(r["ok"].as_u64().unwrap() >= 95, "{r}");
+    let late = k["late_installs"].as_u64().unwrap();
+    assert!(
+        late <= 5,
+        "{late} of 100 installs came after their SYN: {k}"
+    );
+    assert_eq!(
+        meta(&d.join("lab.db"), "emulator_late_installs"),
+        late.to_string()
+    );
+    let q = stdout(&guest(&name, &["tc", "qdisc", "show"]));
+    assert!(
+        !q.contains("6d69:") && !q.contains("netem"),
+        "left in the router guest after the lab replay: {q}"
+    );
+    ok(&["lab", "down", &name]);
+}

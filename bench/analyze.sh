@@ -29,33 +29,38 @@ if [ ! -s "$trace" ]; then
 fi
 frames=$(capinfos -c -M "$trace" | awk -F: '/Number of packets/ {gsub(/ /, "", $2); print $2}')
 cat "$trace" > /dev/null   # warm the page cache for every tool alike
+load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-time_it() { # name, command...
-  local name=$1; shift
-  local ts=()
-  for _ in $(seq "$runs"); do
-    local t0 t1
+# the tools in rounds (each tool once per round, the order kept), so that a change in the
+# machine's load during the run falls on every tool alike; SQLite's run comes last in each
+# round and leaves bench.db for the floors below
+names=("tcptrace -n" "tshark -q -z conv,tcp")
+[ "$format" != parquet ] && names+=("mimic analyze --threads 2")
+[ "$format" != sqlite ] && names+=("mimic analyze --format parquet")
+names+=("mimic analyze")
+run_tool() { # name
+  case "$1" in
+    "tcptrace -n") tcptrace -n "$trace" ;;
+    "tshark -q -z conv,tcp") tshark -r "$trace" -q -z conv,tcp ;;
+    "mimic analyze --threads 2") ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q --threads 2 ;;
+    "mimic analyze --format parquet") ./target/release/mimic analyze "$trace" -o "$out/bench.parquet" -q --format parquet ;;
+    "mimic analyze") ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q ;;
+  esac
+}
+export -f run_tool
+export trace out
+declare -A ts
+for _ in $(seq "$runs"); do
+  for name in "${names[@]}"; do
     # every run writes a new database: replacing the previous one would add the file
     # system's release of its blocks (~30 ms for 70 MB on ext4) to the time
     rm -rf "$out/bench.db" "$out/bench.parquet"
-    t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N)
-    ts+=("$(python3 -c "print($t1 - $t0)")")
+    # wall and CPU (user + system) seconds of the whole process tree
+    /usr/bin/time -f "%e %U %S" -o "$out/time" bash -c 'run_tool "$0"' "$name" > /dev/null 2>&1
+    ts[$name]+=" $(awk '{printf "%s,%.2f", $1, $2 + $3}' "$out/time")"
   done
-  echo "$name ${ts[*]}"
-}
-
-results=$(
-  time_it "tcptrace -n" tcptrace -n "$trace"
-  time_it "tshark -q -z conv,tcp" tshark -r "$trace" -q -z conv,tcp
-  if [ "$format" != parquet ]; then
-    time_it "mimic analyze --threads 2" ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q --threads 2
-  fi
-  if [ "$format" != sqlite ]; then
-    time_it "mimic analyze --format parquet" ./target/release/mimic analyze "$trace" -o "$out/bench.parquet" -q --format parquet
-  fi
-  # the last timed run leaves bench.db for the floors below
-  time_it "mimic analyze" ./target/release/mimic analyze "$trace" -o "$out/bench.db" -q
-)
+done
+results=$(for name in "${names[@]}"; do echo "$name${ts[$name]}"; done)
 conns=$(sqlite3 "$out/bench.db" "select count(*) from connections")
 
 # floors: each tool's own clock (no process start-up), so each is a little below what a whole
@@ -77,20 +82,22 @@ floors=$(
     floor_it "parquet" ./target/release/analyze-floor parquet "$out/bench.db" "$out/floor.parquet"
   fi
 )
-rm -rf "$out/floor.db" "$out/floor.parquet" "$out/bench.parquet"
+rm -rf "$out/floor.db" "$out/floor.parquet" "$out/bench.parquet" "$out/time"
 python3 - "$frames" "$conns" "$(nproc)" <<PY
 import statistics, sys
 frames, conns, cores = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rows = []
 for line in """$results""".strip().splitlines():
-    *name, = line.split(" ")
-    vals = [float(x) for x in line.split()[-$runs:]]
-    rows.append((" ".join(line.split()[:-$runs]), statistics.median(vals)))
-base = dict(rows)["tcptrace -n"]
-print(f"trace: {frames:,} frames, {conns:,} connections (mimic's count); median of $runs runs")
-print(f"{'tool':28} {'seconds':>8} {'M frames/s':>11} {'vs tcptrace':>12}")
-for name, t in rows:
-    print(f"{name:28} {t:8.3f} {frames / t / 1e6:11.2f} {base / t:11.2f}x")
+    pairs = [x.split(",") for x in line.split()[-$runs:]]
+    wall = statistics.median(float(w) for w, _ in pairs)
+    cpu = statistics.median(float(c) for _, c in pairs)
+    rows.append((" ".join(line.split()[:-$runs]), wall, cpu))
+base = {n: w for n, w, _ in rows}["tcptrace -n"]
+print(f"trace: {frames:,} frames, {conns:,} connections (mimic's count); median of $runs runs; "
+      f"load average before: $load")
+print(f"{'tool':32} {'seconds':>8} {'CPU s':>7} {'M frames/s':>11} {'vs tcptrace':>12}")
+for name, t, cpu in rows:
+    print(f"{name:32} {t:8.3f} {cpu:7.2f} {frames / t / 1e6:11.2f} {base / t:11.2f}x")
 
 fl = {}
 for line in """$floors""".strip().splitlines():

@@ -28,10 +28,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{LossModel, PipeConfig, QueueLimit};
+use crate::config::{PipeConfig, QueueLimit};
 use crate::engine::FlowRule;
-use crate::render::{self, tc_rate, tc_time, ApplyOptions, RenderError, RootQdisc, TC_HANDLE};
-use crate::units::fmt_prob;
+use crate::render::{self, tc_rate, ApplyOptions, Leaf, RenderError, RootQdisc, TC_HANDLE};
 
 /// Connections (pipe pairs) a router holds at once at most.
 pub const MAX_SLOTS: usize = 16_384;
@@ -381,34 +380,7 @@ fn pipe_args(c: &PipeConfig, what: &str) -> Result<(String, String), RenderError
             })
         }
     };
-    let mut class = format!("rate {r} ceil {r} quantum 1514", r = tc_rate(c.rate_bps));
-    if c.overhead > 0 {
-        class.push_str(&format!(" overhead {}", c.overhead));
-    }
-    if c.burst > 0 {
-        class.push_str(&format!(" burst {b}b cburst {b}b", b = c.burst));
-    }
-    let mut netem = format!("netem limit {limit} delay {}", tc_time(c.delay));
-    if c.jitter > 0 {
-        netem.push_str(&format!(" {}", tc_time(c.jitter)));
-    }
-    match c.loss {
-        LossModel::None => {}
-        LossModel::Iid(p) => netem.push_str(&format!(" loss random {}", fmt_prob(p))),
-        LossModel::GilbertElliott {
-            p_good_to_bad,
-            p_bad_to_good,
-            loss_bad,
-            loss_good,
-        } => netem.push_str(&format!(
-            " loss gemodel {} {} {} {}",
-            fmt_prob(p_good_to_bad),
-            fmt_prob(p_bad_to_good),
-            fmt_prob(loss_bad),
-            fmt_prob(loss_good)
-        )),
-    }
-    Ok((class, netem))
+    Ok(render::pipe_args(c, Leaf::Netem, limit))
 }
 
 /// Runs `lines` with one `tc -batch -` (`-force`: on past a failing line, for removals whose
@@ -667,12 +639,15 @@ mod tests {
             lines[7].contains("parent 100: prio 1 handle 100:5:1 ")
                 && lines[7].ends_with("flowid 100:1")
         );
-        // downstream: server is the source, on the client-side interface, with rate and loss
-        assert!(
-            lines[12].starts_with("class add dev cli0 parent 100: classid 100:1 htb rate 2mbit")
+        // downstream: server is the source, on the client-side interface, with rate and loss;
+        // a store-and-forward pipe's rate is netem's own under an unlimited class, as in the
+        // rendered script (render::pipe_args)
+        assert_eq!(
+            lines[12],
+            "class add dev cli0 parent 100: classid 100:1 htb rate 10gbit ceil 10gbit quantum 1514"
         );
         assert!(
-            lines[13].ends_with("delay 10ms loss random 1%"),
+            lines[13].ends_with("delay 10ms rate 2mbit loss random 1%"),
             "{}",
             lines[13]
         );

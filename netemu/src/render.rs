@@ -519,6 +519,65 @@ pub fn htb_burst(c: &PipeConfig) -> Option<u64> {
     Some((c.burst as u64).saturating_sub(packet).max(1))
 }
 
+/// The arguments of one pipe's htb class (after `htb`) and of its netem leaf (from `netem`),
+/// for a queue of `limit` packets. A store-and-forward pipe's rate is netem's own (see
+/// [`RateIn`]); a token bucket (`burst`), or the pfifo test leaf, keeps it in htb's class.
+/// Both renderings of kernel pipes use it: the script of [`render`] and the per-connection
+/// pipes of a kernel router ([`crate::kernel_router`]).
+pub(crate) fn pipe_args(c: &PipeConfig, leaf: Leaf, limit: u64) -> (String, String) {
+    let rate_in = RateIn::of(c, leaf);
+    let mut class = String::new();
+    let class_rate = match rate_in {
+        RateIn::Netem => 0,
+        RateIn::Htb => c.rate_bps,
+    };
+    let _ = write!(
+        class,
+        "rate {r} ceil {r} quantum 1514",
+        r = tc_rate(class_rate)
+    );
+    if rate_in == RateIn::Htb {
+        if c.overhead > 0 {
+            let _ = write!(class, " overhead {}", c.overhead);
+        }
+        if let Some(b) = htb_burst(c) {
+            let _ = write!(class, " burst {b}b cburst {b}b");
+        }
+    }
+    let mut netem = format!("netem limit {limit} delay {}", tc_time(c.delay));
+    if c.jitter > 0 {
+        let _ = write!(netem, " {}", tc_time(c.jitter));
+    }
+    if rate_in == RateIn::Netem {
+        let _ = write!(netem, " rate {}", tc_rate(c.rate_bps));
+        if c.overhead > 0 {
+            let _ = write!(netem, " {}", c.overhead);
+        }
+    }
+    match c.loss {
+        LossModel::None => {}
+        LossModel::Iid(pr) => {
+            let _ = write!(netem, " loss random {}", fmt_prob(pr));
+        }
+        LossModel::GilbertElliott {
+            p_good_to_bad,
+            p_bad_to_good,
+            loss_bad,
+            loss_good,
+        } => {
+            let _ = write!(
+                netem,
+                " loss gemodel {} {} {} {}",
+                fmt_prob(p_good_to_bad),
+                fmt_prob(p_bad_to_good),
+                fmt_prob(loss_bad),
+                fmt_prob(loss_good)
+            );
+        }
+    }
+    (class, netem)
+}
+
 /// The next class minor, skipping the one whose leaf handle would be mimic's root handle.
 fn next_minor(m: &mut u32) -> u32 {
     if *m == TC_MAJOR {
@@ -673,64 +732,14 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
                 next_minor(&mut minor)
             };
             s.comment(format!("{}: {}", p.what, c));
-            // A store-and-forward pipe's rate is netem's own (see `RateIn`); a token bucket
-            // (`burst`) is htb's.
-            let rate_in = RateIn::of(c, opts.leaf);
-            let mut ov = String::new();
-            let class_rate = match rate_in {
-                RateIn::Netem => 0,
-                RateIn::Htb => {
-                    if c.overhead > 0 {
-                        let _ = write!(ov, " overhead {}", c.overhead);
-                    }
-                    if let Some(b) = htb_burst(c) {
-                        let _ = write!(ov, " burst {b}b cburst {b}b");
-                    }
-                    c.rate_bps
-                }
-            };
+            let (class_args, netem_args) = pipe_args(c, opts.leaf, limit);
             s.cmd(&format!(
-                "tc class add dev {dev} parent {parent} classid {class} htb rate {r} ceil {r} quantum 1514{ov}",
-                r = tc_rate(class_rate)
+                "tc class add dev {dev} parent {parent} classid {class} htb {class_args}"
             ));
             match opts.leaf {
-                Leaf::Netem => {
-                    let mut netem = format!(
-                        "tc qdisc add dev {dev} parent {class} handle {leaf:x}: netem limit {limit} delay {}",
-                        tc_time(c.delay)
-                    );
-                    if c.jitter > 0 {
-                        let _ = write!(netem, " {}", tc_time(c.jitter));
-                    }
-                    if rate_in == RateIn::Netem {
-                        let _ = write!(netem, " rate {}", tc_rate(c.rate_bps));
-                        if c.overhead > 0 {
-                            let _ = write!(netem, " {}", c.overhead);
-                        }
-                    }
-                    match c.loss {
-                        LossModel::None => {}
-                        LossModel::Iid(pr) => {
-                            let _ = write!(netem, " loss random {}", fmt_prob(pr));
-                        }
-                        LossModel::GilbertElliott {
-                            p_good_to_bad,
-                            p_bad_to_good,
-                            loss_bad,
-                            loss_good,
-                        } => {
-                            let _ = write!(
-                                netem,
-                                " loss gemodel {} {} {} {}",
-                                fmt_prob(p_good_to_bad),
-                                fmt_prob(p_bad_to_good),
-                                fmt_prob(loss_bad),
-                                fmt_prob(loss_good)
-                            );
-                        }
-                    }
-                    s.cmd(&netem);
-                }
+                Leaf::Netem => s.cmd(&format!(
+                    "tc qdisc add dev {dev} parent {class} handle {leaf:x}: {netem_args}"
+                )),
                 Leaf::Pfifo => s.cmd(&format!(
                     "tc qdisc add dev {dev} parent {class} handle {leaf:x}: pfifo limit {limit}"
                 )),

@@ -21,9 +21,7 @@
 //! `shutdown`, SIGINT/SIGTERM, or drop) deletes mimic's root qdisc and nothing else.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -389,34 +387,9 @@ pub fn tc_batch(lines: &[String], force: bool) -> Result<(), RenderError> {
     if lines.is_empty() {
         return Ok(());
     }
-    if !force {
-        let mut text = lines.join("\n");
-        text.push('\n');
-        return render::run_tc_batch(&text, &ApplyOptions::default());
-    }
-    let mut child = Command::new("tc")
-        .args(["-force", "-batch", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|_| RenderError::NoTool("tc (iproute2)".into()))?;
-    let mut stdin = child.stdin.take().expect("piped");
     let mut text = lines.join("\n");
     text.push('\n');
-    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
-    let out = child.wait_with_output().map_err(|e| RenderError::Apply {
-        cmd: "tc -force -batch -".into(),
-        err: e.to_string(),
-    })?;
-    let _ = writer.join();
-    if !out.status.success() {
-        return Err(RenderError::Apply {
-            cmd: "tc -force -batch -".into(),
-            err: String::from_utf8_lossy(&out.stderr).trim().into(),
-        });
-    }
-    Ok(())
+    render::tc_batch_with(&text, &ApplyOptions::default(), force)
 }
 
 /// What a kernel router reports (`kernel_info`).

@@ -1186,8 +1186,23 @@ pub fn apply(
 
 /// Runs `tc -batch -` with `batch` on its standard input; a failure names the line.
 pub fn run_tc_batch(batch: &str, opts: &ApplyOptions) -> Result<(), RenderError> {
+    tc_batch_with(batch, opts, false)
+}
+
+/// [`run_tc_batch`], with `force` tc's `-force`: on past a failing line (for removals whose
+/// objects may be gone already); the error then names the first line that failed.
+pub(crate) fn tc_batch_with(
+    batch: &str,
+    opts: &ApplyOptions,
+    force: bool,
+) -> Result<(), RenderError> {
+    let args: &[&str] = if force {
+        &["-force", "-batch", "-"]
+    } else {
+        &["-batch", "-"]
+    };
     let mut child = tc(opts)
-        .args(["-batch", "-"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -1197,7 +1212,7 @@ pub fn run_tc_batch(batch: &str, opts: &ApplyOptions) -> Result<(), RenderError>
     let text = batch.to_string();
     let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
     let out = child.wait_with_output().map_err(|e| RenderError::Apply {
-        cmd: "tc -batch -".into(),
+        cmd: format!("tc {}", args.join(" ")),
         err: e.to_string(),
     })?;
     let _ = writer.join();
@@ -1210,7 +1225,7 @@ pub fn run_tc_batch(batch: &str, opts: &ApplyOptions) -> Result<(), RenderError>
             .and_then(|n| n.trim().parse::<usize>().ok())
             .and_then(|n| batch.lines().nth(n.saturating_sub(1)))
             .map(|l| format!("tc {l}"))
-            .unwrap_or_else(|| "tc -batch -".into());
+            .unwrap_or_else(|| format!("tc {}", args.join(" ")));
         let why: Vec<&str> = err
             .lines()
             .filter(|l| !l.starts_with("Command failed") && !l.starts_with("Warning:"))

@@ -16,22 +16,8 @@ use std::time::{Duration, Instant};
 use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
-use crate::common::{mimic, mimic_bin, require_root, require_tool, stderr, stdout};
-use crate::util::{debian_kernel, lab_name, ok_text, wait_exiting, LabDown};
-
-fn require_guest_tools() {
-    require_root("guest lab tests");
-    for t in [
-        "ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb", "ping", "iperf3",
-    ] {
-        require_tool(t);
-    }
-    assert!(
-        Path::new("/bin/busybox").is_file(),
-        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
-    );
-    require_tool("qemu-system-x86_64");
-}
+use crate::common::{mimic, mimic_bin, require_root, stderr, stdout};
+use crate::util::{debian_kernel, lab_name, ok_text, require_guest_tools, wait_exiting, LabDown};
 
 /// Pids of QEMU processes started for lab `name` (QEMU is named `mimic-NAME-emu`).
 fn qemu_pids(name: &str) -> Vec<i32> {
@@ -251,7 +237,7 @@ fn udp_probe(
 
 #[test]
 fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
-    require_guest_tools();
+    require_guest_tools("guest lab tests", &["ping", "iperf3"]);
     let kernel = debian_kernel();
     let name = lab_name("gu");
     let _g = LabDown(name.clone());
@@ -583,7 +569,7 @@ fn lab_up_with_a_file_that_is_not_a_kernel_names_it_and_builds_nothing() {
 
 #[test]
 fn lab_up_without_qemu_says_so_and_leaves_nothing() {
-    require_guest_tools();
+    require_guest_tools("guest lab tests", &["ping", "iperf3"]);
     let kernel = debian_kernel();
     let name = lab_name("gu");
     let _g = LabDown(name.clone());
@@ -617,7 +603,7 @@ fn lab_up_without_qemu_says_so_and_leaves_nothing() {
 
 #[test]
 fn a_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() {
-    require_guest_tools();
+    require_guest_tools("guest lab tests", &["ping", "iperf3"]);
     let kernel = debian_kernel();
     let name = lab_name("gu");
     let _g = LabDown(name.clone());

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
-use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, json, lab_name, ok, LabDown};
+use crate::common::{mimic, require_root, stderr, stdout, tempdir};
+use crate::util::{debian_kernel, json, lab_name, ok, require_guest_tools, LabDown};
 
 /// One column of the table: the criteria, measured on a replay of `truth`.
 #[derive(Debug)]
@@ -124,15 +124,7 @@ fn assert_no_kernel_pipes(name: &str) {
 
 #[test]
 fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_router_guest() {
-    require_root("guest lab tests");
-    for t in ["ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb"] {
-        require_tool(t);
-    }
-    assert!(
-        Path::new("/bin/busybox").is_file(),
-        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
-    );
-    require_tool("qemu-system-x86_64");
+    require_guest_tools("guest lab tests", &[]);
     let kernel = debian_kernel();
     let tmp = tempdir();
     let d = tmp.path();

@@ -17,8 +17,8 @@ use mimic_netemu::kernel_router::KernelRouterInfo;
 use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
-use crate::common::{mimic, mimic_bin, require_root, require_tool, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, json, lab_name, ok, LabDown};
+use crate::common::{mimic, mimic_bin, stderr, stdout, tempdir};
+use crate::util::{debian_kernel, json, lab_name, ok, require_guest_tools, LabDown};
 
 /// The router's control address in the guest (on its bridge, in the lab's client /24).
 const ROUTER_IP: &str = "198.18.0.254";
@@ -71,15 +71,7 @@ fn meta(db: &Path, key: &str) -> String {
 
 #[test]
 fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_control_channel() {
-    require_root("guest lab tests");
-    for t in ["ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb"] {
-        require_tool(t);
-    }
-    assert!(
-        Path::new("/bin/busybox").is_file(),
-        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
-    );
-    require_tool("qemu-system-x86_64");
+    require_guest_tools("guest lab tests", &[]);
     let kernel = debian_kernel();
     let tmp = tempdir();
     let d = tmp.path();

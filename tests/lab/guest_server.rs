@@ -17,7 +17,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, ok_text, wait_exiting, LabDown};
+use crate::util::{debian_kernel, ok_text, require_guest_tools, wait_exiting, LabDown};
 
 /// The path-limited round trip the modified workload's connections get (each way half).
 const RTT_MS: f64 = 40.0;
@@ -104,15 +104,7 @@ fn meta(db: &Path, key: &str) -> String {
 
 #[test]
 fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
-    require_root("the server guest test");
-    for t in ["ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb"] {
-        require_tool(t);
-    }
-    assert!(
-        Path::new("/bin/busybox").is_file(),
-        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
-    );
-    require_tool("qemu-system-x86_64");
+    require_guest_tools("the server guest test", &[]);
     let kernel = debian_kernel();
     let version = kernel
         .file_name()

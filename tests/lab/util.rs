@@ -91,3 +91,21 @@ pub fn wait_exiting(pids: &[i32]) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// What a test that boots a QEMU guest needs (root, iproute2, ethtool, tc, cpio, apt-get and
+/// dpkg-deb to fetch Debian's kernel, busybox for the initramfs, QEMU), and `more` besides:
+/// a missing one fails the test with its name.
+pub fn require_guest_tools(what: &str, more: &[&str]) {
+    crate::common::require_root(what);
+    for t in ["ip", "ethtool", "tc", "cpio", "apt-get", "dpkg-deb"]
+        .iter()
+        .chain(more)
+    {
+        crate::common::require_tool(t);
+    }
+    assert!(
+        std::path::Path::new("/bin/busybox").is_file(),
+        "/bin/busybox is missing: scripts/deps.sh test installs busybox-static"
+    );
+    crate::common::require_tool("qemu-system-x86_64");
+}

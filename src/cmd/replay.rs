@@ -274,6 +274,18 @@ pub fn replay_with_progress(opts: &ReplayOptions) -> Result<ReplaySummary, Repla
     r
 }
 
+/// What kernel pipes left out of delayed-ACK shaping, as a suffix of the pipes line.
+fn delack_note(k: &mimic_replay::orchestrate::kernel::KernelInstall) -> String {
+    if k.delack_left_out > 0 {
+        format!(
+            "; WITHOUT delayed-ACK shaping for {} connections",
+            k.delack_left_out
+        )
+    } else {
+        String::new()
+    }
+}
+
 fn print_summary(s: &ReplaySummary) {
     println!(
         "replayed {} connections{} in {:.1} s (at most {} at once): {} ok, {} failed{}",
@@ -351,14 +363,7 @@ fn print_summary(s: &ReplaySummary) {
             } else {
                 String::new()
             },
-            if k.delack_left_out > 0 {
-                format!(
-                    "; WITHOUT delayed-ACK shaping for {} connections",
-                    k.delack_left_out
-                )
-            } else {
-                String::new()
-            }
+            delack_note(k)
         );
     } else if let Some(k) = &s.kernel_pipes {
         println!(
@@ -369,14 +374,7 @@ fn print_summary(s: &ReplaySummary) {
             k.install_s,
             k.commands,
             k.execs,
-            if k.delack_left_out > 0 {
-                format!(
-                    "; WITHOUT delayed-ACK shaping for {} connections",
-                    k.delack_left_out
-                )
-            } else {
-                String::new()
-            }
+            delack_note(k)
         );
     }
     if let Some(c) = &s.cpu_split {

@@ -109,12 +109,12 @@ pub(super) struct Measured<'a> {
     pub load: Option<[f64; 3]>,
 }
 
-fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    Some(sorted[i])
+/// The `q` quantile of sorted values, the nearest rank (None when empty); the replay's
+/// start-lateness figures use it too.
+pub(super) fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
+        .copied()
 }
 
 /// Judges from measured figures (the rule in the module's documentation).

@@ -426,11 +426,7 @@ pub fn run(
         .map(|o| o.start_lateness.as_micros() as u64)
         .collect();
     late.sort_unstable();
-    let q = |f: f64| {
-        late.get(((late.len() as f64 - 1.0) * f).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let q = |f: f64| health::quantile(&late, f).unwrap_or(0);
     let at_server = ep.capture_vantage == "server";
     let rtts = if at_server {
         health::rtt_pairs(&staged, &wl, &pipes)?

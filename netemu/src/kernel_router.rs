@@ -111,7 +111,7 @@ impl SlotPipes {
                 "class add dev {dev} parent {TC_HANDLE} classid {TC_HANDLE}1 htb rate {r} ceil {r} quantum 1514",
                 r = tc_rate(0)
             ));
-            v.extend(hash_table(dev, TC_HANDLE, i == 0));
+            v.extend(render::flow_hash_table(dev, TC_HANDLE, i == 0));
         }
         v
     }
@@ -253,7 +253,7 @@ impl SlotPipes {
                 lines.push(format!(
                     "qdisc add dev {dev} parent {TC_HANDLE}{gm:x} handle {gm:x}: htb"
                 ));
-                lines.extend(hash_table(dev, &format!("{gm:x}:"), upstream));
+                lines.extend(render::flow_hash_table(dev, &format!("{gm:x}:"), upstream));
             }
             lines.push(format!(
                 "class add dev {dev} parent {gm:x}: classid {gm:x}:{k:x} htb {}",
@@ -335,16 +335,6 @@ impl SlotPipes {
         }
         (lines, n)
     }
-}
-
-/// The u32 hash table of flow filters on qdisc `parent` and the filter that hashes into it.
-fn hash_table(dev: &str, parent: &str, upstream: bool) -> [String; 2] {
-    // the client is the source upstream (offset 12), the destination downstream (16)
-    let at = if upstream { 12 } else { 16 };
-    [
-        format!("filter add dev {dev} parent {parent} prio 1 handle {FLOW_HT:x}: protocol ip u32 divisor 256"),
-        format!("filter add dev {dev} parent {parent} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {FLOW_HT:x}:"),
-    ]
 }
 
 fn filter_line(

@@ -578,6 +578,18 @@ pub(crate) fn pipe_args(c: &PipeConfig, leaf: Leaf, limit: u64) -> (String, Stri
     (class, netem)
 }
 
+/// The u32 hash table of flow filters on qdisc `parent` (256 buckets by the client address's
+/// last octet) and the filter that hashes into it, as `tc -batch` lines without the `tc`: the
+/// client is the source upstream (offset 12), the destination downstream (16). Both the
+/// rendered script and the kernel router's per-connection pipes use it.
+pub(crate) fn flow_hash_table(dev: &str, parent: &str, upstream: bool) -> [String; 2] {
+    let at = if upstream { 12 } else { 16 };
+    [
+        format!("filter add dev {dev} parent {parent} prio 1 handle {TC_FLOW_HT:x}: protocol ip u32 divisor 256"),
+        format!("filter add dev {dev} parent {parent} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {TC_FLOW_HT:x}:"),
+    ]
+}
+
 /// The next class minor, skipping the one whose leaf handle would be mimic's root handle.
 fn next_minor(m: &mut u32) -> u32 {
     if *m == TC_MAJOR {
@@ -654,15 +666,10 @@ fn render_netem(table: &PipeTable, opts: &RenderOptions) -> Result<Script, Rende
             .iter()
             .filter(|(_, m, _)| matches!(m, Match::Flow { src, .. } if src.is_ipv4()))
             .count();
-        // the client is the source upstream (offset 12), the destination downstream (16)
-        let at = if up { 12 } else { 16 };
         let flow_table = |s: &mut Script, parent: &str| {
-            s.cmd(&format!(
-                "tc filter add dev {dev} parent {parent} prio 1 handle {TC_FLOW_HT:x}: protocol ip u32 divisor 256"
-            ));
-            s.cmd(&format!(
-                "tc filter add dev {dev} parent {parent} prio 1 protocol ip u32 ht 800:: match ip protocol 6 0xff hashkey mask 0x000000ff at {at} link {TC_FLOW_HT:x}:"
-            ));
+            for l in flow_hash_table(dev, parent, up) {
+                s.cmd(&format!("tc {l}"));
+            }
         };
         let mut minor = TC_FIRST_MINOR;
         // Groups (see TC_GROUP_PIPES): root class 6d69:G, whose htb qdisc has the handle G:.

@@ -128,7 +128,7 @@ def cmd_plan(a):
         ports = {}
         for j in range(n):
             conn_id += 1
-            h = j % ADDRS_PER_CLASS
+            h = j % a.addrs
             addr = class_addr(k, h)
             ports[addr] = ports.get(addr, 20_000 + rng.randrange(0, 2000)) + 1
             r = rng.random()
@@ -196,7 +196,7 @@ def cmd_plan(a):
         k = [c[0] for c in CLASSES].index(name)
         qd_, qu_ = queues(down)
         lines.append(f"{k + 1} {name} {down} {up} {0 if a.no_delay else delay} "
-                     f"{0 if a.no_delay else loss} {qd_} {qu_} {ADDRS_PER_CLASS}")
+                     f"{0 if a.no_delay else loss} {qd_} {qu_} {a.addrs}")
     write_atomic(os.path.join(a.out, "classes.txt"), "\n".join(lines) + "\n")
 
 
@@ -472,6 +472,10 @@ def cmd_shaping_check(a):
     write_atomic(os.path.join(a.dir, "shaping.json"), json.dumps(doc, indent=1) + "\n")
     text = render_shaping(doc)
     print(text, end="", file=sys.stderr)
+    for r in rows:
+        if not (r["rtt_ok"] and r["goodput_ok"]):
+            print(f"independent: warning: the shaping of {r['cls']} is off its configuration (above): "
+                  f"its figures grade the shaper as well as mimic", file=sys.stderr)
 
 
 def render_shaping(doc):
@@ -789,6 +793,19 @@ def cmd_report(a):
     loss = loss_summary(db, truth, clients, classes)
     sj = os.path.join(d, "shaping.json")
     shaping = json.load(open(sj)) if os.path.exists(sj) else None
+    load_rtt = None
+    lp = os.path.join(d, "load-ping.txt")
+    if os.path.exists(lp):
+        # ping -D's lines: "[t] 64 bytes from ...: icmp_seq=N ttl=64 time=X ms"
+        rtts, seqs = [], set()
+        for l in open(lp):
+            if "time=" in l and "icmp_seq=" in l:
+                rtts.append(float(l.split("time=")[1].split()[0]))
+                seqs.add(int(l.split("icmp_seq=")[1].split()[0]))
+        sent = max(seqs) if seqs else 0
+        load_rtt = dict(replies=len(rtts), sent=sent, median_ms=pct(rtts, 0.5),
+                        p90_ms=pct(rtts, 0.9), p99_ms=pct(rtts, 0.99),
+                        max_ms=max(rtts) if rtts else None)
     rp = os.path.join(d, "router.txt")
     router = open(rp).read().strip() if os.path.exists(rp) else None
     load = {}
@@ -798,7 +815,7 @@ def cmd_report(a):
             load[k] = open(lp).read().strip()
     doc = dict(truth_dir=d, host_loadavg=load, shaper_departures=departures, flows=a.flows, replay=a.replay, base_rtt_us=base_rtt_us,
                no_delay=a.no_delay, analyzer=analyzer, replay_fidelity=replay, router=router,
-               shaping_check=shaping, loss=loss)
+               shaping_check=shaping, loss=loss, unshaped_rtt_during_workload=load_rtt)
     write_atomic(os.path.join(a.out, "table.json"), json.dumps(doc, indent=1, default=str) + "\n")
     write_csv_atomic(os.path.join(a.out, "analyzer.csv"),
                      ["truth_conn", "class", "client_ip", "client_port", "server_port",
@@ -832,6 +849,13 @@ def cmd_report(a):
         text = f"shapers: {router}\n" + text
     if shaping:
         text += render_shaping(shaping)
+    if load_rtt and load_rtt["replies"]:
+        text += (f"unshaped RTT during the workload (ping every 100 ms from 198.19.255.1, through "
+                 f"the router): median {load_rtt['median_ms']:.2f} ms, p90 {load_rtt['p90_ms']:.2f}, "
+                 f"p99 {load_rtt['p99_ms']:.2f}, max {load_rtt['max_ms']:.2f}; "
+                 f"{load_rtt['replies']} of {load_rtt['sent']} answered (base RTT "
+                 f"{base_rtt_us / 1000:.3f} ms: what is above it, the router's own queueing, is in "
+                 f"no truth)\n")
     if load:
         text += (f"host load average (1/5/15 min) when the clients started: "
                  f"{load.get('start', '-')}, when they ended: {load.get('end', '-')}\n")
@@ -921,6 +945,8 @@ def main():
     p.add_argument("--classes", default="")
     p.add_argument("--seed", type=int, default=18)
     p.add_argument("--no-delay", action="store_true")
+    p.add_argument("--addrs", type=int, default=ADDRS_PER_CLASS,
+                   help="client addresses per class (connections at once per class)")
     p = sub.add_parser("query-server")
     p.add_argument("--addr", default=SERVER_IP)
     p.add_argument("--port", type=int, default=QUERY_PORT)

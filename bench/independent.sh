@@ -27,7 +27,9 @@
 #                    of this machine. The automatic choice when a class needs delay or loss,
 #                    this kernel has no netem and such an image is in the cache (said on
 #                    stderr). Under TCG the guest adds ~1 ms of forwarding (measured: the base
-#                    RTT) and 60-170 us of timer jitter. See GUIDE.md.
+#                    RTT) and 60-170 us of timer jitter; its htb does not hold 25 Mbit/s and
+#                    more, so the default classes stop at 12 Mbit/s, with 8 addresses a class.
+#                    See GUIDE.md.
 #   --coarse-tick    packets leave the shapers on the kernel's timer tick (dummynet-like); needs
 #                    a kernel whose hrtimers run at tick resolution (booted with highres=off):
 #                    refused, saying so, where timers are high-resolution. See GUIDE.md.

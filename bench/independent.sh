@@ -209,7 +209,8 @@ has_netem() {
 }
 # the newest kernel image in `mimic lab fetch-kernel`'s cache
 cached_kernel() {
-  ls -d "${MIMIC_CACHE_DIR:-/var/cache/mimic}"/kernels/*/boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1
+  { ls -d "${MIMIC_CACHE_DIR:-/var/cache/mimic}"/kernels/*/boot/vmlinuz-* 2>/dev/null || true; } |
+    sort -V | tail -n 1
 }
 if [ "$guest" = auto ]; then
   guest=0

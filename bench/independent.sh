@@ -274,9 +274,9 @@ if [ "$guest" = 1 ]; then
     echo "independent: --netem-guest: the guest's kernel ($guest_img) has no sch_netem module loaded" >&2
     exit 2
   }
-  printf 'QEMU guest (%s) on kernel %s: htb + netem\n' \
+  printf 'QEMU guest (%s) on kernel %s: htb%s\n' \
     "$("$m" lab status "$tag" --json | python3 -c 'import json,sys; h=[h for h in json.load(sys.stdin)["hosts"] if h["role"]=="emu"][0]; print(h["guest"]["accel"])')" \
-    "$("$m" lab exec "$tag" emu -- uname -r)" >"$out/router.txt"
+    "$("$m" lab exec "$tag" emu -- uname -r)" "$([ "$needs_netem" = 1 ] && echo ' + netem')" >"$out/router.txt"
 else
 echo "independent: namespaces $C $R $S" >&2
 printf 'namespace of this machine on kernel %s: htb%s\n' "$(uname -r)" \

@@ -140,9 +140,7 @@ impl Bandwidth {
         let t = x.t;
         // the first segment past the previous advancing ACK: where this ACK's pair and the
         // train's step begin (searched once for both)
-        let from_prev = self
-            .adv
-            .map(|p| x.segs.partition_point(|s| s.end <= p.ack));
+        let from_prev = self.adv.map(|p| x.segs.partition_point(|s| s.end <= p.ack));
         if let Some(prev) = self.adv {
             let sub_ms = t.as_nanos().rem_euclid(dur::MS);
             self.acks += 1;

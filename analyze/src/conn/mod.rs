@@ -272,10 +272,16 @@ impl Conn {
             Some(id) if id != 0 => {
                 let side = &self.s[d];
                 // (no early exit: eight compares at once)
-                side.recent_ids.iter().fold(false, |any, &i0| any | (i0 == id))
-                    && side.recent_ids.iter().zip(&side.recent).any(|(&i0, &(s0, t0))| {
-                        i0 == id && s0 == sig && t.nanos_since(t0).abs() < dur::SEC
-                    })
+                side.recent_ids
+                    .iter()
+                    .fold(false, |any, &i0| any | (i0 == id))
+                    && side
+                        .recent_ids
+                        .iter()
+                        .zip(&side.recent)
+                        .any(|(&i0, &(s0, t0))| {
+                            i0 == id && s0 == sig && t.nanos_since(t0).abs() < dur::SEC
+                        })
             }
             _ => {
                 seg.payload_len > 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two builds of mimic compared on the analysis benchmark's trace: checks that they write the
-# same database, then times them in alternating order (A B, then B A, ...) with tcptrace -n
+# same database (every row of every table, in order) and the same Parquet dataset (every row
+# of every table), then times them in alternating order (A B, then B A, ...) with tcptrace -n
 # after each pair, and prints the medians, how often B was faster and the ratio.
 # The order matters on this kind of machine: in a fixed order, two builds executing the same
 # instructions measured 7% apart; alternating, 0.3%.
@@ -40,6 +41,33 @@ if ! diff <(digest "$a" "$tmp/a.db") <(digest "$b" "$tmp/b.db") >&2; then
   exit 1
 fi
 rm -f "$tmp"/*.db
+# ... and the same Parquet dataset: every table's rows as a multiset (DuckDB, EXCEPT ALL both
+# ways), the row counts beside them
+py=${MIMIC_PYENV:-/var/cache/mimic/pyenv}/bin/python
+[ -x "$py" ] || { echo "analyze-ab: $py is missing (scripts/deps.sh test makes it)" >&2; exit 2; }
+"$a" analyze "$trace" -o "$tmp/a.parquet" -q --format parquet > /dev/null
+"$b" analyze "$trace" -o "$tmp/b.parquet" -q --format parquet > /dev/null
+if ! "$py" - "$tmp/a.parquet" "$tmp/b.parquet" >&2 <<'EOF'
+import duckdb, sys
+a, b = sys.argv[1:]
+con = duckdb.connect()
+bad = 0
+for t in ("connections", "exchanges", "rtt_samples", "bw_samples"):
+    qa = f"read_parquet('{a}/table={t}/*/*.parquet')"
+    qb = f"read_parquet('{b}/table={t}/*/*.parquet')"
+    na = con.execute(f"SELECT count(*) FROM {qa}").fetchone()[0]
+    nb = con.execute(f"SELECT count(*) FROM {qb}").fetchone()[0]
+    only_a = con.execute(f"SELECT count(*) FROM (SELECT * FROM {qa} EXCEPT ALL SELECT * FROM {qb})").fetchone()[0]
+    only_b = con.execute(f"SELECT count(*) FROM (SELECT * FROM {qb} EXCEPT ALL SELECT * FROM {qa})").fetchone()[0]
+    print(f"parquet {t}: {na} and {nb} rows, {only_a} only in A, {only_b} only in B")
+    bad += na != nb or only_a > 0 or only_b > 0
+sys.exit(1 if bad else 0)
+EOF
+then
+  echo "analyze-ab: the two builds wrote different Parquet datasets" >&2
+  exit 1
+fi
+rm -rf "$tmp"/*.parquet
 
 cat "$trace" > /dev/null
 run() { # label, command...

@@ -1,7 +1,7 @@
 //! `analyze_file TRACE OUT.db [THREADS]`: runs the analysis driver without the CLI (for
 //! profiling the library on its own).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mimic_analyze::alloc::Allocator = mimic_analyze::alloc::Allocator;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();

@@ -3,7 +3,7 @@
 use mimic_core::trace::TraceReader;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mimic_analyze::alloc::Allocator = mimic_analyze::alloc::Allocator;
 
 fn main() {
     let path = std::env::args().nth(1).expect("TRACE");

@@ -6,6 +6,7 @@
 //! reads a clock or a file; [`driver`] is the thin layer that reads trace files and writes the
 //! SQLite database.
 
+pub mod alloc;
 pub mod analyzer;
 mod bandwidth;
 pub mod columnar;

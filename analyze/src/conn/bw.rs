@@ -138,6 +138,9 @@ impl Bandwidth {
     /// Per-ACK hook: a packet pair on the spacing of this ACK and the previous advancing one.
     pub fn on_advance(&mut self, cfg: &Config, x: &Advance) {
         let t = x.t;
+        // the first segment past the previous advancing ACK: where this ACK's pair and the
+        // train's step begin (searched once for both)
+        let from_prev = self.adv.map(|p| x.segs.partition_point(|s| s.end <= p.ack));
         if let Some(prev) = self.adv {
             let sub_ms = t.as_nanos().rem_euclid(dur::MS);
             self.acks += 1;
@@ -152,7 +155,7 @@ impl Bandwidth {
                 let mut same_burst = prev.seg_burst.is_some();
                 let mut last_t = None;
                 let mut clean = x.pure && prev.pure;
-                let from = x.segs.partition_point(|s| s.end <= prev.ack);
+                let from = from_prev.unwrap_or(x.upto);
                 for s in x.segs.range(from..x.upto.max(from)) {
                     wire += s.wire as u64;
                     clean &= !s.retx;
@@ -190,7 +193,7 @@ impl Bandwidth {
                 }
             }
         }
-        self.follow_train(cfg, x);
+        self.follow_train(cfg, x, from_prev);
         self.adv = Some(AdvAck {
             t,
             ack: x.ack,
@@ -201,9 +204,9 @@ impl Bandwidth {
     }
 
     /// Per-ACK step of the train: extends it with this ACK, or closes it and starts the next.
-    fn follow_train(&mut self, cfg: &Config, x: &Advance) {
-        let prev_ack = self.adv.map(|p| p.ack);
-        let from = prev_ack.map_or(x.upto, |p| x.segs.partition_point(|s| s.end <= p));
+    /// `from_prev`: the first segment past the previous advancing ACK, if there was one.
+    fn follow_train(&mut self, cfg: &Config, x: &Advance, from_prev: Option<usize>) {
+        let from = from_prev.unwrap_or(x.upto);
         // a lone segment at the end of its burst may have waited for the delayed-ACK timer
         let lone_tail = x.newly == 1
             && (x.ack >= x.hi

@@ -105,8 +105,10 @@ struct Side {
     burst: u32,
     last_data_t: Option<Timestamp>,
     first_retx_t: Option<Timestamp>,
-    /// TCP header fields, IPv4 id and time of recent packets, to spot duplicated frames.
-    recent: [(Sig, u16, Timestamp); RECENT],
+    /// IPv4 ids, and TCP header fields and times, of recent packets, to spot duplicated
+    /// frames (the ids apart: one comparison of all eight rules out nearly every packet).
+    recent_ids: [u16; RECENT],
+    recent: [(Sig, Timestamp); RECENT],
     recent_next: u8,
     recent_any: Option<(Sig, Timestamp)>,
     dup_frames: u64,
@@ -267,10 +269,20 @@ impl Conn {
             seg.window,
         );
         let dup = match seg.ip_id {
-            Some(id) if id != 0 => self.s[d]
-                .recent
-                .iter()
-                .any(|&(s0, i0, t0)| s0 == sig && i0 == id && t.nanos_since(t0).abs() < dur::SEC),
+            Some(id) if id != 0 => {
+                let side = &self.s[d];
+                // (no early exit: eight compares at once)
+                side.recent_ids
+                    .iter()
+                    .fold(false, |any, &i0| any | (i0 == id))
+                    && side
+                        .recent_ids
+                        .iter()
+                        .zip(&side.recent)
+                        .any(|(&i0, &(s0, t0))| {
+                            i0 == id && s0 == sig && t.nanos_since(t0).abs() < dur::SEC
+                        })
+            }
             _ => {
                 seg.payload_len > 0
                     && self.last_dir == Some(d)
@@ -286,7 +298,8 @@ impl Conn {
         {
             let side = &mut self.s[d];
             if let Some(id) = seg.ip_id {
-                side.recent[side.recent_next as usize] = (sig, id, t);
+                side.recent_ids[side.recent_next as usize] = id;
+                side.recent[side.recent_next as usize] = (sig, t);
                 side.recent_next = (side.recent_next + 1) % RECENT as u8;
             }
             side.recent_any = Some((sig, t));

@@ -1,0 +1,16 @@
+-- mimic database schema, migration 6: receive windows that grow.
+--
+-- `connections.rwin_max_bytes` is the largest receive window the client advertised (scaled by
+-- its window scale), where `rwin_bytes` is the one at its first request segment. A receiver
+-- whose stack grows its buffer as data arrives (Linux's receive-buffer autotuning: curl and
+-- Python on the independent testbed opened 64 KB windows to 100 KB-2.7 MB) lets the server put
+-- that much into the bottleneck's queue, which moves the last response byte at a server-side tap
+-- earlier by up to a queue's worth of time; a replay that holds the window at the first value
+-- does not. `mimic replay` gives its client the largest one (see GUIDE.md).
+--
+-- One nullable column added at the end: readers that name their columns are unaffected, so the
+-- data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (replayed with `rwin_bytes`, as before).
+--
+-- The column itself is declared in core/src/schema.rs (`.since(6)`); its ALTER TABLE statement
+-- is generated from that list and runs before this file, which adds nothing else.

@@ -572,6 +572,12 @@ def cmd_report(a):
         o_bw = {r[0]: r[5] for r in rows}
         o_ex = {i: n for i, n in db.execute("SELECT id, exchanges FROM connections")}
 
+        def spurious(dbc):
+            return {i: s or 0 for i, s in dbc.execute(
+                "SELECT id, spurious_retx_down FROM connections")}
+
+        o_spur, r_spur = spurious(db), spurious(rdb)
+
         def slower_than_path(o):
             # a one-exchange original that took longer than its own path allows: more than
             # 1.2 x (server delays + its bytes at its bottleneck rate) + 5 ms (a LAN slow start),
@@ -598,6 +604,10 @@ def cmd_report(a):
                 return "loss_original_only"
             if lr:
                 return "loss_replay_only"
+            if r_spur.get(rid, 0) > o_spur.get(o, 0):
+                # the replay's server resent what had arrived (a tail-loss probe or timeout
+                # before the first ACK; a resend moves the tap's last response byte)
+                return "spurious_retx_replay_only"
             if o_bw.get(o) is None:
                 return "no_estimate"
             if slower_than_path(o):
@@ -768,6 +778,7 @@ def render(analyzer, replay, base_rtt_us, no_delay):
         if mc:
             out.append("misses (beyond +-20%) by cause, the first that applies: zero_window (the "
                        "original client stopped reading), loss in the original / the replay / both, "
+                       "spurious_retx_replay_only (the replay's server resent what had arrived), "
                        "no_estimate, original_slower_than_path (the original's client fell behind its own path), "
                        "several_exchanges, original_under_20ms, other")
             for c, v in mc.items():

@@ -488,7 +488,6 @@ mod tests {
                 delack_every: None,
                 delack_timeout_us: None,
                 rwin_bytes: None,
-                rwin_max_bytes: None,
                 mss_client: None,
                 server_port: server.port(),
                 close: Close::ServerFin,

@@ -102,10 +102,10 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         let rwin = stall_window(&p.spec);
         let _ = s.set_recv_buffer_size(rwin as usize);
         set_window_clamp(&s, rwin as u32);
-    } else if let ReceiveWindow::Fixed(rwin) = receive_window(&p.spec) {
-        // the window this client advertised all along: a receive buffer big enough for it
-        // and the window clamped to it. (`Autotuned`: the kernel's own buffer, which grows as
-        // data arrives as the original's did; `Kernel`: nothing recorded.)
+    } else if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
+        // the window this client advertises: a receive buffer big enough for it, and the
+        // window clamped to the recorded size
+        let rwin = rwin.clamp(2048, 64 << 20);
         let _ = s.set_recv_buffer_size((rwin * 2) as usize);
         set_window_clamp(&s, rwin as u32);
     }
@@ -116,48 +116,6 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         .map_err(|e| Failure::Other(e.to_string()))?;
     Ok(s)
 }
-
-/// How the replayed client's receive window is set up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReceiveWindow {
-    /// Nothing recorded: the kernel's defaults.
-    Kernel,
-    /// The original kept this window (bytes) all along: a fixed buffer and a clamp.
-    Fixed(u64),
-    /// The original's window grew from its first value to `largest` as data arrived (Linux's
-    /// receive-buffer autotuning): the replay's client leaves its buffer to the kernel, whose
-    /// autotuning opens it the same way. Clamped at the first value instead, the replay held
-    /// the server to 64 KB in flight where the independent testbed's curl and Python opened
-    /// 100 KB-2.7 MB, and the last response byte passed the server-side tap up to a bottleneck
-    /// queue's worth later (25 ms at 50 Mbit/s, 100 ms at 12 Mbit/s); a buffer fixed at the
-    /// largest opened it at once and overflowed queues the original had filled only slowly.
-    Autotuned { largest: u64 },
-}
-
-/// The receive window of the replayed client, from the original's first (`rwin_bytes`) and
-/// largest (`rwin_max_bytes`, migration 6; absent in older databases: `Fixed` as before).
-/// A largest window more than two full segments over the first counts as grown.
-pub(crate) fn receive_window(spec: &ConnSpec) -> ReceiveWindow {
-    let first = spec.rwin_bytes.filter(|w| *w > 0);
-    let largest = spec.rwin_max_bytes.filter(|w| *w > 0);
-    match (first, largest) {
-        (Some(f), Some(l)) if l > f + WINDOW_GROWTH_SLACK => {
-            ReceiveWindow::Autotuned { largest: l }
-        }
-        (None, Some(l)) => ReceiveWindow::Autotuned { largest: l },
-        (Some(f), _) => ReceiveWindow::Fixed(f.clamp(MIN_RECEIVE_WINDOW, MAX_RECEIVE_WINDOW)),
-        (None, None) => ReceiveWindow::Kernel,
-    }
-}
-
-/// Window growth (bytes) below which a window counts as kept: two full-size segments, what a
-/// window update after a read moves a fixed window by.
-const WINDOW_GROWTH_SLACK: u64 = 2 * 1460;
-
-/// Bounds of a fixed replayed receive window (bytes): Linux's smallest buffer, and more than
-/// any recorded client.
-const MIN_RECEIVE_WINDOW: u64 = 2048;
-const MAX_RECEIVE_WINDOW: u64 = 64 << 20;
 
 /// Whether the original client stopped reading during a response (its window closed).
 fn stalls(spec: &ConnSpec) -> bool {
@@ -348,72 +306,4 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(rwin: Option<u64>, rwin_max: Option<u64>) -> ConnSpec {
-        ConnSpec {
-            orig_id: 1,
-            client_ip: None,
-            t_start_us: 0,
-            min_rtt_us: Some(114),
-            max_rtt_us: None,
-            bw_bps: Some(50e6),
-            loss_rate_down: 0.0,
-            delack_every: None,
-            delack_timeout_us: None,
-            rwin_bytes: rwin,
-            rwin_max_bytes: rwin_max,
-            mss_client: None,
-            server_port: 80,
-            close: Close::ClientFin,
-            exchanges: Vec::new(),
-        }
-    }
-
-    /// The independent testbed's fibre connection 24309: curl's window was 64,512 bytes at the
-    /// request and 325,632 when the response ended; the replay clamped it at 64,512.
-    #[test]
-    fn a_window_that_grew_is_left_to_the_kernels_autotuning() {
-        assert_eq!(
-            receive_window(&spec(Some(64_512), Some(325_632))),
-            ReceiveWindow::Autotuned { largest: 325_632 }
-        );
-        assert_eq!(
-            receive_window(&spec(None, Some(300_000))),
-            ReceiveWindow::Autotuned { largest: 300_000 }
-        );
-        // a client that kept its window (window updates move it by a segment or two), a
-        // first window larger than any later one, and a database from before migration 6
-        assert_eq!(
-            receive_window(&spec(Some(64_512), Some(64_512 + 2048))),
-            ReceiveWindow::Fixed(64_512)
-        );
-        assert_eq!(
-            receive_window(&spec(Some(64_512), Some(8_192))),
-            ReceiveWindow::Fixed(64_512)
-        );
-        assert_eq!(
-            receive_window(&spec(Some(64_512), None)),
-            ReceiveWindow::Fixed(64_512)
-        );
-        // nothing recorded: the kernel's own window
-        assert_eq!(receive_window(&spec(None, None)), ReceiveWindow::Kernel);
-        assert_eq!(
-            receive_window(&spec(Some(0), Some(0))),
-            ReceiveWindow::Kernel
-        );
-        // bounds of a fixed window
-        assert_eq!(
-            receive_window(&spec(Some(100), None)),
-            ReceiveWindow::Fixed(MIN_RECEIVE_WINDOW)
-        );
-        assert_eq!(
-            receive_window(&spec(Some(1 << 40), None)),
-            ReceiveWindow::Fixed(MAX_RECEIVE_WINDOW)
-        );
-    }
 }

@@ -142,10 +142,6 @@ pub struct ConnSpec {
     pub delack_every: Option<u32>,
     pub delack_timeout_us: Option<i64>,
     pub rwin_bytes: Option<u64>,
-    /// The largest receive window the original client advertised (`rwin_max_bytes`,
-    /// migration 6): what its stack opened `rwin_bytes` to as data arrived.
-    #[serde(default)]
-    pub rwin_max_bytes: Option<u64>,
     pub mss_client: Option<u16>,
     pub server_port: u16,
     pub close: Close,
@@ -191,8 +187,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
         .prepare(&format!(
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
              delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
-             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data'),
-             rwin_max_bytes
+             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data')
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -218,7 +213,6 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                 delack_every: (policy == "delayed").then_some(2),
                 delack_timeout_us: r.get(6)?,
                 rwin_bytes: r.get::<_, Option<i64>>(7)?.map(|v| v.max(0) as u64),
-                rwin_max_bytes: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
                 mss_client: r
                     .get::<_, Option<i64>>(8)?
                     .and_then(|v| u16::try_from(v).ok()),

@@ -317,7 +317,6 @@ mod tests {
             delack_every: delack,
             delack_timeout_us: None,
             rwin_bytes: None,
-            rwin_max_bytes: None,
             mss_client: None,
             server_port: 80,
             close: Close::ClientFin,

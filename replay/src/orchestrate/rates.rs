@@ -296,7 +296,6 @@ mod tests {
             delack_every: None,
             delack_timeout_us: None,
             rwin_bytes: None,
-            rwin_max_bytes: None,
             mss_client: None,
             server_port: 80,
             close: Close::ClientFin,

@@ -237,8 +237,6 @@ pub struct ConnectionRecord {
     pub synack_retx: u32,
     pub rwin_bytes: Option<u64>,
     pub rwin_syn_bytes: Option<u64>,
-    /// Largest receive window the client advertised (scaled), `rwin_bytes` being its first.
-    pub rwin_max_bytes: Option<u64>,
     pub zero_window: u32,
     pub data_pkts_down: u64,
     pub data_bytes_down: u64,

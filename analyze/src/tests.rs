@@ -555,43 +555,6 @@ fn a_receiver_that_stops_reading_records_how_long_its_window_stayed_closed() {
     assert_eq!((e.zero_window_us, e.zero_window_at_bytes), (Some(0), None));
 }
 
-/// A Linux receiver (the independent testbed's curl) grows its window as data arrives
-/// (receive-buffer autotuning): 504 << 7 = 64,512 bytes at the request, 2,544 << 7 = 325,632
-/// when the response ends. `rwin_bytes` keeps the first, `rwin_max_bytes` the largest, so a
-/// replay can let its client open as far.
-#[test]
-fn a_receiver_whose_window_grows_records_the_largest() {
-    let mut w = Wire::new();
-    let mut syn = p(true, 1000, 0, S, 0);
-    syn.opts = syn_opts(1460, 7);
-    syn.win = 64240;
-    w.send(0, syn);
-    let mut sa = p(false, 5000, 1001, S | A, 0);
-    sa.opts = syn_opts(1460, 7);
-    w.send(100 * US, sa);
-    let mut hs = p(true, 1001, 5001, A, 0);
-    hs.win = 502;
-    w.send(200 * US, hs);
-    let t = 200 * US;
-    let mut req = p(true, 1001, 5001, PA, 100);
-    req.win = 504;
-    w.send(t + MS, req);
-    let t0 = t + 2 * MS;
-    burst(&mut w, t0, 5001, 8, 1448);
-    for (k, win) in [(1u32, 480u16), (2, 600), (4, 1200), (8, 2544)] {
-        let mut ack = p(true, 1101, 5001 + k * 1448, A, 0);
-        ack.win = win;
-        w.send(t0 + (k as i64) * 300 * US, ack);
-    }
-    // a window that shrinks again (the application fell behind) leaves the largest alone
-    let mut fin = p(true, 1101, 5001 + 8 * 1448, F | A, 0);
-    fin.win = 700;
-    w.send(t0 + 3 * MS, fin);
-    let r = &w.finish()[0];
-    assert_eq!(r.rwin_bytes, Some(504 << 7));
-    assert_eq!(r.rwin_max_bytes, Some(2544 << 7));
-}
-
 /// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization
 /// (8.32 ms) later, so the samples grow with the queue. Beyond the first rows, the largest
 /// sample is kept (a replay sizes its queue by it) — but not the last segment's, which nothing

@@ -603,10 +603,6 @@ tables! {
         /// replay that pools rates fills the rest at replay time. NULL in rows written before
         /// migration 4.
         bw_source: Option<Text> => col(Unit::None).since(4),
-        /// Largest receive window the client advertised (scaled), where `rwin_bytes` is its
-        /// first: a receiver whose stack grows its buffer as data arrives (Linux autotuning)
-        /// opens its window well past its first. NULL in rows written before migration 6.
-        rwin_max_bytes: Option<i64> => col(Unit::Bytes).since(6),
     }
 
     /// One row per request/response exchange (an application data unit each way).
@@ -1035,7 +1031,6 @@ mod tests {
             frames: 20,
             community_id: Some(Text::Owned(format!("1:conn{id}="))),
             bw_source: Some("trains".into()),
-            rwin_max_bytes: Some(262_144),
         };
         let rows = [conn(1), conn(2), conn(3)];
         let n = ConnectionRow::TABLE.columns.len();

@@ -270,8 +270,6 @@ pub fn generate(opts: &SynthOptions, out: &Path) -> Result<SynthSummary, DbError
             ts_ok: Some(1),
             ecn_ok: Some(0),
             rwin_bytes: Some(class.rwin as i64),
-            // the synth's clients keep their window
-            rwin_max_bytes: Some(class.rwin as i64),
             loss_rate_down: Some(loss),
             bw_bps: Some(bw),
             delack_policy: if delayed { "delayed" } else { "quick" }.into(),

@@ -122,9 +122,6 @@ struct Side {
     acked: i64,
     // this side as a receiver
     window_at_first_data: Option<u16>,
-    /// Largest window this side advertised after its SYN (raw): a receiver that grows its
-    /// buffer as data arrives opens it well past its first.
-    max_window: Option<u16>,
     zero_window: u32,
     /// The window this side advertised is closed now: since when, and how much of the other
     /// side's data it had acknowledged then.
@@ -357,7 +354,6 @@ impl Conn {
                 side.close_zero_window(t_closed, t, at);
             }
             side.last_window = Some(seg.window);
-            side.max_window = side.max_window.max(Some(seg.window));
         }
         if seg.payload_len > 0 && self.s[d].window_at_first_data.is_none() {
             self.s[d].window_at_first_data = Some(seg.window);
@@ -703,8 +699,6 @@ impl Conn {
         // client's receive window at its first request segment (Monkey: not the SYN's)
         let rwin = c.window_at_first_data.map(|w| (w as u64) << scale);
         let rwin_syn = c.syn.seen.then_some(c.syn.window as u64);
-        // and the largest it advertised (a Linux receiver's autotuning opens it as data arrives)
-        let rwin_max = c.max_window.map(|w| (w as u64) << scale);
 
         let loss = sv.loss.finish(sv.data_pkts);
         // bandwidth from the client's ACKs of server data
@@ -829,7 +823,6 @@ impl Conn {
             synack_retx: sv.syn.count.saturating_sub(1),
             rwin_bytes: rwin,
             rwin_syn_bytes: rwin_syn,
-            rwin_max_bytes: rwin_max,
             zero_window: c.zero_window,
             data_pkts_down: sv.data_pkts,
             data_bytes_down: data_bytes(sv),

@@ -708,6 +708,27 @@ def cmd_report(a):
         o_bw = {r[0]: r[5] for r in rows}
         o_ex = {i: n for i, n in db.execute("SELECT id, exchanges FROM connections")}
 
+        def spurious(dbc):
+            return {i: s or 0 for i, s in dbc.execute(
+                "SELECT id, spurious_retx_down FROM connections")}
+
+        o_spur, r_spur = spurious(db), spurious(rdb)
+
+        def slower_than_path(o):
+            # a one-exchange original that took longer than its own path allows: more than
+            # 1.2 x (server delays + its bytes at its bottleneck rate) + 5 ms (a LAN slow start),
+            # without loss or a closed window. At a server-side tap the last byte passes before
+            # it reaches the client, so only something outside the network did that: the
+            # client's host fell behind (ACKs silent for tens of ms, its window shrinking but
+            # not closed; curl on the loaded testbed host), which a replay's client, reading at
+            # once, does not do. Its replay is faster.
+            ex, bw, rt = exch.get(o) or [], o_bw.get(o), orig_rt.get(o)
+            if len(ex) != 1 or not bw or not rt:
+                return False
+            rd, qd, rb = ex[0]
+            allow = 1.2 * ((rd or 0) + (qd or 0) + (rb or 0) * 8 / bw * 1e6) + 5000
+            return rt > allow
+
         def miss_cause(o, rid):
             # the first that applies: why a replay missed its original by more than 20%
             if o_stall.get(o):
@@ -719,8 +740,14 @@ def cmd_report(a):
                 return "loss_original_only"
             if lr:
                 return "loss_replay_only"
+            if r_spur.get(rid, 0) > o_spur.get(o, 0):
+                # the replay's server resent what had arrived (a tail-loss probe or timeout
+                # before the first ACK; a resend moves the tap's last response byte)
+                return "spurious_retx_replay_only"
             if o_bw.get(o) is None:
                 return "no_estimate"
+            if slower_than_path(o):
+                return "original_slower_than_path"
             if (o_ex.get(o) or 0) > 1:
                 return "several_exchanges"
             if (orig_rt.get(o) or 0) < 20_000:
@@ -919,7 +946,9 @@ def render(analyzer, replay, base_rtt_us, no_delay):
         if mc:
             out.append("misses (beyond +-20%) by cause, the first that applies: zero_window (the "
                        "original client stopped reading), loss in the original / the replay / both, "
-                       "no_estimate, several_exchanges, original_under_20ms, other")
+                       "spurious_retx_replay_only (the replay's server resent what had arrived), "
+                       "no_estimate, original_slower_than_path (the original's client fell behind its own path), "
+                       "several_exchanges, original_under_20ms, other")
             for c, v in mc.items():
                 out.append(f"{c:20} " + ", ".join(f"{k} {n}" for k, n in
                                                  sorted(v.items(), key=lambda x: -x[1])))

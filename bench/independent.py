@@ -893,13 +893,41 @@ def flight_check(d, iw):
                 equal_to_initcwnd=hist.get(iw, 0), share=share(hist.get(iw, 0), n))
 
 
+def server_time(db):
+    """Connection id -> the time its server spent on its exchanges (the analyzer's response and
+    query delays summed): what a stack change leaves alone, and what a loaded host disturbs."""
+    return dict(db.execute(
+        "SELECT conn_id, sum(coalesce(response_delay_us, 0) + coalesce(query_delay_us, 0)) "
+        "FROM exchanges GROUP BY conn_id"))
+
+
+def server_delays(flows):
+    """p50 and p90 of the response delays (ms) per server port of one analyzed capture or
+    replay: nginx (80) and the query server (8080)."""
+    db = sqlite3.connect(f"file:{flows}?mode=ro", uri=True)
+    out = {}
+    # (a replay's server emulator answers on ports of its own: there, all exchanges together)
+    for port, name in ((NGINX_PORT, "nginx"), (QUERY_PORT, "query"), (None, "all")):
+        xs = [r[0] / 1000 for r in db.execute(
+            "SELECT e.response_delay_us FROM exchanges e JOIN connections c ON c.id = e.conn_id "
+            "WHERE (?1 IS NULL OR c.server_port = ?1) AND e.response_delay_us IS NOT NULL",
+            (port,))]
+        if xs:
+            out[name] = dict(exchanges=len(xs), p50_ms=pct(xs, 0.5), p90_ms=pct(xs, 0.9),
+                             over_100ms=sum(1 for x in xs if x > 100))
+    db.close()
+    return out
+
+
 def response_times(d, flows):
-    """Truth connection -> (class, response time in us) of the connections the clients
-    completed, from an analyzed capture."""
+    """Truth connection -> (class, response time, response time less the server's time; in
+    us) of the connections the clients completed, from an analyzed capture; and the capture's
+    connection ids -> truth."""
     truth = {(c["client_ip"], int(c["client_port"])): c
              for c in csv.DictReader(open(os.path.join(d, "truth.csv")))}
     clients = {r["conn"]: r for r in csv.DictReader(open(os.path.join(d, "clients.csv")))}
     db = sqlite3.connect(f"file:{flows}?mode=ro", uri=True)
+    srv = server_time(db)
     out, by_id = {}, {}
     for cid, ip, port, rt in db.execute(
             "SELECT id, client_ip, client_port, response_time_us FROM connections"):
@@ -908,22 +936,23 @@ def response_times(d, flows):
             continue
         by_id[cid] = t
         if rt is not None and clients.get(t["conn"], {}).get("status") == "ok":
-            out[t["conn"]] = (t["class"], rt)
+            out[t["conn"]] = (t["class"], rt, rt - (srv.get(cid) or 0))
     db.close()
     return out, by_id
 
 
 def replayed_times(replay, by_id):
-    """Truth connection -> (class, response time) of a replay of an analyzed capture (its
-    replay_map pairs the replay's connections with the capture's)."""
+    """Truth connection -> (class, response time, less the server's time) of a replay of an
+    analyzed capture (its replay_map pairs the replay's connections with the capture's)."""
     db = sqlite3.connect(f"file:{replay}?mode=ro", uri=True)
     rt = dict(db.execute("SELECT id, response_time_us FROM connections"))
+    srv = server_time(db)
     out = {}
     for o, rid, status in db.execute("SELECT orig_conn_id, replay_conn_id, status FROM replay_map"):
         t = by_id.get(o)
         if t is None or status != "ok" or rid is None or rt.get(rid) is None:
             continue
-        out[t["conn"]] = (t["class"], rt[rid])
+        out[t["conn"]] = (t["class"], rt[rid], rt[rid] - (srv.get(rid) or 0))
     db.close()
     return out
 
@@ -1009,6 +1038,15 @@ def cmd_predict(a):
     groups = {c: [k for k in every if (real_from.get(k) or real_to.get(k))[0] == c] for c in classes}
     groups["all"] = every
     rows = {g: prediction_row(real_from, real_to, base, pred, conns) for g, conns in groups.items()}
+    # the same on the network's part of the response time (the server's time taken out of
+    # every run): the servers' own delays are the prediction's input, not its output, and on a
+    # loaded host they differ between the two real runs
+    net = [{k: (v[0], v[2]) for k, v in m.items()} for m in (real_from, real_to, base, pred)]
+    rows_net = {g: prediction_row(*net, conns) for g, conns in groups.items()}
+    delays = {f"real_iw{iw_from}": server_delays(os.path.join(a.from_dir, "flows.db")),
+              f"real_iw{iw_to}": server_delays(os.path.join(a.to_dir, "flows.db")),
+              f"replay_iw{iw_from}": server_delays(os.path.join(a.from_dir, "replay.db")),
+              f"predicted_iw{iw_to}": server_delays(a.predicted)}
     flights = {f"iw{iw}": flight_check(d, iw) for iw, d in ((iw_from, a.from_dir), (iw_to, a.to_dir))}
     cross = None
     if a.compare_json and os.path.exists(a.compare_json):
@@ -1028,19 +1066,27 @@ def cmd_predict(a):
         v = [m.get(k, (None, None))[1] for m in (real_from, real_to, base, pred)]
         dr = None if None in (v[0], v[1]) else v[1] - v[0]
         dp = None if None in (v[2], v[3]) else v[3] - v[2]
-        per_conn.append((k, cls, *v, dr, dp))
+        sv = [None if k not in m else m[k][1] - m[k][2] for m in (real_from, real_to, base, pred)]
+        per_conn.append((k, cls, *v, dr, dp, *sv))
     doc = dict(initcwnd_from=iw_from, initcwnd_to=iw_to, from_dir=a.from_dir, to_dir=a.to_dir,
                predicted=a.predicted, host_loadavg=load, first_flights=flights,
-               mimic_compare_ks_predicted_vs_real_to=cross, groups=rows)
+               mimic_compare_ks_predicted_vs_real_to=cross, server_delays=delays, groups=rows,
+               groups_network_part=rows_net)
     write_atomic(os.path.join(a.out, "prediction.json"),
                  json.dumps(doc, indent=1, default=str) + "\n")
     write_csv_atomic(os.path.join(a.out, "prediction.csv"),
                      ["truth_conn", "class", f"real_iw{iw_from}_us", f"real_iw{iw_to}_us",
                       f"replay_iw{iw_from}_us", f"predicted_iw{iw_to}_us", "shift_real_us",
-                      "shift_predicted_us"], per_conn)
+                      "shift_predicted_us", f"server_time_real_iw{iw_from}_us",
+                      f"server_time_real_iw{iw_to}_us", f"server_time_replay_iw{iw_from}_us",
+                      f"server_time_predicted_iw{iw_to}_us"], per_conn)
     text = render_prediction(doc)
     write_atomic(os.path.join(a.out, "prediction.txt"), text)
     print(text, end="")
+
+
+def fmt_ms(x):
+    return "-" if x is None else f"{x:.1f}"
 
 
 def render_prediction(doc):
@@ -1058,28 +1104,49 @@ def render_prediction(doc):
            f"shift: median at {t} - median at {f} (predicted: against the replay at {f}, its "
            f"own baseline; [95% paired bootstrap]); KS D (asymptotic p); the 15% criterion is "
            f"measurable where the real shift's 95% interval lies within 15% of it",
-           f"{'class':14} {'conns':>5} {'KS pred/real':>14} {'KS real/real':>14} "
-           f"{'median real ' + str(f) + '/' + str(t) + ' ms':>22} {'shift real ms':>26} "
-           f"{'shift pred ms':>26} {'ratio':>6}  verdict"]
-    for g, r in doc["groups"].items():
-        m = r["median_us"]
-        ci, cp = r["median_shift_real_ci95_us"], r["median_shift_predicted_ci95_us"]
+           ]
 
-        def ci_s(c):
-            return f"[{c[0] / 1000:+.1f},{c[1] / 1000:+.1f}]" if c else ""
+    def ci_s(c):
+        return f"[{c[0] / 1000:+.1f},{c[1] / 1000:+.1f}]" if c else ""
 
-        verdict = ("KS ok" if r["ks_ok"] else "KS > 0.05") + ", " + (
-            "shift within 15%" if r["shift_within_15"] else "shift off by > 15%"
-            if r["shift_measurable"] else "15% not measurable") + (
-            "" if r["predicted_shift_in_real_ci95"] is None else
-            ", pred in real's 95%" if r["predicted_shift_in_real_ci95"] else ", pred outside real's 95%")
-        med = (f"{m['real_from'] / 1000:.1f}/{m['real_to'] / 1000:.1f}"
-               if None not in (m["real_from"], m["real_to"]) else "-")
-        out.append(f"{g:14} {r['connections']['real_to']:5} {ks(r['ks_predicted_vs_real_to']):>14} "
-                   f"{ks(r['ks_real_from_vs_real_to']):>14} {med:>22} "
-                   f"{ms(r['median_shift_real_us'])} {ci_s(ci):>17} "
-                   f"{ms(r['median_shift_predicted_us'])} {ci_s(cp):>17} "
-                   f"{(format(r['shift_ratio'], '6.2f') if r['shift_ratio'] is not None else '     -')}  {verdict}")
+    def table(groups):
+        rows = [f"{'class':14} {'conns':>5} {'KS pred/real':>14} {'KS real/real':>14} "
+                f"{'median real ' + str(f) + '/' + str(t) + ' ms':>22} {'shift real ms':>26} "
+                f"{'shift pred ms':>26} {'ratio':>6}  verdict"]
+        for g, r in groups.items():
+            m = r["median_us"]
+            ci, cp = r["median_shift_real_ci95_us"], r["median_shift_predicted_ci95_us"]
+            verdict = ("KS ok" if r["ks_ok"] else "KS > 0.05") + ", " + (
+                "shift within 15%" if r["shift_within_15"] else "shift off by > 15%"
+                if r["shift_measurable"] else "15% not measurable") + (
+                "" if r["predicted_shift_in_real_ci95"] is None else
+                ", pred in real's 95%" if r["predicted_shift_in_real_ci95"] else
+                ", pred outside real's 95%")
+            med = (f"{m['real_from'] / 1000:.1f}/{m['real_to'] / 1000:.1f}"
+                   if None not in (m["real_from"], m["real_to"]) else "-")
+            ratio = format(r["shift_ratio"], "6.2f") if r["shift_ratio"] is not None else "     -"
+            rows.append(f"{g:14} {r['connections']['real_to']:5} "
+                        f"{ks(r['ks_predicted_vs_real_to']):>14} "
+                        f"{ks(r['ks_real_from_vs_real_to']):>14} {med:>22} "
+                        f"{ms(r['median_shift_real_us'])} {ci_s(ci):>17} "
+                        f"{ms(r['median_shift_predicted_us'])} {ci_s(cp):>17} {ratio}  {verdict}")
+        return rows
+
+    out += table(doc["groups"])
+    if doc.get("groups_network_part"):
+        out.append("")
+        out.append("the same on the network's part: each run's response times less its servers' "
+                   "response and query delays (as analyzed in that run)")
+        out += table(doc["groups_network_part"])
+    sd = doc.get("server_delays") or {}
+    if sd:
+        out.append("")
+        out.append("server response delays per run (analyzed), p50 / p90 ms (exchanges over "
+                   "100 ms): " + "; ".join(
+                       f"{run}: " + ", ".join(
+                           f"{srv} {fmt_ms(v['p50_ms'])}/{fmt_ms(v['p90_ms'])} ({v['over_100ms']})"
+                           for srv, v in d.items() if srv == "all" or run.startswith("real"))
+                       for run, d in sd.items()))
     a = doc["groups"]["all"]
     out.append(f"predicted shift against the original itself (not the replay's baseline): "
                f"{ms(a['median_shift_predicted_vs_original_us'], 0)} ms; the replay at {f} against "

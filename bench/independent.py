@@ -11,6 +11,8 @@ Subcommands:
   clients       runs the plan's connections from the client namespace: curl and a Python
                 http.client client (keep-alive, several requests, think times), each from the
                 client address and port the plan gave it, one connection at a time per address
+  shaping-check per class, before the workload: ping RTT and a download's goodput through the
+                shapers against the configured delay and rate (shaping.json)
   report        joins `mimic analyze`'s flows.db and the replay's replay.db with the truth and
                 writes the per-class tables (text, JSON, CSV; atomically)
 
@@ -126,7 +128,7 @@ def cmd_plan(a):
         ports = {}
         for j in range(n):
             conn_id += 1
-            h = j % ADDRS_PER_CLASS
+            h = j % a.addrs
             addr = class_addr(k, h)
             ports[addr] = ports.get(addr, 20_000 + rng.randrange(0, 2000)) + 1
             r = rng.random()
@@ -194,7 +196,7 @@ def cmd_plan(a):
         k = [c[0] for c in CLASSES].index(name)
         qd_, qu_ = queues(down)
         lines.append(f"{k + 1} {name} {down} {up} {0 if a.no_delay else delay} "
-                     f"{0 if a.no_delay else loss} {qd_} {qu_} {ADDRS_PER_CLASS}")
+                     f"{0 if a.no_delay else loss} {qd_} {qu_} {a.addrs}")
     write_atomic(os.path.join(a.out, "classes.txt"), "\n".join(lines) + "\n")
 
 
@@ -405,6 +407,97 @@ def cmd_departures(a):
           file=sys.stderr)
 
 
+# ------------------------------------------------------------------------------- shaping check
+
+# a check passes when the ping RTT is within max(10%, 2 ms) of 2 x delay + the base RTT and the
+# goodput within 10% of the rate's payload share (less the loss)
+CHECK_RTT_TOL = (0.10, 2.0)
+CHECK_GOODPUT_TOL = 0.10
+
+
+def cmd_shaping_check(a):
+    """Runs in the client namespace. Per class, from its first client address: 20 pings to the
+    server (htb lets an isolated packet through at once, so the RTT is 2 x the one-way delay +
+    the base RTT), and a download from nginx of about 3 s at the class's downstream rate (at
+    least 30 kB), whose goodput after the first byte is compared with the rate's payload share
+    (1448 of 1500 IP bytes), less the configured loss. Upstream rate is not probed."""
+    base_us = float(open(os.path.join(a.dir, "base_rtt_us")).read().strip())
+    lo, hi = (int(x) for x in a.ports.split("-"))
+    rows = []
+    for n, line in enumerate(l for l in open(os.path.join(a.dir, "classes.txt")) if l.strip()):
+        k, name, down, up, delay, loss = line.split()[:6]
+        down, delay, loss = int(down), float(delay), float(loss)
+        addr = f"198.19.{k}.1"
+        p = subprocess.run(["ping", "-q", "-n", "-c", "20", "-i", "0.05", "-W", "3", "-I", addr,
+                            SERVER_IP], capture_output=True, text=True)
+        sent = got = 0
+        rtt = {}
+        for l in p.stdout.splitlines():
+            if "packets transmitted" in l:
+                f = l.split(",")
+                sent, got = int(f[0].split()[0]), int(f[1].split()[0])
+            if l.startswith("rtt") or l.startswith("round-trip"):
+                v = [float(x) for x in l.split("=")[1].split()[0].split("/")]
+                rtt = dict(min=v[0], avg=v[1], max=v[2], mdev=v[3])
+        want_rtt = 2 * delay + base_us / 1000
+        size = int(max(30_000, min(down * 3 / 8, 24_000_000)))
+        fname = f"shaping-check-{size}"
+        path = os.path.join(a.www, fname)
+        if not os.path.exists(path):
+            with open(path, "wb") as f:
+                f.write(os.urandom(size))
+        c = subprocess.run(["curl", "-sS", "--fail", "-o", "/dev/null", "--max-time", "60",
+                            "--interface", addr, "--local-port", f"{lo + n}-{hi}", "-w",
+                            "%{size_download} %{time_starttransfer} %{time_total}",
+                            f"http://{SERVER_IP}:{NGINX_PORT}/{fname}"],
+                           capture_output=True, text=True)
+        goodput = None
+        if c.returncode == 0:
+            got_bytes, t0, t1 = (float(x) for x in c.stdout.split())
+            if t1 > t0:
+                goodput = got_bytes * 8 / (t1 - t0)
+        want_gp = down * MSS_SEGMENT / 1500 * (1 - loss)
+        rtt_ok = bool(rtt) and abs(rtt["avg"] - want_rtt) <= max(CHECK_RTT_TOL[0] * want_rtt,
+                                                                  CHECK_RTT_TOL[1])
+        gp_ok = goodput is not None and abs(goodput / want_gp - 1) <= CHECK_GOODPUT_TOL
+        rows.append(dict(cls=name, addr=addr, delay_ms=delay, loss=loss, rate_down_bps=down,
+                         rtt_expected_ms=want_rtt, ping_sent=sent, ping_received=got,
+                         ping_ms=rtt or None, rtt_ok=rtt_ok, download_bytes=size,
+                         goodput_expected_bps=want_gp, goodput_bps=goodput,
+                         goodput_error_pct=None if goodput is None else
+                         100 * (goodput / want_gp - 1), goodput_ok=gp_ok,
+                         curl_error=c.stderr.strip()[:200] or None))
+    doc = dict(base_rtt_ms=base_us / 1000, rtt_tolerance=dict(share=CHECK_RTT_TOL[0],
+               ms=CHECK_RTT_TOL[1]), goodput_tolerance=CHECK_GOODPUT_TOL, classes=rows)
+    write_atomic(os.path.join(a.dir, "shaping.json"), json.dumps(doc, indent=1) + "\n")
+    text = render_shaping(doc)
+    print(text, end="", file=sys.stderr)
+    for r in rows:
+        if not (r["rtt_ok"] and r["goodput_ok"]):
+            print(f"independent: warning: the shaping of {r['cls']} is off its configuration (above): "
+                  f"its figures grade the shaper as well as mimic", file=sys.stderr)
+
+
+def render_shaping(doc):
+    out = [f"shaping check (before the workload; base RTT {doc['base_rtt_ms']:.3f} ms): ping RTT "
+           f"against 2 x delay + base, goodput against rate x 1448/1500 x (1 - loss)",
+           f"{'class':14} {'RTT want':>9} {'ping min/avg/max/mdev ms':>28} {'lost':>5}  "
+           f"{'goodput want':>12} {'got':>12} {'err%':>6}  verdict"]
+    for r in doc["classes"]:
+        pm = r["ping_ms"]
+        ping = (f"{pm['min']:.2f}/{pm['avg']:.2f}/{pm['max']:.2f}/{pm['mdev']:.2f}" if pm
+                else "no reply")
+        gp = r["goodput_bps"]
+        verdict = "ok" if r["rtt_ok"] and r["goodput_ok"] else "OFF: " + ", ".join(
+            x for x, ok in (("RTT", r["rtt_ok"]), ("goodput", r["goodput_ok"])) if not ok)
+        out.append(f"{r['cls']:14} {r['rtt_expected_ms']:9.2f} {ping:>28} "
+                   f"{r['ping_sent'] - r['ping_received']:2}/{r['ping_sent']:<2}  "
+                   f"{r['goodput_expected_bps'] / 1e6:10.4f}M "
+                   f"{(gp / 1e6 if gp else 0):10.4f}M "
+                   f"{(r['goodput_error_pct'] if gp else 0):+6.1f}  {verdict}")
+    return "\n".join(out) + "\n"
+
+
 # -------------------------------------------------------------------------------------- report
 
 
@@ -425,6 +518,49 @@ def share(ok, n):
 
 def fmt_share(ok, n):
     return f"{100 * ok / n:5.1f}% ({ok}/{n})" if n else "    -"
+
+
+def loss_summary(db, truth, clients, classes):
+    """Per class: the configured random loss (downstream) against the analyzer's, pooled over
+    the class's connections (each connection's rate weighted by its data segments): all losses
+    (loss_rate_down) and those the bottleneck queue does not explain (loss_random_down)."""
+    cols = {r[1] for r in db.execute("PRAGMA table_info(connections)")}
+    rnd = "loss_random_down" if "loss_random_down" in cols else "NULL"
+    per = {c: dict(n=0, pkts=0, lost=0.0, rnd=0.0, with_loss=0, configured=None) for c in classes}
+    for ip, port, dpk, lr, lrr in db.execute(
+            f"SELECT client_ip, client_port, data_pkts_down, loss_rate_down, {rnd} "
+            "FROM connections"):
+        t = truth.get((ip, port))
+        if t is None or clients.get(t["conn"], {}).get("status") != "ok" or not dpk:
+            continue
+        q = per[t["class"]]
+        q["configured"] = float(t["loss"])
+        q["n"] += 1
+        q["pkts"] += dpk
+        q["lost"] += (lr or 0) * dpk
+        q["rnd"] += (lrr if lrr is not None else (lr or 0)) * dpk
+        q["with_loss"] += (lr or 0) > 0
+    out = {}
+    for c, q in per.items():
+        out[c] = dict(connections=q["n"], data_pkts_down=q["pkts"], configured=q["configured"],
+                      analyzed_all=share(q["lost"], q["pkts"]),
+                      analyzed_random=share(q["rnd"], q["pkts"]),
+                      connections_with_loss=q["with_loss"])
+    return out
+
+
+def render_loss(loss):
+    out = ["loss downstream (configured random loss; the analyzer's pooled over the class's data "
+           "segments: all losses, and those its queue model leaves random)",
+           f"{'class':20} {'conns':>5} {'data segs':>9} {'configured':>10} {'all':>7} "
+           f"{'random':>7} {'conns with loss':>15}"]
+    for c, v in loss.items():
+        def p(x):
+            return f"{100 * x:6.2f}%" if x is not None else "      -"
+        out.append(f"{c:20} {v['connections']:5} {v['data_pkts_down']:9} {p(v['configured']):>10} "
+                   f"{p(v['analyzed_all'])} {p(v['analyzed_random'])} "
+                   f"{v['connections_with_loss']:15}")
+    return "\n".join(out) + "\n"
 
 
 def cmd_report(a):
@@ -654,13 +790,32 @@ def cmd_report(a):
 
     dep = os.path.join(d, "departures.json")
     departures = json.load(open(dep)) if os.path.exists(dep) else None
+    loss = loss_summary(db, truth, clients, classes)
+    sj = os.path.join(d, "shaping.json")
+    shaping = json.load(open(sj)) if os.path.exists(sj) else None
+    load_rtt = None
+    lp = os.path.join(d, "load-ping.txt")
+    if os.path.exists(lp):
+        # ping -D's lines: "[t] 64 bytes from ...: icmp_seq=N ttl=64 time=X ms"
+        rtts, seqs = [], set()
+        for l in open(lp):
+            if "time=" in l and "icmp_seq=" in l:
+                rtts.append(float(l.split("time=")[1].split()[0]))
+                seqs.add(int(l.split("icmp_seq=")[1].split()[0]))
+        sent = max(seqs) if seqs else 0
+        load_rtt = dict(replies=len(rtts), sent=sent, median_ms=pct(rtts, 0.5),
+                        p90_ms=pct(rtts, 0.9), p99_ms=pct(rtts, 0.99),
+                        max_ms=max(rtts) if rtts else None)
+    rp = os.path.join(d, "router.txt")
+    router = open(rp).read().strip() if os.path.exists(rp) else None
     load = {}
     for k in ("start", "end"):
         lp = os.path.join(d, f"loadavg-{k}")
         if os.path.exists(lp):
             load[k] = open(lp).read().strip()
     doc = dict(truth_dir=d, host_loadavg=load, shaper_departures=departures, flows=a.flows, replay=a.replay, base_rtt_us=base_rtt_us,
-               no_delay=a.no_delay, analyzer=analyzer, replay_fidelity=replay)
+               no_delay=a.no_delay, analyzer=analyzer, replay_fidelity=replay, router=router,
+               shaping_check=shaping, loss=loss, unshaped_rtt_during_workload=load_rtt)
     write_atomic(os.path.join(a.out, "table.json"), json.dumps(doc, indent=1, default=str) + "\n")
     write_csv_atomic(os.path.join(a.out, "analyzer.csv"),
                      ["truth_conn", "class", "client_ip", "client_port", "server_port",
@@ -688,6 +843,19 @@ def cmd_report(a):
                       "replay_within_20", "replay_median_error_pct", "replay_p10_error_pct",
                       "replay_p90_error_pct"], summary_rows)
     text = render(analyzer, replay, base_rtt_us, a.no_delay)
+    if not a.no_delay:
+        text += render_loss(loss)
+    if router:
+        text = f"shapers: {router}\n" + text
+    if shaping:
+        text += render_shaping(shaping)
+    if load_rtt and load_rtt["replies"]:
+        text += (f"unshaped RTT during the workload (ping every 100 ms from 198.19.255.1, through "
+                 f"the router): median {load_rtt['median_ms']:.2f} ms, p90 {load_rtt['p90_ms']:.2f}, "
+                 f"p99 {load_rtt['p99_ms']:.2f}, max {load_rtt['max_ms']:.2f}; "
+                 f"{load_rtt['replies']} of {load_rtt['sent']} answered (base RTT "
+                 f"{base_rtt_us / 1000:.3f} ms: what is above it, the router's own queueing, is in "
+                 f"no truth)\n")
     if load:
         text += (f"host load average (1/5/15 min) when the clients started: "
                  f"{load.get('start', '-')}, when they ended: {load.get('end', '-')}\n")
@@ -1179,6 +1347,8 @@ def main():
     p.add_argument("--classes", default="")
     p.add_argument("--seed", type=int, default=18)
     p.add_argument("--no-delay", action="store_true")
+    p.add_argument("--addrs", type=int, default=ADDRS_PER_CLASS,
+                   help="client addresses per class (connections at once per class)")
     p = sub.add_parser("query-server")
     p.add_argument("--addr", default=SERVER_IP)
     p.add_argument("--port", type=int, default=QUERY_PORT)
@@ -1193,6 +1363,10 @@ def main():
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--tick-ms", type=float, default=1.0)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("shaping-check")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--www", required=True)
+    p.add_argument("--ports", default="40000-40999", help="client ports of the downloads")
     p = sub.add_parser("report")
     p.add_argument("--dir", required=True)
     p.add_argument("--flows", required=True)
@@ -1207,8 +1381,9 @@ def main():
     p.add_argument("--compare-json")
     p.add_argument("--out", required=True)
     a = ap.parse_args()
-    {"predict": cmd_predict, "plan": cmd_plan, "query-server": cmd_query_server, "clients": cmd_clients,
-     "report": cmd_report, "departures": cmd_departures}[a.cmd](a)
+    {"plan": cmd_plan, "query-server": cmd_query_server, "clients": cmd_clients,
+     "report": cmd_report, "departures": cmd_departures,
+     "shaping-check": cmd_shaping_check, "predict": cmd_predict}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -12,18 +12,31 @@
 # are printed and written to OUT/table.{txt,json,csv} (atomically).
 #
 # Usage (root): bench/independent.sh [--connections N] [--quick] [--no-delay] [--coarse-tick]
-#                                    [--classes A,B] [--seed S] [--no-replay] [--out DIR]
-#                                    [--regrade DIR] [--server-initcwnd N]
+#                                    [--netem-guest [IMAGE]] [--classes A,B] [--seed S]
+#                                    [--no-replay] [--out DIR] [--regrade DIR]
+#                                    [--server-initcwnd N]
 #                                    [--predict [--predict-initcwnd FROM,TO]]
 #   --connections N  connections in all (default 2000), spread evenly over the classes
 #   --quick          100 connections on two classes (isdn-128k, dsl-4m): checks the harness
 #   --no-delay       rate-only classes (the LAN's own RTT, no loss): what runs where the kernel
 #                    has no netem. Without it a class with delay or loss needs netem, and the
-#                    script stops with an error naming what is missing.
+#                    script stops with an error naming what is missing, unless a kernel image
+#                    for a router guest is at hand (below).
+#   --netem-guest [IMAGE]  the router is a QEMU guest on IMAGE (default: the newest kernel
+#                    `mimic lab fetch-kernel` put in its cache; Debian's stock kernel has netem),
+#                    booted with `mimic lab up --kernel`: the testbed's own htb + netem commands
+#                    run in it (not mimic's renderer), clients and servers stay in namespaces
+#                    of this machine. The automatic choice when a class needs delay or loss,
+#                    this kernel has no netem and such an image is in the cache (said on
+#                    stderr). Under TCG the guest adds ~1 ms of forwarding (measured: the base
+#                    RTT) and 60-170 us of timer jitter. See GUIDE.md.
 #   --coarse-tick    packets leave the shapers on the kernel's timer tick (dummynet-like); needs
 #                    a kernel whose hrtimers run at tick resolution (booted with highres=off):
 #                    refused, saying so, where timers are high-resolution. See GUIDE.md.
 #   --classes A,B    only these classes (names in bench/independent.py: CLASSES)
+#   --addrs N        client addresses per class, each running one connection at a time
+#                    (default 32; with --netem-guest 8: a TCG guest does not forward the
+#                    full mix's bursts, see GUIDE.md)
 #   --no-replay      the analyzer table only
 #   --out DIR        output folder (default bench/out/independent; replaced)
 #   --regrade DIR    no new traffic: copy an earlier run's capture and truth from DIR into
@@ -34,6 +47,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1 regrade=
+guest=auto guest_img="" addrs=""
 out=bench/out/independent server_iw="" predict=0 predict_iw=3,10
 # --predict runs this script twice: every option but its own, --out and --regrade goes to both
 # runs as given (so a mode added later composes with it untouched)
@@ -52,7 +66,11 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 ;;
     --no-delay) no_delay=1 ;;
     --coarse-tick) coarse=1 ;;
+    --netem-guest)
+      guest=1
+      if [ $# -gt 1 ] && [ "${2#-}" = "$2" ]; then guest_img=$2; shift; fi ;;
     --classes) classes=${2:?--classes needs a list}; shift ;;
+    --addrs) addrs=${2:?--addrs needs a number}; shift ;;
     --seed) seed=${2:?--seed needs a number}; shift ;;
     --no-replay) replay=0 ;;
     --out) out=${2:?--out needs a folder}; shift ;;
@@ -78,6 +96,8 @@ if [ "$predict" = 1 ]; then
   [ -z "$server_iw" ] || { echo "independent: --predict sets the server's initcwnd itself (--predict-initcwnd FROM,TO), not --server-initcwnd" >&2; exit 2; }
   [ "$replay" = 1 ] || { echo "independent: --predict replays the original: it cannot go with --no-replay" >&2; exit 2; }
 fi
+case "$addrs" in '') ;; *[!0-9]*|0) echo "independent: --addrs $addrs: not a number from 1 to 254" >&2; exit 2 ;; esac
+[ -z "$addrs" ] || [ "$addrs" -le 254 ] || { echo "independent: --addrs $addrs: at most 254" >&2; exit 2; }
 if [ "$quick" = 1 ]; then
   [ -n "$classes" ] || classes=isdn-128k,dsl-4m
   [ "$connections" != 2000 ] || connections=100
@@ -140,6 +160,11 @@ if [ "$predict" = 1 ]; then
   exit 0
 fi
 
+if [ "$coarse" = 1 ] && [ "$guest" = 1 ]; then
+  echo "independent: --coarse-tick with --netem-guest: the guest's kernel runs high-resolution timers" >&2
+  echo "  (the lab boots it with its own command line, not highres=off); give one or the other" >&2
+  exit 2
+fi
 if [ "$coarse" = 1 ]; then
   # hrtimer resolution of CPU 0's clocks: 1 ns with high-resolution timers, the tick
   # (1/HZ) with highres=off. The qdisc watchdogs of htb, tbf and netem are hrtimers.
@@ -173,6 +198,8 @@ rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tag=ind$$
+# client ports of the shaping check's downloads (the plan's lie in 20000-23000)
+CHECK_PORTS=40000-40999
 
 # analyze the capture, replay it, compare, and print the tables
 grade() {
@@ -221,7 +248,9 @@ fi
 # does not have
 mem=$(mktemp -d /dev/shm/mimic-independent.XXXXXX)
 C=$tag-c R=$tag-r S=$tag-s
-echo "independent: namespaces $C $R $S" >&2
+# the interfaces: the clients' and the server's (tcpdump's tap), the shaper's towards the
+# clients (downstream) and towards the server (upstream); a router guest has its own (below)
+cif=c0 sif=s0 down_if=r0 up_if=r1
 pids=() fg_pid=""
 cleanup() {
   local rc=$?
@@ -229,7 +258,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   if [ -f "$mem/nginx/nginx.pid" ]; then kill "$(cat "$mem/nginx/nginx.pid")" 2>/dev/null || true; fi
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for n in "$C" "$R" "$S"; do ip netns del "$n" 2>/dev/null || true; done
+  for n in "$C" "$R" "$S" "$tag-nm"; do ip netns del "$n" 2>/dev/null || true; done
   "$m" lab down "$tag" >/dev/null 2>&1 || true
   rm -rf "$mem"
   exit "$rc"
@@ -240,9 +269,91 @@ trap 'exit 130' INT TERM
 # at once (not when the step ends) and the cleanup stops the step
 run() { "$@" & fg_pid=$!; wait "$fg_pid"; fg_pid=""; }
 
+# ---- where the shapers run: this kernel's htb (and netem where it has it), or a router guest
+# (every class has a one-way delay: without --no-delay they need netem)
+needs_netem=$([ "$no_delay" = 1 ] && echo 0 || echo 1)
+# has_netem: whether this machine's kernel takes a netem qdisc (tried in a throwaway namespace)
+has_netem() {
+  ip netns add "$tag-nm"
+  ip -n "$tag-nm" link add nmchk0 type veth peer name nmchk1
+  local ok=0
+  tc -n "$tag-nm" qdisc add dev nmchk0 root netem delay 1ms 2>/dev/null && ok=1
+  ip netns del "$tag-nm"
+  [ "$ok" = 1 ]
+}
+# the newest kernel image in `mimic lab fetch-kernel`'s cache
+cached_kernel() {
+  ls -d "${MIMIC_CACHE_DIR:-/var/cache/mimic}"/kernels/*/boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1
+}
+if [ "$guest" = auto ]; then
+  guest=0
+  if [ "$needs_netem" = 1 ] && ! has_netem; then
+    guest_img=$(cached_kernel)
+    if [ -z "$guest_img" ]; then
+      echo "independent: the classes need delay and loss, and this kernel has no netem qdisc" >&2
+      echo "  (tc qdisc add ... netem: unknown qdisc kind), nor is a kernel image for a router guest" >&2
+      echo "  in ${MIMIC_CACHE_DIR:-/var/cache/mimic}/kernels: fetch Debian's (mimic lab fetch-kernel) and run" >&2
+      echo "  again (or give --netem-guest IMAGE), or give --no-delay for rate-only classes with the LAN's RTT" >&2
+      exit 2
+    fi
+    guest=1
+    echo "independent: this kernel has no netem: the shapers run in a router guest on $guest_img" >&2
+    echo "  (QEMU, booted with mimic lab up --kernel; the testbed's own tc commands; --no-delay keeps" >&2
+    echo "  rate-only classes on this kernel's htb instead)" >&2
+  fi
+elif [ "$guest" = 1 ] && [ -z "$guest_img" ]; then
+  guest_img=$(cached_kernel)
+  [ -n "$guest_img" ] || {
+    echo "independent: --netem-guest: no kernel image in ${MIMIC_CACHE_DIR:-/var/cache/mimic}/kernels;" >&2
+    echo "  fetch Debian's with mimic lab fetch-kernel, or name one: --netem-guest IMAGE" >&2
+    exit 2
+  }
+fi
+[ -n "$addrs" ] || addrs=$([ "$guest" = 1 ] && echo 8 || echo 32)
+if [ "$guest" = 1 ] && [ -z "$classes" ]; then
+  # htb in a TCG guest does not hold 25 and 50 Mbit/s (the shaping check's goodput: -14% and
+  # -23% for one download, see GUIDE.md): those classes run only when --classes names them
+  classes=dialup-56k,isdn-128k,dsl-1m-loss,dsl-4m,dsl-6m,cable-12m
+  echo "independent: router guest: classes up to 12 Mbit/s ($classes); a TCG guest's htb does not" >&2
+  echo "  hold cable-25m and fibre-50m (name them in --classes to run them anyway)" >&2
+fi
 python3 "$py" plan --out "$out" --www "$mem/www" --connections "$connections" --seed "$seed" \
-  ${classes:+--classes "$classes"} $([ "$no_delay" = 1 ] && echo --no-delay)
+  --addrs "$addrs" ${classes:+--classes "$classes"} $([ "$no_delay" = 1 ] && echo --no-delay)
 
+if [ "$guest" = 1 ]; then
+  [ -f "$guest_img" ] || { echo "independent: --netem-guest $guest_img: no such kernel image" >&2; exit 2; }
+  command -v qemu-system-x86_64 >/dev/null ||
+    { echo "independent: --netem-guest: qemu-system-x86_64 is missing (scripts/deps.sh test installs it)" >&2; exit 2; }
+fi
+
+if [ "$guest" = 1 ]; then
+  # ---- topology: mimic's lab with its router host a QEMU guest (plumbing only: mimic's own
+  # emulator does not run; the guest's bridge forwards and the testbed's tc shapes its NICs).
+  # Clients in $tag-cli (the class addresses lie in the lab's local 198.19.0.0/19 pool),
+  # the server 198.18.0.1 in $tag-srv.
+  C=$tag-cli S=$tag-srv cif=$tag-c sif=$tag-s down_if=$tag-ec up_if=$tag-es
+  echo "independent: namespaces $tag-cli $tag-emu $tag-srv (lab $tag: the router a QEMU guest on $guest_img)" >&2
+  if ! run "$m" lab up "$tag" --kernel "$guest_img" >"$out/lab-up.log" 2>&1; then
+    cat "$out/lab-up.log" >&2
+    echo "independent: --netem-guest: mimic lab up $tag --kernel $guest_img failed (above)" >&2
+    exit 2
+  fi
+  # the unshaped base-RTT address and the departure probe's lie outside the pool
+  for a in 198.19.255.1 198.19.254.1; do
+    ip -n "$C" addr add "$a/32" dev "$cif"
+    ip -n "$S" route add "$a/32" via 198.18.0.2
+  done
+  "$m" lab exec "$tag" emu -- grep -q '^sch_netem ' /proc/modules || {
+    echo "independent: --netem-guest: the guest's kernel ($guest_img) has no sch_netem module loaded" >&2
+    exit 2
+  }
+  printf 'QEMU guest (%s) on kernel %s: htb + netem\n' \
+    "$("$m" lab status "$tag" --json | python3 -c 'import json,sys; h=[h for h in json.load(sys.stdin)["hosts"] if h["role"]=="emu"][0]; print(h["guest"]["accel"])')" \
+    "$("$m" lab exec "$tag" emu -- uname -r)" >"$out/router.txt"
+else
+echo "independent: namespaces $C $R $S" >&2
+printf 'namespace of this machine on kernel %s: htb%s\n' "$(uname -r)" \
+  "$([ "$needs_netem" = 1 ] && echo ' + netem')" >"$out/router.txt"
 # ---- topology: clients (C) — router (R) — server (S); 198.19.0.0/16 clients, 198.18.0.0/24 server
 for n in "$C" "$R" "$S"; do ip netns add "$n"; ip -n "$n" link set lo up; done
 ip link add "$tag-c0" netns "$C" type veth peer name "$tag-r0" netns "$R"
@@ -267,18 +378,49 @@ for pair in "$C c0" "$R r0" "$R r1" "$S s0"; do
   case "$2" in c0|s0) ip netns exec "$1" ethtool -K "$2" tx off >/dev/null 2>&1 || true ;; esac
 done
 ip -n "$C" route add default via 198.19.255.254
-# the server's initial window towards the clients (--server-initcwnd): a route metric, which
-# every TCP socket on that route starts with (nginx's and the query server's alike)
-ip -n "$S" route add 198.19.0.0/16 via 198.18.0.254 ${server_iw:+initcwnd "$server_iw"}
-[ -z "$server_iw" ] || echo "$server_iw" >"$out/server_initcwnd"
+ip -n "$S" route add 198.19.0.0/16 via 198.18.0.254
 ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+if [ "$needs_netem" = 1 ] && ! has_netem; then
+  echo "independent: the classes need delay and loss, and this kernel has no netem qdisc" >&2
+  echo "  (tc qdisc add ... netem: unknown qdisc kind); run them in a router guest on Debian's" >&2
+  echo "  stock kernel (--netem-guest), or give --no-delay for rate-only classes with the LAN's RTT" >&2
+  exit 2
+fi
+fi
+if [ -n "$server_iw" ]; then
+  # the server's initial window towards the clients (--server-initcwnd): a route metric, which
+  # every TCP socket on the route starts with (nginx's and the query server's alike); set on
+  # each of the server's routes via the router, in either topology
+  ip -n "$S" -4 route show | grep ' via ' | while read -r r; do
+    # shellcheck disable=SC2086 # the route's own words
+    ip -n "$S" route change $r initcwnd "$server_iw"
+  done
+  echo "$server_iw" >"$out/server_initcwnd"
+fi
 
-has_netem() {
-  ip -n "$R" link add nmchk0 type veth peer name nmchk1
-  local ok=0
-  tc -n "$R" qdisc add dev nmchk0 root netem delay 1ms 2>/dev/null && ok=1
-  ip -n "$R" link del nmchk0
-  [ "$ok" = 1 ]
+# the shapers' tc commands are collected (tcl) and run in one batch (tc_apply): `tc -batch` in
+# the router namespace, or in the guest over its command channel, a chunk per call (one
+# argument stays under the kernel's 128 KiB)
+batch=$mem/shaper.tc
+: >"$batch"
+tcl() { printf '%s\n' "$*" >>"$batch"; }
+tc_apply() {
+  if [ "$guest" = 1 ]; then
+    local chunk=$mem/shaper.chunk.
+    split -l 700 "$batch" "$chunk"
+    for f in "$chunk"*; do
+      "$m" lab exec "$tag" emu -- sh -c 'printf "%s\n" "$1" | tc -batch -' sh "$(cat "$f")" ||
+        { echo "independent: tc in the router guest failed (commands in $f)" >&2; exit 2; }
+      rm -f "$f"
+    done
+  else
+    tc -n "$R" -batch "$batch"
+  fi
+  : >"$batch"
+}
+# tc -s output of the router's qdiscs on DEV
+tc_show() {
+  if [ "$guest" = 1 ]; then "$m" lab exec "$tag" emu -- tc -s qdisc show dev "$1"; else tc -n "$R" -s qdisc show dev "$1"; fi
 }
 
 # shape DEV MATCH(src|dst) CLASSNUM RATE_BPS DELAY_MS LOSS QUEUE NADDR
@@ -291,52 +433,42 @@ has_netem() {
 # two would. The leaf is netem (delay, loss, queue limit) when the class has delay or loss,
 # else a pfifo of QUEUE packets.
 shape() {
-  local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8
+  local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8 l
+  l=$(awk -v p="$loss" 'BEGIN {printf "%g%%", p * 100}')
   for h in $(seq 1 "$naddr"); do
     local id=$((k * 256 + h))
     local cid
     cid=$(printf '%x' "$id")
-    tc -n "$R" class add dev "$dev" parent 1: classid "1:$cid" htb rate "${rate}bit" ceil "${rate}bit" \
+    tcl class add dev "$dev" parent 1: classid "1:$cid" htb rate "${rate}bit" ceil "${rate}bit" \
       burst 100 cburst 100 quantum 1514
     if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then
-      local l
-      l=$(python3 -c "print(f'{$loss * 100:g}%')")
-      tc -n "$R" qdisc add dev "$dev" parent "1:$cid" handle "$cid:" netem delay "${delay}ms" \
+      tcl qdisc add dev "$dev" parent "1:$cid" handle "$cid:" netem delay "${delay}ms" \
         loss "$l" limit "$queue"
     else
-      tc -n "$R" qdisc add dev "$dev" parent "1:$cid" handle "$cid:" pfifo limit "$queue"
+      tcl qdisc add dev "$dev" parent "1:$cid" handle "$cid:" pfifo limit "$queue"
     fi
-    tc -n "$R" filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
+    tcl filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
       match ip "$match" "198.19.$k.$h/32" flowid "1:$cid"
   done
 }
 
-needs_netem=0
-while read -r k name down up delay loss qdown qup naddr; do
-  if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then needs_netem=1; fi
-done <"$out/classes.txt"
-if [ "$needs_netem" = 1 ] && ! has_netem; then
-  echo "independent: the classes need delay and loss, and this kernel has no netem qdisc" >&2
-  echo "  (tc qdisc add ... netem: unknown qdisc kind); run it where netem exists (a guest on" >&2
-  echo "  Debian's stock kernel), or give --no-delay for rate-only classes with the LAN's RTT" >&2
-  exit 2
-fi
-for dev in r0 r1; do
-  tc -n "$R" qdisc add dev "$dev" root handle 1: stab overhead -14 htb default 1
-  tc -n "$R" class add dev "$dev" parent 1: classid 1:1 htb rate 10gbit quantum 60000
+for dev in "$down_if" "$up_if"; do
+  tcl qdisc add dev "$dev" root handle 1: stab overhead -14 htb default 1
+  tcl class add dev "$dev" parent 1: classid 1:1 htb rate 10gbit quantum 60000
 done
 while read -r k name down up delay loss qdown qup naddr; do
   # the class's one-way delay in each direction (down on r0, towards the clients; up on r1),
   # its loss downstream only (what mimic infers and replays); netem's limit counts the
   # packets in its delay line too
-  shape r0 dst "$k" "$down" "$delay" "$loss" "$qdown" "$naddr"
-  shape r1 src "$k" "$up" "$delay" 0 "$qup" "$naddr"
+  shape "$down_if" dst "$k" "$down" "$delay" "$loss" "$qdown" "$naddr"
+  shape "$up_if" src "$k" "$up" "$delay" 0 "$qup" "$naddr"
 done <"$out/classes.txt"
 # the departure probe's address: one 3.3 Mbit/s downlink (3.636 ms per full-size packet, not a
 # whole number of ms, so a tick grid would show)
 probe_rate=3300000
-ip -n "$C" addr add 198.19.254.1/16 dev c0
-shape r0 dst 254 "$probe_rate" 0 0 100 1
+[ "$guest" = 1 ] || ip -n "$C" addr add 198.19.254.1/16 dev c0
+shape "$down_if" dst 254 "$probe_rate" 0 0 100 1
+tc_apply
 
 # base RTT of the LAN (unshaped address): the truth's RTT is 2 x one-way delay + this
 ip netns exec "$C" ping -q -c 20 -i 0.01 -I 198.19.255.1 198.18.0.1 |
@@ -366,7 +498,8 @@ EOF
 ip netns exec "$S" nice -n -10 nginx -p "$mem/nginx" -c "$out/nginx/nginx.conf" -e "$out/nginx/error.log"
 ip netns exec "$S" nice -n -10 python3 "$py" query-server --log "$mem/server.csv" 2>"$out/query-server.log" &
 pids+=($!)
-ip netns exec "$S" nice -n -10 tcpdump -i s0 -s 256 -B 65536 -n -w "$out/cap.pcap" 'tcp' 2>"$out/tcpdump.log" &
+ip netns exec "$S" nice -n -10 tcpdump -i "$sif" -s 256 -B 65536 -n -w "$out/cap.pcap" \
+  "tcp and not portrange $CHECK_PORTS" 2>"$out/tcpdump.log" &
 tcpdump_pid=$!
 pids+=("$tcpdump_pid")
 for _ in $(seq 50); do
@@ -377,7 +510,7 @@ done
 
 # how the shaper really releases packets (the coarse-tick question): a backlogged 1 MB download
 # through the probe's link, captured at the client
-ip netns exec "$C" tcpdump -i c0 -s 96 -n -w "$out/departures.pcap" 'host 198.19.254.1' 2>"$out/departures-tcpdump.log" &
+ip netns exec "$C" tcpdump -i "$cif" -s 96 -n -w "$out/departures.pcap" 'host 198.19.254.1' 2>"$out/departures-tcpdump.log" &
 probe_pid=$!
 pids+=("$probe_pid")
 for _ in $(seq 50); do grep -q listening "$out/departures-tcpdump.log" && break; sleep 0.1; done
@@ -386,12 +519,23 @@ sleep 0.5
 kill -INT "$probe_pid"; wait "$probe_pid" || true
 python3 "$py" departures --pcap "$out/departures.pcap" --rate "$probe_rate" --out "$out/departures.json"
 
+# the shaping itself, per class, before it is trusted: ping RTT against 2 x delay + the base RTT,
+# a download's goodput against the rate (from client ports in $CHECK_PORTS, which the capture
+# leaves out); printed, and in the report (shaping.json)
+ip netns exec "$C" python3 "$py" shaping-check --dir "$out" --www "$mem/www" --ports "$CHECK_PORTS"
+
 echo "independent: $(wc -l <"$out/truth.csv" | awk '{print $1 - 1}') connections," \
   "classes $(awk '{printf "%s%s", s, $2; s=","}' "$out/classes.txt")$([ "$no_delay" = 1 ] && echo ' (rate only)')" >&2
 # the host's load around the workload: servers on a busy machine answer later, which the
 # query server's log accounts for and nginx's nominal 0 does not
 cut -d' ' -f1-3 /proc/loadavg >"$out/loadavg-start"
+# the unshaped RTT through the router while the clients run: whether the router keeps up
+ip netns exec "$C" ping -n -D -i 0.1 -I 198.19.255.1 198.18.0.1 >"$out/load-ping.txt" 2>&1 &
+load_ping=$!
+pids+=("$load_ping")
 run ip netns exec "$C" python3 "$py" clients --dir "$out" --seed "$seed"
+kill -INT "$load_ping" 2>/dev/null || true
+wait "$load_ping" || true
 cut -d' ' -f1-3 /proc/loadavg >"$out/loadavg-end"
 sleep 2
 cp "$mem/server.csv" "$out/server.csv"
@@ -403,6 +547,13 @@ if [ "${dropped:-0}" != 0 ]; then
   echo "independent: tcpdump dropped $dropped packets: the capture is not whole" >&2
 fi
 # the tc counters, for the record (drops per class show queue overflows)
-for dev in r0 r1; do tc -n "$R" -s qdisc show dev "$dev" >"$out/tc-$dev.txt"; done
+tc_show "$down_if" >"$out/tc-r0.txt"
+tc_show "$up_if" >"$out/tc-r1.txt"
+if [ "$guest" = 1 ]; then
+  # the replay builds its own lab (on this machine, mimic's emulator) under the same name
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  kill "$(cat "$mem/nginx/nginx.pid")" 2>/dev/null || true
+  "$m" lab down "$tag" >/dev/null
+fi
 
 grade

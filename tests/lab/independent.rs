@@ -108,13 +108,23 @@ fn independent_testbed_predict_quick_run() {
     let out = tmp.path().join("pred");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
     let o = Command::new(&script)
-        .args(["--quick", "--no-delay", "--connections", "40", "--predict", "--out"])
+        .args([
+            "--quick",
+            "--no-delay",
+            "--connections",
+            "40",
+            "--predict",
+            "--out",
+        ])
         .arg(&out)
         .env("MIMIC", mimic_bin())
         .output()
         .unwrap();
     let (so, se) = (stdout(&o), stderr(&o));
-    assert!(o.status.success(), "independent.sh --predict failed: {so}{se}");
+    assert!(
+        o.status.success(),
+        "independent.sh --predict failed: {so}{se}"
+    );
     assert_eq!(
         se.matches("clients: 40 of 40 connections ok").count(),
         2,
@@ -130,7 +140,12 @@ fn independent_testbed_predict_quick_run() {
             "{run}"
         );
     }
-    for f in ["prediction.txt", "prediction.csv", "predicted.db", "compare.json"] {
+    for f in [
+        "prediction.txt",
+        "prediction.csv",
+        "predicted.db",
+        "compare.json",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing in {}", out.display());
     }
     let p: serde_json::Value =
@@ -166,5 +181,8 @@ fn independent_testbed_predict_quick_run() {
         (ours.as_f64().unwrap() - theirs.as_f64().unwrap()).abs() < 1e-9,
         "{ours} vs {theirs}"
     );
-    assert!(so.contains("prediction of the server's initcwnd 3 -> 10"), "{so}");
+    assert!(
+        so.contains("prediction of the server's initcwnd 3 -> 10"),
+        "{so}"
+    );
 }

@@ -982,7 +982,8 @@ def ks_2samp(a, b):
 
 def first_flights(pcap, server_ip=SERVER_IP):
     """Per connection (client address, port): the server's initial window as the tap shows it,
-    max(packets sent - 2 x packets acked) over the connection until its first retransmission.
+    max(packets sent - 2 x packets acked) over the connection until its first retransmission or
+    the client's first SACK (connections whose SYN-ACK was retransmitted are left out).
     While the window grows by at most one packet per packet acked (slow start, BBR's startup),
     packets in flight = sent - acked <= initcwnd + acked; at the start of a window-limited
     response the bound is reached. (Counting only the packets before the first ACK would not
@@ -992,7 +993,7 @@ def first_flights(pcap, server_ip=SERVER_IP):
     p = subprocess.Popen(["tcpdump", "-r", pcap, "-n", "-S", "tcp"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     st = {}  # peer -> [first seq, highest end, ends of the packets sent in order, acked, best]
-    done = set()
+    done, syn_acks = set(), {}
     srv = server_ip + "."
     for line in p.stdout:
         f = line.split()
@@ -1006,6 +1007,14 @@ def first_flights(pcap, server_ip=SERVER_IP):
             continue
         if from_server:
             if "seq" not in f:
+                continue
+            if f[6] == "[S.],":
+                # a retransmitted SYN-ACK makes the kernel start at one packet (RFC 6298 5.7):
+                # not the route's window, so the connection is left out
+                syn_acks[peer] = syn_acks.get(peer, 0) + 1
+                if syn_acks[peer] > 1:
+                    done.add(peer)
+                    st.pop(peer, None)
                 continue
             sq = f[f.index("seq") + 1].rstrip(",")
             if ":" not in sq:
@@ -1023,6 +1032,9 @@ def first_flights(pcap, server_ip=SERVER_IP):
             s[2].append((b - s[0]) % 2**32)
             s[4] = max(s[4], len(s[2]) - 2 * s[3])
         elif peer in st and "ack" in f:
+            if "sack " in line:  # "sack 1 {..}" in the options (the SYN's "sackOK," is not)
+                done.add(peer)  # a loss: the server sends on SACKs, not on its window alone
+                continue
             s = st[peer]
             ack = (int(f[f.index("ack") + 1].rstrip(",")) - s[0]) % 2**32
             if ack < 2**31:

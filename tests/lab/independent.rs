@@ -186,3 +186,140 @@ fn independent_testbed_predict_quick_run() {
         "{so}"
     );
 }
+
+/// The testbed's delay and loss classes through netem in a router guest on Debian's stock
+/// kernel (`--netem-guest`, issue 18): one guest boot, a short run of two classes with delay.
+/// The testbed's own htb + netem shape the guest's NICs; the shaping check before the workload
+/// finds each class's ping RTT at 2 × delay + the base RTT and its download goodput at the rate;
+/// the analyzer finds the configured RTT; the replay pairs every connection; and neither the
+/// guest nor the namespaces are left behind.
+#[test]
+fn independent_testbed_delay_classes_in_a_netem_guest() {
+    crate::util::require_guest_tools(
+        "the independent testbed's router guest",
+        &["nginx", "curl", "tcpdump", "python3", "sqlite3", "ping"],
+    );
+    let kernel = crate::util::debian_kernel();
+    let tmp = tempdir();
+    let out = tmp.path().join("ind");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
+    let o = Command::new(&script)
+        .args(["--quick", "--connections", "20", "--netem-guest"])
+        .arg(&kernel)
+        .arg("--out")
+        .arg(&out)
+        .env("MIMIC", mimic_bin())
+        .output()
+        .unwrap();
+    let (so, se) = (stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "independent.sh --netem-guest failed: {so}{se}"
+    );
+    let tag = se
+        .lines()
+        .find_map(|l| l.strip_prefix("independent: namespaces "))
+        .unwrap_or_else(|| panic!("no namespaces line: {se}"))
+        .split('-')
+        .next()
+        .unwrap()
+        .to_string();
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !stdout(&ns).contains(&format!("{tag}-")),
+        "namespaces of {tag} left behind: {}",
+        stdout(&ns)
+    );
+    let ps = Command::new("pgrep")
+        .args(["-f", &format!("mimic-{tag}-emu")])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "QEMU of {tag} left behind: {}",
+        stdout(&ps)
+    );
+    assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
+    assert!(se.contains("0 packets dropped by kernel"), "{se}");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("table.json")).unwrap()).unwrap();
+    let router = t["router"].as_str().unwrap_or_default();
+    assert!(
+        router.contains("QEMU guest") && router.contains("netem"),
+        "{router}"
+    );
+    // the shaping check: both classes within its tolerances, RTT 2 x delay + base
+    let base_ms = t["base_rtt_us"].as_f64().unwrap() / 1000.0;
+    let checks = get(&t, &["shaping_check", "classes"]).as_array().unwrap();
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    for c in checks {
+        let want = 2.0 * c["delay_ms"].as_f64().unwrap() + base_ms;
+        assert!(
+            (c["rtt_expected_ms"].as_f64().unwrap() - want).abs() < 1e-6,
+            "{c}"
+        );
+        assert_eq!(c["rtt_ok"], true, "ping RTT off: {c}");
+        assert_eq!(c["goodput_ok"], true, "goodput off: {c}");
+    }
+    // the truth carries the configured delay; the analyzer finds that RTT
+    let truth = std::fs::read_to_string(out.join("truth.csv")).unwrap();
+    assert!(
+        truth.lines().skip(1).all(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            match f[1] {
+                "isdn-128k" => f[10] == "100" && f[11] == "100",
+                "dsl-4m" => f[10] == "20" && f[11] == "20",
+                _ => false,
+            }
+        }),
+        "{truth}"
+    );
+    for class in ["isdn-128k", "dsl-4m"] {
+        let c = get(&t, &["analyzer", class]);
+        assert_eq!(c["connections"], 10, "{class}: {c}");
+        assert!(
+            get(c, &["min_rtt", "share"]).as_f64().unwrap() >= 0.9,
+            "{class}: {c}"
+        );
+        assert!(get(&t, &["loss", class, "configured"]).as_f64().unwrap() == 0.0);
+    }
+    let r = get(&t, &["replay_fidelity", "all"]);
+    assert_eq!(r["replayed"], 20, "{r}");
+    assert_eq!(r["failed"], 0, "{r}");
+    assert!(so.contains("shaping check"), "{so}");
+    assert!(so.contains("shapers: QEMU guest"), "{so}");
+}
+
+/// `--netem-guest` without an image in the kernel cache names what is missing and how to get
+/// it, before building anything.
+#[test]
+fn independent_testbed_netem_guest_without_a_kernel_says_so() {
+    require_root("the independent testbed");
+    let tmp = tempdir();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
+    let o = Command::new(&script)
+        .args(["--quick", "--netem-guest", "--out"])
+        .arg(tmp.path().join("ind"))
+        .env("MIMIC", mimic_bin())
+        .env("MIMIC_CACHE_DIR", tmp.path().join("empty-cache"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let se = stderr(&o);
+    assert!(
+        se.contains("no kernel image in") && se.contains("mimic lab fetch-kernel"),
+        "{se}"
+    );
+    let o = Command::new(&script)
+        .args(["--quick", "--netem-guest", "/nonexistent/vmlinuz", "--out"])
+        .arg(tmp.path().join("ind2"))
+        .env("MIMIC", mimic_bin())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/vmlinuz: no such kernel image"),
+        "{}",
+        stderr(&o)
+    );
+}

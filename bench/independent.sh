@@ -146,9 +146,11 @@ if [ "$predict" = 1 ]; then
   trap '"$m" lab down "$tag" >/dev/null 2>&1 || true' EXIT
   for iw in "$iw_from" "$iw_to"; do
     echo "independent: --predict: the workload with the server at initcwnd $iw" >&2
+    run_args=("${pass[@]}" --server-initcwnd "$iw" --out "$out/iw$iw")
+    if [ -n "$regrade" ]; then run_args+=(--regrade "$regrade/iw$iw"); fi
     # the TO run needs no replay of its own: its analysis is the real outcome
-    "$0" "${pass[@]}" --server-initcwnd "$iw" --out "$out/iw$iw" \
-      ${regrade:+--regrade "$regrade/iw$iw"} $([ "$iw" = "$iw_to" ] && echo --no-replay)
+    if [ "$iw" = "$iw_to" ]; then run_args+=(--no-replay); fi
+    "$0" "${run_args[@]}"
   done
   echo "independent: --predict: replaying the initcwnd $iw_from original with --stack initcwnd=$iw_to (the prediction)" >&2
   "$m" -q replay "$out/iw$iw_from/flows.db" -o "$out/predicted.db" --lab "$tag" \

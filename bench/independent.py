@@ -964,6 +964,420 @@ def render(analyzer, replay, base_rtt_us, no_delay):
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------------------------- prediction
+
+
+def kolmogorov_sf(lam):
+    """P(K > lam) for the Kolmogorov distribution (the KS test's asymptotic p-value), as
+    mimic compare's stats.rs computes it."""
+    if lam <= 0:
+        return 1.0
+    if lam < 1.0:
+        cdf = 0.0
+        for k in range(1, 101):
+            t = math.exp(-((2 * k - 1) ** 2) * math.pi ** 2 / (8 * lam * lam))
+            cdf += t
+            if t < 1e-18 * max(cdf, 1e-300):
+                break
+        return min(1.0, max(0.0, 1.0 - math.sqrt(2 * math.pi) / lam * cdf))
+    s = 0.0
+    for k in range(1, 101):
+        t = 2 * (-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam)
+        s += t
+        if abs(t) < 1e-18:
+            break
+    return min(1.0, max(0.0, s))
+
+
+def ks_2samp(a, b):
+    """Two-sample KS: D = sup |F_a - F_b| (ties step together, as mimic compare counts them)
+    and the asymptotic p-value; None when a sample is empty."""
+    a, b = sorted(a), sorted(b)
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        return None
+    i = j = 0
+    d = 0.0
+    while i < n1 or j < n2:
+        v = min(a[i] if i < n1 else math.inf, b[j] if j < n2 else math.inf)
+        while i < n1 and a[i] <= v:
+            i += 1
+        while j < n2 and b[j] <= v:
+            j += 1
+        d = max(d, abs(i / n1 - j / n2))
+    en = n1 * n2 / (n1 + n2)
+    return dict(d=d, p_value=kolmogorov_sf(math.sqrt(en) * d), method="asymptotic", n1=n1, n2=n2)
+
+
+def first_flights(pcap, server_ip=SERVER_IP):
+    """Per connection (client address, port): the server's initial window as the tap shows it,
+    max(packets sent - 2 x packets acked) over the connection until its first retransmission or
+    the client's first SACK (connections whose SYN-ACK was retransmitted are left out).
+    While the window grows by at most one packet per packet acked (slow start, BBR's startup),
+    packets in flight = sent - acked <= initcwnd + acked; at the start of a window-limited
+    response the bound is reached. (Counting only the packets before the first ACK would not
+    do: on these LAN-RTT links the first ACK comes back while the server is still writing its
+    first flight, and nginx's header packet is acknowledged before its body leaves.) A tail loss
+    probe may send one packet over the window. Read with tcpdump, as `departures` does."""
+    p = subprocess.Popen(["tcpdump", "-r", pcap, "-n", "-S", "tcp"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    st = {}  # peer -> [first seq, highest end, ends of the packets sent in order, acked, best]
+    done, syn_acks = set(), {}
+    srv = server_ip + "."
+    for line in p.stdout:
+        f = line.split()
+        # TIME IP SRC > DST: Flags [..], seq A:B, ack X, ..., length N
+        if len(f) < 7 or f[1] != "IP":
+            continue
+        src, dst = f[2], f[4].rstrip(":")
+        from_server = src.startswith(srv)
+        peer = dst if from_server else src
+        if peer in done:
+            continue
+        if from_server:
+            if "seq" not in f:
+                continue
+            if f[6] == "[S.],":
+                # a retransmitted SYN-ACK makes the kernel start at one packet (RFC 6298 5.7):
+                # not the route's window, so the connection is left out
+                syn_acks[peer] = syn_acks.get(peer, 0) + 1
+                if syn_acks[peer] > 1:
+                    done.add(peer)
+                    st.pop(peer, None)
+                continue
+            sq = f[f.index("seq") + 1].rstrip(",")
+            if ":" not in sq:
+                continue  # no payload
+            a, b = (int(x) for x in sq.split(":"))
+            if b == a:
+                continue
+            s = st.get(peer)
+            if s is None:
+                s = st[peer] = [a, a, [], 0, 0]
+            if a != s[1]:
+                done.add(peer)  # a retransmission (or a packet the tap missed): stop here
+                continue
+            s[1] = b
+            s[2].append((b - s[0]) % 2**32)
+            s[4] = max(s[4], len(s[2]) - 2 * s[3])
+        elif peer in st and "ack" in f:
+            if "sack " in line:  # "sack 1 {..}" in the options (the SYN's "sackOK," is not)
+                done.add(peer)  # a loss: the server sends on SACKs, not on its window alone
+                continue
+            s = st[peer]
+            ack = (int(f[f.index("ack") + 1].rstrip(",")) - s[0]) % 2**32
+            if ack < 2**31:
+                while s[3] < len(s[2]) and s[2][s[3]] <= ack:
+                    s[3] += 1
+    _, err = p.communicate()
+    if p.returncode != 0:
+        die(f"tcpdump -r {pcap}: {err.strip()}")
+    out = {}
+    for peer, s in st.items():
+        ip, port = peer.rsplit(".", 1)
+        out[(ip, int(port))] = s[4]
+    return out
+
+
+def flight_check(d, iw):
+    """The server's initial window as the capture shows it (first_flights): over the
+    connections whose first response was written at once and is longer than 2 x `iw` + 2 full
+    segments (so the window, not the response, bounds the start), the windows seen."""
+    truth = {(c["client_ip"], int(c["client_port"])): c
+             for c in csv.DictReader(open(os.path.join(d, "truth.csv")))}
+    first = {}
+    for r in csv.DictReader(open(os.path.join(d, "requests.csv"))):
+        if r["seq"] == "0":
+            first[r["conn"]] = r
+    flights = first_flights(os.path.join(d, "cap.pcap"))
+    hist = {}
+    for key, c in truth.items():
+        r = first[c["conn"]]
+        split = int(r["query_delay_us"]) and int(r["header_body_bytes"])
+        if split or int(r["body_bytes"]) < (2 * iw + 2) * MSS_SEGMENT or key not in flights:
+            continue
+        hist[flights[key]] = hist.get(flights[key], 0) + 1
+    n = sum(hist.values())
+    return dict(initcwnd=iw, connections=n, flights=dict(sorted(hist.items())),
+                equal_to_initcwnd=hist.get(iw, 0), share=share(hist.get(iw, 0), n))
+
+
+def server_time(db):
+    """Connection id -> the time its server spent on its exchanges (the analyzer's response and
+    query delays summed): what a stack change leaves alone, and what a loaded host disturbs."""
+    return dict(db.execute(
+        "SELECT conn_id, sum(coalesce(response_delay_us, 0) + coalesce(query_delay_us, 0)) "
+        "FROM exchanges GROUP BY conn_id"))
+
+
+def server_delays(flows):
+    """p50 and p90 of the response delays (ms) per server port of one analyzed capture or
+    replay: nginx (80) and the query server (8080)."""
+    db = sqlite3.connect(f"file:{flows}?mode=ro", uri=True)
+    out = {}
+    # (a replay's server emulator answers on ports of its own: there, all exchanges together)
+    for port, name in ((NGINX_PORT, "nginx"), (QUERY_PORT, "query"), (None, "all")):
+        xs = [r[0] / 1000 for r in db.execute(
+            "SELECT e.response_delay_us FROM exchanges e JOIN connections c ON c.id = e.conn_id "
+            "WHERE (?1 IS NULL OR c.server_port = ?1) AND e.response_delay_us IS NOT NULL",
+            (port,))]
+        if xs:
+            out[name] = dict(exchanges=len(xs), p50_ms=pct(xs, 0.5), p90_ms=pct(xs, 0.9),
+                             over_100ms=sum(1 for x in xs if x > 100))
+    db.close()
+    return out
+
+
+def response_times(d, flows):
+    """Truth connection -> (class, response time, response time less the server's time; in
+    us) of the connections the clients completed, from an analyzed capture; and the capture's
+    connection ids -> truth."""
+    truth = {(c["client_ip"], int(c["client_port"])): c
+             for c in csv.DictReader(open(os.path.join(d, "truth.csv")))}
+    clients = {r["conn"]: r for r in csv.DictReader(open(os.path.join(d, "clients.csv")))}
+    db = sqlite3.connect(f"file:{flows}?mode=ro", uri=True)
+    srv = server_time(db)
+    out, by_id = {}, {}
+    for cid, ip, port, rt in db.execute(
+            "SELECT id, client_ip, client_port, response_time_us FROM connections"):
+        t = truth.get((ip, port))
+        if t is None:
+            continue
+        by_id[cid] = t
+        if rt is not None and clients.get(t["conn"], {}).get("status") == "ok":
+            out[t["conn"]] = (t["class"], rt, rt - (srv.get(cid) or 0))
+    db.close()
+    return out, by_id
+
+
+def replayed_times(replay, by_id):
+    """Truth connection -> (class, response time, less the server's time) of a replay of an
+    analyzed capture (its replay_map pairs the replay's connections with the capture's)."""
+    db = sqlite3.connect(f"file:{replay}?mode=ro", uri=True)
+    rt = dict(db.execute("SELECT id, response_time_us FROM connections"))
+    srv = server_time(db)
+    out = {}
+    for o, rid, status in db.execute("SELECT orig_conn_id, replay_conn_id, status FROM replay_map"):
+        t = by_id.get(o)
+        if t is None or status != "ok" or rid is None or rt.get(rid) is None:
+            continue
+        out[t["conn"]] = (t["class"], rt[rid], rt[rid] - (srv.get(rid) or 0))
+    db.close()
+    return out
+
+
+def median_shift_ci(pairs, reps=1000, seed=18):
+    """A paired bootstrap (resampling connections) of median(after) - median(before): the 95%
+    interval of the shift, from the connections' own spread (the run-to-run noise of each
+    connection is inside its pair)."""
+    if len(pairs) < 10:
+        return None
+    rng = random.Random(seed)
+    n = len(pairs)
+    shifts = []
+    for _ in range(reps):
+        s = [pairs[rng.randrange(n)] for _ in range(n)]
+        shifts.append(pct([x[1] for x in s], 0.5) - pct([x[0] for x in s], 0.5))
+    return [pct(shifts, 0.025), pct(shifts, 0.975)]
+
+
+def prediction_row(real_from, real_to, base, pred, conns):
+    """The figures of one group of connections (times in us)."""
+    def vals(m):
+        return [m[c][1] for c in conns if c in m]
+
+    rf, rt, bs, pr = vals(real_from), vals(real_to), vals(base), vals(pred)
+    med = {k: pct(v, 0.5) for k, v in (("real_from", rf), ("real_to", rt),
+                                         ("replay_from", bs), ("predicted_to", pr))}
+    shift_real = None if None in (med["real_to"], med["real_from"]) else med["real_to"] - med["real_from"]
+    # the predicted shift against the replay's own baseline (the same replay at FROM): what the
+    # stack change does in the replay, free of the replay's own bias
+    shift_pred = None if None in (med["predicted_to"], med["replay_from"]) else med["predicted_to"] - med["replay_from"]
+    shift_pred_orig = None if None in (med["predicted_to"], med["real_from"]) else med["predicted_to"] - med["real_from"]
+    ci = median_shift_ci([(real_from[c][1], real_to[c][1]) for c in conns
+                          if c in real_from and c in real_to])
+    ci_pred = median_shift_ci([(base[c][1], pred[c][1]) for c in conns if c in base and c in pred])
+    ratio = shift_pred / shift_real if shift_real else None
+    # the 15% criterion can be judged only where the real shift is known better than 15% of
+    # itself: its 95% interval excludes 0 and lies within +-15% of it
+    measurable = bool(ci and shift_real and ci[0] * ci[1] > 0
+                      and max(abs(ci[0] - shift_real), abs(ci[1] - shift_real)) <= 0.15 * abs(shift_real))
+    ks_pred = ks_2samp(pr, rt)
+    return dict(
+        connections=dict(real_from=len(rf), real_to=len(rt), replay_from=len(bs), predicted_to=len(pr)),
+        median_us=med,
+        ks_predicted_vs_real_to=ks_pred,
+        ks_real_from_vs_real_to=ks_2samp(rf, rt),
+        ks_replay_from_vs_real_from=ks_2samp(bs, rf),
+        ks_predicted_vs_real_from=ks_2samp(pr, rf),
+        median_shift_real_us=shift_real,
+        median_shift_real_ci95_us=ci,
+        median_shift_predicted_us=shift_pred,
+        median_shift_predicted_ci95_us=ci_pred,
+        median_shift_predicted_vs_original_us=shift_pred_orig,
+        shift_ratio=ratio,
+        shift_measurable=measurable,
+        ks_ok=bool(ks_pred and ks_pred["d"] <= 0.05 + 1e-12),
+        predicted_shift_in_real_ci95=(ci[0] <= shift_pred <= ci[1]) if (ci and shift_pred is not None) else None,
+        shift_within_15=(abs(ratio - 1) <= 0.15) if (ratio is not None and measurable) else None,
+    )
+
+
+def cmd_predict(a):
+    for d, files in ((a.from_dir, ("replay.db",)), (a.to_dir, ())):
+        for f in ("server_initcwnd", "truth.csv", "requests.csv", "clients.csv", "classes.txt",
+                  "cap.pcap", "flows.db") + files:
+            if not os.path.isfile(os.path.join(d, f)):
+                die(f"predict: {d}: no {f} there (not a run of independent.sh --server-initcwnd "
+                    f"N{' with its replay' if files else ''}?)")
+    if not os.path.isfile(a.predicted):
+        die(f"predict: {a.predicted}: no such replay database")
+    try:
+        iw_from, iw_to = (int(open(os.path.join(d, "server_initcwnd")).read())
+                          for d in (a.from_dir, a.to_dir))
+    except ValueError as e:
+        die(f"predict: server_initcwnd: not a number ({e})")
+    os.makedirs(a.out, exist_ok=True)
+    real_from, by_id_from = response_times(a.from_dir, os.path.join(a.from_dir, "flows.db"))
+    real_to, _ = response_times(a.to_dir, os.path.join(a.to_dir, "flows.db"))
+    base = replayed_times(os.path.join(a.from_dir, "replay.db"), by_id_from)
+    pred = replayed_times(a.predicted, by_id_from)
+    classes = [l.split()[1] for l in open(os.path.join(a.from_dir, "classes.txt")) if l.strip()]
+    every = sorted(set(real_from) | set(real_to), key=int)
+    groups = {c: [k for k in every if (real_from.get(k) or real_to.get(k))[0] == c] for c in classes}
+    groups["all"] = every
+    rows = {g: prediction_row(real_from, real_to, base, pred, conns) for g, conns in groups.items()}
+    # the same on the network's part of the response time (the server's time taken out of
+    # every run): the servers' own delays are the prediction's input, not its output, and on a
+    # loaded host they differ between the two real runs
+    net = [{k: (v[0], v[2]) for k, v in m.items()} for m in (real_from, real_to, base, pred)]
+    rows_net = {g: prediction_row(*net, conns) for g, conns in groups.items()}
+    delays = {f"real_iw{iw_from}": server_delays(os.path.join(a.from_dir, "flows.db")),
+              f"real_iw{iw_to}": server_delays(os.path.join(a.to_dir, "flows.db")),
+              f"replay_iw{iw_from}": server_delays(os.path.join(a.from_dir, "replay.db")),
+              f"predicted_iw{iw_to}": server_delays(a.predicted)}
+    flights = {f"iw{iw}": flight_check(d, iw) for iw, d in ((iw_from, a.from_dir), (iw_to, a.to_dir))}
+    cross = None
+    if a.compare_json and os.path.exists(a.compare_json):
+        cj = json.load(open(a.compare_json))
+        for c in cj.get("comparisons") or []:
+            if c.get("other") == "predicted":  # the database's file stem
+                cross = c.get("ks")
+    load = {}
+    for name, d in (("from", a.from_dir), ("to", a.to_dir)):
+        for k in ("start", "end"):
+            lp = os.path.join(d, f"loadavg-{k}")
+            if os.path.exists(lp):
+                load[f"{name}_{k}"] = open(lp).read().strip()
+    per_conn = []
+    for k in every:
+        cls = (real_from.get(k) or real_to.get(k))[0]
+        v = [m.get(k, (None, None))[1] for m in (real_from, real_to, base, pred)]
+        dr = None if None in (v[0], v[1]) else v[1] - v[0]
+        dp = None if None in (v[2], v[3]) else v[3] - v[2]
+        sv = [None if k not in m else m[k][1] - m[k][2] for m in (real_from, real_to, base, pred)]
+        per_conn.append((k, cls, *v, dr, dp, *sv))
+    doc = dict(initcwnd_from=iw_from, initcwnd_to=iw_to, from_dir=a.from_dir, to_dir=a.to_dir,
+               predicted=a.predicted, host_loadavg=load, first_flights=flights,
+               mimic_compare_ks_predicted_vs_real_to=cross, server_delays=delays, groups=rows,
+               groups_network_part=rows_net)
+    write_atomic(os.path.join(a.out, "prediction.json"),
+                 json.dumps(doc, indent=1, default=str) + "\n")
+    write_csv_atomic(os.path.join(a.out, "prediction.csv"),
+                     ["truth_conn", "class", f"real_iw{iw_from}_us", f"real_iw{iw_to}_us",
+                      f"replay_iw{iw_from}_us", f"predicted_iw{iw_to}_us", "shift_real_us",
+                      "shift_predicted_us", f"server_time_real_iw{iw_from}_us",
+                      f"server_time_real_iw{iw_to}_us", f"server_time_replay_iw{iw_from}_us",
+                      f"server_time_predicted_iw{iw_to}_us"], per_conn)
+    text = render_prediction(doc)
+    write_atomic(os.path.join(a.out, "prediction.txt"), text)
+    print(text, end="")
+
+
+def fmt_ms(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+def render_prediction(doc):
+    f, t = doc["initcwnd_from"], doc["initcwnd_to"]
+
+    def ms(x, w=8):
+        return f"{x / 1000:+{w}.1f}" if x is not None else " " * (w - 1) + "-"
+
+    def ks(k):
+        return f"{k['d']:.3f} ({k['p_value']:.2g})" if k else "-"
+
+    out = [f"independent testbed: prediction of the server's initcwnd {f} -> {t} (Monkey 5.2)",
+           f"real: the same seeded workload run at initcwnd {f} and at {t}; predicted: the "
+           f"initcwnd {f} capture analyzed and replayed with --stack initcwnd={t};",
+           f"shift: median at {t} - median at {f} (predicted: against the replay at {f}, its "
+           f"own baseline; [95% paired bootstrap]); KS D (asymptotic p); the 15% criterion is "
+           f"measurable where the real shift's 95% interval lies within 15% of it",
+           ]
+
+    def ci_s(c):
+        return f"[{c[0] / 1000:+.1f},{c[1] / 1000:+.1f}]" if c else ""
+
+    def table(groups):
+        rows = [f"{'class':14} {'conns':>5} {'KS pred/real':>14} {'KS real/real':>14} "
+                f"{'median real ' + str(f) + '/' + str(t) + ' ms':>22} {'shift real ms':>26} "
+                f"{'shift pred ms':>26} {'ratio':>6}  verdict"]
+        for g, r in groups.items():
+            m = r["median_us"]
+            ci, cp = r["median_shift_real_ci95_us"], r["median_shift_predicted_ci95_us"]
+            verdict = ("KS ok" if r["ks_ok"] else "KS > 0.05") + ", " + (
+                "shift within 15%" if r["shift_within_15"] else "shift off by > 15%"
+                if r["shift_measurable"] else "15% not measurable") + (
+                "" if r["predicted_shift_in_real_ci95"] is None else
+                ", pred in real's 95%" if r["predicted_shift_in_real_ci95"] else
+                ", pred outside real's 95%")
+            med = (f"{m['real_from'] / 1000:.1f}/{m['real_to'] / 1000:.1f}"
+                   if None not in (m["real_from"], m["real_to"]) else "-")
+            ratio = format(r["shift_ratio"], "6.2f") if r["shift_ratio"] is not None else "     -"
+            rows.append(f"{g:14} {r['connections']['real_to']:5} "
+                        f"{ks(r['ks_predicted_vs_real_to']):>14} "
+                        f"{ks(r['ks_real_from_vs_real_to']):>14} {med:>22} "
+                        f"{ms(r['median_shift_real_us'])} {ci_s(ci):>17} "
+                        f"{ms(r['median_shift_predicted_us'])} {ci_s(cp):>17} {ratio}  {verdict}")
+        return rows
+
+    out += table(doc["groups"])
+    if doc.get("groups_network_part"):
+        out.append("")
+        out.append("the same on the network's part: each run's response times less its servers' "
+                   "response and query delays (as analyzed in that run)")
+        out += table(doc["groups_network_part"])
+    sd = doc.get("server_delays") or {}
+    if sd:
+        out.append("")
+        out.append("server response delays per run (analyzed), p50 / p90 ms (exchanges over "
+                   "100 ms): " + "; ".join(
+                       f"{run}: " + ", ".join(
+                           f"{srv} {fmt_ms(v['p50_ms'])}/{fmt_ms(v['p90_ms'])} ({v['over_100ms']})"
+                           for srv, v in d.items() if srv == "all" or run.startswith("real"))
+                       for run, d in sd.items()))
+    a = doc["groups"]["all"]
+    out.append(f"predicted shift against the original itself (not the replay's baseline): "
+               f"{ms(a['median_shift_predicted_vs_original_us'], 0)} ms; the replay at {f} against "
+               f"the original: KS D {ks(a['ks_replay_from_vs_real_from'])}")
+    cx = doc.get("mimic_compare_ks_predicted_vs_real_to")
+    if cx:
+        out.append(f"mimic compare (same distributions, {cx.get('method', '')} p): KS D "
+                   f"{cx['d']:.3f} (p {cx['p_value']:.2g})")
+    for name, fl in doc["first_flights"].items():
+        out.append(f"initial window at the tap, server at initcwnd {fl['initcwnd']}: max(sent - 2 x "
+                   f"acked packets) over {fl['connections']} connections whose first response is "
+                   f"over {2 * fl['initcwnd'] + 2} segments: " +
+                   ", ".join(f"{k}: {v}" for k, v in fl["flights"].items()) +
+                   f" ({fl['initcwnd']} + 1 or 2: tail loss probes)")
+    ld = doc.get("host_loadavg") or {}
+    if ld:
+        out.append("host load average (1/5/15 min), run at " + str(f) + ": " +
+                   f"{ld.get('from_start', '-')} -> {ld.get('from_end', '-')}, run at {t}: "
+                   f"{ld.get('to_start', '-')} -> {ld.get('to_end', '-')}")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1001,10 +1415,16 @@ def main():
     p.add_argument("--compare-json")
     p.add_argument("--out", required=True)
     p.add_argument("--no-delay", action="store_true")
+    p = sub.add_parser("predict")
+    p.add_argument("--from-dir", required=True, help="the run at the initial window FROM, replayed")
+    p.add_argument("--to-dir", required=True, help="the run at the initial window TO")
+    p.add_argument("--predicted", required=True, help="the FROM capture replayed at TO")
+    p.add_argument("--compare-json")
+    p.add_argument("--out", required=True)
     a = ap.parse_args()
     {"plan": cmd_plan, "query-server": cmd_query_server, "clients": cmd_clients,
      "report": cmd_report, "departures": cmd_departures,
-     "shaping-check": cmd_shaping_check}[a.cmd](a)
+     "shaping-check": cmd_shaping_check, "predict": cmd_predict}[a.cmd](a)
 
 
 if __name__ == "__main__":

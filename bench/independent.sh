@@ -14,6 +14,8 @@
 # Usage (root): bench/independent.sh [--connections N] [--quick] [--no-delay] [--coarse-tick]
 #                                    [--netem-guest [IMAGE]] [--classes A,B] [--seed S]
 #                                    [--no-replay] [--out DIR] [--regrade DIR]
+#                                    [--server-initcwnd N]
+#                                    [--predict [--predict-initcwnd FROM,TO]]
 #   --connections N  connections in all (default 2000), spread evenly over the classes
 #   --quick          100 connections on two classes (isdn-128k, dsl-4m): checks the harness
 #   --no-delay       rate-only classes (the LAN's own RTT, no loss): what runs where the kernel
@@ -48,7 +50,18 @@ cd "$(dirname "$0")/.."
 
 connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1 regrade=
 guest=auto guest_img="" addrs=""
-out=bench/out/independent
+out=bench/out/independent server_iw="" predict=0 predict_iw=3,10
+# --predict runs this script twice: every option but its own, --out and --regrade goes to both
+# runs as given (so a mode added later composes with it untouched)
+pass=() prev=""
+for a in "$@"; do
+  case "$prev" in --out|--regrade|--predict-initcwnd) prev=""; continue ;; esac
+  case "$a" in
+    --predict) ;;
+    --out|--regrade|--predict-initcwnd) prev=$a ;;
+    *) pass+=("$a") ;;
+  esac
+done
 while [ $# -gt 0 ]; do
   case "$1" in
     --connections) connections=${2:?--connections needs a number}; shift ;;
@@ -64,12 +77,27 @@ while [ $# -gt 0 ]; do
     --no-replay) replay=0 ;;
     --out) out=${2:?--out needs a folder}; shift ;;
     --regrade) regrade=${2:?--regrade needs a folder}; shift ;;
+    --server-initcwnd) server_iw=${2:?--server-initcwnd needs a number}; shift ;;
+    --predict) predict=1 ;;
+    --predict-initcwnd) predict_iw=${2:?--predict-initcwnd needs FROM,TO}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "independent: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 case "$connections" in ''|*[!0-9]*) echo "independent: --connections $connections: not a number" >&2; exit 2 ;; esac
+initcwnd_ok() { case "$1" in ''|*[!0-9]*) return 1 ;; esac; [ "$1" -ge 1 ] && [ "$1" -le 1000 ]; }
+if [ -n "$server_iw" ] && ! initcwnd_ok "$server_iw"; then
+  echo "independent: --server-initcwnd $server_iw: not a window of 1 to 1000 segments" >&2; exit 2
+fi
+iw_from=${predict_iw%%,*} iw_to=${predict_iw#*,}
+if [ "$predict" = 1 ]; then
+  if ! initcwnd_ok "$iw_from" || ! initcwnd_ok "$iw_to" || [ "$iw_from" = "$iw_to" ]; then
+    echo "independent: --predict-initcwnd $predict_iw: want FROM,TO, two different windows of 1 to 1000 segments" >&2; exit 2
+  fi
+  [ -z "$server_iw" ] || { echo "independent: --predict sets the server's initcwnd itself (--predict-initcwnd FROM,TO), not --server-initcwnd" >&2; exit 2; }
+  [ "$replay" = 1 ] || { echo "independent: --predict replays the original: it cannot go with --no-replay" >&2; exit 2; }
+fi
 case "$addrs" in '') ;; *[!0-9]*|0) echo "independent: --addrs $addrs: not a number from 1 to 254" >&2; exit 2 ;; esac
 [ -z "$addrs" ] || [ "$addrs" -le 254 ] || { echo "independent: --addrs $addrs: at most 254" >&2; exit 2; }
 if [ "$quick" = 1 ]; then
@@ -93,6 +121,48 @@ else
 fi
 [ -x "$m" ] || { echo "independent: $m: no mimic binary" >&2; exit 2; }
 py=bench/independent.py
+
+if [ "$predict" = 1 ]; then
+  # the prediction check: two runs of this script (same options, same seeded plan), then the
+  # FROM original replayed at TO, and the report
+  if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/predict.args" ]; then
+    echo "independent: $out: exists and is not an earlier --predict output of this script; give another --out" >&2
+    exit 2
+  fi
+  if [ -n "$regrade" ]; then
+    for d in "iw$iw_from" "iw$iw_to"; do
+      [ -f "$regrade/$d/truth.csv" ] ||
+        { echo "independent: --predict --regrade $regrade: no $d/truth.csv there (not a --predict output with these windows?)" >&2; exit 2; }
+    done
+    [ "$(cd "$regrade" && pwd)" != "$(mkdir -p "$out" && cd "$out" && pwd)" ] ||
+      { echo "independent: --regrade needs an --out other than $regrade" >&2; exit 2; }
+  fi
+  rm -rf "$out"
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  printf '%s\n' "$0" "$@" >"$out/predict.args"
+  export MIMIC=$m
+  tag=ind$$
+  trap '"$m" lab down "$tag" >/dev/null 2>&1 || true' EXIT
+  for iw in "$iw_from" "$iw_to"; do
+    echo "independent: --predict: the workload with the server at initcwnd $iw" >&2
+    run_args=("${pass[@]}" --server-initcwnd "$iw" --out "$out/iw$iw")
+    if [ -n "$regrade" ]; then run_args+=(--regrade "$regrade/iw$iw"); fi
+    # the TO run needs no replay of its own: its analysis is the real outcome
+    if [ "$iw" = "$iw_to" ]; then run_args+=(--no-replay); fi
+    "$0" "${run_args[@]}"
+  done
+  echo "independent: --predict: replaying the initcwnd $iw_from original with --stack initcwnd=$iw_to (the prediction)" >&2
+  "$m" -q replay "$out/iw$iw_from/flows.db" -o "$out/predicted.db" --lab "$tag" \
+    --stack "initcwnd=$iw_to" --json >"$out/predicted.json"
+  # mimic compare's own KS (exact p) of the same distributions, as a cross-check
+  "$m" -q compare "$out/iw$iw_to/flows.db" "$out/predicted.db" "$out/iw$iw_from/flows.db" \
+    --json "$out/compare.json" >"$out/compare.txt"
+  python3 "$py" predict --from-dir "$out/iw$iw_from" --to-dir "$out/iw$iw_to" \
+    --predicted "$out/predicted.db" --compare-json "$out/compare.json" --out "$out"
+  echo "independent: prediction in $out/prediction.{txt,json,csv}" >&2
+  exit 0
+fi
 
 if [ "$coarse" = 1 ] && [ "$guest" = 1 ]; then
   echo "independent: --coarse-tick with --netem-guest: the guest's kernel runs high-resolution timers" >&2
@@ -122,6 +192,11 @@ if [ -n "$regrade" ]; then
   done
   [ "$(cd "$regrade" && pwd)" != "$(mkdir -p "$out" && cd "$out" && pwd)" ] ||
     { echo "independent: --regrade needs an --out other than $regrade" >&2; exit 2; }
+  was_iw=$(cat "$regrade/server_initcwnd" 2>/dev/null || echo "")
+  if [ -n "$server_iw" ] && [ "$server_iw" != "$was_iw" ]; then
+    echo "independent: --regrade $regrade: its server ran at initcwnd ${was_iw:-10 (the kernel default)}, not $server_iw" >&2
+    exit 2
+  fi
 fi
 rm -rf "$out"
 mkdir -p "$out"
@@ -142,7 +217,10 @@ grade() {
     # connections without a bandwidth estimate get their client's or RTT class's median
     # (--unestimated pooled, the default) and an inferred delayed-ACK timeout over the pipe's 2 s
     # is replayed as the default; replay.json's rate_sources counts both (the report prints them)
-    run "$m" -q replay "$out/flows.db" -o "$out/replay.db" --lab "$tag" --json >"$out/replay.json"
+    # the replay's server gets the original server's initial window (--server-initcwnd)
+    local stack=()
+    if [ -f "$out/server_initcwnd" ]; then stack=(--stack "initcwnd=$(cat "$out/server_initcwnd")"); fi
+    run "$m" -q replay "$out/flows.db" -o "$out/replay.db" --lab "$tag" "${stack[@]}" --json >"$out/replay.json"
     "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
     report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")
   fi
@@ -313,6 +391,16 @@ if [ "$needs_netem" = 1 ] && ! has_netem; then
   echo "  stock kernel (--netem-guest), or give --no-delay for rate-only classes with the LAN's RTT" >&2
   exit 2
 fi
+fi
+if [ -n "$server_iw" ]; then
+  # the server's initial window towards the clients (--server-initcwnd): a route metric, which
+  # every TCP socket on the route starts with (nginx's and the query server's alike); set on
+  # each of the server's routes via the router, in either topology
+  ip -n "$S" -4 route show | grep ' via ' | while read -r r; do
+    # shellcheck disable=SC2086 # the route's own words
+    ip -n "$S" route change $r initcwnd "$server_iw"
+  done
+  echo "$server_iw" >"$out/server_initcwnd"
 fi
 
 # the shapers' tc commands are collected (tcl) and run in one batch (tc_apply): `tc -batch` in

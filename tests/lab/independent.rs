@@ -93,6 +93,100 @@ fn independent_testbed_quick_run() {
     assert!(so.contains("replay fidelity"), "{so}");
 }
 
+/// `bench/independent.sh --predict`: the same seeded workload at the server's initcwnd 3 and
+/// 10, the 3 capture replayed at 10. The captures must show the windows the routes set (the
+/// max of sent - 2 x acked packets: 3 to 5 at initcwnd 3, never 10; 10 to 12 at 10), both runs
+/// hold the same connections, and the report carries the KS distances and shifts for every
+/// class.
+#[test]
+fn independent_testbed_predict_quick_run() {
+    require_root("the independent testbed");
+    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
+        require_tool(tool);
+    }
+    let tmp = tempdir();
+    let out = tmp.path().join("pred");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
+    let o = Command::new(&script)
+        .args([
+            "--quick",
+            "--no-delay",
+            "--connections",
+            "40",
+            "--predict",
+            "--out",
+        ])
+        .arg(&out)
+        .env("MIMIC", mimic_bin())
+        .output()
+        .unwrap();
+    let (so, se) = (stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "independent.sh --predict failed: {so}{se}"
+    );
+    assert_eq!(
+        se.matches("clients: 40 of 40 connections ok").count(),
+        2,
+        "two runs of the workload: {se}"
+    );
+    for run in ["iw3", "iw10"] {
+        let iw = std::fs::read_to_string(out.join(run).join("server_initcwnd")).unwrap();
+        assert_eq!(iw.trim(), &run[2..], "{run}");
+        // the same seeded plan in both runs
+        assert_eq!(
+            std::fs::read_to_string(out.join(run).join("truth.csv")).unwrap(),
+            std::fs::read_to_string(out.join("iw3/truth.csv")).unwrap(),
+            "{run}"
+        );
+    }
+    for f in [
+        "prediction.txt",
+        "prediction.csv",
+        "predicted.db",
+        "compare.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing in {}", out.display());
+    }
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("prediction.json")).unwrap())
+            .unwrap();
+    for (run, iw) in [("iw3", 3u64), ("iw10", 10)] {
+        let fl = get(&p, &["first_flights", run]);
+        assert!(fl["connections"].as_u64().unwrap() >= 5, "{run}: {fl}");
+        for (w, n) in fl["flights"].as_object().unwrap() {
+            let w: u64 = w.parse().unwrap();
+            assert!(
+                (iw..=iw + 2).contains(&w),
+                "{run}: {n} connections with a window of {w}: {fl}"
+            );
+        }
+    }
+    for g in ["isdn-128k", "dsl-4m", "all"] {
+        let r = get(&p, &["groups", g]);
+        let n = get(r, &["connections"]);
+        let want = if g == "all" { 40 } else { 20 };
+        for k in ["real_from", "real_to", "replay_from", "predicted_to"] {
+            assert_eq!(n[k], want, "{g} {k}: {r}");
+        }
+        let d = get(r, &["ks_predicted_vs_real_to", "d"]).as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&d), "{g}: {r}");
+        assert!(r["median_shift_real_us"].is_number(), "{g}: {r}");
+        assert!(r["median_shift_predicted_us"].is_number(), "{g}: {r}");
+    }
+    // the Python KS agrees with mimic compare's on the same two distributions
+    let ours = get(&p, &["groups", "all", "ks_predicted_vs_real_to", "d"]);
+    let theirs = get(&p, &["mimic_compare_ks_predicted_vs_real_to", "d"]);
+    assert!(
+        (ours.as_f64().unwrap() - theirs.as_f64().unwrap()).abs() < 1e-9,
+        "{ours} vs {theirs}"
+    );
+    assert!(
+        so.contains("prediction of the server's initcwnd 3 -> 10"),
+        "{so}"
+    );
+}
+
 /// The testbed's delay and loss classes through netem in a router guest on Debian's stock
 /// kernel (`--netem-guest`, issue 18): one guest boot, a short run of two classes with delay.
 /// The testbed's own htb + netem shape the guest's NICs; the shaping check before the workload

@@ -169,19 +169,6 @@ impl LeadTime {
     }
 }
 
-/// The fewest installs one call takes when more are due within the lead time.
-const MIN_INSTALLS: usize = 16;
-
-/// How many of the connections due within the lead time (`within_lead`) one call installs:
-/// all of the `urgent` ones (due before the next call can end: twice the last call's time and
-/// a slice), and of the rest at most as many again (at least [`MIN_INSTALLS`] in all). A lead
-/// that has just grown brings in every connection due within the longer lead; installed in
-/// one call they make it slower, and its time raises the lead again (10,000 connections at
-/// 40/s in a TCG guest: calls of 109, 186, 221, 275 installs taking 2.5–4.3 s, 428 late).
-fn installs_this_call(urgent: usize, within_lead: usize) -> usize {
-    within_lead.min(urgent.saturating_mul(2).max(MIN_INSTALLS).max(urgent))
-}
-
 /// Batch and lag samples of a per-connection run (ms), summed up into [`KernelInstall`].
 #[derive(Default)]
 struct Samples {
@@ -884,7 +871,6 @@ impl KernelPipes {
         let mut lead = LeadTime::new(LEAD_MIN.max(self.first_batch * 3));
         let mut clients_done = false;
         let mut samples = Samples::default();
-        let mut last_call = self.first_batch;
         let t_all = Instant::now();
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -919,10 +905,7 @@ impl KernelPipes {
             removals = still;
             // installs due within the lead time (and this slice)
             let horizon = now + lead.now() + SLICE;
-            let within_lead = due[next..].partition_point(|d| d.start <= horizon);
-            let urgent_by = now + last_call * 2 + SLICE;
-            let urgent = due[next..].partition_point(|d| d.start <= urgent_by);
-            let end = next + installs_this_call(urgent, within_lead);
+            let end = next + due[next..].partition_point(|d| d.start <= horizon);
             if end > next || !gone.is_empty() {
                 let rules: Vec<FlowRule> = due[next..end].iter().map(|d| d.rule.clone()).collect();
                 // one router call for both: the removals first, so their slots can be taken
@@ -932,7 +915,6 @@ impl KernelPipes {
                 let took = at - t;
                 let ms = took.as_secs_f64() * 1e3;
                 lead.observe(took);
-                last_call = took;
                 tracing::debug!(
                     "kernel pipes: {} removals, {} installs in {ms:.0} ms; lead {:.0} ms",
                     gone.len(),
@@ -1174,20 +1156,6 @@ mod tests {
         // a slow first batch (the skeleton's) sets the floor
         let l = LeadTime::new(LEAD_MIN.max(ms(400) * 3));
         assert_eq!(l.now(), ms(1200));
-    }
-
-    #[test]
-    fn one_call_installs_the_urgent_connections_and_at_most_as_many_more() {
-        // steady state: everything due within the lead fits
-        assert_eq!(installs_this_call(30, 45), 45);
-        // a lead that just grew: 275 due within it, 40 urgent -> 80 now, the rest later
-        assert_eq!(installs_this_call(40, 275), 80);
-        // a quiet stretch: at least MIN_INSTALLS of what is due within the lead
-        assert_eq!(installs_this_call(0, 100), MIN_INSTALLS);
-        assert_eq!(installs_this_call(0, 3), 3);
-        assert_eq!(installs_this_call(0, 0), 0);
-        // never fewer than the urgent ones
-        assert_eq!(installs_this_call(500, 500), 500);
     }
 
     #[test]

@@ -371,6 +371,154 @@ fn pipe_args(c: &PipeConfig, what: &str) -> Result<(String, String), RenderError
     Ok(render::pipe_args(c, Leaf::Netem, limit))
 }
 
+/// The lines a `tc [-force] -batch` run says failed: `(N, why)` for each `Command failed
+/// FILE:N` on its standard error (N counted from 1, as tc counts), `why` the messages tc
+/// printed before it (warnings left out).
+pub fn batch_failures(stderr: &str) -> Vec<(usize, String)> {
+    let mut v = Vec::new();
+    let mut why: Vec<&str> = Vec::new();
+    for l in stderr.lines() {
+        if let Some(rest) = l.strip_prefix("Command failed ") {
+            if let Some(n) = rest.rsplit(':').next().and_then(|n| n.trim().parse().ok()) {
+                v.push((n, why.join("; ")));
+            }
+            why.clear();
+        } else if !l.trim().is_empty() && !l.starts_with("Warning:") {
+            why.push(l.trim());
+        }
+    }
+    v
+}
+
+/// A line no batch of mimic's contains, which always fails (no interface has that name; tc
+/// returns from it, it does not exit): after a batch, its `Command failed -:N` says tc has
+/// done every line before it.
+const SENTINEL: &str = "qdisc del dev mimic.sentinel root";
+/// How long one batch of a [`TcSession`] may take.
+const SESSION_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// One `tc -force -batch -` kept running for the router's life, fed its lines over standard
+/// input: no `tc` exec per batch (a process start costs tens of milliseconds on a small router
+/// and more in a TCG guest). tc reads a line and runs it before reading the next, and reports
+/// each failing line on standard error as `Command failed -:N`; a [`SENTINEL`] line after each
+/// batch marks where the batch ends, so the failures of each batch, and only those, are known.
+pub struct TcSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stderr: std::sync::mpsc::Receiver<String>,
+    /// Lines sent so far (tc's line number of the last one).
+    sent: usize,
+}
+
+impl TcSession {
+    /// Starts `tc -force -batch -` (`tc` from PATH, in this network namespace).
+    pub fn start() -> Result<TcSession, RenderError> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("tc")
+            .args(["-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|_| RenderError::NoTool("tc (iproute2)".into()))?;
+        let stdin = child.stdin.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("tc-session".into())
+            .spawn(move || {
+                for l in std::io::BufReader::new(err).lines() {
+                    let Ok(l) = l else { break };
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| RenderError::Apply {
+                cmd: "tc -force -batch -".into(),
+                err: e.to_string(),
+            })?;
+        Ok(TcSession {
+            child,
+            stdin,
+            stderr: rx,
+            sent: 0,
+        })
+    }
+
+    /// Runs `lines`; the ones that failed (0-based in `lines`) with tc's message. An error
+    /// when tc is gone or does not finish the batch within two minutes (the session is then
+    /// of no further use).
+    pub fn run(&mut self, lines: &[String]) -> Result<Vec<(usize, String)>, RenderError> {
+        use std::io::Write;
+        let gone = |why: String| RenderError::Apply {
+            cmd: "tc -force -batch -".into(),
+            err: why,
+        };
+        let first = self.sent + 1;
+        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum::<usize>() + 40);
+        for l in lines {
+            debug_assert!(!l.contains('\n'));
+            text.push_str(l);
+            text.push('\n');
+        }
+        text.push_str(SENTINEL);
+        text.push('\n');
+        self.sent += lines.len() + 1;
+        let sentinel = self.sent;
+        self.stdin
+            .write_all(text.as_bytes())
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| gone(format!("writing to tc: {e}")))?;
+        let deadline = Instant::now() + SESSION_LIMIT;
+        let mut failed = Vec::new();
+        let mut why: Vec<String> = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let l = match self.stderr.recv_timeout(left) {
+                Ok(l) => l,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(gone(format!(
+                        "no end of the batch within {} s",
+                        SESSION_LIMIT.as_secs()
+                    )))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(gone(format!(
+                        "tc exited ({})",
+                        self.child
+                            .try_wait()
+                            .ok()
+                            .flatten()
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "still running, its stderr closed".into())
+                    )))
+                }
+            };
+            match batch_failures(&format!("{}\n{l}", why.join("\n"))).pop() {
+                Some((n, msg)) => {
+                    why.clear();
+                    if n == sentinel {
+                        return Ok(failed);
+                    }
+                    if (first..sentinel).contains(&n) {
+                        failed.push((n - first, msg));
+                    }
+                }
+                None => why.push(l),
+            }
+        }
+    }
+}
+
+impl Drop for TcSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs `lines` with one `tc -batch -` (`-force`: on past a failing line, for removals whose
 /// objects may be gone already). An error names the failing line.
 pub fn tc_batch(lines: &[String], force: bool) -> Result<(), RenderError> {
@@ -417,6 +565,9 @@ pub struct KernelRouter {
     batches: u64,
     max_batch_ms: f64,
     forced: bool,
+    /// The `tc -force -batch -` every batch goes to (started on the first; a new one after
+    /// one that failed).
+    tc: Option<TcSession>,
 }
 
 impl KernelRouter {
@@ -471,21 +622,43 @@ impl KernelRouter {
             batches: 0,
             max_batch_ms: 0.0,
             forced,
+            tc: None,
         };
         let sk = r.slots.skeleton();
-        if let Err(e) = r.run(&sk, false) {
+        if let Err(e) = r.run(&sk) {
             let _ = r.teardown();
             return Err(e);
         }
         Ok(r)
     }
 
-    fn run(&mut self, lines: &[String], force: bool) -> Result<(), RenderError> {
+    /// Runs `lines` in the router's [`TcSession`] (every line is tried; removals whose
+    /// objects are gone already fail alone); an error names the first line that failed.
+    fn run(&mut self, lines: &[String]) -> Result<(), RenderError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
         let t = Instant::now();
-        let r = tc_batch(lines, force);
+        let tc = match &mut self.tc {
+            Some(tc) => tc,
+            None => self.tc.insert(TcSession::start()?),
+        };
+        let r = tc.run(lines);
         self.batches += 1;
         self.max_batch_ms = self.max_batch_ms.max(t.elapsed().as_secs_f64() * 1e3);
-        r
+        match r {
+            Ok(failed) => match failed.first() {
+                None => Ok(()),
+                Some((i, why)) => Err(RenderError::Apply {
+                    cmd: format!("tc {}", lines[*i]),
+                    err: why.clone(),
+                }),
+            },
+            Err(e) => {
+                self.tc = None;
+                Err(e)
+            }
+        }
     }
 
     /// Installs the pipes of `rules` in one batch (all or none); their ids.
@@ -497,10 +670,10 @@ impl KernelRouter {
             ));
         }
         let (ids, lines) = self.slots.install(rules)?;
-        if let Err(e) = self.run(&lines, false) {
-            // what the batch got to before the failing line goes again
+        if let Err(e) = self.run(&lines) {
+            // what of the batch got installed goes again
             let (undo, _) = self.slots.remove(&ids);
-            let _ = self.run(&undo, true);
+            let _ = self.run(&undo);
             return Err(e);
         }
         self.installs += ids.len() as u64;
@@ -510,7 +683,7 @@ impl KernelRouter {
     /// Removes pipes; how many of `ids` were installed.
     pub fn remove(&mut self, ids: &[PipeId]) -> Result<usize, RenderError> {
         let (lines, n) = self.slots.remove(ids);
-        self.run(&lines, true)?;
+        self.run(&lines)?;
         self.removes += n as u64;
         Ok(n)
     }
@@ -526,7 +699,9 @@ impl KernelRouter {
         self.slots = SlotPipes::new(&self.slots.devs[1], &self.slots.devs[0]);
         // (the count is of the router's whole run)
         self.slots.ack_left_out = ack_left_out;
-        self.run(&lines, true)
+        let r = self.run(&lines);
+        self.tc = None;
+        r
     }
 
     pub fn info(&self) -> KernelRouterInfo {
@@ -720,6 +895,60 @@ mod tests {
             "nothing kept of the refused one"
         );
         one.install(&[rule("198.19.0.10", 1)]).unwrap();
+    }
+
+    #[test]
+    fn a_batch_s_failures_are_read_from_tc_s_stderr() {
+        let e = "Cannot find device \"nosuch0\"\nCommand failed -:2\nRTNETLINK answers: File exists\nWarning: ignored\nCommand failed /tmp/b.tc:7\n";
+        assert_eq!(
+            batch_failures(e),
+            [
+                (2, "Cannot find device \"nosuch0\"".to_string()),
+                (7, "RTNETLINK answers: File exists".to_string())
+            ]
+        );
+        assert!(batch_failures("").is_empty());
+    }
+
+    /// The persistent `tc -force -batch -` of a kernel router, on this machine's loopback
+    /// (read-only lines and deletions of what does not exist): each batch gets its own
+    /// failures, counted from its first line, and the session goes on after a failing line.
+    #[test]
+    fn a_tc_session_reports_each_batch_s_own_failed_lines() {
+        if !std::process::Command::new("tc")
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            panic!("this test needs tc (iproute2) on PATH");
+        }
+        let mut tc = TcSession::start().unwrap();
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(tc.run(&l(&["qdisc show dev lo"])).unwrap().is_empty());
+        let f = tc
+            .run(&l(&[
+                "qdisc show dev lo",
+                "qdisc del dev mimic-nosuch0 root",
+                "class show dev lo",
+            ]))
+            .unwrap();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, 1, "the second line of this batch");
+        assert!(f[0].1.contains("mimic-nosuch0"), "{f:?}");
+        let f = tc
+            .run(&l(&[
+                "qdisc del dev mimic-nosuch1 root",
+                "qdisc show dev lo",
+                "qdisc del dev mimic-nosuch2 root",
+            ]))
+            .unwrap();
+        assert_eq!(
+            f.iter().map(|x| x.0).collect::<Vec<_>>(),
+            [0, 2],
+            "counted from this batch's first line: {f:?}"
+        );
+        assert!(tc.run(&[]).unwrap().is_empty());
     }
 
     #[test]

@@ -349,13 +349,19 @@ fn print_summary(s: &ReplaySummary) {
         .filter(|k| k.mode == "per-connection")
     {
         println!(
-            "pipes: {} {} pipes on {}, per connection: {} batches (slowest {:.1} ms, lead {:.0} ms), at most {} connections at once, {} installed AFTER their SYN{}{}",
+            "pipes: {} {} pipes on {}, per connection: {} install batches (p50 {:.1} / p99 {:.1} / max {:.1} ms, lead {:.0} ms), {} removal batches (p50 {:.1} / p99 {:.1} ms, lag p99 {:.0} ms), at most {} connections at once, {} installed AFTER their SYN{}{}",
             k.pipes,
             k.backend,
             k.router,
             k.batches,
+            k.install_batch_ms[0],
+            k.install_batch_ms[1],
             k.batch_max_ms,
             k.lead_ms,
+            k.remove_batches,
+            k.remove_batch_ms[0],
+            k.remove_batch_ms[1],
+            k.remove_lag_ms[0],
             k.max_installed,
             k.late_installs,
             if k.remove_errors > 0 {

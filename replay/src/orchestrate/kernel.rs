@@ -111,6 +111,87 @@ pub struct KernelInstall {
     pub lead_ms: f64,
     /// Per connection: removals that failed (their pipes go with the teardown).
     pub remove_errors: u64,
+    /// Per connection: install batch times p50 / p99 (ms, nearest rank).
+    pub install_batch_ms: [f64; 2],
+    /// Per connection: removal batches, their times p50 / p99 / max (ms).
+    pub remove_batches: u64,
+    pub remove_batch_ms: [f64; 3],
+    /// Per connection: how long a connection's pipes stayed past the time they were due to go
+    /// (its close plus the linger), p99 and max (ms): removal lagging behind.
+    pub remove_lag_ms: [f64; 2],
+    /// Router commands (guest execs, `tc` processes or router requests) per connection mode.
+    pub router_calls: u64,
+}
+
+/// Router calls the lead time looks back over.
+const LEAD_WINDOW: usize = 16;
+
+/// The lead time of per-connection installs: three times the slowest of the last
+/// [`LEAD_WINDOW`] router calls (at least `floor`), reached step by step: it grows by at most
+/// the last call's time (or a slice) per call, since a lead that jumps makes the next batch
+/// take every connection due within the new lead at once — a batch larger and slower than
+/// the one that raised it, whose time then raises the lead again (a replay of 2,000
+/// connections at 100/s in a TCG guest went from 0.6 s batches to a 12 s one and a 36 s lead,
+/// 1,892 installs late). A slow call that is past the window lets the lead come down again.
+#[derive(Debug)]
+struct LeadTime {
+    floor: Duration,
+    recent: VecDeque<Duration>,
+    lead: Duration,
+}
+
+impl LeadTime {
+    fn new(floor: Duration) -> LeadTime {
+        LeadTime {
+            floor,
+            recent: VecDeque::new(),
+            lead: floor,
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.lead
+    }
+
+    /// One router call took `took`.
+    fn observe(&mut self, took: Duration) {
+        if self.recent.len() == LEAD_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(took);
+        let slowest = self.recent.iter().max().copied().unwrap_or_default();
+        let target = self.floor.max(slowest * 3);
+        self.lead = if target > self.lead {
+            target.min(self.lead + took.max(SLICE))
+        } else {
+            target
+        };
+    }
+}
+
+/// Batch and lag samples of a per-connection run (ms), summed up into [`KernelInstall`].
+#[derive(Default)]
+struct Samples {
+    install: Vec<f64>,
+    remove: Vec<f64>,
+    lag: Vec<f64>,
+}
+
+impl Samples {
+    fn summarize(mut self, r: &mut KernelInstall) {
+        for v in [&mut self.install, &mut self.remove, &mut self.lag] {
+            v.sort_by(f64::total_cmp);
+        }
+        let q = |v: &[f64], q: f64| super::health::quantile(v, q).unwrap_or(0.0);
+        r.install_batch_ms = [q(&self.install, 0.5), q(&self.install, 0.99)];
+        r.remove_batches = self.remove.len() as u64;
+        r.remove_batch_ms = [
+            q(&self.remove, 0.5),
+            q(&self.remove, 0.99),
+            self.remove.last().copied().unwrap_or(0.0),
+        ];
+        r.remove_lag_ms = [q(&self.lag, 0.99), self.lag.last().copied().unwrap_or(0.0)];
+    }
 }
 
 impl KernelInstall {
@@ -135,6 +216,28 @@ impl KernelInstall {
             ));
             v.push(("emulator_install_lead_ms", format!("{:.0}", self.lead_ms)));
             v.push(("emulator_remove_errors", self.remove_errors.to_string()));
+            v.push((
+                "emulator_install_batch_ms",
+                format!(
+                    "p50 {:.1} p99 {:.1}",
+                    self.install_batch_ms[0], self.install_batch_ms[1]
+                ),
+            ));
+            v.push(("emulator_remove_batches", self.remove_batches.to_string()));
+            v.push((
+                "emulator_remove_batch_ms",
+                format!(
+                    "p50 {:.1} p99 {:.1} max {:.1}",
+                    self.remove_batch_ms[0], self.remove_batch_ms[1], self.remove_batch_ms[2]
+                ),
+            ));
+            v.push((
+                "emulator_remove_lag_ms",
+                format!(
+                    "p99 {:.0} max {:.0}",
+                    self.remove_lag_ms[0], self.remove_lag_ms[1]
+                ),
+            ));
         }
         v
     }
@@ -592,6 +695,120 @@ impl KernelPipes {
         Ok(ids)
     }
 
+    /// Per connection, one slice's router call: removes the pipes `gone` and installs those of
+    /// `rules` (their ids, in order). On a lab router both go in one `tc -force -batch`, the
+    /// removals first (a freed slot can be taken again in the same batch), and tc's
+    /// `Command failed -:N` lines say which line failed: a failed removal is returned beside
+    /// the ids (its pipes go with the teardown), a failed install is the error (what of it got
+    /// installed is removed again). A remote router gets two requests.
+    fn apply_slice(
+        &mut self,
+        gone: &[PipeId],
+        rules: &[FlowRule],
+    ) -> Result<(Vec<PipeId>, Option<ReplayError>), ReplayError> {
+        if matches!(self.router, Router::Remote { .. }) {
+            let remove_err = if gone.is_empty() {
+                None
+            } else {
+                self.remove_slots(gone).err()
+            };
+            let ids = if rules.is_empty() {
+                Vec::new()
+            } else {
+                self.install_slots(rules)?
+            };
+            return Ok((ids, remove_err));
+        }
+        let slots = self.slots.as_mut().expect("begin_per_connection first");
+        let (mut lines, _) = slots.remove(gone);
+        let n_del = lines.len();
+        let (ids, add) = match slots.install(rules) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = self.run_batch_forced(&lines);
+                return Err(render_err(e));
+            }
+        };
+        lines.extend(add);
+        let failed = self.run_batch_forced(&lines)?;
+        let why = |(i, e): &(usize, String)| {
+            ReplayError::Invalid(format!("router host: `tc {}`: {e}", lines[*i]))
+        };
+        if let Some(f) = failed.iter().find(|f| f.0 >= n_del) {
+            let e = why(f);
+            if let Some(slots) = self.slots.as_mut() {
+                let (undo, _) = slots.remove(&ids);
+                let _ = self.run_batch_forced(&undo);
+            }
+            return Err(e);
+        }
+        Ok((ids, failed.first().map(why)))
+    }
+
+    /// Runs `lines` with `tc -force -batch -` on a lab router (on past a failing line); the
+    /// lines that failed (0-based) with tc's message. An error only when tc itself could not
+    /// run or said nothing of which line failed.
+    fn run_batch_forced(&self, lines: &[String]) -> Result<Vec<(usize, String)>, ReplayError> {
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut failed = Vec::new();
+        match &self.router {
+            Router::Namespace { ns, .. } => {
+                let mut text = lines.join("\n");
+                text.push('\n');
+                let (code, stderr) = self.tc_forced_in_namespace(ns, &text)?;
+                collect_failures(code, &stderr, 0, lines.len(), &mut failed)?;
+            }
+            Router::Guest(rec) => {
+                let script = "printf '%s\\n' \"$@\" | tc -force -batch -";
+                let mut from = 0;
+                while from < lines.len() {
+                    let mut to = from;
+                    let mut bytes = 0;
+                    while to < lines.len()
+                        && (to == from || bytes + lines[to].len() < GUEST_BATCH_BYTES)
+                    {
+                        bytes += lines[to].len() + 1;
+                        to += 1;
+                    }
+                    let mut argv = vec!["sh", "-c", script, "sh"];
+                    argv.extend(lines[from..to].iter().map(String::as_str));
+                    let reply = guest_call(rec, &argv)?;
+                    if let Some(e) = reply.error {
+                        return Err(ReplayError::Invalid(format!("router host: tc -batch: {e}")));
+                    }
+                    collect_failures(reply.code(), &reply.stderr, from, to - from, &mut failed)?;
+                    from = to;
+                }
+            }
+            Router::Remote { .. } => unreachable!("a remote router runs no tc of ours"),
+        }
+        Ok(failed)
+    }
+
+    fn tc_forced_in_namespace(&self, ns: &str, text: &str) -> Result<(i32, String), ReplayError> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut child = mimic_netemu::netns::command(ns, "tc", ["-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| ReplayError::Io(format!("tc: {e}")))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let t = text.to_string();
+        let writer = std::thread::spawn(move || stdin.write_all(t.as_bytes()));
+        let out = child
+            .wait_with_output()
+            .map_err(|e| ReplayError::Io(format!("tc: {e}")))?;
+        let _ = writer.join();
+        Ok((
+            out.status.code().unwrap_or(128),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
     /// Per connection: removes pipes.
     fn remove_slots(&mut self, ids: &[PipeId]) -> Result<(), ReplayError> {
         if let Router::Remote { client, ids: mine } = &mut self.router {
@@ -605,7 +822,14 @@ impl KernelPipes {
         }
         let slots = self.slots.as_mut().expect("begin_per_connection first");
         let (lines, _) = slots.remove(ids);
-        self.run_batch(&lines).map(|_| ())
+        // every line is tried: one whose object is gone already fails alone
+        match self.run_batch_forced(&lines)?.first() {
+            None => Ok(()),
+            Some((i, e)) => Err(ReplayError::Invalid(format!(
+                "router host: `tc {}`: {e}",
+                lines[*i]
+            ))),
+        }
     }
 
     /// Per connection: installs each connection's pipes ahead of its SYN (batches of the
@@ -644,37 +868,15 @@ impl KernelPipes {
         let mut next = 0;
         let mut ids: HashMap<usize, PipeId> = HashMap::new();
         let mut removals: VecDeque<(Instant, usize)> = VecDeque::new();
-        let mut lead = LEAD_MIN.max(self.first_batch * 3);
+        let mut lead = LeadTime::new(LEAD_MIN.max(self.first_batch * 3));
         let mut clients_done = false;
+        let mut samples = Samples::default();
         let t_all = Instant::now();
         loop {
             if stop.load(Ordering::Relaxed) {
                 return Err(ReplayError::Interrupted);
             }
             let now = Instant::now();
-            // installs due within the lead time (and this slice)
-            let horizon = now + lead + SLICE;
-            let end = next + due[next..].partition_point(|d| d.start <= horizon);
-            if end > next {
-                let rules: Vec<FlowRule> = due[next..end].iter().map(|d| d.rule.clone()).collect();
-                let t = Instant::now();
-                let got = self.install_slots(&rules)?;
-                let at = Instant::now();
-                let took = at - t;
-                let r = &mut self.report;
-                r.batches += 1;
-                r.batch_max_ms = r.batch_max_ms.max(took.as_secs_f64() * 1e3);
-                lead = lead.max(took * 3);
-                for (d, id) in due[next..end].iter().zip(got) {
-                    if at > d.start {
-                        r.late_installs += 1;
-                    }
-                    ids.insert(d.index, id);
-                }
-                r.pipes += (end - next) * 2;
-                r.max_installed = r.max_installed.max(ids.len());
-                next = end;
-            }
             // connections closed: their pipes go after a linger
             loop {
                 match done.try_recv() {
@@ -694,16 +896,53 @@ impl KernelPipes {
                 if at <= now {
                     if let Some(id) = ids.remove(&i) {
                         gone.push(id);
+                        samples.lag.push((now - at).as_secs_f64() * 1e3);
                     }
                 } else {
                     still.push_back((at, i));
                 }
             }
             removals = still;
-            if !gone.is_empty() {
-                if let Err(e) = self.remove_slots(&gone) {
-                    self.report.remove_errors += gone.len() as u64;
-                    tracing::warn!("removing {} connections' kernel pipes: {e}", gone.len());
+            // installs due within the lead time (and this slice)
+            let horizon = now + lead.now() + SLICE;
+            let end = next + due[next..].partition_point(|d| d.start <= horizon);
+            if end > next || !gone.is_empty() {
+                let rules: Vec<FlowRule> = due[next..end].iter().map(|d| d.rule.clone()).collect();
+                // one router call for both: the removals first, so their slots can be taken
+                let t = Instant::now();
+                let (got, remove_err) = self.apply_slice(&gone, &rules)?;
+                let at = Instant::now();
+                let took = at - t;
+                let ms = took.as_secs_f64() * 1e3;
+                lead.observe(took);
+                tracing::debug!(
+                    "kernel pipes: {} removals, {} installs in {ms:.0} ms; lead {:.0} ms",
+                    gone.len(),
+                    end - next,
+                    lead.now().as_secs_f64() * 1e3
+                );
+                let r = &mut self.report;
+                r.router_calls += 1;
+                if !gone.is_empty() {
+                    samples.remove.push(ms);
+                    if let Some(e) = remove_err {
+                        r.remove_errors += gone.len() as u64;
+                        tracing::warn!("removing {} connections' kernel pipes: {e}", gone.len());
+                    }
+                }
+                if end > next {
+                    samples.install.push(ms);
+                    r.batches += 1;
+                    r.batch_max_ms = r.batch_max_ms.max(ms);
+                    for (d, id) in due[next..end].iter().zip(got) {
+                        if at > d.start {
+                            r.late_installs += 1;
+                        }
+                        ids.insert(d.index, id);
+                    }
+                    r.pipes += (end - next) * 2;
+                    r.max_installed = r.max_installed.max(ids.len());
+                    next = end;
                 }
             }
             if clients_done && removals.is_empty() {
@@ -732,7 +971,8 @@ impl KernelPipes {
                 }
             }
         }
-        self.report.lead_ms = lead.as_secs_f64() * 1e3;
+        self.report.lead_ms = lead.now().as_secs_f64() * 1e3;
+        samples.summarize(&mut self.report);
         tracing::info!(
             "kernel pipes per connection: {} connections in {} batches (slowest {:.1} ms, lead {:.0} ms), at most {} at once, {} installed after their SYN, over {:.1} s",
             self.report.pipes / 2,
@@ -820,6 +1060,53 @@ impl Drop for KernelPipes {
     }
 }
 
+/// Runs `argv` on a router guest (waiting at most [`GUEST_CMD_LIMIT`], for another caller of
+/// its command channel included); its reply, whatever the exit status.
+fn guest_call(rec: &GuestRecord, argv: &[&str]) -> Result<guest::ExecReply, ReplayError> {
+    let err = |e: guest::GuestError| ReplayError::Invalid(format!("router host: {e}"));
+    if !guest::alive(rec.pid) {
+        return Err(ReplayError::Invalid(format!(
+            "router host: QEMU (pid {}) is not running",
+            rec.pid
+        )));
+    }
+    let t0 = Instant::now();
+    let mut a =
+        guest::Agent::connect_within(&rec.agent, &rec.netns, Some(GUEST_CMD_LIMIT)).map_err(err)?;
+    let left = GUEST_CMD_LIMIT
+        .saturating_sub(t0.elapsed())
+        .max(Duration::from_millis(100));
+    a.call(argv, Some(left), Some(left)).map_err(err)
+}
+
+/// The failed lines of one `tc -force -batch` run of `n` lines (the first of them line `from`
+/// of the whole), 0-based in the whole, into `failed`. A run that failed without naming a
+/// line (tc missing, killed) is an error.
+fn collect_failures(
+    code: i32,
+    stderr: &str,
+    from: usize,
+    n: usize,
+    failed: &mut Vec<(usize, String)>,
+) -> Result<(), ReplayError> {
+    if code == 0 {
+        return Ok(());
+    }
+    let f = mimic_netemu::kernel_router::batch_failures(stderr);
+    if f.is_empty() {
+        return Err(ReplayError::Invalid(format!(
+            "router host: tc -force -batch exited {code}: {}",
+            stderr.trim()
+        )));
+    }
+    failed.extend(
+        f.into_iter()
+            .filter(|(line, _)| (1..=n).contains(line))
+            .map(|(line, why)| (from + line - 1, why)),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -838,6 +1125,59 @@ mod tests {
             first_batch: Duration::ZERO,
             report: KernelInstall::default(),
         }
+    }
+
+    /// The 2,000-connection run of the lead rule's documentation: one 12 s call raised the
+    /// lead to 36 s at once; now it climbs by at most a call's time per call, and a slow call
+    /// past the window lets it come down.
+    #[test]
+    fn the_lead_time_follows_recent_calls_and_never_jumps() {
+        let ms = Duration::from_millis;
+        let mut l = LeadTime::new(LEAD_MIN);
+        assert_eq!(l.now(), LEAD_MIN);
+        l.observe(ms(100));
+        assert_eq!(l.now(), LEAD_MIN, "three fast calls stay below the floor");
+        l.observe(ms(400));
+        assert_eq!(
+            l.now(),
+            ms(900),
+            "grows by one call's time toward 3 x 400 ms"
+        );
+        l.observe(ms(300));
+        assert_eq!(l.now(), ms(1200), "3 x the slowest of the window");
+        l.observe(ms(12_000));
+        assert_eq!(l.now(), ms(13_200), "not 36 s at once");
+        l.observe(ms(500));
+        assert_eq!(l.now(), ms(13_700));
+        for _ in 0..LEAD_WINDOW - 1 {
+            l.observe(ms(500));
+        }
+        assert_eq!(l.now(), ms(1500), "the slow call is out of the window");
+        // a slow first batch (the skeleton's) sets the floor
+        let l = LeadTime::new(LEAD_MIN.max(ms(400) * 3));
+        assert_eq!(l.now(), ms(1200));
+    }
+
+    #[test]
+    fn a_forced_batch_names_the_lines_that_failed_in_the_whole() {
+        let err = "RTNETLINK answers: No such file or directory\nCommand failed -:2\nWarning: something\nError: Exclusivity flag on, cannot modify.\nCommand failed -:5\n";
+        let mut f = Vec::new();
+        collect_failures(0, "", 0, 5, &mut f).unwrap();
+        assert!(f.is_empty(), "exit 0: nothing failed");
+        collect_failures(1, err, 10, 5, &mut f).unwrap();
+        assert_eq!(
+            f,
+            [
+                (
+                    11,
+                    "RTNETLINK answers: No such file or directory".to_string()
+                ),
+                (14, "Error: Exclusivity flag on, cannot modify.".to_string())
+            ]
+        );
+        // tc missing or killed: no line named, an error
+        let e = collect_failures(127, "sh: tc: not found", 0, 3, &mut f).unwrap_err();
+        assert!(e.to_string().contains("tc: not found"), "{e}");
     }
 
     #[test]

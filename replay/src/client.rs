@@ -102,9 +102,16 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         let rwin = stall_window(&p.spec);
         let _ = s.set_recv_buffer_size(rwin as usize);
         set_window_clamp(&s, rwin as u32);
-    } else if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
+    } else if let Some(rwin) = p
+        .spec
+        .rwin_bytes
+        .max(p.spec.rwin_max_bytes)
+        .filter(|w| *w > 0)
+    {
         // the window this client advertises: a receive buffer big enough for it, and the
-        // window clamped to the recorded size
+        // window clamped to the largest the original advertised (a client whose window grew
+        // let the server have that much in flight, and overflow queues a clamp at its first
+        // window would have kept it from)
         let rwin = rwin.clamp(2048, 64 << 20);
         let _ = s.set_recv_buffer_size((rwin * 2) as usize);
         set_window_clamp(&s, rwin as u32);

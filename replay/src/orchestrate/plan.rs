@@ -135,10 +135,17 @@ pub const MAX_OBSERVED_QUEUE: u32 = 1000;
 /// [`observed_queue_packets`]), which is only a lower bound. On the independent testbed's
 /// 1 Mbit/s class (50-packet queues against the class's 30) the lower bound of one connection
 /// alone left 55 of 250 replays dropping packets their original had not.
+///
+/// The analyzer's model serializes every packet, as a store-and-forward link does; a pipe
+/// with a token bucket ([`token_bucket_evident`]) lets each packet of a busy period leave one
+/// serialization earlier, so at the same load it holds one packet fewer, and gets a queue one
+/// shorter than the model's.
 pub fn down_queue_packets(c: &ConnSpec) -> u32 {
     let (_, class) = mimic_core::model::queue_packets(c.bw_bps);
-    match c.queue_down_pkts {
-        Some(q) if c.queue_down_full => q.max(1),
+    let bucket = u32::from(token_bucket_evident(c));
+    let analyzed = c.queue_down_pkts.map(|q| q.saturating_sub(bucket).max(1));
+    match analyzed {
+        Some(q) if c.queue_down_full => q,
         own => class
             .max(own.unwrap_or(0))
             .max(observed_queue_packets(c).unwrap_or(0)),
@@ -452,11 +459,16 @@ mod tests {
             pipes_for(&c, 1, QueueOverride::default()).1.queue,
             QueueLimit::Packets(21)
         );
+        // a token bucket's pipe holds one fewer than the serializing model at the same load
+        c.min_rtt_us = Some(100);
+        assert!(token_bucket_evident(&c));
+        assert_eq!(down_queue_packets(&c), 20);
+        c.min_rtt_us = Some(40_000);
         // and a deeper one than the class's, even where the RTT samples showed less
         c.bw_bps = Some(1e6);
         c.queue_down_pkts = Some(51);
-        c.min_rtt_us = Some(100);
-        c.max_rtt_us = Some(300_100);
+        c.min_rtt_us = Some(1_000);
+        c.max_rtt_us = Some(301_000);
         assert_eq!(down_queue_packets(&c), 51);
         // never overflowed: a lower bound, the class's where that is deeper
         c.queue_down_full = false;

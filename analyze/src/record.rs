@@ -237,6 +237,12 @@ pub struct ConnectionRecord {
     pub synack_retx: u32,
     pub rwin_bytes: Option<u64>,
     pub rwin_syn_bytes: Option<u64>,
+    /// Largest window the client advertised (scaled) once it had sent data.
+    pub rwin_max_bytes: Option<u64>,
+    /// The downstream bottleneck queue the server's transmissions show (packets), and whether
+    /// an original was lost there (its length, not only a lower bound).
+    pub queue_down_pkts: Option<u32>,
+    pub queue_down_full: Option<bool>,
     pub zero_window: u32,
     pub data_pkts_down: u64,
     pub data_bytes_down: u64,

@@ -124,6 +124,9 @@ pub fn connection_row(r: &ConnectionRecord) -> ConnectionRow {
             &Endpoint::new(r.server_ip, r.server_port),
         ))),
         bw_source: Some(Text::Borrowed(r.bw_source.as_str())),
+        rwin_max_bytes: r.rwin_max_bytes.map(|v| v as i64),
+        queue_down_pkts: r.queue_down_pkts.map(i64::from),
+        queue_down_full: flag(r.queue_down_full),
     }
 }
 

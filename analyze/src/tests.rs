@@ -1006,6 +1006,86 @@ fn slow_start_queue_overflow_is_not_random_loss() {
     assert_eq!(r.spurious_retx_down, 0);
     assert_eq!(r.loss_rate_down, Some(21.0 / 82.0));
     assert_eq!(r.loss_random_down, Some(1.0 / 82.0));
+    // 40 packets queued (the one being sent included) when the last delivered one joined
+    assert_eq!(r.queue_down_pkts, Some(40));
+    assert_eq!(r.queue_down_full, Some(true));
+}
+
+/// A bottleneck queue shorter than its rate class's: 30 segments leave back to back into a
+/// 10 Mbit/s, 100 ms path (class: 40 packets) whose queue holds 21 packets, the one being sent
+/// included (the independent testbed's dial-up and ISDN links hold 20-30 where their class says
+/// 30). Segment 5 is lost at random (4 packets queued ahead of it); 23..30 meet the full queue.
+/// A model capped at the class's 40 packets never fills, and called all 9 losses random: a
+/// replay then lost them twice, once to its queue and once at random. The uncapped model finds
+/// the queue 21 deep where the drops began, bounded from above by them; the client's window,
+/// which grew while the data arrived, is recorded at its largest as well.
+#[test]
+fn overflow_of_a_queue_shorter_than_its_class_is_not_random_loss_and_sizes_the_queue() {
+    let mut w = Wire::new();
+    let rtt = 100 * MS;
+    let tx = 832 * US; // 1040 IP bytes at 10 Mbit/s
+    let t = w.handshake(0, rtt, 1000, 5000);
+    let mut req = p(true, 1001, 5001, PA, 100);
+    req.win = 500;
+    w.send(t + MS, req);
+    let seq = |k: u32| 5001 + (k - 1) * 1000; // start of segment k (1-based)
+    let t0 = t + 2 * MS;
+    let mut ev: Vec<(i64, P)> = Vec::new();
+    for k in 1..=30u32 {
+        ev.push((
+            t0 + (k as i64 - 1) * 10 * US,
+            p(false, seq(k), 1101, A, 1000),
+        ));
+    }
+    // delivered: 1..4 and 6..22, one per serialization time; the client ACKs each, its window
+    // growing by 16 units (2 kB) an ACK
+    let delivered: Vec<u32> = (1..=4).chain(6..=22).collect();
+    let mut win = 500u16;
+    let mut ack = |t: i64, a: u32, ev: &mut Vec<(i64, P)>| {
+        win += 16;
+        let mut pk = p(true, 1101, a, A, 0);
+        pk.win = win;
+        ev.push((t, pk));
+    };
+    for (i, &k) in delivered.iter().enumerate() {
+        let a = if k <= 4 { seq(k + 1) } else { seq(5) };
+        ack(t0 + rtt + (i as i64 + 1) * tx, a, &mut ev);
+    }
+    // fast retransmit of segment 5 after the third duplicate ACK; its ACK covers up to 22
+    let t5 = t0 + rtt + 8 * tx + 50 * US;
+    ev.push((t5, p(false, seq(5), 1101, A, 1000)));
+    let ta = t5 + tx + rtt;
+    ack(ta, seq(23), &mut ev);
+    // the partial ACK triggers the resend of 23..30, each ACKed as it arrives
+    let tr = ta + 50 * US;
+    for j in 0..8u32 {
+        ev.push((
+            tr + j as i64 * 10 * US,
+            p(false, seq(23 + j), 1101, A, 1000),
+        ));
+        ack(tr + rtt + (j as i64 + 1) * tx, seq(24 + j), &mut ev);
+    }
+    let tf = tr + rtt + 9 * tx;
+    let mut fin = p(true, 1101, seq(31), F | A, 0);
+    fin.win = 500 + 30 * 16;
+    ev.push((tf, fin));
+    ev.push((tf + 100 * US, p(false, seq(31), 1102, F | A, 0)));
+    ev.sort_by_key(|e| e.0);
+    for (t, pk) in ev {
+        w.send(t, pk);
+    }
+    let r = &w.finish()[0];
+    let bw = r.bw_bps.unwrap();
+    assert!((bw - 10e6).abs() < 1e4, "{bw}");
+    assert_eq!(r.data_pkts_down, 39);
+    assert_eq!(r.retx_down, 9);
+    assert_eq!(r.spurious_retx_down, 0);
+    assert_eq!(r.loss_rate_down, Some(9.0 / 39.0));
+    assert_eq!(r.loss_random_down, Some(1.0 / 39.0));
+    assert_eq!(r.queue_down_pkts, Some(21));
+    assert_eq!(r.queue_down_full, Some(true));
+    assert_eq!(r.rwin_bytes, Some(500 << 7));
+    assert_eq!(r.rwin_max_bytes, Some((500 + 30 * 16) << 7));
 }
 
 /// The writer's multi-row statements: 150 exchanges and as many RTT rows go through two full

@@ -17,13 +17,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (3, include_str!("../../schemas/0003_community_id.sql")),
     (4, include_str!("../../schemas/0004_bw_source.sql")),
     (5, include_str!("../../schemas/0005_zero_window.sql")),
+    (6, include_str!("../../schemas/0006_queue_rwin_max.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
-/// nullable column at the end (0003, 0004, 0005), which readers naming their columns do not see.
+/// nullable column at the end (0003, 0004, 0005, 0006), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -560,7 +561,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("5")
+            Some("6")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -630,7 +631,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("5")
+            Some("6")
         );
         assert_eq!(
             objects(&c),
@@ -681,6 +682,16 @@ mod tests {
             )
             .unwrap();
         assert_eq!((zw, at), (None, None));
+        // 0006's columns, NULL too
+        let (rw, q, full): (Option<i64>, Option<i64>, Option<i64>) = c
+            .query_row(
+                "SELECT rwin_max_bytes, queue_down_pkts, queue_down_full FROM connections \
+                 WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((rw, q, full), (None, None, None));
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

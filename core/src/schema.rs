@@ -603,6 +603,21 @@ tables! {
         /// replay that pools rates fills the rest at replay time. NULL in rows written before
         /// migration 4.
         bw_source: Option<Text> => col(Unit::None).since(4),
+        /// Largest receive window the client advertised (scaled) once it had sent data: the
+        /// most a replay's client lets the server have in flight (a client whose stack grew
+        /// its window, as Linux autotuning does, past rwin_bytes). NULL in rows written before
+        /// migration 6.
+        rwin_max_bytes: Option<i64> => col(Unit::Bytes).since(6),
+        /// Downstream bottleneck queue (the packet being sent included) the server's
+        /// transmissions show at the estimated rate: the deepest a delivered packet found a
+        /// drop-tail queue fed with them (lost originals left out). A lower bound of the queue,
+        /// or its length where queue_down_full says so. NULL without a rate, and in rows written
+        /// before migration 6.
+        queue_down_pkts: Option<i64> => col(Unit::Packets).since(6),
+        /// 1: an original was lost to the queue at queue_down_pkts (an overflow), so the queue
+        /// holds no more; 0: the queue never overflowed, and holds at least that many. NULL
+        /// where queue_down_pkts is.
+        queue_down_full: Option<i64> => col(Unit::Flag).since(6),
     }
 
     /// One row per request/response exchange (an application data unit each way).
@@ -1031,6 +1046,9 @@ mod tests {
             frames: 20,
             community_id: Some(Text::Owned(format!("1:conn{id}="))),
             bw_source: Some("trains".into()),
+            rwin_max_bytes: Some(131_072),
+            queue_down_pkts: Some(51),
+            queue_down_full: Some(1),
         };
         let rows = [conn(1), conn(2), conn(3)];
         let n = ConnectionRow::TABLE.columns.len();

@@ -102,6 +102,12 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         let rwin = stall_window(&p.spec);
         let _ = s.set_recv_buffer_size(rwin as usize);
         set_window_clamp(&s, rwin as u32);
+    } else if window_grew(&p.spec) {
+        // the original's window grew past its first (Linux's receive-buffer autotuning): this
+        // client's kernel grows its own the same way, left alone. A fixed buffer and clamp at
+        // the first window kept replays from filling the queues their originals overflowed;
+        // one the largest window's size from the start opened the window at once and
+        // overflowed more than the originals (autotuning overrides a clamp as it grows).
     } else if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
         // the window this client advertises: a receive buffer big enough for it, and the
         // window clamped to the recorded size
@@ -115,6 +121,12 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
     s.set_nonblocking(true)
         .map_err(|e| Failure::Other(e.to_string()))?;
     Ok(s)
+}
+
+/// Whether the original client's window grew past the one it advertised with its first
+/// request (`rwin_max_bytes` over `rwin_bytes`): its stack tunes its receive buffer.
+fn window_grew(spec: &ConnSpec) -> bool {
+    matches!((spec.rwin_bytes, spec.rwin_max_bytes), (Some(first), Some(max)) if max > first)
 }
 
 /// Whether the original client stopped reading during a response (its window closed).
@@ -306,4 +318,39 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Close;
+
+    #[test]
+    fn a_client_whose_window_grew_is_left_to_tune_its_own() {
+        let mut c = ConnSpec {
+            orig_id: 1,
+            client_ip: None,
+            t_start_us: 0,
+            min_rtt_us: None,
+            max_rtt_us: None,
+            bw_bps: None,
+            loss_rate_down: 0.0,
+            delack_every: None,
+            delack_timeout_us: None,
+            rwin_bytes: Some(64_512),
+            rwin_max_bytes: Some(174_080),
+            queue_down_pkts: None,
+            queue_down_full: false,
+            mss_client: None,
+            server_port: 80,
+            close: Close::ClientFin,
+            exchanges: Vec::new(),
+        };
+        assert!(window_grew(&c));
+        // a window that never grew (or a database before migration 6): clamped, as before
+        c.rwin_max_bytes = Some(64_512);
+        assert!(!window_grew(&c));
+        c.rwin_max_bytes = None;
+        assert!(!window_grew(&c));
+    }
 }

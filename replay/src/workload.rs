@@ -142,6 +142,19 @@ pub struct ConnSpec {
     pub delack_every: Option<u32>,
     pub delack_timeout_us: Option<i64>,
     pub rwin_bytes: Option<u64>,
+    /// The largest window the original client advertised (`rwin_max_bytes`): its window grew
+    /// past `rwin_bytes` (Linux autotuning). None: not recorded (databases before migration 6).
+    #[serde(default)]
+    pub rwin_max_bytes: Option<u64>,
+    /// The downstream bottleneck queue the original's transmissions showed, packets
+    /// (`queue_down_pkts`), pooled over its client's connections before a replay
+    /// (`orchestrate::queues`); None: not known (no rate, or an older database).
+    #[serde(default)]
+    pub queue_down_pkts: Option<u32>,
+    /// The queue overflowed at `queue_down_pkts` (`queue_down_full`): that is its length, not
+    /// only a lower bound.
+    #[serde(default)]
+    pub queue_down_full: bool,
     pub mss_client: Option<u16>,
     pub server_port: u16,
     pub close: Close,
@@ -187,7 +200,8 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
         .prepare(&format!(
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
              delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
-             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data')
+             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data'),
+             rwin_max_bytes, queue_down_pkts, queue_down_full
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -213,6 +227,12 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                 delack_every: (policy == "delayed").then_some(2),
                 delack_timeout_us: r.get(6)?,
                 rwin_bytes: r.get::<_, Option<i64>>(7)?.map(|v| v.max(0) as u64),
+                rwin_max_bytes: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
+                queue_down_pkts: r
+                    .get::<_, Option<i64>>(15)?
+                    .and_then(|v| u32::try_from(v).ok())
+                    .filter(|v| *v > 0),
+                queue_down_full: r.get::<_, Option<i64>>(16)? == Some(1),
                 mss_client: r
                     .get::<_, Option<i64>>(8)?
                     .and_then(|v| u16::try_from(v).ok()),

@@ -3,7 +3,9 @@
 //! Spurious retransmissions are told by D-SACK where the receiver sends it, else by ACKs that
 //! covered a resend too soon after it was sent and by Monkey's duplicate-ACK test (§3.2). Loss
 //! is (retransmissions − spurious) / data segments; the random part of it is what the
-//! bottleneck queue (the inferred rate and a class-based queue length) does not explain.
+//! bottleneck queue does not explain. The queue's length is inferred from the same model: the
+//! deepest a delivered packet found it, bounded from above too where an original was lost there
+//! ([`QueueFit`]).
 
 use std::collections::VecDeque;
 
@@ -192,12 +194,16 @@ impl Loss {
         }
     }
 
-    /// Finish step, after the bandwidth: the losses the bottleneck queue does not explain.
-    /// A replay's emulated queue drops those by itself, so only the rest is replayed as random
-    /// loss. The direction's transmissions, as seen at the tap, are fed through a drop-tail
-    /// queue of the inferred rate and the (class-based) queue length: a lost original that met
-    /// a full queue is congestive. Originals beyond the send log fall back to a flight-size
-    /// test (more in flight than the path holds plus its queue).
+    /// Finish step, after the bandwidth: the losses the bottleneck queue does not explain, and
+    /// the queue itself. A replay's emulated queue drops the others by itself, so only the rest
+    /// is replayed as random loss. The direction's transmissions, as seen at the tap in front of
+    /// the bottleneck, are fed through a drop-tail queue of the inferred rate with no limit:
+    /// every packet that got through joined it, every lost original did not ([`backlog_at`]).
+    /// The deepest a delivered packet found it is the queue's length as far as this connection
+    /// shows it ([`QueueFit`]); a lost original that found the queue that deep (within
+    /// [`queue_slack`]) met a full queue and is congestive, one that found it shallower was lost
+    /// at random. Originals beyond the send log fall back to a flight-size test (more in flight
+    /// than the path holds plus its queue).
     pub fn random_loss(
         &self,
         est: &LossEstimate,
@@ -206,48 +212,104 @@ impl Loss {
         bw: Option<f64>,
         min_rtt: Option<i64>,
         mss: u32,
-    ) -> Option<f64> {
-        est.loss.map(|all| match (bw, min_rtt) {
-            (Some(bw), Some(rtt)) if data_pkts > 0 => {
-                let (_, q) = mimic_core::model::queue_packets(Some(bw));
-                let mss = mss.max(536) as f64;
-                let capacity = bw / 8.0 * rtt as f64 / 1e9 + q as f64 * mss;
-                let full_at = queue_full_at(sends, &self.retx, bw, q);
-                let tracked = self.retx.iter().filter(|r| !r.spurious).count() as u64;
-                let congestive = self
-                    .retx
-                    .iter()
-                    .filter(|r| {
-                        !r.spurious
-                            && match full_at.get(r.orig_log as usize) {
-                                Some(&full) => full,
-                                None => r.orig_flight as f64 > capacity,
-                            }
-                    })
-                    .count() as u64;
-                let untracked = self
-                    .retx_pkts
-                    .saturating_sub(est.spurious)
-                    .saturating_sub(tracked);
-                (tracked - congestive + untracked) as f64 / data_pkts as f64
-            }
-            _ => all,
-        })
+    ) -> (Option<f64>, Option<QueueFit>) {
+        let Some(all) = est.loss else {
+            return (None, None);
+        };
+        let (Some(bw), Some(rtt)) = (bw, min_rtt) else {
+            return (Some(all), None);
+        };
+        if data_pkts == 0 || !(bw.is_finite() && bw > 0.0) {
+            return (Some(all), None);
+        }
+        let ahead = backlog_at(sends, &self.retx, bw);
+        let lost = lost_originals(sends.len(), &self.retx);
+        let deepest = ahead
+            .iter()
+            .zip(&lost)
+            .filter(|(_, &l)| !l)
+            .map(|(&a, _)| a + 1)
+            .max()
+            .unwrap_or(0);
+        let overflow_at = deepest.saturating_sub(queue_slack(deepest)).max(MIN_QUEUE);
+        let (_, class_q) = mimic_core::model::queue_packets(Some(bw));
+        let mss = mss.max(536) as f64;
+        let capacity = bw / 8.0 * rtt as f64 / 1e9 + deepest.max(class_q) as f64 * mss;
+        let tracked = self.retx.iter().filter(|r| !r.spurious).count() as u64;
+        let mut overflowed = false;
+        let congestive = self
+            .retx
+            .iter()
+            .filter(|r| {
+                !r.spurious
+                    && match ahead.get(r.orig_log as usize) {
+                        Some(&a) => {
+                            let full = a >= overflow_at;
+                            overflowed |= full;
+                            full
+                        }
+                        None => r.orig_flight as f64 > capacity,
+                    }
+            })
+            .count() as u64;
+        let untracked = self
+            .retx_pkts
+            .saturating_sub(est.spurious)
+            .saturating_sub(tracked);
+        let random = (tracked - congestive + untracked) as f64 / data_pkts as f64;
+        let fit = (deepest > 0).then_some(QueueFit {
+            packets: deepest,
+            overflowed,
+        });
+        (Some(random), fit)
     }
 }
 
-/// Replays a direction's transmissions through a drop-tail queue of `q` packets in front of a
-/// `bw_bps` serializer (netemu's pipe model, rate on IP bytes) and says, per logged
-/// transmission, whether the queue was full when it arrived. Originals that were lost (repeated
-/// by a retransmission that was not spurious) do not enter the queue; a transmission that got
-/// through although the model's queue was full does not either (the model caps the queue).
-fn queue_full_at(sends: &[Send], retx: &VecDeque<Retx>, bw_bps: f64, q: u32) -> Vec<bool> {
-    let mut lost = vec![false; sends.len()];
+/// The bottleneck queue of one direction as its transmissions show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueFit {
+    /// Packets the queue held (the one being sent included) when the deepest delivered packet
+    /// had joined it: the queue holds at least that many.
+    pub packets: u32,
+    /// An original was lost to the queue at that depth (an overflow): it holds no more either,
+    /// so `packets` is its length, not only a lower bound.
+    pub overflowed: bool,
+}
+
+/// No queue holds fewer packets than this: a loss with fewer ahead of it is random.
+const MIN_QUEUE: u32 = 2;
+
+/// How much shallower than the deepest delivered packet a lost original may find the model's
+/// queue and still count as meeting a full one: one packet, for the estimated rate's error and
+/// a packet that left between the drop and the arrival before it. No more: a random loss near
+/// the top of a slow-start burst finds the queue about as deep as the packets after it, and a
+/// slack of 1 + depth/10 called a third of the own lab's random losses congestive (41 inferred
+/// against 57.7 configured).
+fn queue_slack(_deepest: u32) -> u32 {
+    1
+}
+
+/// Which logged transmissions are originals that were lost (repeated by a retransmission that
+/// was not spurious).
+fn lost_originals(n: usize, retx: &VecDeque<Retx>) -> Vec<bool> {
+    let mut lost = vec![false; n];
     for r in retx.iter().filter(|r| !r.spurious) {
         if let Some(l) = lost.get_mut(r.orig_log as usize) {
             *l = true;
         }
     }
+    lost
+}
+
+/// Feeds a direction's transmissions through a drop-tail queue with no limit in front of a
+/// `bw_bps` serializer (netemu's pipe model, rate on IP bytes) and says, per logged
+/// transmission, how many packets were in it (the one being sent included) when it arrived.
+/// Lost originals (repeated by a retransmission that was not spurious) do not join it; every
+/// other packet does, because it got through. With no limit the model's depth does not depend
+/// on a guessed queue length (a model capped at the rate class's length let the packets a
+/// deeper real queue held leave early, and the drops that followed looked random).
+fn backlog_at(sends: &[Send], retx: &VecDeque<Retx>, bw_bps: f64) -> Vec<u32> {
+    let lost = lost_originals(sends.len(), retx);
     let ns_per_byte = 8e9 / bw_bps;
     let mut backlog: VecDeque<f64> = VecDeque::new();
     let mut busy_until = f64::MIN;
@@ -262,13 +324,13 @@ fn queue_full_at(sends: &[Send], retx: &VecDeque<Retx>, bw_bps: f64, q: u32) -> 
             while backlog.front().is_some_and(|&end| end <= now) {
                 backlog.pop_front();
             }
-            let full = backlog.len() >= q as usize;
-            if !lost && !full {
+            let ahead = backlog.len() as u32;
+            if !lost {
                 let end = busy_until.max(now) + s.wire as f64 * ns_per_byte;
                 busy_until = end;
                 backlog.push_back(end);
             }
-            full
+            ahead
         })
         .collect()
 }

@@ -124,6 +124,8 @@ struct Side {
     acked: i64,
     // this side as a receiver
     window_at_first_data: Option<u16>,
+    /// Largest window advertised (raw) from the first data on.
+    max_window_after_data: Option<u16>,
     zero_window: u32,
     /// The window this side advertised is closed now: since when, and how much of the other
     /// side's data it had acknowledged then.
@@ -370,6 +372,10 @@ impl Conn {
         }
         if seg.payload_len > 0 && self.s[d].window_at_first_data.is_none() {
             self.s[d].window_at_first_data = Some(seg.window);
+        }
+        if self.s[d].window_at_first_data.is_some() && !flags.syn() && !flags.rst() {
+            let m = &mut self.s[d].max_window_after_data;
+            *m = Some(m.map_or(seg.window, |w| w.max(seg.window)));
         }
     }
 
@@ -711,6 +717,8 @@ impl Conn {
         };
         // client's receive window at its first request segment (Monkey: not the SYN's)
         let rwin = c.window_at_first_data.map(|w| (w as u64) << scale);
+        // and the largest it advertised after that (a window that grew: Linux autotuning)
+        let rwin_max = c.max_window_after_data.map(|w| (w as u64) << scale);
         let rwin_syn = c.syn.seen.then_some(c.syn.window as u64);
 
         let loss = sv.loss.finish(sv.data_pkts);
@@ -744,7 +752,7 @@ impl Conn {
             if handshake { self.hs_ack } else { None },
             &closed,
         );
-        let loss_random =
+        let (loss_random, queue_down) =
             sv.loss
                 .random_loss(&loss, &sv.sends, sv.data_pkts, bw, rtt.min_rtt, mss_eff);
         let response_time = exchanges::response_time(&exchanges);
@@ -836,6 +844,9 @@ impl Conn {
             synack_retx: sv.syn.count.saturating_sub(1),
             rwin_bytes: rwin,
             rwin_syn_bytes: rwin_syn,
+            rwin_max_bytes: rwin_max,
+            queue_down_pkts: queue_down.map(|q| q.packets),
+            queue_down_full: queue_down.map(|q| q.overflowed),
             zero_window: c.zero_window,
             data_pkts_down: sv.data_pkts,
             data_bytes_down: data_bytes(sv),

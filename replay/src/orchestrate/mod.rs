@@ -37,6 +37,7 @@ mod guest_serve;
 pub mod health;
 pub mod kernel;
 pub mod plan;
+pub mod queues;
 pub mod rates;
 mod roles;
 

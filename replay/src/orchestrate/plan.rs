@@ -126,15 +126,39 @@ pub fn observed_queue_packets(c: &ConnSpec) -> Option<u32> {
 /// (a stalled receiver's host) must not make an unbounded buffer.
 pub const MAX_OBSERVED_QUEUE: u32 = 1000;
 
+/// The downstream queue (packets, the one being sent included) a replayed connection gets
+/// when `--queue` does not say. Where the original's queue (or its client's: see
+/// `orchestrate::queues`) overflowed, the length it overflowed at: a drop at a full queue bounds
+/// it from above as well as below, and a longer queue (the rate class's, say) would hold what
+/// the original lost. Else the rate class's length (Monkey), or the deeper queue the original
+/// showed (its transmissions' model, [`ConnSpec::queue_down_pkts`], or its RTT samples,
+/// [`observed_queue_packets`]), which is only a lower bound. On the independent testbed's
+/// 1 Mbit/s class (50-packet queues against the class's 30) the lower bound of one connection
+/// alone left 55 of 250 replays dropping packets their original had not.
+///
+/// The analyzer's model serializes every packet, as a store-and-forward link does; a pipe
+/// with a token bucket ([`token_bucket_evident`]) lets each packet of a busy period leave one
+/// serialization earlier, so at the same load it holds one packet fewer, and gets a queue one
+/// shorter than the model's.
+pub fn down_queue_packets(c: &ConnSpec) -> u32 {
+    let (_, class) = mimic_core::model::queue_packets(c.bw_bps);
+    let bucket = u32::from(token_bucket_evident(c));
+    let analyzed = c.queue_down_pkts.map(|q| q.saturating_sub(bucket).max(1));
+    match analyzed {
+        Some(q) if c.queue_down_full => q,
+        own => class
+            .max(own.unwrap_or(0))
+            .max(observed_queue_packets(c).unwrap_or(0)),
+    }
+}
+
 /// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
     let owd_ns = c.one_way_us() as u64 * 1000;
-    let (class_up, class_down) = mimic_core::model::queue_packets(c.bw_bps);
-    // the rate class's queue, or the deeper one the original showed
-    let class_down = class_down.max(observed_queue_packets(c).unwrap_or(0));
+    let (class_up, _) = mimic_core::model::queue_packets(c.bw_bps);
     let (q_up, q_down) = (
         queue.up.unwrap_or(class_up),
-        queue.down.unwrap_or(class_down),
+        queue.down.unwrap_or_else(|| down_queue_packets(c)),
     );
     let up = PipeConfig {
         delay: owd_ns,
@@ -317,6 +341,9 @@ mod tests {
             delack_every: delack,
             delack_timeout_us: None,
             rwin_bytes: None,
+            rwin_max_bytes: None,
+            queue_down_pkts: None,
+            queue_down_full: false,
             mss_client: None,
             server_port: 80,
             close: Close::ClientFin,
@@ -419,6 +446,39 @@ mod tests {
         assert_eq!(observed_queue_packets(&c), Some(MAX_OBSERVED_QUEUE));
         c.bw_bps = None;
         assert_eq!(observed_queue_packets(&c), None);
+    }
+
+    #[test]
+    fn a_queue_the_original_overflowed_is_replayed_at_that_length() {
+        // 56 kbit/s: the class says 30 packets; the original overflowed a 21-packet queue
+        let mut c = conn(Some(56e3), 0.0, None);
+        c.queue_down_pkts = Some(21);
+        c.queue_down_full = true;
+        assert_eq!(down_queue_packets(&c), 21);
+        assert_eq!(
+            pipes_for(&c, 1, QueueOverride::default()).1.queue,
+            QueueLimit::Packets(21)
+        );
+        // a token bucket's pipe holds one fewer than the serializing model at the same load
+        c.min_rtt_us = Some(100);
+        assert!(token_bucket_evident(&c));
+        assert_eq!(down_queue_packets(&c), 20);
+        c.min_rtt_us = Some(40_000);
+        // and a deeper one than the class's, even where the RTT samples showed less
+        c.bw_bps = Some(1e6);
+        c.queue_down_pkts = Some(51);
+        c.min_rtt_us = Some(1_000);
+        c.max_rtt_us = Some(301_000);
+        assert_eq!(down_queue_packets(&c), 51);
+        // never overflowed: a lower bound, the class's where that is deeper
+        c.queue_down_full = false;
+        c.queue_down_pkts = Some(12);
+        assert_eq!(down_queue_packets(&c), 30);
+        c.queue_down_pkts = Some(44);
+        assert_eq!(down_queue_packets(&c), 44);
+        // --queue still wins
+        let q: QueueOverride = "down=7".parse().unwrap();
+        assert_eq!(pipes_for(&c, 1, q).1.queue, QueueLimit::Packets(7));
     }
 
     #[test]

@@ -101,6 +101,8 @@ pub struct RateSources {
     /// Connections whose client pauses its reads where the original's window stayed at zero
     /// (`exchanges.zero_window_us`).
     pub paused_reads: u64,
+    /// Where each connection's downstream queue came from (`super::queues`).
+    pub queues: super::queues::QueueSources,
 }
 
 impl RateSources {
@@ -131,6 +133,13 @@ impl RateSources {
                 self.delack_timeout_defaulted.to_string(),
             ),
             ("clients_pausing_reads", self.paused_reads.to_string()),
+            ("queue_own_overflow", self.queues.own_overflow.to_string()),
+            (
+                "queue_client_overflow",
+                self.queues.client_overflow.to_string(),
+            ),
+            ("queue_lower_bound", self.queues.lower_bound.to_string()),
+            ("queue_unknown", self.queues.unknown.to_string()),
         ]
     }
 
@@ -160,7 +169,13 @@ impl RateSources {
                 )
             } else {
                 String::new()
-            }
+            },
+        ) + &format!(
+            "\nqueues: {} as the original overflowed it, {} as its client's other connections did, {} at least what they showed, {} by rate class",
+            self.queues.own_overflow,
+            self.queues.client_overflow,
+            self.queues.lower_bound,
+            self.queues.unknown
         )
     }
 }
@@ -269,6 +284,8 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
         }
         wl.conns.push(c);
     }
+    // the queues after the rates: pooled ones are matched by rate too
+    counts.queues = super::queues::pool(&mut wl.conns);
     if wl.conns.is_empty() {
         return Err(ReplayError::Invalid(format!(
             "{}: none of its {} connections has a bandwidth estimate or one to pool under --unestimated {mode}; \
@@ -296,6 +313,9 @@ mod tests {
             delack_every: None,
             delack_timeout_us: None,
             rwin_bytes: None,
+            rwin_max_bytes: None,
+            queue_down_pkts: None,
+            queue_down_full: false,
             mss_client: None,
             server_port: 80,
             close: Close::ClientFin,

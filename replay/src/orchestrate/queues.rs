@@ -1,0 +1,174 @@
+//! The downstream queue each replayed connection gets, pooled over its client's connections.
+//!
+//! The analyzer infers one connection's bottleneck queue from its own transmissions
+//! (`connections.queue_down_pkts`): the deepest a delivered packet found it, which is the
+//! queue's length where an original was lost there (`queue_down_full`), and only a lower bound
+//! where none was. A server-side tap sees many connections per client address, and the
+//! connections of one address at one rate went through one access link, with one queue. So
+//! before a replay each connection takes what its client's connections at the same rate (within
+//! [`SAME_LINK_TOLERANCE`]) show together:
+//!
+//! * where any of them overflowed, the median length they overflowed at (the link's queue; a
+//!   connection that itself filled a deeper one keeps its own depth), marked full;
+//! * else the deepest lower bound among them, not marked full (the replay takes the rate
+//!   class's length where that is deeper, `plan::down_queue_packets`).
+//!
+//! Measured on the independent testbed's 1 Mbit/s class (one 50-packet queue per client
+//! address, about eight connections each): a connection that never filled its queue showed
+//! 30-45 packets alone, and its replay overflowed the shorter queue that gave it 55 times in
+//! 250 where the original lost nothing.
+
+use std::collections::HashMap;
+
+use crate::workload::ConnSpec;
+
+/// Relative difference within which two rates of one client address count as one link.
+pub const SAME_LINK_TOLERANCE: f64 = 0.10;
+
+/// How the downstream queues of a workload were decided, counted per connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueSources {
+    /// Its own transmissions overflowed the queue: its length is known.
+    pub own_overflow: u64,
+    /// Another connection of its client (same rate) overflowed it: its length is known.
+    pub client_overflow: u64,
+    /// No overflow anywhere on its link: the deepest the client's connections showed (or the
+    /// rate class's, where deeper), a lower bound.
+    pub lower_bound: u64,
+    /// Nothing known (no rate, or a database before migration 6): the rate class's length, or
+    /// the queue its RTT samples show.
+    pub unknown: u64,
+}
+
+fn median(v: &mut [u32]) -> Option<u32> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(v[(v.len() - 1) / 2])
+}
+
+fn same_link(a: f64, b: f64) -> bool {
+    (a - b).abs() <= SAME_LINK_TOLERANCE * a.max(b)
+}
+
+/// Writes into each connection's `queue_down_pkts` / `queue_down_full` what its client's
+/// connections at the same rate show together (see the module's documentation), and counts
+/// where each came from.
+pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
+    // (rate, queue, overflowed) of the connections with a queue, by client address
+    let mut by_client: HashMap<String, Vec<(f64, u32, bool)>> = HashMap::new();
+    for c in conns.iter() {
+        if let (Some(ip), Some(bw), Some(q)) = (c.client_ip.as_ref(), c.bw_bps, c.queue_down_pkts) {
+            by_client
+                .entry(ip.clone())
+                .or_default()
+                .push((bw, q, c.queue_down_full));
+        }
+    }
+    let mut counts = QueueSources::default();
+    for c in conns.iter_mut() {
+        let bw = c.bw_bps.filter(|b| b.is_finite() && *b > 0.0);
+        let peers: Vec<(u32, bool)> = match (bw, c.client_ip.as_ref()) {
+            (Some(bw), Some(ip)) => by_client
+                .get(ip)
+                .map(|v| {
+                    v.iter()
+                        .filter(|(b, _, _)| same_link(*b, bw))
+                        .map(|&(_, q, full)| (q, full))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if c.queue_down_full && c.queue_down_pkts.is_some() {
+            counts.own_overflow += 1;
+            continue;
+        }
+        let mut overflowed: Vec<u32> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();
+        if let Some(link) = median(&mut overflowed) {
+            c.queue_down_pkts = Some(link.max(c.queue_down_pkts.unwrap_or(0)));
+            c.queue_down_full = true;
+            counts.client_overflow += 1;
+        } else if let Some(deepest) = peers.iter().map(|p| p.0).max() {
+            c.queue_down_pkts = Some(deepest.max(c.queue_down_pkts.unwrap_or(0)));
+            counts.lower_bound += 1;
+        } else {
+            counts.unknown += 1;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Close;
+
+    fn conn(ip: &str, bw: Option<f64>, q: Option<u32>, full: bool) -> ConnSpec {
+        ConnSpec {
+            orig_id: 1,
+            client_ip: Some(ip.into()),
+            t_start_us: 0,
+            min_rtt_us: Some(100),
+            max_rtt_us: None,
+            bw_bps: bw,
+            loss_rate_down: 0.0,
+            delack_every: None,
+            delack_timeout_us: None,
+            rwin_bytes: None,
+            rwin_max_bytes: None,
+            queue_down_pkts: q,
+            queue_down_full: full,
+            mss_client: None,
+            server_port: 80,
+            close: Close::ClientFin,
+            exchanges: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_clients_overflow_sizes_the_queue_of_its_other_connections() {
+        // one 1 Mbit/s client: two connections overflowed its 51-packet queue, two never
+        // filled it (36 and 44 packets alone); another client, another rate, another queue
+        let mut conns = vec![
+            conn("198.19.3.1", Some(1.0e6), Some(51), true),
+            conn("198.19.3.1", Some(0.99e6), Some(36), false),
+            conn("198.19.3.1", Some(1.01e6), Some(52), true),
+            conn("198.19.3.1", Some(1.0e6), Some(44), false),
+            conn("198.19.3.1", Some(4.0e6), Some(12), false),
+            conn("198.19.3.2", Some(1.0e6), Some(20), false),
+            conn("198.19.3.2", Some(1.0e6), Some(25), false),
+            conn("198.19.3.3", None, None, false),
+        ];
+        let counts = pool(&mut conns);
+        let q: Vec<(Option<u32>, bool)> = conns
+            .iter()
+            .map(|c| (c.queue_down_pkts, c.queue_down_full))
+            .collect();
+        assert_eq!(
+            q,
+            vec![
+                (Some(51), true),
+                (Some(51), true),
+                (Some(52), true),
+                (Some(51), true),
+                // a different rate is a different link: its own lower bound
+                (Some(12), false),
+                // no overflow on this client's link: the deepest either showed
+                (Some(25), false),
+                (Some(25), false),
+                (None, false),
+            ]
+        );
+        assert_eq!(
+            counts,
+            QueueSources {
+                own_overflow: 2,
+                client_overflow: 2,
+                lower_bound: 3,
+                unknown: 1
+            }
+        );
+    }
+}

@@ -1,0 +1,22 @@
+-- mimic database schema, migration 6: the bottleneck queue and the client's largest window.
+--
+-- `connections.queue_down_pkts` is the downstream bottleneck queue (packets, the one being sent
+-- included) the server's transmissions show: they are fed, as the tap in front of the
+-- bottleneck saw them, through a drop-tail queue of the estimated rate with no limit (lost
+-- originals left out), and the deepest a delivered packet found it is what the queue held at
+-- least. `queue_down_full` is 1 where an original was lost at that depth (the queue overflowed,
+-- so it holds no more: the value is its length), 0 where it is only a lower bound. A replay
+-- sizes the connection's downstream queue from them (GUIDE.md, "Loss and the bottleneck queue").
+--
+-- `connections.rwin_max_bytes` is the largest (scaled) window the client advertised once it had
+-- sent data: a client whose stack grows its window (Linux autotuning) let the server have more
+-- in flight than `rwin_bytes`, its window at the first request segment, and a replay's client
+-- clamped to that could not overflow the queue the original overflowed.
+--
+-- Three nullable columns added at the end: readers that name their columns are unaffected, so
+-- the data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (replayed as before: the queue from the RTT
+-- samples, the window clamped to `rwin_bytes`).
+--
+-- The columns themselves are declared in core/src/schema.rs (`.since(6)`); their ALTER TABLE
+-- statements are generated from that list and run before this file, which adds nothing else.

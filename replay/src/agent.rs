@@ -478,20 +478,6 @@ mod tests {
         let conn = |index: usize, ip: Ipv4Addr, offset_ms: i64| AgentConn {
             index,
             spec: ConnSpec {
-                orig_id: index as i64,
-                client_ip: None,
-                t_start_us: 0,
-                min_rtt_us: None,
-                max_rtt_us: None,
-                bw_bps: None,
-                loss_rate_down: 0.0,
-                delack_every: None,
-                delack_timeout_us: None,
-                rwin_bytes: None,
-                rwin_max_bytes: None,
-                queue_down_pkts: None,
-                queue_down_full: false,
-                mss_client: None,
                 server_port: server.port(),
                 close: Close::ServerFin,
                 exchanges: vec![ExchangeSpec {
@@ -506,6 +492,7 @@ mod tests {
                     zero_window_us: 0,
                     zero_window_at_bytes: 0,
                 }],
+                ..ConnSpec::bare(index as i64)
             },
             local: SocketAddrV4::new(ip, 0),
             server,

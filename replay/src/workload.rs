@@ -162,6 +162,31 @@ pub struct ConnSpec {
 }
 
 impl ConnSpec {
+    /// A connection with nothing measured (no RTT, rate, loss, delayed ACKs, window or queue;
+    /// port 80, closed by the client, no exchanges): the base the unit tests set fields on.
+    #[cfg(test)]
+    pub(crate) fn bare(orig_id: i64) -> ConnSpec {
+        ConnSpec {
+            orig_id,
+            client_ip: None,
+            t_start_us: 0,
+            min_rtt_us: None,
+            max_rtt_us: None,
+            bw_bps: None,
+            loss_rate_down: 0.0,
+            delack_every: None,
+            delack_timeout_us: None,
+            rwin_bytes: None,
+            rwin_max_bytes: None,
+            queue_down_pkts: None,
+            queue_down_full: false,
+            mss_client: None,
+            server_port: 80,
+            close: Close::ClientFin,
+            exchanges: Vec::new(),
+        }
+    }
+
     /// One-way delay for each direction of the emulated path (half the minimum RTT).
     pub fn one_way_us(&self) -> i64 {
         self.min_rtt_us.unwrap_or(0).max(0) / 2

@@ -327,27 +327,14 @@ pub(super) fn plans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::Close;
 
     fn conn(bw_bps: Option<f64>, loss: f64, delack: Option<u32>) -> ConnSpec {
         ConnSpec {
-            orig_id: 7,
-            client_ip: None,
-            t_start_us: 0,
             min_rtt_us: Some(40_000),
-            max_rtt_us: None,
             bw_bps,
             loss_rate_down: loss,
             delack_every: delack,
-            delack_timeout_us: None,
-            rwin_bytes: None,
-            rwin_max_bytes: None,
-            queue_down_pkts: None,
-            queue_down_full: false,
-            mss_client: None,
-            server_port: 80,
-            close: Close::ClientFin,
-            exchanges: Vec::new(),
+            ..ConnSpec::bare(7)
         }
     }
 

@@ -103,27 +103,15 @@ pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::Close;
 
     fn conn(ip: &str, bw: Option<f64>, q: Option<u32>, full: bool) -> ConnSpec {
         ConnSpec {
-            orig_id: 1,
             client_ip: Some(ip.into()),
-            t_start_us: 0,
             min_rtt_us: Some(100),
-            max_rtt_us: None,
             bw_bps: bw,
-            loss_rate_down: 0.0,
-            delack_every: None,
-            delack_timeout_us: None,
-            rwin_bytes: None,
-            rwin_max_bytes: None,
             queue_down_pkts: q,
             queue_down_full: full,
-            mss_client: None,
-            server_port: 80,
-            close: Close::ClientFin,
-            exchanges: Vec::new(),
+            ..ConnSpec::bare(1)
         }
     }
 

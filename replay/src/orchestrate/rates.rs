@@ -299,27 +299,14 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::Close;
 
     fn conn(id: i64, ip: &str, rtt_ms: i64, bw: Option<f64>) -> ConnSpec {
         ConnSpec {
-            orig_id: id,
             client_ip: Some(ip.to_string()),
             t_start_us: id,
             min_rtt_us: Some(rtt_ms * 1000),
-            max_rtt_us: None,
             bw_bps: bw,
-            loss_rate_down: 0.0,
-            delack_every: None,
-            delack_timeout_us: None,
-            rwin_bytes: None,
-            rwin_max_bytes: None,
-            queue_down_pkts: None,
-            queue_down_full: false,
-            mss_client: None,
-            server_port: 80,
-            close: Close::ClientFin,
-            exchanges: Vec::new(),
+            ..ConnSpec::bare(id)
         }
     }
 

@@ -13,24 +13,28 @@ fn get<'a>(v: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Value {
     path.iter().fold(v, |v, k| &v[*k])
 }
 
-#[test]
-fn independent_testbed_quick_run() {
-    require_root("the independent testbed");
-    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
-        require_tool(tool);
-    }
-    let tmp = tempdir();
-    let out = tmp.path().join("ind");
+/// Runs `bench/independent.sh ARGS --out OUT` with this build's mimic; fails the test with its
+/// output unless it succeeded. Returns (stdout, stderr).
+fn run_testbed(args: &[&str], out: &Path) -> (String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
     let o = Command::new(&script)
-        .args(["--quick", "--no-delay", "--connections", "40", "--out"])
-        .arg(&out)
+        .args(args)
+        .arg("--out")
+        .arg(out)
         .env("MIMIC", mimic_bin())
         .output()
         .unwrap();
     let (so, se) = (stdout(&o), stderr(&o));
-    assert!(o.status.success(), "independent.sh failed: {so}{se}");
-    // nothing left behind: the script names its namespaces
+    assert!(
+        o.status.success(),
+        "independent.sh {args:?} failed: {so}{se}"
+    );
+    (so, se)
+}
+
+/// The run's tag (the script names its namespaces on stderr), after checking that none of
+/// its namespaces is left.
+fn torn_down(se: &str) -> String {
     let tag = se
         .lines()
         .find_map(|l| l.strip_prefix("independent: namespaces "))
@@ -45,6 +49,20 @@ fn independent_testbed_quick_run() {
         "namespaces of {tag} left behind: {}",
         stdout(&ns)
     );
+    tag
+}
+
+#[test]
+fn independent_testbed_quick_run() {
+    require_root("the independent testbed");
+    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
+        require_tool(tool);
+    }
+    let tmp = tempdir();
+    let out = tmp.path().join("ind");
+    let (so, se) = run_testbed(&["--quick", "--no-delay", "--connections", "40"], &out);
+    // nothing left behind: the script names its namespaces
+    torn_down(&se);
     assert!(se.contains("clients: 40 of 40 connections ok"), "{se}");
     assert!(se.contains("0 packets dropped by kernel"), "{se}");
     for f in [
@@ -202,34 +220,18 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
     let kernel = crate::util::debian_kernel();
     let tmp = tempdir();
     let out = tmp.path().join("ind");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
-    let o = Command::new(&script)
-        .args(["--quick", "--connections", "20", "--netem-guest"])
-        .arg(&kernel)
-        .arg("--out")
-        .arg(&out)
-        .env("MIMIC", mimic_bin())
-        .output()
-        .unwrap();
-    let (so, se) = (stdout(&o), stderr(&o));
-    assert!(
-        o.status.success(),
-        "independent.sh --netem-guest failed: {so}{se}"
+    let kernel_arg = kernel.to_string_lossy();
+    let (so, se) = run_testbed(
+        &[
+            "--quick",
+            "--connections",
+            "20",
+            "--netem-guest",
+            &kernel_arg,
+        ],
+        &out,
     );
-    let tag = se
-        .lines()
-        .find_map(|l| l.strip_prefix("independent: namespaces "))
-        .unwrap_or_else(|| panic!("no namespaces line: {se}"))
-        .split('-')
-        .next()
-        .unwrap()
-        .to_string();
-    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    assert!(
-        !stdout(&ns).contains(&format!("{tag}-")),
-        "namespaces of {tag} left behind: {}",
-        stdout(&ns)
-    );
+    let tag = torn_down(&se);
     let ps = Command::new("pgrep")
         .args(["-f", &format!("mimic-{tag}-emu")])
         .output()

@@ -32,6 +32,14 @@ fn run_testbed(args: &[&str], out: &Path) -> (String, String) {
     (so, se)
 }
 
+/// Root and the tools a namespace run of the testbed needs (a failure names what is missing).
+fn require_testbed_tools() {
+    require_root("the independent testbed");
+    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
+        require_tool(tool);
+    }
+}
+
 /// The run's tag (the script names its namespaces on stderr), after checking that none of
 /// its namespaces is left.
 fn torn_down(se: &str) -> String {
@@ -54,10 +62,7 @@ fn torn_down(se: &str) -> String {
 
 #[test]
 fn independent_testbed_quick_run() {
-    require_root("the independent testbed");
-    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
-        require_tool(tool);
-    }
+    require_testbed_tools();
     let tmp = tempdir();
     let out = tmp.path().join("ind");
     let (so, se) = run_testbed(&["--quick", "--no-delay", "--connections", "40"], &out);
@@ -118,30 +123,12 @@ fn independent_testbed_quick_run() {
 /// class.
 #[test]
 fn independent_testbed_predict_quick_run() {
-    require_root("the independent testbed");
-    for tool in ["nginx", "curl", "tcpdump", "python3", "sqlite3", "ethtool"] {
-        require_tool(tool);
-    }
+    require_testbed_tools();
     let tmp = tempdir();
     let out = tmp.path().join("pred");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/independent.sh");
-    let o = Command::new(&script)
-        .args([
-            "--quick",
-            "--no-delay",
-            "--connections",
-            "40",
-            "--predict",
-            "--out",
-        ])
-        .arg(&out)
-        .env("MIMIC", mimic_bin())
-        .output()
-        .unwrap();
-    let (so, se) = (stdout(&o), stderr(&o));
-    assert!(
-        o.status.success(),
-        "independent.sh --predict failed: {so}{se}"
+    let (so, se) = run_testbed(
+        &["--quick", "--no-delay", "--connections", "40", "--predict"],
+        &out,
     );
     assert_eq!(
         se.matches("clients: 40 of 40 connections ok").count(),

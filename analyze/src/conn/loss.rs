@@ -201,7 +201,7 @@ impl Loss {
     /// every packet that got through joined it, every lost original did not ([`backlog_at`]).
     /// The deepest a delivered packet found it is the queue's length as far as this connection
     /// shows it ([`QueueFit`]); a lost original that found the queue that deep (within
-    /// [`queue_slack`]) met a full queue and is congestive, one that found it shallower was lost
+    /// [`QUEUE_SLACK`]) met a full queue and is congestive, one that found it shallower was lost
     /// at random. Originals beyond the send log fall back to a flight-size test (more in flight
     /// than the path holds plus its queue).
     pub fn random_loss(
@@ -222,8 +222,8 @@ impl Loss {
         if data_pkts == 0 || !(bw.is_finite() && bw > 0.0) {
             return (Some(all), None);
         }
-        let ahead = backlog_at(sends, &self.retx, bw);
         let lost = lost_originals(sends.len(), &self.retx);
+        let ahead = backlog_at(sends, &lost, bw);
         let deepest = ahead
             .iter()
             .zip(&lost)
@@ -231,7 +231,7 @@ impl Loss {
             .map(|(&a, _)| a + 1)
             .max()
             .unwrap_or(0);
-        let overflow_at = deepest.saturating_sub(queue_slack(deepest)).max(MIN_QUEUE);
+        let overflow_at = deepest.saturating_sub(QUEUE_SLACK).max(MIN_QUEUE);
         let (_, class_q) = mimic_core::model::queue_packets(Some(bw));
         let mss = mss.max(536) as f64;
         let capacity = bw / 8.0 * rtt as f64 / 1e9 + deepest.max(class_q) as f64 * mss;
@@ -285,9 +285,7 @@ const MIN_QUEUE: u32 = 2;
 /// the top of a slow-start burst finds the queue about as deep as the packets after it, and a
 /// slack of 1 + depth/10 called a third of the own lab's random losses congestive (41 inferred
 /// against 57.7 configured).
-fn queue_slack(_deepest: u32) -> u32 {
-    1
-}
+const QUEUE_SLACK: u32 = 1;
 
 /// Which logged transmissions are originals that were lost (repeated by a retransmission that
 /// was not spurious).
@@ -304,12 +302,11 @@ fn lost_originals(n: usize, retx: &VecDeque<Retx>) -> Vec<bool> {
 /// Feeds a direction's transmissions through a drop-tail queue with no limit in front of a
 /// `bw_bps` serializer (netemu's pipe model, rate on IP bytes) and says, per logged
 /// transmission, how many packets were in it (the one being sent included) when it arrived.
-/// Lost originals (repeated by a retransmission that was not spurious) do not join it; every
+/// Lost originals (`lost`, from [`lost_originals`]) do not join it; every
 /// other packet does, because it got through. With no limit the model's depth does not depend
 /// on a guessed queue length (a model capped at the rate class's length let the packets a
 /// deeper real queue held leave early, and the drops that followed looked random).
-fn backlog_at(sends: &[Send], retx: &VecDeque<Retx>, bw_bps: f64) -> Vec<u32> {
-    let lost = lost_originals(sends.len(), retx);
+fn backlog_at(sends: &[Send], lost: &[bool], bw_bps: f64) -> Vec<u32> {
     let ns_per_byte = 8e9 / bw_bps;
     let mut backlog: VecDeque<f64> = VecDeque::new();
     let mut busy_until = f64::MIN;

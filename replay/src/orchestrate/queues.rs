@@ -68,6 +68,10 @@ pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
     }
     let mut counts = QueueSources::default();
     for c in conns.iter_mut() {
+        if c.queue_down_full && c.queue_down_pkts.is_some() {
+            counts.own_overflow += 1;
+            continue;
+        }
         let bw = c.bw_bps.filter(|b| b.is_finite() && *b > 0.0);
         let peers: Vec<(u32, bool)> = match (bw, c.client_ip.as_ref()) {
             (Some(bw), Some(ip)) => by_client
@@ -81,10 +85,6 @@ pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
-        if c.queue_down_full && c.queue_down_pkts.is_some() {
-            counts.own_overflow += 1;
-            continue;
-        }
         let mut overflowed: Vec<u32> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();
         if let Some(link) = median(&mut overflowed) {
             c.queue_down_pkts = Some(link.max(c.queue_down_pkts.unwrap_or(0)));

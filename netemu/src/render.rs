@@ -1196,18 +1196,14 @@ pub fn run_tc_batch(batch: &str, opts: &ApplyOptions) -> Result<(), RenderError>
     tc_batch_with(batch, opts, false)
 }
 
-/// [`run_tc_batch`], with `force` tc's `-force`: on past a failing line (for removals whose
-/// objects may be gone already); the error then names the first line that failed.
-pub(crate) fn tc_batch_with(
+/// Runs `batch` through `tc [-force] -batch -` (in `opts.netns`) and returns its exit code and
+/// standard error, whatever they are: the caller reads the failed lines (`Command failed -:N`).
+pub fn tc_batch_status(
     batch: &str,
     opts: &ApplyOptions,
     force: bool,
-) -> Result<(), RenderError> {
-    let args: &[&str] = if force {
-        &["-force", "-batch", "-"]
-    } else {
-        &["-batch", "-"]
-    };
+) -> Result<(i32, String), RenderError> {
+    let args = tc_batch_args(force);
     let mut child = tc(opts)
         .args(args)
         .stdin(Stdio::piped())
@@ -1223,8 +1219,30 @@ pub(crate) fn tc_batch_with(
         err: e.to_string(),
     })?;
     let _ = writer.join();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    Ok((
+        out.status.code().unwrap_or(128),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+fn tc_batch_args(force: bool) -> &'static [&'static str] {
+    if force {
+        &["-force", "-batch", "-"]
+    } else {
+        &["-batch", "-"]
+    }
+}
+
+/// [`run_tc_batch`], with `force` tc's `-force`: on past a failing line (for removals whose
+/// objects may be gone already); the error then names the first line that failed.
+pub(crate) fn tc_batch_with(
+    batch: &str,
+    opts: &ApplyOptions,
+    force: bool,
+) -> Result<(), RenderError> {
+    let args = tc_batch_args(force);
+    let (code, err) = tc_batch_status(batch, opts, force)?;
+    if code != 0 {
         // "Command failed -:N": name the line itself
         let line = err
             .lines()

@@ -478,21 +478,12 @@ impl KernelPipes {
             _ => {
                 // the lines as arguments, printed one a line into the tool's standard input
                 let script = "printf '%s\\n' \"$@\" | tc -batch -";
-                let mut execs = 0;
-                let mut group: Vec<&str> = Vec::new();
-                let mut bytes = 0;
-                for l in lines {
-                    if bytes + l.len() > GUEST_BATCH_BYTES && !group.is_empty() {
-                        self.run_group(script, &group)?;
-                        execs += 1;
-                        group.clear();
-                        bytes = 0;
-                    }
-                    group.push(l);
-                    bytes += l.len() + 1;
+                let chunks = guest_chunks(lines);
+                for r in &chunks {
+                    let group: Vec<&str> = lines[r.clone()].iter().map(String::as_str).collect();
+                    self.run_group(script, &group)?;
                 }
-                self.run_group(script, &group)?;
-                Ok(execs + 1)
+                Ok(chunks.len())
             }
         }
     }
@@ -757,56 +748,29 @@ impl KernelPipes {
             Router::Namespace { ns, .. } => {
                 let mut text = lines.join("\n");
                 text.push('\n');
-                let (code, stderr) = self.tc_forced_in_namespace(ns, &text)?;
+                let opts = ApplyOptions {
+                    netns: Some(ns.clone()),
+                    force: false,
+                };
+                let (code, stderr) =
+                    render::tc_batch_status(&text, &opts, true).map_err(render_err)?;
                 collect_failures(code, &stderr, 0, lines.len(), &mut failed)?;
             }
             Router::Guest(rec) => {
                 let script = "printf '%s\\n' \"$@\" | tc -force -batch -";
-                let mut from = 0;
-                while from < lines.len() {
-                    let mut to = from;
-                    let mut bytes = 0;
-                    while to < lines.len()
-                        && (to == from || bytes + lines[to].len() < GUEST_BATCH_BYTES)
-                    {
-                        bytes += lines[to].len() + 1;
-                        to += 1;
-                    }
+                for r in guest_chunks(lines) {
                     let mut argv = vec!["sh", "-c", script, "sh"];
-                    argv.extend(lines[from..to].iter().map(String::as_str));
+                    argv.extend(lines[r.clone()].iter().map(String::as_str));
                     let reply = guest_call(rec, &argv)?;
                     if let Some(e) = reply.error {
                         return Err(ReplayError::Invalid(format!("router host: tc -batch: {e}")));
                     }
-                    collect_failures(reply.code(), &reply.stderr, from, to - from, &mut failed)?;
-                    from = to;
+                    collect_failures(reply.code(), &reply.stderr, r.start, r.len(), &mut failed)?;
                 }
             }
             Router::Remote { .. } => unreachable!("a remote router runs no tc of ours"),
         }
         Ok(failed)
-    }
-
-    fn tc_forced_in_namespace(&self, ns: &str, text: &str) -> Result<(i32, String), ReplayError> {
-        use std::io::Write;
-        use std::process::Stdio;
-        let mut child = mimic_netemu::netns::command(ns, "tc", ["-force", "-batch", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| ReplayError::Io(format!("tc: {e}")))?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let t = text.to_string();
-        let writer = std::thread::spawn(move || stdin.write_all(t.as_bytes()));
-        let out = child
-            .wait_with_output()
-            .map_err(|e| ReplayError::Io(format!("tc: {e}")))?;
-        let _ = writer.join();
-        Ok((
-            out.status.code().unwrap_or(128),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ))
     }
 
     /// Per connection: removes pipes.
@@ -1082,6 +1046,22 @@ fn guest_call(rec: &GuestRecord, argv: &[&str]) -> Result<guest::ExecReply, Repl
 /// The failed lines of one `tc -force -batch` run of `n` lines (the first of them line `from`
 /// of the whole), 0-based in the whole, into `failed`. A run that failed without naming a
 /// line (tc missing, killed) is an error.
+/// `lines` cut into consecutive runs of at most [`GUEST_BATCH_BYTES`] (one line a run where a
+/// line alone is longer), each one guest command's arguments; at least one run.
+fn guest_chunks(lines: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut chunks = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (i, l) in lines.iter().enumerate() {
+        if bytes + l.len() > GUEST_BATCH_BYTES && i > from {
+            chunks.push(from..i);
+            (from, bytes) = (i, 0);
+        }
+        bytes += l.len() + 1;
+    }
+    chunks.push(from..lines.len());
+    chunks
+}
+
 fn collect_failures(
     code: i32,
     stderr: &str,
@@ -1110,6 +1090,28 @@ fn collect_failures(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_chunks_stay_under_the_byte_limit_and_cover_every_line_once() {
+        let line = "x".repeat(1000);
+        let lines = vec![line; 1200]; // about 1.2 MB: three runs of at most 512 KiB
+        let chunks = guest_chunks(&lines);
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks.first().unwrap().start, 0);
+        assert_eq!(chunks.last().unwrap().end, lines.len());
+        for w in chunks.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        for r in &chunks {
+            assert!(
+                lines[r.clone()].iter().map(|l| l.len() + 1).sum::<usize>()
+                    <= GUEST_BATCH_BYTES + 1
+            );
+        }
+        // a line longer than the limit goes alone
+        let long = vec!["y".repeat(GUEST_BATCH_BYTES + 1), "z".into()];
+        assert_eq!(guest_chunks(&long), vec![0..1, 1..2]);
+    }
 
     fn pipes(backend: Backend) -> KernelPipes {
         KernelPipes {

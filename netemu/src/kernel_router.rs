@@ -30,6 +30,9 @@ use crate::config::{PipeConfig, QueueLimit};
 use crate::engine::FlowRule;
 use crate::render::{self, tc_rate, ApplyOptions, Leaf, RenderError, RootQdisc, TC_HANDLE};
 
+/// The lines a `tc -batch` run says failed (re-exported: the replay's kernel pipes read them).
+pub use crate::render::batch_failures;
+
 /// Connections (pipe pairs) a router holds at once at most.
 pub const MAX_SLOTS: usize = 16_384;
 /// Classes per group qdisc.
@@ -369,25 +372,6 @@ fn pipe_args(c: &PipeConfig, what: &str) -> Result<(String, String), RenderError
         }
     };
     Ok(render::pipe_args(c, Leaf::Netem, limit))
-}
-
-/// The lines a `tc [-force] -batch` run says failed: `(N, why)` for each `Command failed
-/// FILE:N` on its standard error (N counted from 1, as tc counts), `why` the messages tc
-/// printed before it (warnings left out).
-pub fn batch_failures(stderr: &str) -> Vec<(usize, String)> {
-    let mut v = Vec::new();
-    let mut why: Vec<&str> = Vec::new();
-    for l in stderr.lines() {
-        if let Some(rest) = l.strip_prefix("Command failed ") {
-            if let Some(n) = rest.rsplit(':').next().and_then(|n| n.trim().parse().ok()) {
-                v.push((n, why.join("; ")));
-            }
-            why.clear();
-        } else if !l.trim().is_empty() && !l.starts_with("Warning:") {
-            why.push(l.trim());
-        }
-    }
-    v
 }
 
 /// A line no batch of mimic's contains, which always fails (no interface has that name; tc

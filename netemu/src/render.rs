@@ -1233,6 +1233,25 @@ fn tc_batch_args(force: bool) -> &'static [&'static str] {
     }
 }
 
+/// The lines a `tc [-force] -batch` run says failed: `(N, why)` for each `Command failed
+/// FILE:N` on its standard error (N counted from 1, as tc counts), `why` the messages tc
+/// printed before it (warnings left out).
+pub fn batch_failures(stderr: &str) -> Vec<(usize, String)> {
+    let mut v = Vec::new();
+    let mut why: Vec<&str> = Vec::new();
+    for l in stderr.lines() {
+        if let Some(rest) = l.strip_prefix("Command failed ") {
+            if let Some(n) = rest.rsplit(':').next().and_then(|n| n.trim().parse().ok()) {
+                v.push((n, why.join("; ")));
+            }
+            why.clear();
+        } else if !l.trim().is_empty() && !l.starts_with("Warning:") {
+            why.push(l.trim());
+        }
+    }
+    v
+}
+
 /// [`run_tc_batch`], with `force` tc's `-force`: on past a failing line (for removals whose
 /// objects may be gone already); the error then names the first line that failed.
 pub(crate) fn tc_batch_with(
@@ -1243,21 +1262,25 @@ pub(crate) fn tc_batch_with(
     let args = tc_batch_args(force);
     let (code, err) = tc_batch_status(batch, opts, force)?;
     if code != 0 {
-        // "Command failed -:N": name the line itself
-        let line = err
-            .lines()
-            .find_map(|l| l.strip_prefix("Command failed -:"))
-            .and_then(|n| n.trim().parse::<usize>().ok())
-            .and_then(|n| batch.lines().nth(n.saturating_sub(1)))
+        // "Command failed -:N": name the first failed line itself
+        let failures = batch_failures(&err);
+        let line = failures
+            .first()
+            .and_then(|(n, _)| batch.lines().nth(n.saturating_sub(1)))
             .map(|l| format!("tc {l}"))
             .unwrap_or_else(|| format!("tc {}", args.join(" ")));
-        let why: Vec<&str> = err
-            .lines()
-            .filter(|l| !l.starts_with("Command failed") && !l.starts_with("Warning:"))
-            .collect();
+        let why = match failures.first() {
+            Some((_, why)) => why.clone(),
+            None => err
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with("Warning:"))
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
         return Err(RenderError::Apply {
             cmd: line,
-            err: why.join("; "),
+            err: why,
         });
     }
     Ok(())

@@ -63,7 +63,8 @@ pub struct DatapathConfig {
 /// * A datapath that shares its machine with the emulated clients and servers
 ///   ([`SpinRule::BESIDE_HOSTS`], chosen by `mimic replay` for the lab's router): less as the
 ///   rest of the machine gets busy. At 1,000 concurrent connections on 2 cores, server delays
-///   were p99 1.7-9.8 ms late with spinning always allowed (README, Scale).
+///   were p99 1.7-9.8 ms late with spinning always allowed (README, Scale; before the CPU
+///   split).
 ///
 /// Why one load rule cannot serve both: the load rule reads the machine's busy time from
 /// `/proc/stat` (less its own spinning), which counts the datapath's own forwarding (its
@@ -73,9 +74,13 @@ pub struct DatapathConfig {
 /// that need the CPU it would spin on. At 50 kpps these use more than 0.4 of a core on a
 /// 2-core machine, so the load rule allowed no spinning in nearly every window even on a
 /// quiet host (`spin cut in` in netemu-bench's notes). Leaving out the datapath's own CPU time
-/// does not help: the generator and receiver alone are the load the replay's hosts would be.
-/// What would tell them apart is whether other tasks wait for a CPU (`/proc/pressure/cpu`),
-/// which Debian's kernels leave off by default (`psi=1`); so the rule follows the use.
+/// does not help: measured under that load (`machine_busy_cores`, `datapath_cores`), the rest
+/// still came to 0.54-0.60 cores beside the datapath's 0.53-0.57 (netemu/README.md).
+/// What might tell them apart is whether other tasks wait for a CPU rather than how much they
+/// use (`/proc/pressure/cpu`), but that is system-wide (tasks waiting behind each other count
+/// as much as tasks waiting behind the datapath), missing on kernels built with PSI off by
+/// default unless booted with `psi=1`, and untried against the replay's timing; so each use
+/// names its rule.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpinRule {
     /// Always up to half of the window, whatever the load (the rule of the builds before the

@@ -6,12 +6,15 @@
 # load across all pipes (LOAD_PPS, default 50,000); the forwarding rate in a third, untimed
 # blast phase. See bench/src/bin/netemu_bench.rs for the method.
 #
-# Usage: bench/netemu.sh [SECONDS [LOAD_PPS]]   (root; writes bench/out/netemu.json, prints a table)
+# Usage: bench/netemu.sh [SECONDS [LOAD_PPS [NETEMU-BENCH FLAGS...]]]   (root; writes
+# bench/out/netemu.json, prints a table). Flags after the first two go to netemu-bench, e.g.
+# `bench/netemu.sh 1 50000 --pipes 65536 --spin-rule fixed,load`.
 # Goals (issue 3): 65,536 pipes with p99 delay error <= 50 us and >= 50% of kernel
 # forwarding's packet rate. Other work on the machine (2 cores) disturbs both figures: each
 # row gives its phases' host load and CPU pressure, and names other processes' real-time
 # threads that ran meanwhile (also warned on stderr). mimic's datapath runs with both spin
-# rules (the load-following budget and the fixed one before it), alternating per pipe count.
+# rules (the fixed budget, `mimic netemu run`'s default, and the load-following one the
+# replay's lab router uses), alternating per pipe count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/netemu.sh needs root (namespaces, AF_PACKET)" >&2; exit 1; }
@@ -19,4 +22,4 @@ for t in ip tc ethtool; do command -v $t >/dev/null || { echo "missing $t (scrip
 cargo build --release -p mimic-bench --bin netemu-bench >&2
 mkdir -p bench/out
 dir=${CARGO_TARGET_DIR:-target}
-"$dir/release/netemu-bench" --seconds "${1:-3}" --load-pps "${2:-50000}" --out bench/out/netemu.json
+"$dir/release/netemu-bench" --seconds "${1:-3}" --load-pps "${2:-50000}" --out bench/out/netemu.json "${@:3}"

@@ -25,6 +25,7 @@
 #   MIMIC_PKI_DIR        the control channels' certificates from `mimic pki init` (default /work/pki)
 #   MIMIC_SERVE_CONTROL_PORT, MIMIC_NETEMU_CONTROL_PORT    default 7001, 7002
 #   MIMIC_ROUTER_CPU, MIMIC_SERVER_TIMER_CPUS   optional: netemu run --cpu, serve --timer-cpus
+#   MIMIC_ROUTER_SPIN_RULE   optional: netemu run --spin-rule (fixed|load)
 set -euo pipefail
 
 say() { echo "mimic-role: $*" >&2; }
@@ -124,6 +125,7 @@ case "$role" in
     say "router: client side $cdev, server side $sdev, control $ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}"
     extra=()
     [ -z "${MIMIC_ROUTER_CPU:-}" ] || extra=(--cpu "$MIMIC_ROUTER_CPU")
+    [ -z "${MIMIC_ROUTER_SPIN_RULE:-}" ] || extra+=(--spin-rule "$MIMIC_ROUTER_SPIN_RULE")
     exec mimic netemu run --client-if "$cdev" --server-if "$sdev" \
       --control "tcp:$ctl:${MIMIC_NETEMU_CONTROL_PORT:-7002}" --pki "$pki" "${extra[@]}" "$@"
     ;;

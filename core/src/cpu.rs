@@ -283,11 +283,24 @@ pub fn set_realtime(priority: Option<i32>) -> io::Result<()> {
 /// Samples, every `INTERVAL`, how many cores the machine used apart from the caller's
 /// busy-waiting: all CPUs' busy time (`/proc/stat`) less the time the caller spent spinning.
 /// The caller's real work counts as load (the datapath's syscalls, for one, carry the veth
-/// peers' TCP processing).
+/// peers' TCP processing), and so does every other process's: `/proc/stat` cannot tell a
+/// traffic generator from the emulated clients and servers of a replay.
 pub struct MachineLoad {
     cpus: f64,
     tick_ns: f64,
     last: Option<(u64, u64, u64)>,
+}
+
+/// One [`MachineLoad`] sample: what the machine used over the last interval, in cores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadSample {
+    /// All CPUs' busy time (user, nice, system, irq, softirq, steal) per wall time.
+    pub busy_cores: f64,
+    /// The caller's busy-waiting per wall time (part of `busy_cores`).
+    pub spun_cores: f64,
+    /// Cores the rest of the machine left idle beside the caller's own: CPUs − 1 − (busy −
+    /// spun). What [`SpinBudget::set_headroom`] takes.
+    pub headroom: f64,
 }
 
 impl Default for MachineLoad {
@@ -307,6 +320,11 @@ impl MachineLoad {
                 libc::sysconf(libc::_SC_CLK_TCK),
             )
         };
+        MachineLoad::with(cpus.max(1) as usize, hz.max(1) as u64)
+    }
+
+    /// A machine of `cpus` CPUs whose `/proc/stat` counts `hz` ticks a second.
+    pub fn with(cpus: usize, hz: u64) -> MachineLoad {
         MachineLoad {
             cpus: cpus.max(1) as f64,
             tick_ns: 1e9 / hz.max(1) as f64,
@@ -318,22 +336,39 @@ impl MachineLoad {
     /// monotonic clock) and `/proc/stat` is readable. `spun_ns`: the caller's busy-waiting so
     /// far, in all.
     pub fn headroom(&mut self, now_ns: u64, spun_ns: u64) -> Option<f64> {
-        if self
-            .last
-            .is_some_and(|(t, _, _)| now_ns < t + Self::INTERVAL_NS)
-        {
+        self.sample(now_ns, spun_ns).map(|s| s.headroom)
+    }
+
+    /// The whole sample behind [`MachineLoad::headroom`], when one is due.
+    pub fn sample(&mut self, now_ns: u64, spun_ns: u64) -> Option<LoadSample> {
+        if !self.due(now_ns) {
             return None;
         }
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let busy = (busy_ticks(&stat)? as f64 * self.tick_ns) as u64;
+        self.sample_of(now_ns, &stat, spun_ns)
+    }
+
+    /// Whether a sample is due at `now_ns`.
+    pub fn due(&self, now_ns: u64) -> bool {
+        self.last
+            .is_none_or(|(t, _, _)| now_ns >= t + Self::INTERVAL_NS)
+    }
+
+    /// A sample from `stat`, the text of `/proc/stat` read at `now_ns` (None for the first
+    /// one, or text that does not parse).
+    pub fn sample_of(&mut self, now_ns: u64, stat: &str, spun_ns: u64) -> Option<LoadSample> {
+        let busy = (busy_ticks(stat)? as f64 * self.tick_ns) as u64;
         let prev = self.last.replace((now_ns, busy, spun_ns));
         let (t0, b0, s0) = prev?;
         let dt = now_ns.saturating_sub(t0).max(1) as f64;
-        let others = busy
-            .saturating_sub(b0)
-            .saturating_sub(spun_ns.saturating_sub(s0)) as f64
-            / dt;
-        Some(self.cpus - 1.0 - others)
+        let busy_cores = busy.saturating_sub(b0) as f64 / dt;
+        let spun_cores = spun_ns.saturating_sub(s0) as f64 / dt;
+        let others = (busy_cores - spun_cores).max(0.0);
+        Some(LoadSample {
+            busy_cores,
+            spun_cores,
+            headroom: self.cpus - 1.0 - others,
+        })
     }
 }
 
@@ -467,5 +502,31 @@ mod tests {
         // and the real one parses
         let real = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
         assert!(busy_ticks(&real).is_some());
+    }
+
+    /// `/proc/stat`'s first line with `busy` ticks of user time and `idle` ticks idle.
+    fn stat(busy: u64, idle: u64) -> String {
+        format!("cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+    }
+
+    #[test]
+    fn machine_load_counts_all_busy_time_but_the_callers_spinning() {
+        // 2 CPUs, 100 ticks a second: 0.2 s apart, 4 ticks busy = 0.2 cores busy
+        let mut m = MachineLoad::with(2, 100);
+        assert!(m.due(0));
+        assert_eq!(m.sample_of(0, &stat(1000, 5000), 0), None);
+        assert!(!m.due(MachineLoad::INTERVAL_NS - 1));
+        let s = m.sample_of(200_000_000, &stat(1004, 5036), 0).unwrap();
+        assert!((s.busy_cores - 0.2).abs() < 1e-9, "{s:?}");
+        assert!((s.headroom - 0.8).abs() < 1e-9, "{s:?}");
+        // 0.6 cores busy, of which the caller spun 0.1 (20 ms): the rest used 0.5
+        let s = m
+            .sample_of(400_000_000, &stat(1016, 5064), 20_000_000)
+            .unwrap();
+        assert!((s.busy_cores - 0.6).abs() < 1e-9, "{s:?}");
+        assert!((s.spun_cores - 0.1).abs() < 1e-9, "{s:?}");
+        assert!((s.headroom - 0.5).abs() < 1e-9, "{s:?}");
+        // text that is not /proc/stat gives no sample and keeps the last one
+        assert_eq!(m.sample_of(600_000_000, "nonsense", 0), None);
     }
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use crate::config::PipeConfig;
 use crate::control::ControlAddr;
+use crate::datapath::SpinRule;
 use crate::engine::PipeTable;
 use crate::lab::{LabError, LabInfo};
 use crate::table::TableError;
@@ -80,6 +81,9 @@ pub struct EmulatorSpec {
     pub default: DefaultPipes,
     /// `--spin-us`: busy-wait this long before each departure.
     pub spin_us: u64,
+    /// `--spin-rule`: what limits the busy-waiting ([`SpinRule`]; `mimic replay` chooses
+    /// [`SpinRule::BESIDE_HOSTS`] for the lab's router).
+    pub spin_rule: SpinRule,
     /// `--rt-priority`: SCHED_FIFO priority of the datapath (0 = normal scheduling).
     pub rt_priority: i32,
     /// `--cpu`: pin the datapath thread.
@@ -127,6 +131,7 @@ impl EmulatorSpec {
             pipes: None,
             default: DefaultPipes::None,
             spin_us: DEFAULT_SPIN_US,
+            spin_rule: SpinRule::ROUTER,
             rt_priority: DEFAULT_RT_PRIORITY,
             cpu: None,
             buffers: DEFAULT_BUFFERS,
@@ -176,6 +181,9 @@ impl EmulatorSpec {
         }
         if self.spin_us != DEFAULT_SPIN_US {
             push("--spin-us", Some(self.spin_us.to_string().into()));
+        }
+        if self.spin_rule != SpinRule::ROUTER {
+            push("--spin-rule", Some(self.spin_rule.to_string().into()));
         }
         if self.rt_priority != DEFAULT_RT_PRIORITY {
             push("--rt-priority", Some(self.rt_priority.to_string().into()));

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use mimic_netemu::control::{self, Client, ControlAddr, ControllerTls, RoleTls, RunStats};
-use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, Waker};
+use mimic_netemu::datapath::{self, Datapath, DatapathConfig, Job, SpinRule, Waker};
 use mimic_netemu::engine::{Engine, Limits, PipeCounters, PipeOwner, PipeTable};
 use mimic_netemu::lab::{self, LabInfo};
 use mimic_netemu::render::{self, AckPolicies, ApplyOptions, Backend, Leaf, RenderOptions};
@@ -110,6 +110,12 @@ pub struct RunArgs {
     /// Busy-wait this many microseconds before each departure instead of sleeping.
     #[arg(long, default_value_t = spec::DEFAULT_SPIN_US)]
     spin_us: u64,
+    /// What limits the busy-waiting (at most half of every 10 ms either way): `fixed`, for a
+    /// router that only forwards, or `load`, less as the rest of the machine gets busy, for a
+    /// datapath sharing its machine with emulated clients and servers (`mimic replay --lab`
+    /// starts its router so).
+    #[arg(long, default_value_t = SpinRule::ROUTER, value_name = "fixed|load")]
+    spin_rule: SpinRule,
     /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
     #[arg(long, default_value_t = spec::DEFAULT_RT_PRIORITY)]
     rt_priority: i32,
@@ -168,6 +174,7 @@ impl RunArgs {
             pipes: t.pipes,
             default,
             spin_us: self.spin_us,
+            spin_rule: self.spin_rule,
             rt_priority: self.rt_priority,
             cpu: self.cpu,
             buffers: self.buffers,
@@ -472,6 +479,7 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
     let tls = RoleTls::load(&pki, control::ROLE)?;
     let EmulatorSpec {
         spin_us,
+        spin_rule,
         rt_priority,
         cpu,
         buffers,
@@ -508,6 +516,7 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
         spin_ns: spin_us * 1_000,
         rt_priority: (rt_priority > 0).then_some(rt_priority),
         cpu,
+        spin_rule,
         ..Default::default()
     })
     .with_context(|| format!("opening {cif} and {sif}"))?;
@@ -558,6 +567,11 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
         );
     } else {
         print_counters(&rows, &stats);
+        let d = &stats.datapath;
+        println!(
+            "spin rule {spin_rule}: budget cut in {} windows of 10 ms; machine busy {:.2} cores on average, the datapath thread {:.2} (busy-waiting {:.2})",
+            d.spin_reduced_windows, d.machine_busy_cores, d.datapath_cores, d.spin_cores
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -827,6 +841,7 @@ mod tests {
                     .unwrap(),
             },
             spin_us: 25,
+            spin_rule: SpinRule::FollowLoad,
             rt_priority: 0,
             cpu: Some(3),
             buffers: 4096,

@@ -26,8 +26,11 @@
 //!   beside mimic's in the same run (bench/netem-delay.sh runs it in a router guest).
 //!
 //! * spin rule (`--spin-rule load,fixed`, both by default, alternating at each pipe count):
-//!   mimic's datapath with its busy-wait budget following the machine's load (what `mimic
-//!   netemu run` does) and with the fixed half-window budget of the builds before that rule.
+//!   mimic's datapath with the fixed half-window busy-wait budget (what `mimic netemu run`
+//!   does by default) and with the budget following the machine's load (what the replay's
+//!   lab router does, beside its clients and servers). Each row's notes give, per phase, the
+//!   windows in which the budget was cut and what the machine used meanwhile: all CPUs' busy
+//!   time, the datapath thread's CPU time, and its busy-waiting (cores).
 //! * host: each row gives the 1-minute load average and the share of the phase in which some
 //!   task waited for a CPU (`/proc/pressure/cpu`, "some") for the paced and load phases, and
 //!   names other processes' real-time threads at or above the datapath's priority that ran
@@ -714,8 +717,8 @@ fn main() {
         .split(',')
     {
         spin_rules.push(match r {
-            "load" => ("spin follows load", SpinRule::FollowLoad),
-            "fixed" => ("fixed spin budget", SpinRule::Fixed),
+            "load" => ("spin follows load, the replay's", SpinRule::FollowLoad),
+            "fixed" => ("fixed spin budget, the default", SpinRule::Fixed),
             x => {
                 eprintln!(
                     "netemu-bench: --spin-rule {x}: expected load, fixed or both (load,fixed)"
@@ -854,7 +857,7 @@ fn main() {
             let late = |s: &Option<DatapathStats>| {
                 let s = s.as_ref().unwrap();
                 format!(
-                    "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, ring drops {}, no-buffer {}",
+                    "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, machine busy {:.2} cores (datapath {:.2}, spinning {:.2}), ring drops {}, no-buffer {}",
                     s.late_p99_ns as f64 / 1e3,
                     s.late_max_ns as f64 / 1e3,
                     s.rx_wait_p99_ns as f64 / 1e3,
@@ -863,6 +866,9 @@ fn main() {
                     s.wake_late_max_ns as f64 / 1e3,
                     s.timed_sleeps,
                     s.spin_reduced_windows,
+                    s.machine_busy_cores,
+                    s.datapath_cores,
+                    s.spin_cores,
                     s.ring_drops,
                     s.no_buffer
                 )

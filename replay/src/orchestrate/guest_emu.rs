@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mimic_netemu::control::ControlAddr;
+use mimic_netemu::datapath::SpinRule;
 use mimic_netemu::guest::{self, GuestRecord};
 use mimic_netemu::lab::LabInfo;
 use mimic_netemu::spec::{Bridge, EmulatorSpec};
@@ -90,6 +91,9 @@ impl GuestEmulator {
         // the guest has one vCPU: a SCHED_FIFO datapath there would starve its kernel's
         // network processing
         spec.rt_priority = 0;
+        // and its busy-wait gives way to the guest kernel's forwarding as the load-following
+        // rule does (on one vCPU it never spins: netemu::datapath::SpinRule)
+        spec.spin_rule = SpinRule::BESIDE_HOSTS;
         let mut cmd = vec![exe.display().to_string(), "-q".into()];
         cmd.extend(
             spec.to_args()

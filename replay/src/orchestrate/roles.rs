@@ -19,6 +19,7 @@ use mimic_capture::PayloadPolicy;
 use mimic_capture::{CaptureSpec, CaptureSummary};
 use mimic_core::cpu;
 use mimic_netemu::control::{Client as NetemuClient, ControlAddr, ControlError};
+use mimic_netemu::datapath::SpinRule;
 use mimic_netemu::lab::{self, LabInfo, LabOptions};
 use mimic_netemu::netns;
 use mimic_netemu::spec::{Bridge, EmulatorSpec};
@@ -187,6 +188,9 @@ impl Roles {
                 emu.control = Some(netemu_ctl.clone());
                 emu.pki = Some(info.pki_dir.clone());
                 emu.cpu = cpu_split.as_ref().map(|c| c.datapath);
+                // the datapath shares the machine with the clients and servers: its busy-wait
+                // gives way to them as the machine gets busy (netemu::datapath::SpinRule)
+                emu.spin_rule = SpinRule::BESIDE_HOSTS;
                 let mut serve = ServeSpec::new(server);
                 serve.control = Some(serve_ctl.clone());
                 serve.pki = Some(info.pki_dir.clone());

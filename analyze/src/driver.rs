@@ -446,6 +446,10 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
     let writer = std::thread::Builder::new().name("mimic-db".into()).spawn(
         move || -> Result<Output, OutputError> {
             let mut store = store;
+            // how long the writer waited for records (it kept up with the analysis) and how
+            // long it wrote (RUST_LOG=mimic_analyze=debug prints both)
+            let mut idle = Duration::ZERO;
+            let t0 = Instant::now();
             loop {
                 let batch = match rx.try_recv() {
                     Ok(b) => b,
@@ -453,7 +457,10 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
                     Err(mpsc::TryRecvError::Empty) => {
                         // idle: write what is queued rather than leave it for the end
                         store.flush()?;
-                        match rx.recv() {
+                        let w = Instant::now();
+                        let next = rx.recv();
+                        idle += w.elapsed();
+                        match next {
                             Ok(b) => b,
                             Err(_) => break,
                         }
@@ -464,6 +471,11 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
                 }
             }
             store.flush()?;
+            tracing::debug!(
+                writing_s = (t0.elapsed() - idle).as_secs_f64(),
+                waiting_for_records_s = idle.as_secs_f64(),
+                "writer thread"
+            );
             Ok(store)
         },
     );
@@ -477,6 +489,7 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
         tx,
         batch: Vec::with_capacity(SINK_BATCH),
         totals: Totals::default(),
+        blocked: Duration::ZERO,
     };
 
     let stats = if opts.threads <= 1 {
@@ -498,7 +511,11 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
     } else {
         run_sharded(&mut source, opts, &mut sink)
     };
-    tracing::debug!(elapsed_s = started.elapsed().as_secs_f64(), "analysis done");
+    tracing::debug!(
+        elapsed_s = started.elapsed().as_secs_f64(),
+        waiting_for_writer_s = sink.blocked.as_secs_f64(),
+        "analysis done"
+    );
     let totals = sink.finish();
     let store = match writer.join() {
         Ok(r) => r?,
@@ -657,6 +674,8 @@ struct Sink {
     tx: mpsc::SyncSender<Vec<ConnectionRecord>>,
     batch: Vec<ConnectionRecord>,
     totals: Totals,
+    /// Time spent handing batches over while the writer's queue was full.
+    blocked: Duration,
 }
 
 impl Sink {
@@ -672,10 +691,12 @@ impl Sink {
         self.batch.push(r);
         if self.batch.len() >= SINK_BATCH {
             // a send fails only when the writer stopped on an error, reported at its join
-            let _ = self.tx.send(std::mem::replace(
-                &mut self.batch,
-                Vec::with_capacity(SINK_BATCH),
-            ));
+            let full = std::mem::replace(&mut self.batch, Vec::with_capacity(SINK_BATCH));
+            if let Err(mpsc::TrySendError::Full(full)) = self.tx.try_send(full) {
+                let t = Instant::now();
+                let _ = self.tx.send(full);
+                self.blocked += t.elapsed();
+            }
         }
     }
 

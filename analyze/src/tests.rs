@@ -1773,7 +1773,12 @@ fn shaped_response(bucket: bool) -> ConnectionRecord {
     let mut seq = 5001u32;
     let mut req_seq = 1001u32;
     for (t_req, lens) in [
-        (t + MS, vec![300u32, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000]),
+        (
+            t + MS,
+            vec![
+                300u32, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000,
+            ],
+        ),
         (t + 6000 * MS, vec![300, 1000, 1000, 1000]),
     ] {
         ev.push((t_req, p(true, req_seq, seq, PA, 100)));

@@ -265,9 +265,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                     .and_then(|v| u32::try_from(v).ok())
                     .filter(|v| *v > 0),
                 queue_down_full: r.get::<_, Option<i64>>(16)? == Some(1),
-                shaper_lead_down: r
-                    .get::<_, Option<f64>>(17)?
-                    .filter(|v| v.is_finite()),
+                shaper_lead_down: r.get::<_, Option<f64>>(17)?.filter(|v| v.is_finite()),
                 mss_client: r
                     .get::<_, Option<i64>>(8)?
                     .and_then(|v| u16::try_from(v).ok()),

@@ -57,9 +57,7 @@ impl Shaper {
     /// flight can have met a short queue, so only those are kept.
     #[inline]
     pub fn on_sample(&mut self, rtt: i64, log: u32, len: i64, flight: u32) {
-        if log != NO_LOG
-            && self.samples.len() < MAX_LEAD_SAMPLES
-            && i64::from(flight) - len <= 1500
+        if log != NO_LOG && self.samples.len() < MAX_LEAD_SAMPLES && i64::from(flight) - len <= 1500
         {
             self.samples.push(LeadSample { rtt, log });
         }

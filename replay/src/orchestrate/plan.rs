@@ -428,7 +428,10 @@ mod tests {
         // the SYN-ACK's 8.6 ms of serialization; the analyzer's lead says a token bucket
         let mut c = conn(Some(56e3), 0.0, None);
         c.min_rtt_us = Some(150_500);
-        assert!(!token_bucket_evident(&c), "the handshake alone says nothing");
+        assert!(
+            !token_bucket_evident(&c),
+            "the handshake alone says nothing"
+        );
         c.shaper_lead_down = Some(0.93);
         assert!(token_bucket_evident(&c));
         let (up, down) = pipes_for(&c, 1, QueueOverride::default());

@@ -243,6 +243,10 @@ pub struct ConnectionRecord {
     /// an original was lost there (its length, not only a lower bound).
     pub queue_down_pkts: Option<u32>,
     pub queue_down_full: Option<bool>,
+    /// How much earlier than a serializing link the downstream bottleneck delivered packets
+    /// that met a short queue, in units of their own serialization (0: a store-and-forward
+    /// link, 1: a token bucket; see `conn::shaper`).
+    pub shaper_lead_down: Option<f64>,
     pub zero_window: u32,
     pub data_pkts_down: u64,
     pub data_bytes_down: u64,

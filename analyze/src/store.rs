@@ -128,6 +128,7 @@ pub fn connection_row(r: &ConnectionRecord) -> ConnectionRow {
         rwin_max_bytes: r.rwin_max_bytes.map(|v| v as i64),
         queue_down_pkts: r.queue_down_pkts.map(i64::from),
         queue_down_full: flag(r.queue_down_full),
+        shaper_lead_down: r.shaper_lead_down,
     }
 }
 

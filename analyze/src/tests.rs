@@ -1755,3 +1755,79 @@ fn shards_partition_the_records_exactly() {
 }
 
 mod coarse;
+
+/// A response through a 128 kbit/s bottleneck behind 200 ms of propagation, as a token bucket
+/// (`bucket`: each packet leaves at the start of its transmission slot, htb) or a
+/// store-and-forward link (at its end) delivers it: a 300-byte header and ten 1000-byte
+/// segments sent back to back (nginx writes the header first), each acknowledged as it arrives;
+/// then, after a pause, a second response of four segments.
+fn shaped_response(bucket: bool) -> ConnectionRecord {
+    let mut w = Wire::new();
+    let prop = 200 * MS;
+    let ns_per_byte = 8e9 / 128e3;
+    let ser = |wire: u32| (wire as f64 * ns_per_byte) as i64;
+    // the handshake: the SYN-ACK (40 IP bytes) serializes on a link, not through a bucket
+    let t = w.handshake(0, prop + if bucket { 0 } else { ser(40) }, 1000, 5000);
+    let mut ev: Vec<(i64, P)> = Vec::new();
+    let mut busy = 0i64;
+    let mut seq = 5001u32;
+    let mut req_seq = 1001u32;
+    for (t_req, lens) in [
+        (
+            t + MS,
+            vec![
+                300u32, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000,
+            ],
+        ),
+        (t + 6000 * MS, vec![300, 1000, 1000, 1000]),
+    ] {
+        ev.push((t_req, p(true, req_seq, seq, PA, 100)));
+        req_seq += 100;
+        let t0 = t_req + 5 * MS;
+        for (k, len) in lens.into_iter().enumerate() {
+            let ts = t0 + k as i64 * 10 * US;
+            ev.push((ts, p(false, seq, req_seq, A, len)));
+            let start = busy.max(ts);
+            busy = start + ser(len + 40);
+            seq += len;
+            let delivered = if bucket { start } else { busy };
+            ev.push((delivered + prop, p(true, req_seq, seq, A, 0)));
+        }
+    }
+    let tf = busy + prop + 10 * MS;
+    ev.push((tf, p(true, req_seq, seq, F | A, 0)));
+    ev.push((tf + 100 * US, p(false, seq, req_seq + 1, F | A, 0)));
+    ev.push((tf + 100 * US + prop, p(true, req_seq + 1, seq + 1, A, 0)));
+    ev.sort_by_key(|e| e.0);
+    for (t, pk) in ev {
+        w.send(t, pk);
+    }
+    w.finish().remove(0)
+}
+
+/// The kind of shaper behind propagation delay: through htb's token bucket the packets that met
+/// a short queue come back one serialization (65 ms a segment) sooner than a serializing link
+/// at the same rate would have returned them, and `shaper_lead_down` says about 1; through a
+/// store-and-forward link about 0. The handshake alone (200 ms against the SYN-ACK's 2.5 ms of
+/// serialization) cannot tell them apart. The nginx-style header segment in front of the body
+/// does not make a link look like a bucket.
+#[test]
+fn a_token_bucket_is_told_from_a_serializing_link_behind_propagation_delay() {
+    let b = shaped_response(true);
+    let bw = b.bw_bps.expect("a rate");
+    assert!((bw - 128e3).abs() < 128e3 * 0.05, "{bw}");
+    let lead = b.shaper_lead_down.expect("a lead");
+    assert!(lead > 0.8, "token bucket: lead {lead}");
+    let s = shaped_response(false);
+    let bw = s.bw_bps.expect("a rate");
+    assert!((bw - 128e3).abs() < 128e3 * 0.05, "{bw}");
+    let lead = s.shaper_lead_down.expect("a lead");
+    assert!(lead < 0.2, "serializing link: lead {lead}");
+    // with no rate there is nothing to measure against
+    let mut w = Wire::new();
+    let t = w.handshake(0, 200 * MS, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    w.send(t + 5 * MS, p(false, 5001, 1101, A, 1000));
+    w.send(t + 5 * MS + 200 * MS, p(true, 1101, 6001, A, 0));
+    assert_eq!(w.finish()[0].shaper_lead_down, None);
+}

@@ -618,6 +618,14 @@ tables! {
         /// holds no more; 0: the queue never overflowed, and holds at least that many. NULL
         /// where queue_down_pkts is.
         queue_down_full: Option<i64> => col(Unit::Flag).since(6),
+        /// How much earlier than a store-and-forward link the downstream bottleneck delivered
+        /// the server's packets that met a short queue, in units of each packet's own
+        /// serialization at bw_bps (the median over such packets, clamped to 0..1): near 0 a
+        /// link that serializes every packet, near 1 a token bucket (tc htb/tbf, a cable
+        /// modem) that lets each leave at the start of its slot. NULL without a rate, without
+        /// packets slow enough to measure (2 ms of serialization), and in rows written before
+        /// migration 7.
+        shaper_lead_down: Option<f64> => col(Unit::Fraction).since(7),
     }
 
     /// One row per request/response exchange (an application data unit each way).
@@ -1049,6 +1057,7 @@ mod tests {
             rwin_max_bytes: Some(131_072),
             queue_down_pkts: Some(51),
             queue_down_full: Some(1),
+            shaper_lead_down: Some(0.96),
         };
         let rows = [conn(1), conn(2), conn(3)];
         let n = ConnectionRow::TABLE.columns.len();

@@ -155,6 +155,12 @@ pub struct ConnSpec {
     /// only a lower bound.
     #[serde(default)]
     pub queue_down_full: bool,
+    /// How much earlier than a serializing link the original's bottleneck delivered packets
+    /// that met a short queue, in units of their serialization (`shaper_lead_down`: about 0 a
+    /// store-and-forward link, about 1 a token bucket); None: not measured (no rate, nothing
+    /// slow enough, or an older database).
+    #[serde(default)]
+    pub shaper_lead_down: Option<f64>,
     pub mss_client: Option<u16>,
     pub server_port: u16,
     pub close: Close,
@@ -180,6 +186,7 @@ impl ConnSpec {
             rwin_max_bytes: None,
             queue_down_pkts: None,
             queue_down_full: false,
+            shaper_lead_down: None,
             mss_client: None,
             server_port: 80,
             close: Close::ClientFin,
@@ -226,7 +233,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
              delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
              (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data'),
-             rwin_max_bytes, queue_down_pkts, queue_down_full
+             rwin_max_bytes, queue_down_pkts, queue_down_full, shaper_lead_down
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -258,6 +265,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                     .and_then(|v| u32::try_from(v).ok())
                     .filter(|v| *v > 0),
                 queue_down_full: r.get::<_, Option<i64>>(16)? == Some(1),
+                shaper_lead_down: r.get::<_, Option<f64>>(17)?.filter(|v| v.is_finite()),
                 mss_client: r
                     .get::<_, Option<i64>>(8)?
                     .and_then(|v| u16::try_from(v).ok()),

@@ -194,6 +194,11 @@ impl Loss {
         }
     }
 
+    /// Which of the first `n` logged transmissions are originals that were lost.
+    pub fn lost_originals(&self, n: usize) -> Vec<bool> {
+        lost_originals(n, &self.retx)
+    }
+
     /// Finish step, after the bandwidth: the losses the bottleneck queue does not explain, and
     /// the queue itself. A replay's emulated queue drops the others by itself, so only the rest
     /// is replayed as random loss. The direction's transmissions, as seen at the tap in front of

@@ -23,6 +23,7 @@ pub(crate) mod dir;
 mod exchanges;
 mod loss;
 mod rtt;
+mod shaper;
 
 use std::collections::VecDeque;
 
@@ -140,6 +141,7 @@ struct Side {
     delack: delack::Delack,
     loss: loss::Loss,
     bw: bw::Bandwidth,
+    shaper: shaper::Shaper,
 }
 
 impl Side {
@@ -565,6 +567,8 @@ impl Conn {
             let mut newly: u32 = 0;
             let mut isolated: Option<Timestamp> = None;
             let mut followed = false;
+            // the sampled segment's transmission, payload and flight, for the shaper test
+            let mut sampled: Option<(u32, i64, u32)> = None;
             // segments are kept in sending order, which is sequence order but for gap fills
             let upto = data.segs.partition_point(|s| s.end <= a);
             for s in data.segs.range(..upto).rev() {
@@ -578,6 +582,7 @@ impl Conn {
                     if !s.retx && t >= s.t {
                         sample = Some(t.nanos_since(s.t));
                         followed = s.end < data.hi;
+                        sampled = Some((s.log, s.end - s.start, s.flight));
                     }
                     // the only segment in flight, nothing sent after it, nothing
                     // unacknowledged before it when it was sent (the last segment of a
@@ -595,6 +600,9 @@ impl Conn {
             }
             if let Some(r) = sample {
                 data.rtt.on_sample(cfg, t, r, followed);
+                if let Some((log, len, flight)) = sampled {
+                    data.shaper.on_sample(r, log, len, flight);
+                }
             }
             let ss = data.in_slow_start();
             data.delack.on_ack(t, ss, newly, isolated, any_retx);
@@ -756,6 +764,15 @@ impl Conn {
             sv.loss
                 .random_loss(&loss, &sv.sends, sv.data_pkts, bw, rtt.min_rtt, mss_eff);
         let response_time = exchanges::response_time(&exchanges);
+        let shaper_lead = sv
+            .shaper
+            .finish(
+                &sv.sends,
+                &sv.loss.lost_originals(sv.sends.len()),
+                bw,
+                rtt.down_part,
+            )
+            .map(|(lead, _)| lead.clamp(0.0, 1.0));
 
         // termination
         let rst = [c.rst_t, sv.rst_t];
@@ -847,6 +864,7 @@ impl Conn {
             rwin_max_bytes: rwin_max,
             queue_down_pkts: queue_down.map(|q| q.packets),
             queue_down_full: queue_down.map(|q| q.overflowed),
+            shaper_lead_down: shaper_lead,
             zero_window: c.zero_window,
             data_pkts_down: sv.data_pkts,
             data_bytes_down: data_bytes(sv),

@@ -69,6 +69,9 @@ impl RttHint {
 pub(super) struct RttEstimate {
     pub hs_rtt: Option<i64>,
     pub min_rtt: Option<i64>,
+    /// The tap→client→tap part of the minimum RTT (the handshake's, or a data sample's where
+    /// that was shorter).
+    pub down_part: Option<i64>,
     pub samples: Vec<RttSample>,
     pub count: u32,
 }
@@ -136,6 +139,7 @@ pub(super) fn finish(
     RttEstimate {
         hs_rtt,
         min_rtt,
+        down_part,
         samples,
         count: hs_rtt.is_some() as u32 + sv.count + c.count,
     }

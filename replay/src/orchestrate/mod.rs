@@ -40,6 +40,7 @@ pub mod plan;
 pub mod queues;
 pub mod rates;
 mod roles;
+pub mod shapers;
 
 pub use crate::spec::{Emulator, PipeMode, ReplayOptions, Target};
 pub use clients::run_clients;

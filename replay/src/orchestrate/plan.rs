@@ -85,16 +85,28 @@ const SYNACK_IP_BYTES: f64 = 60.0;
 pub const SHAPER_BURST_BYTES: u32 = 1500;
 
 /// Whether the connection's bottleneck was a token-bucket shaper rather than a
-/// store-and-forward link, by the one thing a tap can tell them apart with: a serializing
-/// link adds the SYN-ACK's serialization to the handshake's round trip, so a minimum RTT
-/// shorter than that at the estimated rate was shaped by a bucket that let the idle link's
-/// first packet through at once (tc htb/tbf, dummynet's burst, a cable modem). Such a
-/// connection's downstream pipe gets a bucket of one full-size packet: without it the replay
-/// delivers every packet one serialization time later (the ACK clock runs that much behind),
-/// which on the independent testbed's 128 kbit/s class was 94 ms per response. A minimum RTT
-/// longer than that says nothing (propagation can hide the difference): the pipe stays a
-/// serializing link.
+/// store-and-forward link. A token bucket (tc htb/tbf, dummynet's burst, a cable modem) lets
+/// each packet of a busy period leave at the start of its transmission slot, a serializing link
+/// at its end; a replay pipe without a bucket delivers every packet one serialization time
+/// later than the original's shaper did (the ACK clock runs that much behind), which on the
+/// independent testbed's slow classes was 94 ms (128 kbit/s) to 228 ms (56 kbit/s) per
+/// multi-window response. Two pieces of evidence, either suffices:
+///
+/// * the analyzer's `shaper_lead_down` ([`ConnSpec::shaper_lead_down`]): packets that met a
+///   short queue were acknowledged sooner than a serializing link at the estimated rate would
+///   have let them, by at least half their own serialization time
+///   ([`TOKEN_BUCKET_LEAD`]). It compares each packet's round trip with the handshake's, so it
+///   holds on paths with propagation delay;
+/// * without propagation delay: a minimum RTT shorter than the SYN-ACK's serialization at the
+///   estimated rate (the bucket let the idle link's first packet through at once).
+///
+/// Such a connection's downstream pipe gets a bucket of one full-size packet. Where neither
+/// says so (a measured lead below one half, or nothing measured on a path with delay) the pipe
+/// stays a serializing link.
 pub fn token_bucket_evident(c: &ConnSpec) -> bool {
+    if c.shaper_lead_down.is_some_and(|l| l >= TOKEN_BUCKET_LEAD) && c.bw_bps.is_some() {
+        return true;
+    }
     match (c.bw_bps, c.min_rtt_us) {
         (Some(bw), Some(rtt)) if bw.is_finite() && bw > 0.0 && rtt >= 0 => {
             (rtt as f64) / 1e6 < SYNACK_IP_BYTES * 8.0 / bw
@@ -102,6 +114,10 @@ pub fn token_bucket_evident(c: &ConnSpec) -> bool {
         _ => false,
     }
 }
+
+/// The `shaper_lead_down` at and above which the original's bottleneck is taken for a token
+/// bucket: halfway between a serializing link's 0 and a bucket's 1.
+pub const TOKEN_BUCKET_LEAD: f64 = 0.5;
 
 /// IP bytes of a full-size packet, the unit of a queue length in packets.
 const FULL_PACKET_BYTES: f64 = 1500.0;
@@ -404,6 +420,40 @@ mod tests {
         let mut c = conn(Some(128e3), 0.0, None);
         c.min_rtt_us = None;
         assert!(!token_bucket_evident(&c));
+    }
+
+    #[test]
+    fn a_lead_of_half_a_packet_or_more_gets_a_token_bucket_behind_propagation_delay() {
+        // 56 kbit/s behind 150 ms of propagation: the handshake (150 ms) says nothing against
+        // the SYN-ACK's 8.6 ms of serialization; the analyzer's lead says a token bucket
+        let mut c = conn(Some(56e3), 0.0, None);
+        c.min_rtt_us = Some(150_500);
+        assert!(
+            !token_bucket_evident(&c),
+            "the handshake alone says nothing"
+        );
+        c.shaper_lead_down = Some(0.93);
+        assert!(token_bucket_evident(&c));
+        let (up, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(down.burst, SHAPER_BURST_BYTES);
+        assert_eq!(up.burst, 0, "upstream is not rate-limited");
+        c.shaper_lead_down = Some(TOKEN_BUCKET_LEAD);
+        assert!(token_bucket_evident(&c));
+        // a serializing link's lead (about 0), or one not measured: no bucket
+        for lead in [Some(0.04), Some(0.49), None] {
+            c.shaper_lead_down = lead;
+            assert!(!token_bucket_evident(&c), "lead {lead:?}");
+            assert_eq!(pipes_for(&c, 1, QueueOverride::default()).1.burst, 0);
+        }
+        // a lead without a rate shapes nothing
+        let mut c = conn(None, 0.0, None);
+        c.shaper_lead_down = Some(1.0);
+        assert!(!token_bucket_evident(&c));
+        // the handshake's evidence still holds where the lead is low or missing
+        let mut c = conn(Some(128e3), 0.0, None);
+        c.min_rtt_us = Some(50);
+        c.shaper_lead_down = Some(0.1);
+        assert!(token_bucket_evident(&c));
     }
 
     #[test]

@@ -103,6 +103,8 @@ pub struct RateSources {
     pub paused_reads: u64,
     /// Where each connection's downstream queue came from (`super::queues`).
     pub queues: super::queues::QueueSources,
+    /// Where each connection's downstream shaper came from (`super::shapers`).
+    pub shapers: super::shapers::ShaperSources,
 }
 
 impl RateSources {
@@ -140,6 +142,12 @@ impl RateSources {
             ),
             ("queue_lower_bound", self.queues.lower_bound.to_string()),
             ("queue_unknown", self.queues.unknown.to_string()),
+            ("shaper_bucket_own", self.shapers.bucket_own.to_string()),
+            (
+                "shaper_bucket_client",
+                self.shapers.bucket_client.to_string(),
+            ),
+            ("shaper_serializing", self.shapers.serializing.to_string()),
         ]
     }
 
@@ -176,6 +184,11 @@ impl RateSources {
             self.queues.client_overflow,
             self.queues.lower_bound,
             self.queues.unknown
+        ) + &format!(
+            "\nshapers: {} token buckets as the original's own packets showed, {} as its client's other connections' did, {} serializing links",
+            self.shapers.bucket_own,
+            self.shapers.bucket_client,
+            self.shapers.serializing
         )
     }
 }
@@ -286,6 +299,7 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
     }
     // the queues after the rates: pooled ones are matched by rate too
     counts.queues = super::queues::pool(&mut wl.conns);
+    counts.shapers = super::shapers::pool(&mut wl.conns);
     if wl.conns.is_empty() {
         return Err(ReplayError::Invalid(format!(
             "{}: none of its {} connections has a bandwidth estimate or one to pool under --unestimated {mode}; \

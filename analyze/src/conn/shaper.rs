@@ -1,0 +1,258 @@
+//! What kind of shaper the downstream bottleneck is: a token bucket (tc htb/tbf, dummynet with
+//! a burst, a cable modem) or a store-and-forward link that serializes every packet.
+//!
+//! The two send a busy period's packets at the same rate, but a token bucket lets each packet
+//! leave at the start of its transmission slot (the tokens it takes are paid back while the
+//! next one waits), where a serializing link delivers it at the end: one serialization time of
+//! that packet later. The tap in front of the bottleneck sees the difference in the data→ACK
+//! round trips of packets that met a short queue, measured against the handshake's: through a
+//! serializing link such a packet's round trip is the handshake's plus its wait behind the
+//! packets ahead plus its own serialization (less the SYN-ACK's, which the handshake's round
+//! trip holds); through a bucket, the handshake's plus the wait only. Propagation delay adds
+//! the same to both, so this works where the handshake alone cannot tell them apart (a minimum
+//! RTT shorter than the SYN-ACK's serialization is evidence only on a path with no delay).
+//!
+//! Per sample the *lead* is how much earlier than a serializing link would have delivered it
+//! the ACK came, in units of the packet's own serialization time at the estimated rate: about
+//! 0 through a serializing link, about 1 through a token bucket. A sample counts only where
+//! the serialization is long enough to measure (`MIN_SERIALIZATION`), the packet met at most
+//! one packet ahead of it in the model's queue (a longer wait would carry the rate estimate's
+//! error into the lead), and the segment was never retransmitted (Karn). The connection's lead
+//! is the median of its samples: an ACK the client's delayed-ACK timer held, or a queue
+//! elsewhere on the path, makes a sample's lead smaller, never larger, and the median of
+//! several ignores the odd one.
+
+use std::collections::VecDeque;
+
+use mimic_core::time::dur;
+
+use super::{Send, NO_LOG};
+
+/// Samples kept per connection (the first ones that may qualify).
+const MAX_LEAD_SAMPLES: usize = 64;
+/// A packet whose serialization at the estimated rate is shorter than this says nothing (a
+/// millisecond of jitter at the tap or on the path would be most of it).
+const MIN_SERIALIZATION: i64 = 2 * dur::MS;
+/// IP bytes of the SYN-ACK the handshake's round trip serialized on a store-and-forward link.
+const SYNACK_WIRE: f64 = 60.0;
+
+/// One data→ACK sample that may qualify: the round trip (ns) and the sampled segment's
+/// transmission (index in `Side::sends`).
+#[derive(Clone, Copy, Debug)]
+struct LeadSample {
+    rtt: i64,
+    log: u32,
+}
+
+/// Per-direction state: the samples of segments sent with little in flight ahead of them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Shaper {
+    samples: Vec<LeadSample>,
+}
+
+impl Shaper {
+    /// Per-sample hook: a Karn-valid round trip `rtt` (ns) of the segment sent as transmission
+    /// `log`, `len` payload bytes, with `flight` bytes in flight when it was sent (itself
+    /// included). Only a segment with at most one full-size packet's worth ahead of it in
+    /// flight can have met a short queue, so only those are kept.
+    #[inline]
+    pub fn on_sample(&mut self, rtt: i64, log: u32, len: i64, flight: u32) {
+        if log != NO_LOG && self.samples.len() < MAX_LEAD_SAMPLES && i64::from(flight) - len <= 1500
+        {
+            self.samples.push(LeadSample { rtt, log });
+        }
+    }
+
+    /// Finish step, after the bandwidth: the median lead of the qualifying samples and how
+    /// many there were (`None` with none). `sends`: the direction's transmissions; `lost`:
+    /// which of them were lost originals (they never joined the queue); `bw_bps`: the
+    /// estimated rate; `base`: the round trip of the handshake's part on this side of the
+    /// tap (the SYN-ACK's to the client's ACK), or a data sample's where that was shorter.
+    pub fn finish(
+        &self,
+        sends: &[Send],
+        lost: &[bool],
+        bw_bps: Option<f64>,
+        base: Option<i64>,
+    ) -> Option<(f64, u32)> {
+        let (bw, base) = (bw_bps?, base?);
+        if self.samples.is_empty() || !(bw.is_finite() && bw > 0.0) || base <= 0 {
+            return None;
+        }
+        let ns_per_byte = 8e9 / bw;
+        // the wait of each logged transmission behind the packets ahead of it, and how many
+        // were ahead, in a drop-tail queue of the estimated rate with no limit
+        let mut wanted: Vec<LeadSample> = self.samples.clone();
+        wanted.sort_unstable_by_key(|s| s.log);
+        let last = wanted.last().map_or(0, |s| s.log as usize);
+        let t0 = sends.first()?.t;
+        let mut backlog: VecDeque<f64> = VecDeque::new();
+        let mut busy_until = f64::MIN;
+        let mut next = 0usize;
+        let mut leads: Vec<f64> = Vec::with_capacity(wanted.len());
+        for (i, s) in sends.iter().enumerate().take(last + 1) {
+            let now = s.t.nanos_since(t0) as f64;
+            while backlog.front().is_some_and(|&end| end <= now) {
+                backlog.pop_front();
+            }
+            let ahead = backlog.len();
+            let wait = (busy_until - now).max(0.0);
+            let ser = s.wire as f64 * ns_per_byte;
+            while next < wanted.len() && (wanted[next].log as usize) < i {
+                next += 1;
+            }
+            while next < wanted.len() && wanted[next].log as usize == i {
+                let w = wanted[next];
+                next += 1;
+                if ahead <= 1 && ser >= MIN_SERIALIZATION as f64 {
+                    // a serializing link: the handshake's round trip less the SYN-ACK's
+                    // serialization, plus the wait and this packet's own serialization
+                    let serial = base as f64 - SYNACK_WIRE * ns_per_byte + wait + ser;
+                    leads.push((serial - w.rtt as f64) / ser);
+                }
+            }
+            if !lost.get(i).copied().unwrap_or(false) {
+                let end = busy_until.max(now) + ser;
+                busy_until = end;
+                backlog.push_back(end);
+            }
+        }
+        if leads.is_empty() {
+            return None;
+        }
+        leads.sort_unstable_by(f64::total_cmp);
+        let n = leads.len();
+        let median = if n % 2 == 1 {
+            leads[n / 2]
+        } else {
+            (leads[n / 2 - 1] + leads[n / 2]) / 2.0
+        };
+        Some((median, n as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mimic_core::Timestamp;
+
+    /// A logged transmission at `t` of `wire` IP bytes.
+    fn send(t: Timestamp, wire: u32) -> Send {
+        Send { t, wire }
+    }
+
+    const MS: i64 = dur::MS;
+    /// Where a replay takes the bottleneck for a token bucket (replay's `TOKEN_BUCKET_LEAD`).
+    const TOKEN_BUCKET_LEAD: f64 = 0.5;
+
+    fn at(ms: f64) -> Timestamp {
+        Timestamp::from_nanos((ms * 1e6) as i64)
+    }
+
+    /// 56 kbit/s, 150 ms of propagation both ways together: a 1500-byte packet serializes in
+    /// 214.3 ms, the SYN-ACK in 8.6 ms.
+    const BW: f64 = 56e3;
+    const PROP: f64 = 150.0;
+
+    fn ser(bytes: f64) -> f64 {
+        bytes * 8.0 / BW * 1e3
+    }
+
+    /// A handshake, a 300-byte response header and two full-size segments sent back to back at
+    /// 10 ms, as a serializing link (`bucket` false) or a token bucket delivers them.
+    fn flight(bucket: bool) -> (Vec<Send>, Shaper, i64) {
+        let sends = vec![
+            send(at(0.0), 60),
+            send(at(10.0), 300),
+            send(at(10.1), 1500),
+            send(at(10.2), 1500),
+        ];
+        let hs = PROP + if bucket { 0.0 } else { ser(60.0) };
+        // when each packet's delivery starts and ends at the bottleneck
+        let mut busy = 10.0;
+        let mut sh = Shaper::default();
+        let mut flight_bytes = 0;
+        for (i, wire) in [(1u32, 300.0), (2, 1500.0), (3, 1500.0)] {
+            let start = busy;
+            busy += ser(wire);
+            let delivered = if bucket { start } else { busy };
+            let ack = delivered + PROP;
+            let rtt = ack - sends[i as usize].t.as_nanos() as f64 / 1e6;
+            flight_bytes += wire as u32 - 52;
+            sh.on_sample((rtt * 1e6) as i64, i, wire as i64 - 52, flight_bytes);
+        }
+        (sends, sh, (hs * 1e6) as i64)
+    }
+
+    #[test]
+    fn a_serializing_link_leads_by_nothing_and_a_token_bucket_by_a_packet() {
+        let (sends, sh, base) = flight(false);
+        let (lead, n) = sh
+            .finish(&sends, &[false; 4], Some(BW), Some(base))
+            .expect("samples");
+        // the header and the first body segment met at most one packet ahead; the second
+        // body segment met two and does not count
+        assert_eq!(n, 2);
+        assert!(lead.abs() < 0.1, "serializing link: lead {lead}");
+        assert!(lead < TOKEN_BUCKET_LEAD);
+
+        let (sends, sh, base) = flight(true);
+        let (lead, n) = sh
+            .finish(&sends, &[false; 4], Some(BW), Some(base))
+            .expect("samples");
+        assert_eq!(n, 2);
+        // 1 less the SYN-ACK's share of the header's serialization
+        assert!(lead > 0.75 && lead < 1.0, "token bucket: lead {lead}");
+        assert!(lead >= TOKEN_BUCKET_LEAD);
+    }
+
+    #[test]
+    fn a_rate_estimate_off_by_a_tenth_does_not_turn_a_link_into_a_bucket() {
+        for bw in [BW * 0.9, BW * 1.1] {
+            let (sends, sh, base) = flight(false);
+            let (lead, _) = sh
+                .finish(&sends, &[false; 4], Some(bw), Some(base))
+                .expect("samples");
+            assert!(lead < TOKEN_BUCKET_LEAD, "bw {bw}: lead {lead}");
+            let (sends, sh, base) = flight(true);
+            let (lead, _) = sh
+                .finish(&sends, &[false; 4], Some(bw), Some(base))
+                .expect("samples");
+            assert!(lead >= TOKEN_BUCKET_LEAD, "bw {bw}: lead {lead}");
+        }
+    }
+
+    #[test]
+    fn a_delayed_ack_makes_a_sample_lead_less_and_the_median_ignores_one() {
+        // three lone full-size segments into an idle token bucket, one ACK held 40 ms
+        let mut sends = vec![send(at(0.0), 60)];
+        let mut sh = Shaper::default();
+        for (k, held) in [0.0, 40.0, 0.0].into_iter().enumerate() {
+            let t = 1000.0 * (k as f64 + 1.0);
+            sends.push(send(at(t), 1500));
+            sh.on_sample(((PROP + held) * 1e6) as i64, k as u32 + 1, 1448, 1448);
+        }
+        let (lead, n) = sh
+            .finish(&sends, &[false; 4], Some(BW), Some((PROP * 1e6) as i64))
+            .expect("samples");
+        assert_eq!(n, 3);
+        assert!(lead > 0.9, "lead {lead}");
+    }
+
+    #[test]
+    fn nothing_to_go_on_says_nothing() {
+        let (sends, sh, base) = flight(true);
+        assert_eq!(sh.finish(&sends, &[false; 4], None, Some(base)), None);
+        assert_eq!(sh.finish(&sends, &[false; 4], Some(BW), None), None);
+        assert_eq!(sh.finish(&[], &[], Some(BW), Some(base)), None);
+        // at 50 Mbit/s a full packet serializes in 240 µs: too short to measure
+        assert_eq!(sh.finish(&sends, &[false; 4], Some(50e6), Some(base)), None);
+        // a segment sent behind more than one packet in flight is never kept
+        let mut sh = Shaper::default();
+        sh.on_sample(200 * MS, 1, 1448, 3 * 1448);
+        assert_eq!(sh.finish(&sends, &[false; 4], Some(BW), Some(base)), None);
+        // nor one beyond the send log
+        sh.on_sample(200 * MS, NO_LOG, 1448, 1448);
+        assert!(sh.samples.is_empty());
+    }
+}

@@ -1,0 +1,18 @@
+-- mimic database schema, migration 7: what kind of shaper the downstream bottleneck is.
+--
+-- `connections.shaper_lead_down` is how much earlier than a store-and-forward link the
+-- downstream bottleneck delivered the server's packets that met a short queue, in units of each
+-- packet's own serialization at `bw_bps` (the median over those packets, clamped to 0..1). A
+-- link that serializes every packet shows about 0; a token bucket (tc htb/tbf, a cable modem),
+-- which lets each packet leave at the start of its transmission slot, about 1. Unlike the
+-- handshake's round trip against the SYN-ACK's serialization, the measure holds on paths with
+-- propagation delay. A replay gives the connection's downstream pipe a one-packet token bucket
+-- where it is 0.5 or more (GUIDE.md, "Token-bucket shapers").
+--
+-- One nullable column added at the end: readers that name their columns are unaffected, so the
+-- data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (replayed as before: a bucket only where the
+-- handshake was faster than the SYN-ACK's serialization).
+--
+-- The column itself is declared in core/src/schema.rs (`.since(7)`); its ALTER TABLE statement
+-- is generated from that list and runs before this file, which adds nothing else.

@@ -242,7 +242,7 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
 }
 
 /// The flow rules of a replay of `wl`: connection `i` (in the workload's order) from
-/// [`local_addrs`]`(wl, client_addrs)[i]` to `server` with its two pipes ([`pipes_for`], seeded from
+/// [`local_addr`]`(client_addrs, i)` to `server` with its two pipes ([`pipes_for`], seeded from
 /// `seed` and the original connection id). This is what [`run`] registers with the emulator
 /// before each SYN, and what `mimic netemu render --from` renders for tc or ipfw.
 pub fn flow_rules(
@@ -257,7 +257,9 @@ pub fn flow_rules(
             "a replay needs at least one client address".into(),
         ));
     }
-    let locals = local_addrs(wl, client_addrs)?;
+    let locals: Vec<SocketAddrV4> = (0..wl.conns.len())
+        .map(|i| local_addr(client_addrs, i))
+        .collect::<Result<_, _>>()?;
     flow_rules_at(wl, &locals, server, seed, queue)
 }
 
@@ -310,48 +312,17 @@ fn time_limit(c: &ConnSpec) -> Duration {
     Duration::from_secs_f64(3.0 * est * (1.0 + 20.0 * c.loss_rate_down) + 30.0)
 }
 
-/// Source addresses and ports: each client address of the original gets one replay address
-/// (in order of its first connection; client `k` gets address `k mod n`), and its connections
-/// ports 20000, 20001, … of it in start order, so every replayed 4-tuple is distinct and known
-/// before its SYN. A connection without a recorded client address counts as a client of its
-/// own. One address per original client keeps what a server remembers per destination the
-/// same in the replay as in the original: Linux's TCP metrics cache seeds a new connection's
-/// retransmission timeout (and slow-start threshold) from the earlier connections to that
-/// address, and on the independent testbed the originals' households (one address, about
-/// eight connections one after the other) had that history; replayed one address per
-/// connection, every replayed connection started without it.
-pub fn local_addrs(wl: &Workload, addrs: &[Ipv4Addr]) -> Result<Vec<SocketAddrV4>, ReplayError> {
-    if addrs.is_empty() {
-        return Err(ReplayError::Invalid(
-            "a replay needs at least one client address".into(),
-        ));
+/// Source addresses and ports: connection `i` gets address `i mod n`, port 20000 + `i div n`,
+/// so every replayed 4-tuple is distinct and known before its SYN.
+fn local_addr(addrs: &[Ipv4Addr], i: usize) -> Result<SocketAddrV4, ReplayError> {
+    let port = 20_000 + i / addrs.len();
+    if port > 65_000 {
+        return Err(ReplayError::Invalid(format!(
+            "{i} connections do not fit the {} client addresses (20000-65000 ports each)",
+            addrs.len()
+        )));
     }
-    let mut client_index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    let mut next_port = vec![20_000u32; addrs.len()];
-    let mut clients = 0usize;
-    let mut out = Vec::with_capacity(wl.conns.len());
-    for c in &wl.conns {
-        let mut new_client = || {
-            clients += 1;
-            clients - 1
-        };
-        let k = match c.client_ip.as_deref() {
-            Some(ip) => *client_index.entry(ip).or_insert_with(new_client),
-            None => new_client(),
-        };
-        let a = k % addrs.len();
-        let port = next_port[a];
-        if port > 65_000 {
-            return Err(ReplayError::Invalid(format!(
-                "{} connections do not fit the {} client addresses (20000-65000 ports each)",
-                wl.conns.len(),
-                addrs.len()
-            )));
-        }
-        next_port[a] += 1;
-        out.push(SocketAddrV4::new(addrs[a], port as u16));
-    }
-    Ok(out)
+    Ok(SocketAddrV4::new(addrs[i % addrs.len()], port as u16))
 }
 
 /// When each connection starts and how long it may take: its SYN leaves `lead` after the
@@ -585,57 +556,6 @@ mod tests {
         // --queue still wins
         let q: QueueOverride = "down=7".parse().unwrap();
         assert_eq!(pipes_for(&c, 1, q).1.queue, QueueLimit::Packets(7));
-    }
-
-    #[test]
-    fn each_original_client_gets_one_replay_address() {
-        let addrs: Vec<Ipv4Addr> = (1..=3).map(|h| Ipv4Addr::new(198, 19, 0, h)).collect();
-        let at = |ip: Option<&str>| ConnSpec {
-            client_ip: ip.map(str::to_string),
-            ..ConnSpec::bare(1)
-        };
-        let wl = |conns| Workload {
-            source: "t.db".into(),
-            role: None,
-            conns,
-            skipped: 0,
-        };
-        // a household's connections share an address (the server's per-destination history),
-        // in start order; other clients and connections without an address get their own
-        let w = wl(vec![
-            at(Some("10.0.0.7")),
-            at(Some("10.0.0.8")),
-            at(Some("10.0.0.7")),
-            at(None),
-            at(Some("10.0.0.9")),
-            at(Some("10.0.0.7")),
-        ]);
-        let got: Vec<String> = local_addrs(&w, &addrs)
-            .unwrap()
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        assert_eq!(
-            got,
-            [
-                "198.19.0.1:20000",
-                "198.19.0.2:20000",
-                "198.19.0.1:20001",
-                "198.19.0.3:20000",
-                "198.19.0.1:20002", // a fourth client wraps around to the first address
-                "198.19.0.1:20003",
-            ]
-        );
-        // one client per connection (mimic synth): connection i at address i mod n, port
-        // 20000 + i div n, as before
-        let w = wl((0..7).map(|i| at(Some(&format!("100.64.0.{i}")))).collect());
-        let got = local_addrs(&w, &addrs).unwrap();
-        assert_eq!(got[4], SocketAddrV4::new(addrs[1], 20_001));
-        assert_eq!(got[6], SocketAddrV4::new(addrs[0], 20_002));
-        assert!(local_addrs(&w, &[]).is_err());
-        // more connections than one address's ports: an error, not a reused 4-tuple
-        let w = wl((0..45_002).map(|_| at(Some("10.0.0.1"))).collect());
-        assert!(local_addrs(&w, &addrs).is_err());
     }
 
     #[test]

@@ -729,6 +729,20 @@ def cmd_report(a):
             allow = 1.2 * ((rd or 0) + (qd or 0) + (rb or 0) * 8 / bw * 1e6) + 5000
             return rt > allow
 
+        o_queue = dict(db.execute("SELECT id, queue_down_pkts FROM connections"))
+        r_queue = dict(rdb.execute("SELECT id, queue_down_pkts FROM connections"))
+
+        def deeper_queue(o, rid):
+            # the replay's own capture shows a bottleneck queue at least 10 packets deeper than
+            # the original's (the analyzer's queue model on each, queue_down_pkts): its client
+            # let the server put more in flight than the original's did (on the rate-only
+            # capture, originals whose client's window held the server to about half the flight
+            # of the connections that replayed well: a client that read more slowly than its
+            # link), so the tap saw the last byte leave that much earlier (or the replay's queue
+            # overflowed, which the loss causes above catch first)
+            a, b = o_queue.get(o), r_queue.get(rid)
+            return a is not None and b is not None and b - a >= 10
+
         def miss_cause(o, rid):
             # the first that applies: why a replay missed its original by more than 20%
             if o_stall.get(o):
@@ -748,6 +762,8 @@ def cmd_report(a):
                 return "no_estimate"
             if slower_than_path(o):
                 return "original_slower_than_path"
+            if deeper_queue(o, rid):
+                return "replay_queue_deeper"
             if (o_ex.get(o) or 0) > 1:
                 return "several_exchanges"
             if (orig_rt.get(o) or 0) < 20_000:
@@ -948,14 +964,16 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        "original client stopped reading), loss in the original / the replay / both, "
                        "spurious_retx_replay_only (the replay's server resent what had arrived), "
                        "no_estimate, original_slower_than_path (the original's client fell behind its own path), "
-                       "several_exchanges, original_under_20ms, other")
+                       "replay_queue_deeper (the replay's bottleneck queue 10+ packets deeper than the original's: "
+                       "its client let more into flight), several_exchanges, original_under_20ms, other")
             for c, v in mc.items():
                 out.append(f"{c:20} " + ", ".join(f"{k} {n}" for k, n in
                                                  sorted(v.items(), key=lambda x: -x[1])))
         rs = replay.get("rate_sources")
         if rs:
             out.append(f"rates (mimic replay --unestimated {rs.get('unestimated')}): "
-                       f"{rs.get('estimated', 0)} estimated, {rs.get('pooled_by_client', 0)} pooled "
+                       f"{rs.get('estimated', 0)} estimated, {rs.get('overruled_by_client', 0)} own estimates of "
+                       f"1-2 samples overruled by their client's, {rs.get('pooled_by_client', 0)} pooled "
                        f"by client, {rs.get('pooled_by_class', 0)} pooled by RTT class, "
                        f"{rs.get('unshaped_by_request', 0)} unshaped, {rs.get('left_out', 0)} left "
                        f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "

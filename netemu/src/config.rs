@@ -73,6 +73,10 @@ pub struct PipeConfig {
     pub jitter: Nanos,
     pub reorder: bool,
     pub ack: Option<AckPolicy>,
+    /// Extra delay of the pipe's first packet only (and, as packets never overtake, of what
+    /// follows it closely): a connection's SYN-ACK that waited behind other traffic of its
+    /// link (a previous connection's tail) before the handshake. 0 = none.
+    pub first_delay: Nanos,
 }
 
 pub const DEFAULT_QUEUE_PACKETS: u32 = 50;
@@ -91,6 +95,7 @@ impl Default for PipeConfig {
             jitter: 0,
             reorder: false,
             ack: None,
+            first_delay: 0,
         }
     }
 }
@@ -171,6 +176,7 @@ impl FromStr for PipeConfig {
                 }
                 "seed" => c.seed = Some(v.parse().map_err(|_| kv(format!("`{v}` is not an unsigned integer")))?),
                 "jitter" => c.jitter = units::parse_duration(v).map_err(kv)?,
+                "first_delay" => c.first_delay = units::parse_duration(v).map_err(kv)?,
                 "reorder" => {
                     c.reorder = match v {
                         "1" | "yes" | "true" | "on" => true,
@@ -194,7 +200,7 @@ impl FromStr for PipeConfig {
                 }
                 _ => {
                     return Err(err(format!(
-                        "unknown key `{k}` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, reorder, ack_every, ack_timeout)"
+                        "unknown key `{k}` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, first_delay, reorder, ack_every, ack_timeout)"
                     )))
                 }
             }
@@ -250,6 +256,12 @@ impl fmt::Display for PipeConfig {
         if self.jitter != 0 {
             parts.push(format!("jitter={}", units::fmt_duration(self.jitter)));
         }
+        if self.first_delay != 0 {
+            parts.push(format!(
+                "first_delay={}",
+                units::fmt_duration(self.first_delay)
+            ));
+        }
         if self.reorder {
             parts.push("reorder=1".into());
         }
@@ -290,7 +302,7 @@ mod tests {
 
     #[test]
     fn round_trips_every_key() {
-        let s = "delay=1500us,rate=1500kbit,overhead=14,burst=1514,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,reorder=1,ack_every=4,ack_timeout=150ms";
+        let s = "delay=1500us,rate=1500kbit,overhead=14,burst=1514,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,first_delay=150ms,reorder=1,ack_every=4,ack_timeout=150ms";
         let c: PipeConfig = s.parse().unwrap();
         assert_eq!(c.to_string(), s);
         assert_eq!(

@@ -178,6 +178,9 @@ impl Pipe {
             end
         };
         let mut depart = tx_end + self.cfg.delay;
+        if self.counters.packets == 0 {
+            depart += self.cfg.first_delay;
+        }
         if self.cfg.jitter > 0 {
             let j = self.cfg.jitter as f64;
             let off = (self.rng.next_f64() * 2.0 - 1.0) * j;
@@ -291,6 +294,25 @@ mod tests {
         // without a burst the same pipe is store-and-forward: the first packet pays too
         let mut p = pipe("rate=128kbit,queue=2");
         assert_eq!(p.offer(0, 1500), Offer::Deliver(tx));
+    }
+
+    #[test]
+    fn a_first_delay_holds_only_the_first_packet_and_what_would_overtake_it() {
+        // a SYN-ACK that waited 150 ms behind another connection's tail at the original's
+        // shaper: the replay's pipe holds its first packet that much longer
+        let mut p = pipe("delay=10ms,first_delay=150ms");
+        assert_eq!(p.offer(0, 60), Offer::Deliver(160 * MS));
+        // packets never overtake: one right behind it leaves with it, a later one on time
+        assert_eq!(p.offer(MS, 60), Offer::Deliver(160 * MS));
+        assert_eq!(p.offer(200 * MS, 1500), Offer::Deliver(210 * MS));
+        // behind a rate: the hold comes on top of the first packet's serialization, and the
+        // serializer itself is not held (the next packet is not charged the hold again)
+        let mut p = pipe("rate=1mbit,first_delay=50ms,queue=10");
+        assert_eq!(p.offer(0, 125), Offer::Deliver(MS + 50 * MS));
+        assert_eq!(p.offer(100 * MS, 125), Offer::Deliver(101 * MS));
+        // without it the first packet is like any other
+        let mut p = pipe("delay=10ms");
+        assert_eq!(p.offer(0, 60), Offer::Deliver(10 * MS));
     }
 
     #[test]

@@ -420,6 +420,12 @@ fn pipes(table: &PipeTable) -> Vec<(PipeRef<'_>, Match, bool)> {
 
 /// Checks what no backend can express; returns whether an ACK policy is left out.
 fn common_checks(p: &PipeRef<'_>, opts: &RenderOptions) -> Result<bool, RenderError> {
+    if p.cfg.first_delay > 0 {
+        return Err(unsupported(
+            &p.what,
+            "a first-packet delay (first_delay) needs mimic's datapath (`mimic netemu run`)",
+        ));
+    }
     if p.cfg.ack.is_some() {
         return match opts.ack_policies {
             AckPolicies::Refuse => Err(unsupported(
@@ -1345,6 +1351,14 @@ mod tests {
             .to_string()
             .contains("whole milliseconds"));
         assert!(render(Backend::Netem, &t, &opts()).is_ok());
+        // a first-packet delay (a replay's handshake wait) is mimic's datapath's alone
+        let t = default_table("delay=1ms", "delay=1ms,first_delay=150ms");
+        for b in [Backend::Netem, Backend::Dummynet] {
+            assert!(render(b, &t, &opts())
+                .unwrap_err()
+                .to_string()
+                .contains("first_delay"));
+        }
         let t = PipeTable {
             flows: vec![FlowRule {
                 client: "198.19.0.1:1000".parse().unwrap(),

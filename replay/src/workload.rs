@@ -130,11 +130,19 @@ pub struct ConnSpec {
     /// Start of the connection at the capture point (the SYN, or the first packet), µs.
     pub t_start_us: i64,
     pub min_rtt_us: Option<i64>,
+    /// The handshake's round trip at the capture point (`hs_rtt_us`: SYN to the client's ACK
+    /// of the SYN-ACK, what the original server's first RTT sample was); None where it is not
+    /// known or a SYN or SYN-ACK was sent again (then the server took no sample from it).
+    #[serde(default)]
+    pub hs_rtt_us: Option<i64>,
     /// The largest downstream (data → ACK) RTT sample the database kept (`rtt_samples` of
     /// kind `data`): min RTT plus the deepest queue the bottleneck showed.
     pub max_rtt_us: Option<i64>,
     /// Bottleneck rate at the IP layer, bits/s.
     pub bw_bps: Option<f64>,
+    /// Bandwidth samples behind `bw_bps` (`bw_samples`); 0: not recorded.
+    #[serde(default)]
+    pub bw_samples: u32,
     /// Random (i.i.d.) loss to emulate on the downstream pipe: the database's
     /// `loss_random_down` (loss the bottleneck queue does not explain), else `loss_rate_down`.
     pub loss_rate_down: f64,
@@ -177,8 +185,10 @@ impl ConnSpec {
             client_ip: None,
             t_start_us: 0,
             min_rtt_us: None,
+            hs_rtt_us: None,
             max_rtt_us: None,
             bw_bps: None,
+            bw_samples: 0,
             loss_rate_down: 0.0,
             delack_every: None,
             delack_timeout_us: None,
@@ -233,7 +243,8 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
              delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
              (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data'),
-             rwin_max_bytes, queue_down_pkts, queue_down_full, shaper_lead_down
+             rwin_max_bytes, queue_down_pkts, queue_down_full, shaper_lead_down,
+             CASE WHEN syn_retx = 0 AND synack_retx = 0 THEN hs_rtt_us END, bw_samples
              FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
         ))
         .map_err(sq)?;
@@ -253,8 +264,13 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
                 client_ip: r.get(12)?,
                 t_start_us: r.get(1)?,
                 min_rtt_us: r.get(2)?,
+                hs_rtt_us: r.get(18)?,
                 max_rtt_us: r.get(13)?,
                 bw_bps: r.get(3)?,
+                bw_samples: r
+                    .get::<_, Option<i64>>(19)?
+                    .and_then(|v| u32::try_from(v).ok())
+                    .unwrap_or(0),
                 loss_rate_down: r.get::<_, f64>(4)?.clamp(0.0, 1.0),
                 delack_every: (policy == "delayed").then_some(2),
                 delack_timeout_us: r.get(6)?,

@@ -332,9 +332,16 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
         let server = a
             .server
             .unwrap_or_else(|| SocketAddr::new(lab::SERVER_ADDR.into(), 80));
-        let rules =
+        let mut rules =
             orchestrate::flow_rules(&wl, &addrs, server, a.seed, a.queue.unwrap_or_default())
                 .with_context(|| format!("{}", db.display()))?;
+        let waits = orchestrate::plan::strip_handshake_waits(&mut rules);
+        if waits > 0 {
+            eprintln!(
+                "mimic netemu render: {}: {waits} connections' handshake waits left out (kernel pipes cannot hold one packet; mimic's own emulator does)",
+                db.display()
+            );
+        }
         if rules.is_empty() {
             bail!(
                 "{}: no connection to render (--select {:?})",

@@ -97,6 +97,9 @@ pub struct KernelInstall {
     pub install_s: f64,
     /// Connections whose delayed-ACK shaping was left out.
     pub delack_left_out: usize,
+    /// Connections whose handshake wait (a SYN-ACK held as long as the original's waited,
+    /// `plan::handshake_wait_us`) was left out: kernel pipes cannot hold one packet.
+    pub handshake_wait_left_out: usize,
     /// Wall time of the teardown, seconds (None: not torn down yet).
     pub teardown_s: Option<f64>,
     /// `all` or `per-connection`.
@@ -244,11 +247,17 @@ impl KernelInstall {
 
     /// `delack:N connections`, or empty when nothing was left out.
     pub fn unsupported(&self) -> String {
-        if self.delack_left_out == 0 {
-            String::new()
-        } else {
-            format!("delack:{} connections", self.delack_left_out)
+        let mut v = Vec::new();
+        if self.delack_left_out > 0 {
+            v.push(format!("delack:{} connections", self.delack_left_out));
         }
+        if self.handshake_wait_left_out > 0 {
+            v.push(format!(
+                "handshake_wait:{} connections",
+                self.handshake_wait_left_out
+            ));
+        }
+        v.join(",")
     }
 }
 
@@ -1257,6 +1266,9 @@ mod tests {
             ..KernelInstall::default()
         };
         assert_eq!(k.unsupported(), "");
+        k.handshake_wait_left_out = 4;
+        assert_eq!(k.unsupported(), "handshake_wait:4 connections");
+        k.handshake_wait_left_out = 0;
         k.delack_left_out = 103;
         assert_eq!(k.unsupported(), "delack:103 connections");
         assert_eq!(

@@ -272,6 +272,20 @@ pub fn run(
             Vec::new(),
         ),
     };
+    let mut rules = rules;
+    if let (None, Some(k)) = (&ctl.netemu, &mut roles.kernel) {
+        // kernel pipes cannot hold a connection's first packet: its handshake wait is left
+        // out, counted in meta (emulator_unsupported) and warned about
+        k.report.handshake_wait_left_out = plan::strip_handshake_waits(&mut rules);
+        if k.report.handshake_wait_left_out > 0 {
+            tracing::warn!(
+                "{} of {} connections replayed WITHOUT their handshake wait (the SYN-ACK held as long as the original's waited): {} pipes cannot hold one packet (mimic's own emulator can); recorded in meta as emulator_unsupported",
+                k.report.handshake_wait_left_out,
+                rules.len(),
+                k.report.backend
+            );
+        }
+    }
     let configs: Vec<(PipeConfig, PipeConfig)> = rules
         .iter()
         .map(|r| (r.up.clone(), r.down.clone()))

@@ -119,6 +119,52 @@ pub fn token_bucket_evident(c: &ConnSpec) -> bool {
 /// bucket: halfway between a serializing link's 0 and a bucket's 1.
 pub const TOKEN_BUCKET_LEAD: f64 = 0.5;
 
+/// The least extra wait of a handshake that the replay reproduces (below it the difference is
+/// the capture host's scheduling, not a queue).
+pub const MIN_HANDSHAKE_WAIT_US: i64 = 1_000;
+
+/// The longest handshake wait the replay reproduces (a SYN-ACK held longer than this was
+/// not queued behind a link's traffic).
+pub const MAX_HANDSHAKE_WAIT_US: i64 = 2_000_000;
+
+/// How much longer the original's handshake took than the replay's path gives it: the
+/// handshake's round trip (`hs_rtt_us`) less the minimum RTT and, on a serializing link, the
+/// SYN-ACK's serialization at the estimated rate. A SYN-ACK that waited behind other traffic
+/// of its link — on the independent testbed's 56 kbit/s class, the previous connection's
+/// last packets and the token debt they left at the household's htb class, 60-760 ms — gave
+/// the original server a first RTT sample that long, and its tail-loss probe and
+/// retransmission timer followed from it. The replay's own pipe, with no such traffic, gave
+/// its server 30-40 ms: the probe fired before the first ACK could cross the link (214 ms
+/// per full-size packet at 56 kbit/s) and resent what had arrived, moving the tap's last
+/// response byte by up to 440 ms (27 of dial-up's 68 misses). The downstream pipe holds its
+/// first packet (the SYN-ACK) this much longer. None below [`MIN_HANDSHAKE_WAIT_US`] or
+/// without a handshake RTT.
+pub fn handshake_wait_us(c: &ConnSpec) -> Option<i64> {
+    let (hs, min) = (c.hs_rtt_us?, c.min_rtt_us?);
+    let synack_us = match c.bw_bps {
+        Some(bw) if bw.is_finite() && bw > 0.0 && !token_bucket_evident(c) => {
+            (SYNACK_IP_BYTES * 8.0 / bw * 1e6) as i64
+        }
+        _ => 0,
+    };
+    let wait = hs - min.max(0) - synack_us;
+    (wait >= MIN_HANDSHAKE_WAIT_US).then(|| wait.min(MAX_HANDSHAKE_WAIT_US))
+}
+
+/// Takes the handshake waits ([`handshake_wait_us`]) out of `rules`, for emulators that cannot
+/// hold one packet (kernel pipes); returns how many connections had one.
+pub fn strip_handshake_waits(rules: &mut [FlowRule]) -> usize {
+    let mut n = 0;
+    for r in rules {
+        if r.down.first_delay > 0 || r.up.first_delay > 0 {
+            n += 1;
+            r.down.first_delay = 0;
+            r.up.first_delay = 0;
+        }
+    }
+    n
+}
+
 /// IP bytes of a full-size packet, the unit of a queue length in packets.
 const FULL_PACKET_BYTES: f64 = 1500.0;
 
@@ -205,6 +251,7 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
             LossModel::None
         },
         seed: Some(seed ^ 0x5bd1_e995),
+        first_delay: handshake_wait_us(c).map_or(0, |us| us as u64 * 1000),
         ..PipeConfig::default()
     };
     (up, down)
@@ -454,6 +501,49 @@ mod tests {
         c.min_rtt_us = Some(50);
         c.shaper_lead_down = Some(0.1);
         assert!(token_bucket_evident(&c));
+    }
+
+    #[test]
+    fn a_handshake_that_waited_at_the_original_shaper_holds_the_replays_synack() {
+        // 56 kbit/s dial-up, store-and-forward (min RTT 25 ms is over the SYN-ACK's 8.6 ms):
+        // the original's handshake took 169 ms behind the previous connection's tail
+        let mut c = conn(Some(56e3), 0.0, None);
+        c.min_rtt_us = Some(25_000);
+        c.hs_rtt_us = Some(169_000);
+        assert!(!token_bucket_evident(&c));
+        // 169 - 25 - 8.571 ms (60 bytes at 56 kbit/s) that the pipe serializes anyway
+        assert_eq!(handshake_wait_us(&c), Some(135_429));
+        let (up, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(down.first_delay, 135_429_000);
+        assert_eq!(up.first_delay, 0, "the wait is the SYN-ACK's, downstream");
+        // behind a token bucket the SYN-ACK is not serialized: the whole excess is the wait
+        c.min_rtt_us = Some(500);
+        assert!(token_bucket_evident(&c));
+        assert_eq!(handshake_wait_us(&c), Some(168_500));
+        // a handshake as fast as the path (or within the host's scheduling noise) adds nothing
+        c.hs_rtt_us = Some(1_400);
+        assert_eq!(handshake_wait_us(&c), None);
+        assert_eq!(pipes_for(&c, 1, QueueOverride::default()).1.first_delay, 0);
+        // no handshake RTT (a SYN-ACK sent again, or none seen): nothing to reproduce
+        c.hs_rtt_us = None;
+        assert_eq!(handshake_wait_us(&c), None);
+        // no rate: the excess over the minimum RTT alone; and a cap
+        let mut c = conn(None, 0.0, None);
+        c.min_rtt_us = Some(100);
+        c.hs_rtt_us = Some(5_100);
+        assert_eq!(handshake_wait_us(&c), Some(5_000));
+        c.hs_rtt_us = Some(60_000_000);
+        assert_eq!(handshake_wait_us(&c), Some(MAX_HANDSHAKE_WAIT_US));
+        // kernel pipes cannot hold one packet: the waits come out, counted
+        let mut rules = vec![FlowRule {
+            client: "198.18.1.1:20000".parse().unwrap(),
+            server: "198.18.0.1:80".parse().unwrap(),
+            up: PipeConfig::default(),
+            down: pipes_for(&c, 1, QueueOverride::default()).1,
+        }];
+        assert_eq!(strip_handshake_waits(&mut rules), 1);
+        assert_eq!(rules[0].down.first_delay, 0);
+        assert_eq!(strip_handshake_waits(&mut rules), 0);
     }
 
     #[test]

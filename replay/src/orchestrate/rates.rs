@@ -16,6 +16,15 @@
 //! * `skip`: left out.
 //! * `unshaped`: replayed without a rate limit (only when asked for).
 //!
+//! An estimate of its own that rests on one or two samples and is more than twice or less than
+//! half the median of at least three other connections of the same client address, at least
+//! half of which agree with that median within 20%, is overruled by that median (counted as
+//! `overruled_by_client`): on the independent testbed's 56 kbit/s class, 40 connections of 4-8
+//! small segments had one or two pair samples of 0.16-0.97 Mbit/s, and their replays ran at
+//! that rate (24 of the class's misses); the rule took the client's median for 42 connections
+//! of the 2,000, every one of them closer to the configured rate, and for no connection whose
+//! own estimate was right.
+//!
 //! The counts per source go to the replay summary and the replay database's `meta`. The same
 //! step defaults delayed-ACK timeouts the emulator cannot hold (over 2 s, the pipe's maximum:
 //! no real timer is that long, RFC 1122 bounds it at 500 ms; the analyzer infers such values
@@ -80,6 +89,8 @@ impl std::fmt::Display for Unestimated {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RateSource {
     Estimated,
+    /// Its own estimate, from one or two samples, overruled by its client's median.
+    OverruledByClient,
     PooledByClient,
     PooledByClass,
     UnshapedByRequest,
@@ -91,6 +102,8 @@ pub enum RateSource {
 pub struct RateSources {
     pub unestimated: Unestimated,
     pub estimated: u64,
+    /// Own estimates of one or two samples overruled by their client's median (see the module).
+    pub overruled_by_client: u64,
     pub pooled_by_client: u64,
     pub pooled_by_class: u64,
     pub unshaped_by_request: u64,
@@ -111,6 +124,7 @@ impl RateSources {
     fn count(&mut self, s: RateSource) {
         *match s {
             RateSource::Estimated => &mut self.estimated,
+            RateSource::OverruledByClient => &mut self.overruled_by_client,
             RateSource::PooledByClient => &mut self.pooled_by_client,
             RateSource::PooledByClass => &mut self.pooled_by_class,
             RateSource::UnshapedByRequest => &mut self.unshaped_by_request,
@@ -123,6 +137,10 @@ impl RateSources {
         vec![
             ("unestimated", self.unestimated.to_string()),
             ("rate_estimated", self.estimated.to_string()),
+            (
+                "rate_overruled_by_client",
+                self.overruled_by_client.to_string(),
+            ),
             ("rate_pooled_by_client", self.pooled_by_client.to_string()),
             ("rate_pooled_by_class", self.pooled_by_class.to_string()),
             (
@@ -154,9 +172,17 @@ impl RateSources {
     /// One line for the text summary.
     pub fn describe(&self) -> String {
         format!(
-            "rates (--unestimated {}): {} estimated, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}",
+            "rates (--unestimated {}): {} estimated{}, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}",
             self.unestimated,
             self.estimated,
+            if self.overruled_by_client > 0 {
+                format!(
+                    " ({} more whose one or two samples their client's median overruled)",
+                    self.overruled_by_client
+                )
+            } else {
+                String::new()
+            },
             self.pooled_by_client,
             self.pooled_by_class,
             self.unshaped_by_request,
@@ -222,6 +248,31 @@ fn has_estimate(c: &ConnSpec) -> bool {
     c.bw_bps.is_some_and(|b| b.is_finite() && b > 0.0)
 }
 
+/// Own estimates resting on at most this many samples may be overruled by their client's.
+pub const FEW_BW_SAMPLES: u32 = 2;
+
+/// The median of the other connections of `c`'s client (`peers`: every connection of that
+/// address with an estimate, `c` among them) where it overrules `c`'s own estimate: `c`'s rests
+/// on 1 to [`FEW_BW_SAMPLES`] samples and is more than twice or less than half of that median,
+/// which comes from at least three other connections, at least half of them within 20% of it.
+fn overruling_median(c: &ConnSpec, peers: &[(i64, f64)]) -> Option<f64> {
+    let own = c.bw_bps.filter(|b| b.is_finite() && *b > 0.0)?;
+    if !(1..=FEW_BW_SAMPLES).contains(&c.bw_samples) {
+        return None;
+    }
+    let mut others: Vec<f64> = peers
+        .iter()
+        .filter(|(id, _)| *id != c.orig_id)
+        .map(|(_, b)| *b)
+        .collect();
+    if others.len() < 3 {
+        return None;
+    }
+    let m = median(&mut others)?;
+    let agree = others.iter().filter(|b| (*b - m).abs() <= 0.2 * m).count();
+    (2 * agree >= others.len() && (own > 2.0 * m || own < 0.5 * m)).then_some(m)
+}
+
 /// The rate source of each connection of `conns` under `mode`, with the rate pooled
 /// connections get (only connections with an estimate of their own are pooled from).
 pub fn decide(conns: &[ConnSpec], mode: Unestimated) -> Vec<(RateSource, Option<f64>)> {
@@ -244,10 +295,23 @@ pub fn decide(conns: &[ConnSpec], mode: Unestimated) -> Vec<(RateSource, Option<
         .into_iter()
         .filter_map(|(k, mut v)| median(&mut v).map(|m| (k, m)))
         .collect();
+    let mut own_by_client: HashMap<&str, Vec<(i64, f64)>> = HashMap::new();
+    for c in conns.iter().filter(|c| has_estimate(c)) {
+        if let Some(ip) = c.client_ip.as_deref() {
+            own_by_client
+                .entry(ip)
+                .or_default()
+                .push((c.orig_id, c.bw_bps.unwrap_or_default()));
+        }
+    }
     conns
         .iter()
         .map(|c| {
             if has_estimate(c) {
+                let peers = c.client_ip.as_deref().and_then(|ip| own_by_client.get(ip));
+                if let Some(m) = peers.and_then(|p| overruling_median(c, p)) {
+                    return (RateSource::OverruledByClient, Some(m));
+                }
                 return (RateSource::Estimated, c.bw_bps);
             }
             match mode {
@@ -379,6 +443,65 @@ mod tests {
         let counts = assign(&mut wl, Unestimated::Pooled).unwrap();
         assert_eq!(counts_of(&counts), (4, 1, 0, 0, 3));
         assert!(wl.conns.iter().all(|c| c.bw_bps.is_some_and(|b| b > 0.0)));
+    }
+
+    #[test]
+    fn an_estimate_of_one_or_two_samples_far_from_its_clients_is_overruled() {
+        // a 56 kbit/s household: four connections agree; a fifth of 6 small segments had one
+        // pair sample of 0.97 Mbit/s (the testbed's dial-up class)
+        let mut conns: Vec<ConnSpec> = [56_001.0, 55_996.0, 56_010.0, 56_003.0]
+            .iter()
+            .enumerate()
+            .map(|(i, bw)| ConnSpec {
+                bw_samples: 6,
+                ..conn(i as i64 + 1, "10.0.0.1", 30, Some(*bw))
+            })
+            .collect();
+        let odd = |samples: u32, bw: f64| ConnSpec {
+            bw_samples: samples,
+            ..conn(9, "10.0.0.1", 30, Some(bw))
+        };
+        conns.push(odd(1, 967_976.0));
+        let d = decide(&conns, Unestimated::Pooled);
+        assert_eq!(d[4], (RateSource::OverruledByClient, Some(56_002.0)));
+        assert!(d[..4].iter().all(|s| s.0 == RateSource::Estimated));
+        let mut wl = workload(conns.clone());
+        let counts = assign(&mut wl, Unestimated::Pooled).unwrap();
+        assert_eq!((counts.estimated, counts.overruled_by_client), (4, 1));
+        assert_eq!(wl.conns[4].bw_bps, Some(56_002.0));
+        assert!(counts
+            .describe()
+            .contains("1 more whose one or two samples"));
+        assert!(counts
+            .meta()
+            .contains(&("rate_overruled_by_client", "1".to_string())));
+        // too low by more than half, two samples: overruled too
+        conns[4] = odd(2, 20_000.0);
+        assert_eq!(
+            decide(&conns, Unestimated::Pooled)[4].0,
+            RateSource::OverruledByClient
+        );
+        // within a factor of two, or three samples, or unknown samples (0): its own
+        for c in [odd(1, 100_000.0), odd(3, 967_976.0), odd(0, 967_976.0)] {
+            conns[4] = c;
+            assert_eq!(
+                decide(&conns, Unestimated::Pooled)[4].0,
+                RateSource::Estimated
+            );
+        }
+        // fewer than three others, or others that do not agree among themselves: its own
+        conns[4] = odd(1, 967_976.0);
+        let few = conns[2..].to_vec();
+        assert_eq!(
+            decide(&few, Unestimated::Pooled)[2].0,
+            RateSource::Estimated
+        );
+        conns[1].bw_bps = Some(500_000.0);
+        conns[2].bw_bps = Some(2e6);
+        assert_eq!(
+            decide(&conns, Unestimated::Pooled)[4].0,
+            RateSource::Estimated
+        );
     }
 
     #[test]

@@ -34,6 +34,16 @@ const TCPI_RCV_WND: usize = 232;
 /// The receive window `fd` last advertised (`tcpi_rcv_wnd`), or None where the kernel's
 /// `tcp_info` does not have it (before Linux 6.2) or the call fails.
 pub(crate) fn advertised_window(fd: RawFd) -> Option<u32> {
+    receive_window(fd).map(|(w, _)| w)
+}
+
+/// Offset of `tcpi_rcv_mss` in Linux's `struct tcp_info` (since 2.6): the MSS this socket
+/// expects to receive.
+const TCPI_RCV_MSS: usize = 20;
+
+/// The receive window `fd` last advertised and the segment size it receives
+/// (`tcpi_rcv_wnd`, `tcpi_rcv_mss`), bytes; None as for [`advertised_window`].
+pub(crate) fn receive_window(fd: RawFd) -> Option<(u32, u32)> {
     let mut buf = [0u8; 512];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `buf`, a live local of that size, and
@@ -51,7 +61,8 @@ pub(crate) fn advertised_window(fd: RawFd) -> Option<u32> {
     if r != 0 || (len as usize) < end {
         return None;
     }
-    Some(u32::from_ne_bytes(buf[TCPI_RCV_WND..end].try_into().ok()?))
+    let word = |at: usize| buf[at..at + 4].try_into().ok().map(u32::from_ne_bytes);
+    Some((word(TCPI_RCV_WND)?, word(TCPI_RCV_MSS)?))
 }
 
 /// Bytes received on `fd` and not read yet (SIOCINQ), or None if the call fails.

@@ -616,7 +616,11 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
                 w.send(ts + 10 * MS, seg(k + 1));
             }
             let mut ack = p(true, 1101, 5001 + (k + 1) * 1460, A, 0);
-            ack.win = if drain { (60000 - k * 3500) as u16 } else { 60000 };
+            ack.win = if drain {
+                (60000 - k * 3500) as u16
+            } else {
+                60000
+            };
             w.send(ts + 11 * MS, ack);
         }
         let r = w.finish().remove(0);
@@ -628,7 +632,9 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
     assert_eq!(slow.query_delay_us, Some(0));
     assert_eq!(slow.zero_window_us, Some(0));
     assert!(slow.zero_window_stalls.is_empty());
-    let rate = slow.read_rate_bps.expect("a draining window gives a read rate");
+    let rate = slow
+        .read_rate_bps
+        .expect("a draining window gives a read rate");
     let want = 16.0 * 1460.0 * 8.0 / 0.150;
     assert!((rate - want).abs() < 1.0, "{rate} against {want}");
     let fast = run(false);

@@ -472,7 +472,10 @@ mod tests {
         // a stall within the first window: the stop is at the start
         e.stalls.truncate(1);
         e.stalls[0].at_bytes = 30_000;
-        assert_eq!(stop_points(&e, 64_512), vec![(0, Duration::from_millis(250))]);
+        assert_eq!(
+            stop_points(&e, 64_512),
+            vec![(0, Duration::from_millis(250))]
+        );
     }
 
     /// The original read 468,758 bytes at 3.7 Mbit/s behind a 25 Mbit/s path: the replay's

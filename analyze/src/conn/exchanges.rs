@@ -305,7 +305,11 @@ fn read_rate(
     let q_end = r.t_first.add_nanos(query_delay_us.max(0) * 1000);
     let mut held_ns = q_end.nanos_since(r.t_first);
     for w in inside() {
-        let overlap = w.t_open.min(q_end).nanos_since(w.t_closed.max(r.t_first)).max(0);
+        let overlap = w
+            .t_open
+            .min(q_end)
+            .nanos_since(w.t_closed.max(r.t_first))
+            .max(0);
         held_ns += w.t_open.nanos_since(w.t_closed).max(0) - overlap;
     }
     let open_ns = r.t_last.nanos_since(r.t_first) - held_ns;

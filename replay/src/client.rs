@@ -190,10 +190,19 @@ fn window_closed(window: u32, rcv_mss: u32) -> bool {
 }
 
 /// When the paced reader may take `read + k` bytes of a response whose first bytes arrived
-/// at `start`, with its window kept closed for `paused` since: `(read + k) / pace` of reading
-/// time later.
-fn read_due(start: Instant, paused: Duration, read: u64, k: u64, pace: f64) -> Instant {
-    start + paused + Duration::from_secs_f64((read + k) as f64 / pace)
+/// at `start`, with its window kept closed for `paused` since: its first `window` bytes at
+/// once (what the buffer absorbed in the original too), the rest at `pace`, so that it has
+/// read all but a window (and the server sent its last byte) after the original's open time.
+fn read_due(
+    start: Instant,
+    paused: Duration,
+    read: u64,
+    k: u64,
+    window: u64,
+    pace: f64,
+) -> Instant {
+    let paced = (read + k).saturating_sub(window);
+    start + paused + Duration::from_secs_f64(paced as f64 / pace)
 }
 
 /// The receive window of a client that stops reading: the recorded one, else 64 KiB.
@@ -209,13 +218,15 @@ fn stall_window(spec: &ConnSpec) -> u64 {
 /// segment: [`window_closed`]), then keeps it closed for `closed_for` before it reads on, so
 /// the server is held back as long as the original's was. Returns at once if the rest of the
 /// response (`remaining` bytes) is already in the socket: nothing is left for the server to
-/// hold back. Where the kernel does not report the window (before Linux 6.2) the pause starts
-/// when reading stops. Returns how long it kept the window closed.
+/// hold back, and ends as soon as it is (a window that opened again let the server finish).
+/// Where the kernel does not report the window (before Linux 6.2) the pause starts when
+/// reading stops. Returns how long it kept the window closed.
 async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) -> Duration {
     use std::os::fd::AsRawFd;
     let fd = s.as_raw_fd();
+    let all_here = || crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining);
     loop {
-        if crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining) {
+        if all_here() {
             return Duration::ZERO;
         }
         match crate::sys::receive_window(fd) {
@@ -225,8 +236,15 @@ async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) -> D
             _ => break,
         }
     }
-    tokio::time::sleep(closed_for).await;
-    closed_for
+    let from = Instant::now();
+    let until = from + closed_for;
+    loop {
+        let now = Instant::now();
+        if now >= until || all_here() {
+            return now - from;
+        }
+        tokio::time::sleep((until - now).min(Duration::from_millis(2))).await;
+    }
 }
 
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
@@ -359,7 +377,7 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
                 k = k.min(at - read);
             }
             if let (Some(p), Some(t0)) = (pace, started) {
-                let due = read_due(t0, paused, read, k, p);
+                let due = read_due(t0, paused, read, k, window, p);
                 if due > Instant::now() {
                     tokio::time::sleep_until(due.into()).await;
                 }
@@ -498,11 +516,26 @@ mod tests {
         // all of it fits in the window: nothing to pace
         e.resp_bytes = 60_000;
         assert_eq!(read_pace(&e, 64_512, Some(25e6)), None);
-        // the paced reader takes its bytes (read + k) / pace after the first arrived, the
-        // closed-window time not counted
+        // the paced reader takes its first window at once and the rest at its pace after the
+        // first bytes arrived, the closed-window time not counted
         let t0 = Instant::now();
-        let due = read_due(t0, Duration::from_millis(100), 40_000, 10_000, 100_000.0);
-        assert_eq!(due - t0, Duration::from_millis(600));
+        let due = |read, k| read_due(t0, Duration::from_millis(100), read, k, 20_000, 100_000.0);
+        assert_eq!(due(0, 10_000) - t0, Duration::from_millis(100));
+        assert_eq!(due(10_000, 10_000) - t0, Duration::from_millis(100));
+        assert_eq!(due(40_000, 10_000) - t0, Duration::from_millis(400));
+        // all of a response but its last window at the original's open time: the pace's own
+        // definition, whatever the window
+        let e = ExchangeSpec {
+            read_rate_bps: Some(3.7e6),
+            ..exchange(468_758)
+        };
+        let pace = read_pace(&e, 64_512, Some(25e6)).unwrap();
+        let last = read_due(t0, Duration::ZERO, 468_758 - 1448, 1448, 64_512, pace) - t0;
+        let open = Duration::from_secs_f64(468_758.0 * 8.0 / 3.7e6);
+        assert!(
+            last.abs_diff(open) < Duration::from_micros(1),
+            "{last:?} against {open:?}"
+        );
     }
 
     /// A window a few bytes short of a segment is closed (the server waits for its persist

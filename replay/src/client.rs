@@ -190,19 +190,13 @@ fn window_closed(window: u32, rcv_mss: u32) -> bool {
 }
 
 /// When the paced reader may take `read + k` bytes of a response whose first bytes arrived
-/// at `start`, with its window kept closed for `paused` since: its first `window` bytes at
-/// once (what the buffer absorbed in the original too), the rest at `pace`, so that it has
-/// read all but a window (and the server sent its last byte) after the original's open time.
-fn read_due(
-    start: Instant,
-    paused: Duration,
-    read: u64,
-    k: u64,
-    window: u64,
-    pace: f64,
-) -> Instant {
-    let paced = (read + k).saturating_sub(window);
-    start + paused + Duration::from_secs_f64(paced as f64 / pace)
+/// at `start`, with its window kept closed for `paused` since: `(read + k) / pace` of reading
+/// time later. (The original's buffer stayed full while it read at that pace: it read all but
+/// its last window in the open time, as the pace is defined, and the server's last byte left
+/// then; once the rest is in the buffer the reader takes it at once — the original's think
+/// time, from its ACK of the last byte, holds the time it spent reading its last window.)
+fn read_due(start: Instant, paused: Duration, read: u64, k: u64, pace: f64) -> Instant {
+    start + paused + Duration::from_secs_f64((read + k) as f64 / pace)
 }
 
 /// The receive window of a client that stops reading: the recorded one, else 64 KiB.
@@ -377,8 +371,11 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
                 k = k.min(at - read);
             }
             if let (Some(p), Some(t0)) = (pace, started) {
-                let due = read_due(t0, paused, read, k, window, p);
-                if due > Instant::now() {
+                use std::os::fd::AsRawFd;
+                // the rest is all here: nothing left for the pace to hold back
+                let all_here = crate::sys::unread_bytes(s.as_raw_fd()).is_some_and(|n| n >= left);
+                let due = read_due(t0, paused, read, k, p);
+                if !all_here && due > Instant::now() {
                     tokio::time::sleep_until(due.into()).await;
                 }
             }
@@ -516,25 +513,21 @@ mod tests {
         // all of it fits in the window: nothing to pace
         e.resp_bytes = 60_000;
         assert_eq!(read_pace(&e, 64_512, Some(25e6)), None);
-        // the paced reader takes its first window at once and the rest at its pace after the
-        // first bytes arrived, the closed-window time not counted
+        // the paced reader takes its bytes (read + k) / pace after the first arrived, the
+        // closed-window time not counted: all but its last window at the original's open time
         let t0 = Instant::now();
-        let due = |read, k| read_due(t0, Duration::from_millis(100), read, k, 20_000, 100_000.0);
-        assert_eq!(due(0, 10_000) - t0, Duration::from_millis(100));
-        assert_eq!(due(10_000, 10_000) - t0, Duration::from_millis(100));
-        assert_eq!(due(40_000, 10_000) - t0, Duration::from_millis(400));
-        // all of a response but its last window at the original's open time: the pace's own
-        // definition, whatever the window
+        let due = read_due(t0, Duration::from_millis(100), 40_000, 10_000, 100_000.0);
+        assert_eq!(due - t0, Duration::from_millis(600));
         let e = ExchangeSpec {
             read_rate_bps: Some(3.7e6),
             ..exchange(468_758)
         };
         let pace = read_pace(&e, 64_512, Some(25e6)).unwrap();
-        let last = read_due(t0, Duration::ZERO, 468_758 - 1448, 1448, 64_512, pace) - t0;
+        let served = read_due(t0, Duration::ZERO, 468_758 - 64_512 - 1448, 1448, pace) - t0;
         let open = Duration::from_secs_f64(468_758.0 * 8.0 / 3.7e6);
         assert!(
-            last.abs_diff(open) < Duration::from_micros(1),
-            "{last:?} against {open:?}"
+            served.abs_diff(open) < Duration::from_micros(1),
+            "{served:?} against {open:?}"
         );
     }
 

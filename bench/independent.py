@@ -978,7 +978,8 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        f"{rs.get('unshaped_by_request', 0)} unshaped, {rs.get('left_out', 0)} left "
                        f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "
                        f"replayed as the default; {rs.get('paused_reads', 0)} clients pause their "
-                       f"reads (zero window)")
+                       f"reads (zero window), {rs.get('paced_reads', 0)} read at the original's "
+                       f"pace")
     return "\n".join(out) + "\n"
 
 

@@ -167,6 +167,12 @@ pub struct Exchange {
     /// send (µs), and the response bytes acknowledged when it first closed.
     pub zero_window_us: Option<i64>,
     pub zero_window_at_bytes: Option<u64>,
+    /// Every closed interval of that time, in order: the response bytes acknowledged when the
+    /// window closed and how long it stayed closed (µs).
+    pub zero_window_stalls: Vec<(u64, i64)>,
+    /// The rate (TCP payload bits per second) the client read this response at while its
+    /// window was open, where the window showed it reading slower than the data came.
+    pub read_rate_bps: Option<f64>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]

@@ -151,7 +151,18 @@ pub fn exchange_row(conn_id: i64, e: &Exchange) -> ExchangeRow {
         status: e.status.map(i64::from),
         zero_window_us: e.zero_window_us,
         zero_window_at_bytes: e.zero_window_at_bytes.map(|v| v as i64),
+        zero_window_stalls: stalls_text(&e.zero_window_stalls),
+        read_rate_bps: e.read_rate_bps,
     }
+}
+
+/// `exchanges.zero_window_stalls`: `AT:US` pairs separated by spaces, NULL when none.
+fn stalls_text(stalls: &[(u64, i64)]) -> Option<Text> {
+    if stalls.is_empty() {
+        return None;
+    }
+    let v: Vec<String> = stalls.iter().map(|(at, us)| format!("{at}:{us}")).collect();
+    Some(Text::Owned(v.join(" ")))
 }
 
 pub fn rtt_sample_row(conn_id: i64, s: &RttSample) -> RttSampleRow {

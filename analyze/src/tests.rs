@@ -551,8 +551,94 @@ fn a_receiver_that_stops_reading_records_how_long_its_window_stayed_closed() {
     assert_eq!(e.resp_bytes, 8000);
     assert_eq!(e.zero_window_us, Some(300_000));
     assert_eq!(e.zero_window_at_bytes, Some(4000));
+    assert_eq!(e.zero_window_stalls, vec![(4000, 300_000)]);
     let e = &r.exchanges[1];
     assert_eq!((e.zero_window_us, e.zero_window_at_bytes), (Some(0), None));
+    assert!(e.zero_window_stalls.is_empty());
+    assert_eq!(e.read_rate_bps, None);
+}
+
+/// A client that stops reading twice in one response: its window closes after 4,000 of
+/// 12,000 bytes for 300 ms, then after 8,000 for 200 ms. Each stall is recorded at its place
+/// with its own duration (a replay pauses at each), their sum is the exchange's closed time,
+/// and the window that closed gives the response a read rate.
+#[test]
+fn several_stalls_in_one_response_are_each_recorded_where_they_happened() {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    w.send(t + MS, p(true, 1001, 5001, PA, 100));
+    let t0 = t + 2 * MS;
+    burst(&mut w, t0, 5001, 4, 1000);
+    let mut closed = p(true, 1101, 9001, A, 0);
+    closed.win = 0;
+    w.send(t0 + MS, closed);
+    w.send(t0 + 301 * MS, p(true, 1101, 9001, A, 0));
+    let t1 = t0 + 301 * MS + 100 * US;
+    burst(&mut w, t1, 9001, 4, 1000);
+    let mut closed = p(true, 1101, 13001, A, 0);
+    closed.win = 0;
+    w.send(t1 + MS, closed);
+    w.send(t1 + 201 * MS, p(true, 1101, 13001, A, 0));
+    burst(&mut w, t1 + 201 * MS + 100 * US, 13001, 4, 1000);
+    w.send(t1 + 203 * MS, p(true, 1101, 17001, A, 0));
+    let r = &w.finish()[0];
+    assert_eq!(r.exchanges.len(), 1);
+    let e = &r.exchanges[0];
+    assert_eq!(e.resp_bytes, 12000);
+    assert_eq!(e.zero_window_stalls, vec![(4000, 300_000), (8000, 200_000)]);
+    assert_eq!(e.zero_window_us, Some(500_000));
+    assert_eq!(e.zero_window_at_bytes, Some(4000));
+    assert!(e.read_rate_bps.is_some(), "{e:?}");
+}
+
+/// A client that reads slower than its path without ever closing its window: the server
+/// sends a full segment every 10 ms as the window lets it, and each ACK (1 ms after the next
+/// segment left) advertises 3,500 bytes less, down to 7,500 of 60,000 (the buffer filling
+/// with what the client has not read). The exchange records the rate it read at: 16 x 1,460
+/// bytes in the 150 ms from the first to the last segment (1.246 Mbit/s). The same transfer
+/// with the window staying open records none: a client that reads at once shows nothing of
+/// its reading, whatever the path's pace.
+#[test]
+fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
+    fn run(drain: bool) -> Exchange {
+        let mut w = Wire::new();
+        let t = w.handshake(0, 100 * US, 1000, 5000);
+        let mut req = p(true, 1001, 5001, PA, 100);
+        req.win = 60000;
+        w.send(t + MS, req);
+        let t0 = t + 2 * MS;
+        let seg = |k: u32| p(false, 5001 + k * 1460, 1101, A, 1460);
+        w.send(t0, seg(0));
+        for k in 0..16u32 {
+            let ts = t0 + k as i64 * 10 * MS;
+            // the ACK of segment k comes after segment k + 1 left
+            if k < 15 {
+                w.send(ts + 10 * MS, seg(k + 1));
+            }
+            let mut ack = p(true, 1101, 5001 + (k + 1) * 1460, A, 0);
+            ack.win = if drain {
+                (60000 - k * 3500) as u16
+            } else {
+                60000
+            };
+            w.send(ts + 11 * MS, ack);
+        }
+        let r = w.finish().remove(0);
+        assert_eq!(r.exchanges.len(), 1);
+        r.exchanges[0].clone()
+    }
+    let slow = run(true);
+    assert_eq!(slow.resp_bytes, 16 * 1460);
+    assert_eq!(slow.query_delay_us, Some(0));
+    assert_eq!(slow.zero_window_us, Some(0));
+    assert!(slow.zero_window_stalls.is_empty());
+    let rate = slow
+        .read_rate_bps
+        .expect("a draining window gives a read rate");
+    let want = 16.0 * 1460.0 * 8.0 / 0.150;
+    assert!((rate - want).abs() < 1.0, "{rate} against {want}");
+    let fast = run(false);
+    assert_eq!(fast.read_rate_bps, None, "{fast:?}");
 }
 
 /// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization

@@ -19,13 +19,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (5, include_str!("../../schemas/0005_zero_window.sql")),
     (6, include_str!("../../schemas/0006_queue_rwin_max.sql")),
     (7, include_str!("../../schemas/0007_shaper_lead.sql")),
+    (8, include_str!("../../schemas/0008_client_reading.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
-/// nullable column at the end (0003, 0004, 0005, 0006, 0007), which readers naming their columns do not see.
+/// nullable column at the end (0003, 0004, 0005, 0006, 0007, 0008), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -562,7 +563,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("7")
+            Some("8")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -632,7 +633,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("7")
+            Some("8")
         );
         assert_eq!(
             objects(&c),
@@ -702,6 +703,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(lead, None);
+        // 0008's columns, NULL too
+        let (stalls, rate): (Option<String>, Option<f64>) = c
+            .query_row(
+                "SELECT zero_window_stalls, read_rate_bps FROM exchanges WHERE conn_id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((stalls, rate), (None, None));
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

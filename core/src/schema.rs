@@ -666,6 +666,19 @@ tables! {
         /// Response bytes the client had acknowledged when its window first closed during this
         /// response (NULL when it never closed, and in rows written before migration 5).
         zero_window_at_bytes: Option<i64> => col(Unit::Bytes).since(5),
+        /// Every interval the client's window stayed at zero while the server still had this
+        /// response to send, in order, as `AT:US` pairs separated by spaces: the response bytes
+        /// the client had acknowledged when its window closed and the time it stayed closed
+        /// (their sum is zero_window_us). NULL when it never closed, and in rows written before
+        /// migration 8.
+        zero_window_stalls: Option<Text> => col(Unit::None).since(8),
+        /// The rate at which the client read this response while its window was open, where
+        /// its window showed it reading slower than the data came (it closed, or fell below a
+        /// quarter of the largest the client advertised while response data was outstanding):
+        /// response bytes (TCP payload) over the time from the first to the last response
+        /// packet less the closed intervals and the query delay. NULL where the window never
+        /// showed it (the client read at once), and in rows written before migration 8.
+        read_rate_bps: Option<f64> => col(Unit::BitsPerSecond).since(8),
     }
 
     /// Bandwidth samples: packet pairs (two consecutive client ACKs advancing over server
@@ -1089,6 +1102,8 @@ mod tests {
             status: Some(200),
             zero_window_us: Some(11),
             zero_window_at_bytes: Some(12),
+            zero_window_stalls: Some("1000:2000 3000:4000".into()),
+            read_rate_bps: Some(13.5),
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);

@@ -491,6 +491,8 @@ mod tests {
                     offset_us: None,
                     zero_window_us: 0,
                     zero_window_at_bytes: 0,
+                    stalls: Vec::new(),
+                    read_rate_bps: None,
                 }],
                 ..ConnSpec::bare(index as i64)
             },

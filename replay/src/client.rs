@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::hrtimer::HrTimer;
 use crate::preamble::{self, After, Preamble};
-use crate::workload::{Close, ConnSpec, RequestTiming};
+use crate::workload::{Close, ConnSpec, ExchangeSpec, RequestTiming};
 
 /// One connection to replay.
 #[derive(Clone, Debug)]
@@ -95,10 +95,11 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         // TCP_MAXSEG before connect sets the MSS the SYN advertises
         let _ = s.set_tcp_mss(mss.clamp(MSS_RANGE.0, MSS_RANGE.1) as u32);
     }
-    if stalls(&p.spec) {
-        // a client that stopped reading: a receive buffer that holds about its window (the
-        // kernel doubles it for overhead), so that when it stops reading its window closes
-        // after about as many bytes as the original's did
+    if stalls(&p.spec) || reads_slowly(&p.spec) {
+        // a client that stopped reading or read slowly: a receive buffer that holds about its
+        // window (the kernel doubles it for overhead), so that when it stops reading its window
+        // closes after about as many bytes as the original's did, and its reading paces the
+        // server
         let rwin = stall_window(&p.spec);
         let _ = s.set_recv_buffer_size(rwin as usize);
         set_window_clamp(&s, rwin as u32);
@@ -131,7 +132,71 @@ fn window_grew(spec: &ConnSpec) -> bool {
 
 /// Whether the original client stopped reading during a response (its window closed).
 fn stalls(spec: &ConnSpec) -> bool {
-    spec.exchanges.iter().any(|e| e.zero_window_us > 0)
+    spec.exchanges.iter().any(|e| !e.stalls.is_empty())
+}
+
+/// Whether the replay's client reads some response at a rate (`read_pace`).
+pub(crate) fn reads_slowly(spec: &ConnSpec) -> bool {
+    let w = stall_window(spec);
+    spec.exchanges
+        .iter()
+        .any(|e| read_pace(e, w, spec.bw_bps).is_some())
+}
+
+/// A read rate counts only where it is clearly below the path's: the bottleneck rate (IP
+/// bytes) times this. Near the path's rate the path explains the pace, not the client.
+const SLOWER_THAN_PATH: f64 = 0.8;
+
+/// The pace (payload bytes per second) at which the replay's client reads response `e`, with
+/// a receive window of `window` bytes behind a bottleneck of `bw_bps` (None: not limited):
+/// where the original read it clearly slower than the path could bring it
+/// (`e.read_rate_bps`), the pace that keeps the server as long as the original's was. The
+/// original's open-window time is `resp_bytes / read_rate`; the server sends its last byte
+/// once the reader has taken all but a window of it, so the pace is `(resp_bytes - window)`
+/// over that time. None: read at once (no rate, a rate near the path's, or a response that
+/// fits in the window).
+fn read_pace(e: &ExchangeSpec, window: u64, bw_bps: Option<f64>) -> Option<f64> {
+    let rate = e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0)?;
+    if bw_bps.is_some_and(|bw| rate >= bw * SLOWER_THAN_PATH) {
+        return None;
+    }
+    let open_s = e.resp_bytes as f64 * 8.0 / rate;
+    let paced = e.resp_bytes.checked_sub(window).filter(|b| *b > 0)?;
+    Some(paced as f64 / open_s)
+}
+
+/// Where the replay's client of response `e` stops reading, and for how long its window then
+/// stays closed: for every stall of the original, a window's worth (`window`) before the byte
+/// at which the original's window closed, so that its own closes there. A stop at or before
+/// where the previous one was is taken right after it.
+fn stop_points(e: &ExchangeSpec, window: u64) -> Vec<(u64, Duration)> {
+    let mut last = 0;
+    e.stalls
+        .iter()
+        .map(|s| {
+            let at = s.at_bytes.saturating_sub(window).max(last);
+            last = at;
+            (at, Duration::from_micros(s.closed_us))
+        })
+        .collect()
+}
+
+/// A window the server cannot send a full segment into is closed: a Linux receiver does not
+/// take back a window it offered, so a reader that stops leaves it shrinking to a few bytes
+/// short of a segment (96 of 1,448, say), where the server waits for its persist timer
+/// (200 ms and more) as it would at zero.
+fn window_closed(window: u32, rcv_mss: u32) -> bool {
+    window < rcv_mss.max(1)
+}
+
+/// When the paced reader may take `read + k` bytes of a response whose first bytes arrived
+/// at `start`, with its window kept closed for `paused` since: `(read + k) / pace` of reading
+/// time later. (The original's buffer stayed full while it read at that pace: it read all but
+/// its last window in the open time, as the pace is defined, and the server's last byte left
+/// then; once the rest is in the buffer the reader takes it at once — the original's think
+/// time, from its ACK of the last byte, holds the time it spent reading its last window.)
+fn read_due(start: Instant, paused: Duration, read: u64, k: u64, pace: f64) -> Instant {
+    start + paused + Duration::from_secs_f64((read + k) as f64 / pace)
 }
 
 /// The receive window of a client that stops reading: the recorded one, else 64 KiB.
@@ -143,24 +208,37 @@ fn stall_window(spec: &ConnSpec) -> u64 {
 }
 
 /// The client stops reading (at the response byte the plan says) as the original did: it
-/// waits until its own advertised window has closed (the kernel's `tcpi_rcv_wnd` is 0), then
-/// keeps it closed for `closed_for` before it reads on, so the server is held back as long as
-/// the original's was. Returns at once if the rest of the response (`remaining` bytes) is
-/// already in the socket: nothing is left for the server to hold back. Where the kernel does
-/// not report the window (before Linux 6.2) the pause starts when reading stops.
-async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) {
+/// waits until its own advertised window has closed (the kernel's `tcpi_rcv_wnd` is below a
+/// segment: [`window_closed`]), then keeps it closed for `closed_for` before it reads on, so
+/// the server is held back as long as the original's was. Returns at once if the rest of the
+/// response (`remaining` bytes) is already in the socket: nothing is left for the server to
+/// hold back, and ends as soon as it is (a window that opened again let the server finish).
+/// Where the kernel does not report the window (before Linux 6.2) the pause starts when
+/// reading stops. Returns how long it kept the window closed.
+async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) -> Duration {
     use std::os::fd::AsRawFd;
     let fd = s.as_raw_fd();
+    let all_here = || crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining);
     loop {
-        if crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining) {
-            return;
+        if all_here() {
+            return Duration::ZERO;
         }
-        match crate::sys::advertised_window(fd) {
-            Some(0) | None => break,
-            Some(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        match crate::sys::receive_window(fd) {
+            Some((w, mss)) if !window_closed(w, mss) => {
+                tokio::time::sleep(Duration::from_millis(1)).await
+            }
+            _ => break,
         }
     }
-    tokio::time::sleep(closed_for).await;
+    let from = Instant::now();
+    let until = from + closed_for;
+    loop {
+        let now = Instant::now();
+        if now >= until || all_here() {
+            return now - from;
+        }
+        tokio::time::sleep((until - now).min(Duration::from_millis(2))).await;
+    }
 }
 
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
@@ -267,28 +345,48 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
             .map_err(|e| Failure::from_io(&e))?;
         first_req.get_or_insert(sent_at);
         let mut left = e.resp_bytes;
-        // where this client stops reading: a window's worth before the byte at which the
-        // original's window closed, so that its own closes there
-        let mut stop_at = (e.zero_window_us > 0)
-            .then(|| e.zero_window_at_bytes.saturating_sub(stall_window(spec)));
+        // where this client stops reading (every stall of the original's), and the pace it
+        // reads at where the original read slower than its path
+        let window = stall_window(spec);
+        let stops = stop_points(e, window);
+        let mut next_stop = 0;
+        let pace = read_pace(e, window, spec.bw_bps);
+        // paced reads: a few milliseconds' worth at a time, at least a segment
+        let chunk = pace.map_or(buf.len() as u64, |p| {
+            ((p * 0.005) as u64).clamp(1448, buf.len() as u64)
+        });
+        let mut started: Option<Instant> = None;
+        let mut paused = Duration::ZERO;
         while left > 0 {
             let read = e.resp_bytes - left;
-            if stop_at.is_some_and(|at| read >= at) {
-                stop_at = None;
-                pause_reading(&s, left, Duration::from_micros(e.zero_window_us)).await;
+            while let Some(&(at, closed_for)) = stops.get(next_stop) {
+                if read < at {
+                    break;
+                }
+                next_stop += 1;
+                paused += pause_reading(&s, left, closed_for).await;
             }
-            let mut k = left.min(buf.len() as u64);
-            if let Some(at) = stop_at {
+            let mut k = left.min(chunk);
+            if let Some(&(at, _)) = stops.get(next_stop) {
                 k = k.min(at - read);
             }
-            let k = k as usize;
+            if let (Some(p), Some(t0)) = (pace, started) {
+                use std::os::fd::AsRawFd;
+                // the rest is all here: nothing left for the pace to hold back
+                let all_here = crate::sys::unread_bytes(s.as_raw_fd()).is_some_and(|n| n >= left);
+                let due = read_due(t0, paused, read, k, p);
+                if !all_here && due > Instant::now() {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+            }
             let got = s
-                .read(&mut buf[..k])
+                .read(&mut buf[..k as usize])
                 .await
                 .map_err(|e| Failure::from_io(&e))?;
             if got == 0 {
                 return Err(Failure::ShortResponse);
             }
+            started.get_or_insert_with(Instant::now);
             left -= got as u64;
         }
         prev_done = Instant::now();
@@ -323,6 +421,7 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::Stall;
 
     #[test]
     fn a_client_whose_window_grew_is_left_to_tune_its_own() {
@@ -337,5 +436,111 @@ mod tests {
         assert!(!window_grew(&c));
         c.rwin_max_bytes = None;
         assert!(!window_grew(&c));
+    }
+
+    fn exchange(resp_bytes: u64) -> ExchangeSpec {
+        ExchangeSpec {
+            seq: 0,
+            req_bytes: 100,
+            resp_bytes,
+            response_delay_us: 0,
+            query_delay_us: 0,
+            header_bytes: 0,
+            think_time_us: 0,
+            offset_us: None,
+            zero_window_us: 0,
+            zero_window_at_bytes: 0,
+            stalls: Vec::new(),
+            read_rate_bps: None,
+        }
+    }
+
+    /// Three stalls of the original in one response: the replay's client stops a window
+    /// before each, for each one's own time, instead of once at the first for their total.
+    #[test]
+    fn every_stall_of_a_response_is_a_stop_of_its_own() {
+        let mut e = exchange(400_000);
+        e.stalls = vec![
+            Stall {
+                at_bytes: 78_058,
+                closed_us: 250_000,
+            },
+            Stall {
+                at_bytes: 158_922,
+                closed_us: 360_000,
+            },
+            // closer to the previous one than a window: taken right after it
+            Stall {
+                at_bytes: 170_000,
+                closed_us: 20_000,
+            },
+        ];
+        let stops = stop_points(&e, 64_512);
+        assert_eq!(
+            stops,
+            vec![
+                (13_546, Duration::from_millis(250)),
+                (94_410, Duration::from_millis(360)),
+                (105_488, Duration::from_millis(20)),
+            ]
+        );
+        // a stall within the first window: the stop is at the start
+        e.stalls.truncate(1);
+        e.stalls[0].at_bytes = 30_000;
+        assert_eq!(
+            stop_points(&e, 64_512),
+            vec![(0, Duration::from_millis(250))]
+        );
+    }
+
+    /// The original read 468,758 bytes at 3.7 Mbit/s behind a 25 Mbit/s path: the replay's
+    /// client, with a 64,512-byte window, reads at the pace that keeps the server as long as
+    /// the original's was ((468,758 - 64,512) bytes over 468,758 x 8 / 3.7e6 s). A rate near
+    /// the path's, no rate, or a response that fits in the window: read at once.
+    #[test]
+    fn a_client_that_read_slower_than_its_path_is_paced() {
+        let mut e = exchange(468_758);
+        assert_eq!(read_pace(&e, 64_512, Some(25e6)), None);
+        e.read_rate_bps = Some(3.7e6);
+        let open_s = 468_758.0 * 8.0 / 3.7e6;
+        let want = (468_758.0 - 64_512.0) / open_s;
+        let got = read_pace(&e, 64_512, Some(25e6)).unwrap();
+        assert!((got - want).abs() < 1e-6, "{got} against {want}");
+        // no rate limit known: paced too
+        assert!(read_pace(&e, 64_512, None).is_some());
+        // near the path's own rate: the path explains it
+        assert_eq!(read_pace(&e, 64_512, Some(4.5e6)), None);
+        // all of it fits in the window: nothing to pace
+        e.resp_bytes = 60_000;
+        assert_eq!(read_pace(&e, 64_512, Some(25e6)), None);
+        // the paced reader takes its bytes (read + k) / pace after the first arrived, the
+        // closed-window time not counted: all but its last window at the original's open time
+        let t0 = Instant::now();
+        let due = read_due(t0, Duration::from_millis(100), 40_000, 10_000, 100_000.0);
+        assert_eq!(due - t0, Duration::from_millis(600));
+        let e = ExchangeSpec {
+            read_rate_bps: Some(3.7e6),
+            ..exchange(468_758)
+        };
+        let pace = read_pace(&e, 64_512, Some(25e6)).unwrap();
+        let served = read_due(t0, Duration::ZERO, 468_758 - 64_512 - 1448, 1448, pace) - t0;
+        let open = Duration::from_secs_f64(468_758.0 * 8.0 / 3.7e6);
+        assert!(
+            served.abs_diff(open) < Duration::from_micros(1),
+            "{served:?} against {open:?}"
+        );
+    }
+
+    /// A window a few bytes short of a segment is closed (the server waits for its persist
+    /// timer there); one segment or more is open.
+    #[test]
+    fn a_window_below_one_segment_is_closed() {
+        assert!(window_closed(0, 1448));
+        assert!(window_closed(96, 1448));
+        assert!(!window_closed(1448, 1448));
+        assert!(!window_closed(30_000, 1448));
+        // no MSS reported: only zero is closed
+        assert!(window_closed(0, 0));
+        assert!(!window_closed(96, 0));
     }
 }

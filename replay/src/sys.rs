@@ -31,9 +31,14 @@ pub(crate) fn setsockopt_int(
 /// stops earlier): the receive window this socket last advertised, in bytes.
 const TCPI_RCV_WND: usize = 232;
 
-/// The receive window `fd` last advertised (`tcpi_rcv_wnd`), or None where the kernel's
-/// `tcp_info` does not have it (before Linux 6.2) or the call fails.
-pub(crate) fn advertised_window(fd: RawFd) -> Option<u32> {
+/// Offset of `tcpi_rcv_mss` in Linux's `struct tcp_info` (since 2.6): the MSS this socket
+/// expects to receive.
+const TCPI_RCV_MSS: usize = 20;
+
+/// The receive window `fd` last advertised and the segment size it receives
+/// (`tcpi_rcv_wnd`, `tcpi_rcv_mss`), bytes; None where the kernel's `tcp_info` does not have
+/// the window (before Linux 6.2) or the call fails.
+pub(crate) fn receive_window(fd: RawFd) -> Option<(u32, u32)> {
     let mut buf = [0u8; 512];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `buf`, a live local of that size, and
@@ -51,7 +56,8 @@ pub(crate) fn advertised_window(fd: RawFd) -> Option<u32> {
     if r != 0 || (len as usize) < end {
         return None;
     }
-    Some(u32::from_ne_bytes(buf[TCPI_RCV_WND..end].try_into().ok()?))
+    let word = |at: usize| buf[at..at + 4].try_into().ok().map(u32::from_ne_bytes);
+    Some((word(TCPI_RCV_WND)?, word(TCPI_RCV_MSS)?))
 }
 
 /// Bytes received on `fd` and not read yet (SIOCINQ), or None if the call fails.
@@ -81,15 +87,19 @@ mod tests {
         let mut c: std::net::TcpStream = s.into();
         let (mut srv, _) = l.accept().unwrap();
         let fd = c.as_raw_fd();
-        let Some(open) = advertised_window(fd) else {
+        let Some((open, mss)) = receive_window(fd) else {
             panic!("tcp_info has no tcpi_rcv_wnd on this kernel (needs Linux 6.2 or later)");
         };
         assert!(open > 0, "a fresh socket advertises an open window");
+        assert!(
+            (536..=65_535).contains(&mss),
+            "tcpi_rcv_mss {mss} is no segment size (offset wrong?)"
+        );
         srv.set_nonblocking(true).unwrap();
         let chunk = [7u8; 1024];
         let mut sent = 0usize;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while advertised_window(fd) != Some(0) {
+        while receive_window(fd).map(|w| w.0) != Some(0) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the window never closed"

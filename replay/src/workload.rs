@@ -120,6 +120,44 @@ pub struct ExchangeSpec {
     /// Response bytes the original client had acknowledged when its window first closed.
     #[serde(default)]
     pub zero_window_at_bytes: u64,
+    /// Every interval the original client's window stayed closed during this response, in
+    /// order (`exchanges.zero_window_stalls`; from the two columns above, one stall, where a
+    /// database before migration 8 has no list).
+    #[serde(default)]
+    pub stalls: Vec<Stall>,
+    /// The rate the original client read this response at while its window was open, where
+    /// its window showed it reading slower than the data came (`exchanges.read_rate_bps`),
+    /// TCP payload bits per second.
+    #[serde(default)]
+    pub read_rate_bps: Option<f64>,
+}
+
+/// One interval the original client's window stayed closed during a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Stall {
+    /// Response bytes the client had acknowledged when its window closed.
+    pub at_bytes: u64,
+    /// How long it stayed closed, µs.
+    pub closed_us: u64,
+}
+
+/// Parses `exchanges.zero_window_stalls` (`AT:US` pairs separated by spaces).
+pub fn parse_stalls(text: &str) -> Result<Vec<Stall>, String> {
+    text.split_whitespace()
+        .map(|pair| {
+            let (at, us) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("zero_window_stalls: {pair:?} is not AT:US"))?;
+            let num = |v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("zero_window_stalls: {pair:?} is not AT:US"))
+            };
+            Ok(Stall {
+                at_bytes: num(at)?,
+                closed_us: num(us)?,
+            })
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
@@ -320,6 +358,27 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()
         let rows = st.query_map([conn.orig_id], |r| {
             let e = ExchangeRow::read(r)?;
             let nn = |v: i64| v.max(0) as u64;
+            let stalls = match e.zero_window_stalls.as_deref() {
+                Some(text) => parse_stalls(text).map_err(|m| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        ExchangeRow::TABLE
+                            .columns
+                            .iter()
+                            .position(|c| c.name == "zero_window_stalls")
+                            .unwrap_or(0),
+                        rusqlite::types::Type::Text,
+                        format!("exchange {} of connection {}: {m}", e.seq, e.conn_id).into(),
+                    )
+                })?,
+                // a database before migration 8: the one stall its two columns give
+                None => match (e.zero_window_us, e.zero_window_at_bytes) {
+                    (Some(us), Some(at)) if us > 0 => vec![Stall {
+                        at_bytes: nn(at),
+                        closed_us: nn(us),
+                    }],
+                    _ => Vec::new(),
+                },
+            };
             Ok(ExchangeSpec {
                 seq: e.seq as u32,
                 req_bytes: nn(e.req_bytes),
@@ -331,16 +390,49 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()
                 offset_us: e.t_req_first.and_then(|t| u64::try_from(t - t0).ok()),
                 zero_window_us: nn(e.zero_window_us.unwrap_or(0)),
                 zero_window_at_bytes: nn(e.zero_window_at_bytes.unwrap_or(0)),
+                stalls,
+                read_rate_bps: e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0),
             })
         })?;
         conn.exchanges = rows.collect::<Result<_, _>>()?;
         for e in &mut conn.exchanges {
             e.header_bytes = e.header_bytes.min(e.resp_bytes);
             e.zero_window_at_bytes = e.zero_window_at_bytes.min(e.resp_bytes);
+            let resp = e.resp_bytes;
+            e.stalls.retain(|s| s.closed_us > 0 && s.at_bytes < resp);
             if e.header_bytes == e.resp_bytes {
                 e.query_delay_us = 0;
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `exchanges.zero_window_stalls` is read back as written; what is not `AT:US` is an
+    /// error naming the pair, not a panic or a silently dropped stall.
+    #[test]
+    fn stalls_are_parsed_and_bad_ones_named() {
+        assert_eq!(
+            parse_stalls("78058:250000 158922:360000").unwrap(),
+            vec![
+                Stall {
+                    at_bytes: 78_058,
+                    closed_us: 250_000
+                },
+                Stall {
+                    at_bytes: 158_922,
+                    closed_us: 360_000
+                },
+            ]
+        );
+        assert_eq!(parse_stalls("").unwrap(), vec![]);
+        for bad in ["78058", "78058:x", "-1:5", "1:2:3"] {
+            let e = parse_stalls(bad).unwrap_err();
+            assert!(e.contains("zero_window_stalls") && e.contains(bad), "{e}");
+        }
+    }
 }

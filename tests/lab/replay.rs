@@ -1021,3 +1021,138 @@ for pause in map(float, sys.argv[4:]):
         );
     }
 }
+
+/// A real client that stops reading twice in one response is replayed with both stops: a
+/// Python client with a fixed 64 KiB receive buffer reads 20 kB of a 600 kB response, pauses
+/// 0.6 s, reads on to 300 kB, pauses 1.0 s, then reads the rest (captured with tcpdump at the
+/// server). The analyzer lists both
+/// closed intervals at their places (`exchanges.zero_window_stalls`); the replay's client
+/// closes its window twice, each about as long as the original's (one pause of the total at
+/// the first, as before migration 8, shows one), and the response time is within 20%.
+#[test]
+fn a_client_that_stops_twice_in_one_response_is_replayed_with_both_stops() {
+    use crate::capture::{start_server, start_tcpdump, VethLab};
+    preflight();
+    require_tool("python3");
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    let body = 600_000usize;
+    let lab = VethLab::new("zw2", 74);
+    let _server = start_server(&lab, 8080, body);
+    let mut tcpdump = start_tcpdump(&lab, &d.join("cap.pcap"));
+    const TWICE: &str = r#"
+import socket, sys, time
+host, port, body = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c = socket.socket()
+# a fixed buffer (no autotuning): the rest after the second stop must not fit in it
+c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+c.settimeout(20)
+c.connect((host, port))
+c.sendall(b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n")
+got = 0
+for upto, pause in ((20000, 0.6), (300000, 1.0)):
+    while got < upto:
+        got += len(c.recv(upto - got))
+    time.sleep(pause)
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    got += len(b)
+assert got > body, got
+c.close()
+"#;
+    let o = lab
+        .exec(&lab.cli, "python3")
+        .arg("-c")
+        .arg(TWICE)
+        .arg(&lab.srv_ip)
+        .arg("8080")
+        .arg(body.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "the stalling client failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    tcpdump.signal(libc::SIGINT);
+    tcpdump.wait(Duration::from_secs(10));
+    ok(&["analyze", &p("cap.pcap"), "-o", &p("flows.db")]);
+    let stalls = |db: &str, id: Option<i64>| -> (i64, i64, Vec<(i64, i64)>) {
+        let c = rusqlite::Connection::open(d.join(db)).unwrap();
+        let sql = match id {
+            None => "SELECT c.id, c.response_time_us, coalesce(e.zero_window_stalls, '')
+                     FROM connections c JOIN exchanges e ON e.conn_id = c.id"
+                .to_string(),
+            Some(id) => format!(
+                "SELECT m.orig_conn_id, c.response_time_us, coalesce(e.zero_window_stalls, '')
+                 FROM replay_map m JOIN connections c ON c.id = m.replay_conn_id
+                 JOIN exchanges e ON e.conn_id = c.id WHERE m.orig_conn_id = {id}"
+            ),
+        };
+        let (id, rt, text): (i64, i64, String) = c
+            .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap();
+        let list = text
+            .split_whitespace()
+            .map(|pair| {
+                let (at, us) = pair.split_once(':').unwrap();
+                (at.parse().unwrap(), us.parse().unwrap())
+            })
+            .collect();
+        (id, rt, list)
+    };
+    let (id, rt, orig) = stalls("flows.db", None);
+    eprintln!("original: {rt} µs, stalls {orig:?}");
+    assert_eq!(
+        orig.len(),
+        2,
+        "two closed intervals in the response: {orig:?}"
+    );
+    // as in the one-stop test: the tap's closed time is the pause less the buffer's fill
+    for (&(at, us), (after, pause)) in orig.iter().zip([(20_000, 0.6e6), (300_000, 1.0e6)]) {
+        assert!(
+            at >= after && (at as usize) < body,
+            "closed at byte {at}, the client stopped after {after}"
+        );
+        assert!(
+            us as f64 >= 0.5 * pause && us as f64 <= 1.5 * pause,
+            "closed {us} µs, the client paused {pause} µs"
+        );
+    }
+    let name = lab_name("zw2");
+    let _down = LabDown(name.clone());
+    let r = json(&ok(&[
+        "replay",
+        &p("flows.db"),
+        "-o",
+        &p("replay.db"),
+        "--lab",
+        &name,
+        "--unestimated",
+        "unshaped",
+        "--json",
+    ]));
+    assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+    let (_, rrt, replay) = stalls("replay.db", Some(id));
+    let err = (rrt - rt) as f64 / rt as f64;
+    eprintln!("replay: {rrt} µs ({:+.1}%), stalls {replay:?}", 100.0 * err);
+    assert_eq!(
+        replay.len(),
+        2,
+        "the replay's client closed its window at each stop: {replay:?}"
+    );
+    for (&(_, want), &(_, got)) in orig.iter().zip(&replay) {
+        assert!(
+            (got - want).abs() as f64 <= 0.2 * want as f64 + 20_000.0,
+            "a stop closed {got} µs, the original's {want} µs"
+        );
+    }
+    assert!(
+        err.abs() <= 0.2,
+        "replay {rrt} µs against the original's {rt} µs"
+    );
+}

@@ -45,6 +45,9 @@ struct Adu {
     acked_upto: u32,
     prefix: [u8; 16],
     prefix_len: u8,
+    /// The smallest window (raw, unscaled) the other side advertised while this unit had data
+    /// it had not acknowledged yet.
+    min_window: Option<u16>,
 }
 
 /// The connection's data units in order, both directions.
@@ -103,6 +106,7 @@ impl Exchanges {
                 acked_upto: self.segs.len() as u32,
                 prefix,
                 prefix_len: n as u8,
+                min_window: None,
             },
             16,
         );
@@ -135,6 +139,18 @@ impl Exchanges {
         }
     }
 
+    /// Per-segment hook: the side opposite to `d` advertised `window` (raw) with `d`'s data
+    /// acknowledged up to `acked`; while the latest unit (of direction `d`) has data it has not
+    /// acknowledged, its smallest window is kept (how far the receiver fell behind reading).
+    #[inline]
+    pub fn on_window(&mut self, d: Dir, window: u16, acked: i64) {
+        if let Some(a) = self.adus.last_mut() {
+            if a.dir == d && acked >= a.start && acked < a.end {
+                a.min_window = Some(a.min_window.map_or(window, |w| w.min(window)));
+            }
+        }
+    }
+
     /// Last-packet time of direction `d`'s latest data unit.
     pub fn last_data_t(&self, d: Dir) -> Option<Timestamp> {
         self.adus
@@ -147,13 +163,15 @@ impl Exchanges {
     /// Finish step: pairs request and response data units into exchanges and runs the
     /// query-delay test. Think time is the client's pause before a request: after the previous
     /// response, or for the first request after the handshake completed (`connected`).
-    /// `closed`: the intervals the client's window stayed at zero, in order.
+    /// `closed`: the intervals the client's window stayed at zero, in order; `max_window`: the
+    /// largest window (raw) the client advertised once it had sent data.
     pub fn finish(
         &self,
         client: Dir,
         mss: u32,
         connected: Option<Timestamp>,
         closed: &[ZeroWindow],
+        max_window: Option<u16>,
     ) -> Vec<Exchange> {
         let adus = &self.adus;
         let mut out: Vec<Exchange> = Vec::with_capacity(adus.len().div_ceil(2));
@@ -189,10 +207,16 @@ impl Exchanges {
                 (Some(q), Some(r)) => Some(dur::ns_to_us(r.t_first.nanos_since(q.t_last))),
                 _ => None,
             };
+            let stalls = resp.map(|r| stalled(r, closed)).unwrap_or_default();
             let (zero_window_us, zero_window_at_bytes) = match resp {
-                Some(r) => stalled(r, closed),
+                Some(_) => (
+                    Some(stalls.iter().map(|s| s.1).sum::<i64>()),
+                    stalls.first().map(|s| s.0),
+                ),
                 None => (None, None),
             };
+            let read_rate_bps =
+                resp.and_then(|r| read_rate(r, closed, query_delay.unwrap_or(0), max_window));
             if let Some(r) = resp {
                 // the client had the response when it acknowledged the last byte (seen here
                 // after the same upstream delay as its next request), not when the server sent
@@ -222,27 +246,74 @@ impl Exchanges {
                 status,
                 zero_window_us,
                 zero_window_at_bytes,
+                zero_window_stalls: stalls,
+                read_rate_bps,
             });
         }
         out
     }
 }
 
-/// The time the client's window stayed closed while the server still had response `r` to
-/// send, and the response bytes it had acknowledged when it first closed: the intervals that
-/// closed inside the response (acknowledged at least its first byte and less than all of it)
-/// before the server sent its last byte. A window that closes only once the whole response
-/// is out (the client reads it later) holds no server byte back. (Some(0), None) when none.
-fn stalled(r: &Adu, closed: &[ZeroWindow]) -> (Option<i64>, Option<u64>) {
-    let mut total = 0i64;
-    let mut at = None;
-    for w in closed {
-        if w.acked >= r.start && w.acked < r.end && w.t_closed < r.t_last {
-            total += w.t_open.nanos_since(w.t_closed).max(0);
-            at.get_or_insert((w.acked - r.start) as u64);
-        }
+/// The intervals the client's window stayed closed while the server still had response `r`
+/// to send, in order, each as the response bytes it had acknowledged when it closed and how
+/// long it stayed closed (µs): those that closed inside the response (acknowledged at least
+/// its first byte and less than all of it) before the server sent its last byte. A window
+/// that closes only once the whole response is out (the client reads it later) holds no
+/// server byte back.
+fn stalled(r: &Adu, closed: &[ZeroWindow]) -> Vec<(u64, i64)> {
+    closed
+        .iter()
+        .filter(|w| w.acked >= r.start && w.acked < r.end && w.t_closed < r.t_last)
+        .map(|w| {
+            (
+                (w.acked - r.start) as u64,
+                dur::ns_to_us(w.t_open.nanos_since(w.t_closed).max(0)),
+            )
+        })
+        .collect()
+}
+
+/// The rate (TCP payload bits per second) the client read response `r` at while its window
+/// was open, where the window showed that it read slower than the data came: it closed
+/// (`closed`, the intervals inside the response), or fell below a quarter of the largest the
+/// client advertised (`max_window`) while response data was outstanding. The response's bytes
+/// over the time from its first to its last packet less the closed intervals and the server's
+/// own pause (`query_delay_us`, where it is not a closed interval already: a server held back
+/// by a closed window looks like one that paused). None where the window never showed it: a
+/// client that reads at once keeps its window open whatever the path does, so the path's rate
+/// is not taken for the client's.
+fn read_rate(
+    r: &Adu,
+    closed: &[ZeroWindow],
+    query_delay_us: i64,
+    max_window: Option<u16>,
+) -> Option<f64> {
+    let drained = match (r.min_window, max_window) {
+        (Some(min), Some(max)) => (min as u32) * 4 < max as u32,
+        _ => false,
+    };
+    let inside = || {
+        closed
+            .iter()
+            .filter(|w| w.acked >= r.start && w.acked < r.end && w.t_closed < r.t_last)
+    };
+    if inside().next().is_none() && !drained {
+        return None;
     }
-    (Some(dur::ns_to_us(total)), at)
+    // the time the server was held back: the closed intervals and the query delay, their
+    // overlap once
+    let q_end = r.t_first.add_nanos(query_delay_us.max(0) * 1000);
+    let mut held_ns = q_end.nanos_since(r.t_first);
+    for w in inside() {
+        let overlap = w
+            .t_open
+            .min(q_end)
+            .nanos_since(w.t_closed.max(r.t_first))
+            .max(0);
+        held_ns += w.t_open.nanos_since(w.t_closed).max(0) - overlap;
+    }
+    let open_ns = r.t_last.nanos_since(r.t_first) - held_ns;
+    (open_ns > 0 && r.bytes > 0).then(|| r.bytes as f64 * 8.0 * 1e9 / open_ns as f64)
 }
 
 /// First request byte → last response byte (Monkey §5.1), µs.

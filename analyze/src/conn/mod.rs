@@ -363,6 +363,7 @@ impl Conn {
         // receive window advertised by this side
         if !flags.syn() && !flags.rst() {
             let acked = self.s[o].acked;
+            self.exchanges.on_window(o, seg.window, acked);
             let side = &mut self.s[d];
             if seg.window == 0 {
                 side.zero_window += 1;
@@ -759,6 +760,7 @@ impl Conn {
             mss_eff,
             if handshake { self.hs_ack } else { None },
             &closed,
+            c.max_window_after_data,
         );
         let (loss_random, queue_down) =
             sv.loss

@@ -114,6 +114,9 @@ pub struct RateSources {
     /// Connections whose client pauses its reads where the original's window stayed at zero
     /// (`exchanges.zero_window_us`).
     pub paused_reads: u64,
+    /// Connections whose client reads some response at the original's pace, where the original
+    /// read it clearly slower than its path (`exchanges.read_rate_bps`).
+    pub paced_reads: u64,
     /// Where each connection's downstream queue came from (`super::queues`).
     pub queues: super::queues::QueueSources,
     /// Where each connection's downstream shaper came from (`super::shapers`).
@@ -153,6 +156,7 @@ impl RateSources {
                 self.delack_timeout_defaulted.to_string(),
             ),
             ("clients_pausing_reads", self.paused_reads.to_string()),
+            ("clients_reading_slowly", self.paced_reads.to_string()),
             ("queue_own_overflow", self.queues.own_overflow.to_string()),
             (
                 "queue_client_overflow",
@@ -172,7 +176,7 @@ impl RateSources {
     /// One line for the text summary.
     pub fn describe(&self) -> String {
         format!(
-            "rates (--unestimated {}): {} estimated{}, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}",
+            "rates (--unestimated {}): {} estimated{}, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}{}",
             self.unestimated,
             self.estimated,
             if self.overruled_by_client > 0 {
@@ -200,6 +204,14 @@ impl RateSources {
                 format!(
                     "; {} clients pause their reads where the original's window was closed",
                     self.paused_reads
+                )
+            } else {
+                String::new()
+            },
+            if self.paced_reads > 0 {
+                format!(
+                    "; {} clients read at the original's pace, slower than their path",
+                    self.paced_reads
                 )
             } else {
                 String::new()
@@ -356,8 +368,11 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
             c.delack_timeout_us = None;
             counts.delack_timeout_defaulted += 1;
         }
-        if c.exchanges.iter().any(|e| e.zero_window_us > 0) {
+        if c.exchanges.iter().any(|e| !e.stalls.is_empty()) {
             counts.paused_reads += 1;
+        }
+        if crate::client::reads_slowly(&c) {
+            counts.paced_reads += 1;
         }
         wl.conns.push(c);
     }

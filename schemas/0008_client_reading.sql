@@ -1,0 +1,24 @@
+-- mimic database schema, migration 8: how the client read each response.
+--
+-- `exchanges.zero_window_stalls` lists every interval the client's advertised window stayed at
+-- zero while the server still had that response to send, in order, as `AT:US` pairs separated
+-- by spaces (the response bytes the client had acknowledged when its window closed, and how long
+-- it stayed closed, from its zero-window ACK to its window update as the tap saw them). Their
+-- sum is `zero_window_us`; the first AT is `zero_window_at_bytes`. A replay's client stops
+-- reading before each of them and keeps its own window closed that long (`mimic replay`, see
+-- GUIDE.md), where before it paused once, at the first, for their total.
+--
+-- `exchanges.read_rate_bps` is the rate (TCP payload bits per second) at which the client read
+-- the response while its window was open, where the window showed that it read slower than the
+-- data came: it closed, or fell below a quarter of the largest window the client advertised,
+-- while response data was outstanding. It is the response's bytes over the time from its first
+-- to its last packet, less the closed intervals and the query delay. A replay's client that
+-- reads slower than its path reads at that rate. NULL where the window never showed it.
+--
+-- Two nullable columns added at the end: readers that name their columns are unaffected, so
+-- the data contract (meta `schema_version`) stays at 1. Rows written before this migration and
+-- brought up to date in place have NULL there (replayed as before: one pause per response, no
+-- read rate).
+--
+-- The columns themselves are declared in core/src/schema.rs (`.since(7)`); their ALTER TABLE
+-- statements are generated from that list and run before this file, which adds nothing else.

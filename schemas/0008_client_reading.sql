@@ -20,5 +20,5 @@
 -- brought up to date in place have NULL there (replayed as before: one pause per response, no
 -- read rate).
 --
--- The columns themselves are declared in core/src/schema.rs (`.since(7)`); their ALTER TABLE
+-- The columns themselves are declared in core/src/schema.rs (`.since(8)`); their ALTER TABLE
 -- statements are generated from that list and run before this file, which adds nothing else.

@@ -597,14 +597,22 @@ fn several_stalls_in_one_response_are_each_recorded_where_they_happened() {
 /// with what the client has not read). The exchange records the rate it read at: 16 x 1,460
 /// bytes in the 150 ms from the first to the last segment (1.246 Mbit/s). The same transfer
 /// with the window staying open records none: a client that reads at once shows nothing of
-/// its reading, whatever the path's pace.
+/// its reading, whatever the path's pace; nor does one whose window grows from 7,500 to
+/// 60,000 (receive-buffer autotuning: small against the connection's largest, never against
+/// the largest so far).
 #[test]
 fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
-    fn run(drain: bool) -> Exchange {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Win {
+        Drain,
+        Open,
+        Grow,
+    }
+    fn run(mode: Win) -> Exchange {
         let mut w = Wire::new();
         let t = w.handshake(0, 100 * US, 1000, 5000);
         let mut req = p(true, 1001, 5001, PA, 100);
-        req.win = 60000;
+        req.win = if mode == Win::Grow { 7500 } else { 60000 };
         w.send(t + MS, req);
         let t0 = t + 2 * MS;
         let seg = |k: u32| p(false, 5001 + k * 1460, 1101, A, 1460);
@@ -616,10 +624,10 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
                 w.send(ts + 10 * MS, seg(k + 1));
             }
             let mut ack = p(true, 1101, 5001 + (k + 1) * 1460, A, 0);
-            ack.win = if drain {
-                (60000 - k * 3500) as u16
-            } else {
-                60000
+            ack.win = match mode {
+                Win::Drain => (60000 - k * 3500) as u16,
+                Win::Open => 60000,
+                Win::Grow => (7500 + k * 3500) as u16,
             };
             w.send(ts + 11 * MS, ack);
         }
@@ -627,7 +635,7 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
         assert_eq!(r.exchanges.len(), 1);
         r.exchanges[0].clone()
     }
-    let slow = run(true);
+    let slow = run(Win::Drain);
     assert_eq!(slow.resp_bytes, 16 * 1460);
     assert_eq!(slow.query_delay_us, Some(0));
     assert_eq!(slow.zero_window_us, Some(0));
@@ -637,8 +645,10 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
         .expect("a draining window gives a read rate");
     let want = 16.0 * 1460.0 * 8.0 / 0.150;
     assert!((rate - want).abs() < 1.0, "{rate} against {want}");
-    let fast = run(false);
+    let fast = run(Win::Open);
     assert_eq!(fast.read_rate_bps, None, "{fast:?}");
+    let grown = run(Win::Grow);
+    assert_eq!(grown.read_rate_bps, None, "{grown:?}");
 }
 
 /// A slow-start burst into a 1 Mbit/s bottleneck's queue: each ACK comes one serialization

@@ -288,7 +288,11 @@ fn remote_roles_over_authenticated_control_channels() {
             .spawn()
             .unwrap()
     };
-    let mut emu = spawn(&info.ns_emu, &["-q", "netemu", "run", "--lab", &name]);
+    // the router beside the clients and the server on one machine: the replay's spin rule
+    let mut emu = spawn(
+        &info.ns_emu,
+        &["-q", "netemu", "run", "--lab", &name, "--spin-rule", "load"],
+    );
     let mut srv = spawn(
         &info.ns_srv,
         &[

@@ -45,9 +45,11 @@ struct Adu {
     acked_upto: u32,
     prefix: [u8; 16],
     prefix_len: u8,
-    /// The smallest window (raw, unscaled) the other side advertised while this unit had data
-    /// it had not acknowledged yet.
-    min_window: Option<u16>,
+    /// Whether the other side's window (raw), while this unit had data it had not acknowledged
+    /// yet, fell below a quarter of the largest it had advertised before: its reader fell
+    /// behind. Against the largest so far, not the connection's largest: a window that grows
+    /// (receive-buffer autotuning) is not one that drained.
+    drained: bool,
 }
 
 /// The connection's data units in order, both directions.
@@ -56,6 +58,9 @@ pub(super) struct Exchanges {
     adus: Vec<Adu>,
     segs: Vec<AduSeg>,
     pub dropped: u64,
+    /// The largest window (raw) each side advertised so far once the connection carried data,
+    /// by the direction of the data it acknowledged.
+    max_window: [u16; 2],
 }
 
 impl Exchanges {
@@ -106,7 +111,7 @@ impl Exchanges {
                 acked_upto: self.segs.len() as u32,
                 prefix,
                 prefix_len: n as u8,
-                min_window: None,
+                drained: false,
             },
             16,
         );
@@ -141,13 +146,22 @@ impl Exchanges {
 
     /// Per-segment hook: the side opposite to `d` advertised `window` (raw) with `d`'s data
     /// acknowledged up to `acked`; while the latest unit (of direction `d`) has data it has not
-    /// acknowledged, its smallest window is kept (how far the receiver fell behind reading).
+    /// acknowledged, a window below a quarter of the largest so far marks it drained (the
+    /// receiver fell behind reading).
     #[inline]
     pub fn on_window(&mut self, d: Dir, window: u16, acked: i64) {
+        let max = &mut self.max_window[d as usize];
         if let Some(a) = self.adus.last_mut() {
-            if a.dir == d && acked >= a.start && acked < a.end {
-                a.min_window = Some(a.min_window.map_or(window, |w| w.min(window)));
+            if a.dir == d && acked >= a.start && acked < a.end && (window as u32) * 4 < *max as u32
+            {
+                a.drained = true;
             }
+        }
+        // the largest so far counts from the first data unit on, as the connection's largest
+        // window after data does (a handshake's last ACK can offer more than the buffer the
+        // reader then keeps)
+        if !self.adus.is_empty() {
+            *max = (*max).max(window);
         }
     }
 
@@ -163,15 +177,13 @@ impl Exchanges {
     /// Finish step: pairs request and response data units into exchanges and runs the
     /// query-delay test. Think time is the client's pause before a request: after the previous
     /// response, or for the first request after the handshake completed (`connected`).
-    /// `closed`: the intervals the client's window stayed at zero, in order; `max_window`: the
-    /// largest window (raw) the client advertised once it had sent data.
+    /// `closed`: the intervals the client's window stayed at zero, in order.
     pub fn finish(
         &self,
         client: Dir,
         mss: u32,
         connected: Option<Timestamp>,
         closed: &[ZeroWindow],
-        max_window: Option<u16>,
     ) -> Vec<Exchange> {
         let adus = &self.adus;
         let mut out: Vec<Exchange> = Vec::with_capacity(adus.len().div_ceil(2));
@@ -215,8 +227,7 @@ impl Exchanges {
                 ),
                 None => (None, None),
             };
-            let read_rate_bps =
-                resp.and_then(|r| read_rate(r, closed, query_delay.unwrap_or(0), max_window));
+            let read_rate_bps = resp.and_then(|r| read_rate(r, closed, query_delay.unwrap_or(0)));
             if let Some(r) = resp {
                 // the client had the response when it acknowledged the last byte (seen here
                 // after the same upstream delay as its next request), not when the server sent
@@ -276,28 +287,19 @@ fn stalled(r: &Adu, closed: &[ZeroWindow]) -> Vec<(u64, i64)> {
 /// The rate (TCP payload bits per second) the client read response `r` at while its window
 /// was open, where the window showed that it read slower than the data came: it closed
 /// (`closed`, the intervals inside the response), or fell below a quarter of the largest the
-/// client advertised (`max_window`) while response data was outstanding. The response's bytes
+/// client had advertised before, while response data was outstanding (`Adu::drained`). The response's bytes
 /// over the time from its first to its last packet less the closed intervals and the server's
 /// own pause (`query_delay_us`, where it is not a closed interval already: a server held back
 /// by a closed window looks like one that paused). None where the window never showed it: a
 /// client that reads at once keeps its window open whatever the path does, so the path's rate
 /// is not taken for the client's.
-fn read_rate(
-    r: &Adu,
-    closed: &[ZeroWindow],
-    query_delay_us: i64,
-    max_window: Option<u16>,
-) -> Option<f64> {
-    let drained = match (r.min_window, max_window) {
-        (Some(min), Some(max)) => (min as u32) * 4 < max as u32,
-        _ => false,
-    };
+fn read_rate(r: &Adu, closed: &[ZeroWindow], query_delay_us: i64) -> Option<f64> {
     let inside = || {
         closed
             .iter()
             .filter(|w| w.acked >= r.start && w.acked < r.end && w.t_closed < r.t_last)
     };
-    if inside().next().is_none() && !drained {
+    if inside().next().is_none() && !r.drained {
         return None;
     }
     // the time the server was held back: the closed intervals and the query delay, their

@@ -760,7 +760,6 @@ impl Conn {
             mss_eff,
             if handshake { self.hs_ack } else { None },
             &closed,
-            c.max_window_after_data,
         );
         let (loss_random, queue_down) =
             sv.loss

@@ -362,6 +362,15 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
             continue;
         }
         c.bw_bps = bw;
+        if source == RateSource::OverruledByClient {
+            // what the analyzer measured against the discarded rate — the shaper's lead (in
+            // units of a packet's serialization at it) and the queue its model inferred — is
+            // as wrong as the rate: the client's peers at the new rate fill them in
+            // (`queues::pool`, `shapers::pool` below)
+            c.shaper_lead_down = None;
+            c.queue_down_pkts = None;
+            c.queue_down_full = false;
+        }
         if c.delack_timeout_us
             .is_some_and(|t| t > MAX_DELACK_TIMEOUT_US)
         {
@@ -474,6 +483,11 @@ mod tests {
             .collect();
         let odd = |samples: u32, bw: f64| ConnSpec {
             bw_samples: samples,
+            // measured against its own (wrong) rate: a serializing link's lead at 17x the
+            // rate, and a queue overflow the model placed at 3 packets
+            shaper_lead_down: Some(0.05),
+            queue_down_pkts: Some(3),
+            queue_down_full: true,
             ..conn(9, "10.0.0.1", 30, Some(bw))
         };
         conns.push(odd(1, 967_976.0));
@@ -484,6 +498,12 @@ mod tests {
         let counts = assign(&mut wl, Unestimated::Pooled).unwrap();
         assert_eq!((counts.estimated, counts.overruled_by_client), (4, 1));
         assert_eq!(wl.conns[4].bw_bps, Some(56_002.0));
+        // its lead and queue were measured against the overruled rate: none of its own kept
+        assert_ne!(wl.conns[4].shaper_lead_down, Some(0.05));
+        assert_ne!(
+            (wl.conns[4].queue_down_pkts, wl.conns[4].queue_down_full),
+            (Some(3), true)
+        );
         assert!(counts
             .describe()
             .contains("1 more whose one or two samples"));

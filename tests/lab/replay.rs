@@ -878,6 +878,53 @@ fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {
     assert_eq!(unshaped, unestimated);
 }
 
+/// Runs the Python `script` on `lab`'s client host against its server (port 8080) with
+/// `args` after the address and port, captured by tcpdump at the server, and analyzes the
+/// capture into `d/flows.db`.
+fn capture_python_client(lab: &crate::capture::VethLab, d: &Path, script: &str, args: &[String]) {
+    let mut tcpdump = crate::capture::start_tcpdump(lab, &d.join("cap.pcap"));
+    let o = lab
+        .exec(&lab.cli, "python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&lab.srv_ip)
+        .arg("8080")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "the stalling client failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    tcpdump.signal(libc::SIGINT);
+    tcpdump.wait(Duration::from_secs(10));
+    let p = |f: &str| d.join(f).display().to_string();
+    ok(&["analyze", &p("cap.pcap"), "-o", &p("flows.db")]);
+}
+
+/// Replays `d/flows.db` without rate limits into `d/replay.db` in a lab of its own (named
+/// after `tag`, down again when this returns); its `--json` summary, every connection replayed.
+fn replay_unshaped_in_lab(d: &Path, tag: &str) -> serde_json::Value {
+    let name = lab_name(tag);
+    let _down = LabDown(name.clone());
+    let p = |f: &str| d.join(f).display().to_string();
+    let r = json(&ok(&[
+        "replay",
+        &p("flows.db"),
+        "-o",
+        &p("replay.db"),
+        "--lab",
+        &name,
+        "--unestimated",
+        "unshaped",
+        "--json",
+    ]));
+    assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+    r
+}
+
 /// A real client that stops reading is replayed as one: a Python client reads the first
 /// 20 kB of a 600 kB response, pauses (0.8 s, 1.5 s), then reads the rest, so its window
 /// closes and the server waits (captured with tcpdump at the server). The analyzer records
@@ -888,17 +935,15 @@ fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {
 /// client reading at once would replay each in a few milliseconds.
 #[test]
 fn a_client_that_stops_reading_is_replayed_with_its_pause() {
-    use crate::capture::{start_server, start_tcpdump, VethLab};
+    use crate::capture::{start_server, VethLab};
     preflight();
     require_tool("python3");
     let tmp = tempdir();
     let d = tmp.path();
-    let p = |f: &str| d.join(f).display().to_string();
     let body = 600_000usize;
     let pauses = [0.8f64, 1.5, 0.8];
     let lab = VethLab::new("zw", 73);
     let _server = start_server(&lab, 8080, body);
-    let mut tcpdump = start_tcpdump(&lab, &d.join("cap.pcap"));
     const STALLING_CLIENT: &str = r#"
 import socket, sys, time
 host, port, body = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -918,25 +963,10 @@ for pause in map(float, sys.argv[4:]):
     c.close()
     time.sleep(0.2)
 "#;
-    let o = lab
-        .exec(&lab.cli, "python3")
-        .arg("-c")
-        .arg(STALLING_CLIENT)
-        .arg(&lab.srv_ip)
-        .arg("8080")
-        .arg(body.to_string())
-        .args(pauses.iter().map(|x| x.to_string()))
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "the stalling client failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    tcpdump.signal(libc::SIGINT);
-    tcpdump.wait(Duration::from_secs(10));
-    ok(&["analyze", &p("cap.pcap"), "-o", &p("flows.db")]);
+    let args: Vec<String> = std::iter::once(body.to_string())
+        .chain(pauses.iter().map(|x| x.to_string()))
+        .collect();
+    capture_python_client(&lab, d, STALLING_CLIENT, &args);
     let c = rusqlite::Connection::open(d.join("flows.db")).unwrap();
     let orig: Vec<(i64, i64, i64, i64)> = c
         .prepare(
@@ -971,20 +1001,7 @@ for pause in map(float, sys.argv[4:]):
         assert!(rt as f64 >= want, "connection {id}: response time {rt} µs");
     }
     drop(c);
-    let name = lab_name("zw");
-    let _down = LabDown(name.clone());
-    let r = json(&ok(&[
-        "replay",
-        &p("flows.db"),
-        "-o",
-        &p("replay.db"),
-        "--lab",
-        &name,
-        "--unestimated",
-        "unshaped",
-        "--json",
-    ]));
-    assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+    let r = replay_unshaped_in_lab(d, "zw");
     assert_eq!(
         r["rate_sources"]["paused_reads"].as_u64(),
         Some(pauses.len() as u64),
@@ -1035,16 +1052,14 @@ for pause in map(float, sys.argv[4:]):
 /// the first, as before migration 8, shows one), and the response time is within 20%.
 #[test]
 fn a_client_that_stops_twice_in_one_response_is_replayed_with_both_stops() {
-    use crate::capture::{start_server, start_tcpdump, VethLab};
+    use crate::capture::{start_server, VethLab};
     preflight();
     require_tool("python3");
     let tmp = tempdir();
     let d = tmp.path();
-    let p = |f: &str| d.join(f).display().to_string();
     let body = 600_000usize;
     let lab = VethLab::new("zw2", 74);
     let _server = start_server(&lab, 8080, body);
-    let mut tcpdump = start_tcpdump(&lab, &d.join("cap.pcap"));
     const TWICE: &str = r#"
 import socket, sys, time
 host, port, body = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -1067,24 +1082,7 @@ while True:
 assert got > body, got
 c.close()
 "#;
-    let o = lab
-        .exec(&lab.cli, "python3")
-        .arg("-c")
-        .arg(TWICE)
-        .arg(&lab.srv_ip)
-        .arg("8080")
-        .arg(body.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "the stalling client failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    tcpdump.signal(libc::SIGINT);
-    tcpdump.wait(Duration::from_secs(10));
-    ok(&["analyze", &p("cap.pcap"), "-o", &p("flows.db")]);
+    capture_python_client(&lab, d, TWICE, &[body.to_string()]);
     let stalls = |db: &str, id: Option<i64>| -> (i64, i64, Vec<(i64, i64)>) {
         let c = rusqlite::Connection::open(d.join(db)).unwrap();
         let sql = match id {
@@ -1127,20 +1125,7 @@ c.close()
             "closed {us} µs, the client paused {pause} µs"
         );
     }
-    let name = lab_name("zw2");
-    let _down = LabDown(name.clone());
-    let r = json(&ok(&[
-        "replay",
-        &p("flows.db"),
-        "-o",
-        &p("replay.db"),
-        "--lab",
-        &name,
-        "--unestimated",
-        "unshaped",
-        "--json",
-    ]));
-    assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+    replay_unshaped_in_lab(d, "zw2");
     let (_, rrt, replay) = stalls("replay.db", Some(id));
     let err = (rrt - rt) as f64 / rt as f64;
     eprintln!("replay: {rrt} µs ({:+.1}%), stalls {replay:?}", 100.0 * err);

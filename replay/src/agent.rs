@@ -481,18 +481,8 @@ mod tests {
                 server_port: server.port(),
                 close: Close::ServerFin,
                 exchanges: vec![ExchangeSpec {
-                    seq: 0,
-                    req_bytes: 100,
-                    resp_bytes: 3000,
-                    response_delay_us: 0,
-                    query_delay_us: 0,
                     header_bytes: 3000,
-                    think_time_us: 0,
-                    offset_us: None,
-                    zero_window_us: 0,
-                    zero_window_at_bytes: 0,
-                    stalls: Vec::new(),
-                    read_rate_bps: None,
+                    ..ExchangeSpec::bare(3000)
                 }],
                 ..ConnSpec::bare(index as i64)
             },

@@ -439,20 +439,7 @@ mod tests {
     }
 
     fn exchange(resp_bytes: u64) -> ExchangeSpec {
-        ExchangeSpec {
-            seq: 0,
-            req_bytes: 100,
-            resp_bytes,
-            response_delay_us: 0,
-            query_delay_us: 0,
-            header_bytes: 0,
-            think_time_us: 0,
-            offset_us: None,
-            zero_window_us: 0,
-            zero_window_at_bytes: 0,
-            stalls: Vec::new(),
-            read_rate_bps: None,
-        }
+        ExchangeSpec::bare(resp_bytes)
     }
 
     /// Three stalls of the original in one response: the replay's client stops a window

@@ -248,6 +248,29 @@ impl ConnSpec {
     }
 }
 
+impl ExchangeSpec {
+    /// The first exchange of a connection: a 100-byte request and a `resp_bytes` response sent
+    /// at once, no think time, the client reading at once: the base the unit tests set fields
+    /// on.
+    #[cfg(test)]
+    pub(crate) fn bare(resp_bytes: u64) -> ExchangeSpec {
+        ExchangeSpec {
+            seq: 0,
+            req_bytes: 100,
+            resp_bytes,
+            response_delay_us: 0,
+            query_delay_us: 0,
+            header_bytes: 0,
+            think_time_us: 0,
+            offset_us: None,
+            zero_window_us: 0,
+            zero_window_at_bytes: 0,
+            stalls: Vec::new(),
+            read_rate_bps: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Workload {
     pub source: String,

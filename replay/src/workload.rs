@@ -357,7 +357,13 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     if let Some(n) = limit {
         conns.truncate(n);
     }
-    load_exchanges(&c, &mut conns).map_err(sq)?;
+    let bad_stalls = load_exchanges(&c, &mut conns).map_err(sq)?;
+    if bad_stalls > 0 {
+        tracing::warn!(
+            "{p}: {bad_stalls} exchanges with an unreadable zero_window_stalls list (not AT:US \
+             pairs), each replayed with its first stall only"
+        );
+    }
     conns.retain(|c| !c.exchanges.is_empty());
     if conns.is_empty() {
         return Err(WorkloadError::Empty(p));
@@ -371,53 +377,52 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     })
 }
 
-fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()> {
+/// Reads every connection's exchanges; returns how many had a `zero_window_stalls` list that
+/// is not `AT:US` pairs (each replayed with the one stall its two older columns give, and
+/// named in a warning).
+fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u64> {
     let mut st = c.prepare(&format!(
         "{} WHERE conn_id = ?1 ORDER BY seq",
         ExchangeRow::TABLE.select_sql()
     ))?;
+    let mut bad_stalls = 0u64;
     for conn in conns.iter_mut() {
         let t0 = conn.t_start_us;
         let rows = st.query_map([conn.orig_id], |r| {
             let e = ExchangeRow::read(r)?;
             let nn = |v: i64| v.max(0) as u64;
-            let stalls = match e.zero_window_stalls.as_deref() {
-                Some(text) => parse_stalls(text).map_err(|m| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        ExchangeRow::TABLE
-                            .columns
-                            .iter()
-                            .position(|c| c.name == "zero_window_stalls")
-                            .unwrap_or(0),
-                        rusqlite::types::Type::Text,
-                        format!("exchange {} of connection {}: {m}", e.seq, e.conn_id).into(),
-                    )
-                })?,
-                // a database before migration 8: the one stall its two columns give
-                None => match (e.zero_window_us, e.zero_window_at_bytes) {
-                    (Some(us), Some(at)) if us > 0 => vec![Stall {
-                        at_bytes: nn(at),
-                        closed_us: nn(us),
-                    }],
-                    _ => Vec::new(),
+            let (stalls, bad) = exchange_stalls(&e);
+            if let Some(why) = &bad {
+                tracing::warn!(
+                    "exchange {} of connection {}: {why}; replayed with its first stall only",
+                    e.seq,
+                    e.conn_id
+                );
+            }
+            Ok((
+                ExchangeSpec {
+                    seq: e.seq as u32,
+                    req_bytes: nn(e.req_bytes),
+                    resp_bytes: nn(e.resp_bytes),
+                    response_delay_us: nn(e.response_delay_us.unwrap_or(0)),
+                    query_delay_us: nn(e.query_delay_us.unwrap_or(0)),
+                    header_bytes: nn(e.header_bytes.unwrap_or(e.resp_bytes)),
+                    think_time_us: nn(e.think_time_us.unwrap_or(0)),
+                    offset_us: e.t_req_first.and_then(|t| u64::try_from(t - t0).ok()),
+                    zero_window_us: nn(e.zero_window_us.unwrap_or(0)),
+                    zero_window_at_bytes: nn(e.zero_window_at_bytes.unwrap_or(0)),
+                    stalls,
+                    read_rate_bps: e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0),
                 },
-            };
-            Ok(ExchangeSpec {
-                seq: e.seq as u32,
-                req_bytes: nn(e.req_bytes),
-                resp_bytes: nn(e.resp_bytes),
-                response_delay_us: nn(e.response_delay_us.unwrap_or(0)),
-                query_delay_us: nn(e.query_delay_us.unwrap_or(0)),
-                header_bytes: nn(e.header_bytes.unwrap_or(e.resp_bytes)),
-                think_time_us: nn(e.think_time_us.unwrap_or(0)),
-                offset_us: e.t_req_first.and_then(|t| u64::try_from(t - t0).ok()),
-                zero_window_us: nn(e.zero_window_us.unwrap_or(0)),
-                zero_window_at_bytes: nn(e.zero_window_at_bytes.unwrap_or(0)),
-                stalls,
-                read_rate_bps: e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0),
-            })
+                bad.is_some(),
+            ))
         })?;
-        conn.exchanges = rows.collect::<Result<_, _>>()?;
+        conn.exchanges = Vec::new();
+        for row in rows {
+            let (e, bad) = row?;
+            bad_stalls += u64::from(bad);
+            conn.exchanges.push(e);
+        }
         for e in &mut conn.exchanges {
             e.header_bytes = e.header_bytes.min(e.resp_bytes);
             e.zero_window_at_bytes = e.zero_window_at_bytes.min(e.resp_bytes);
@@ -428,7 +433,27 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<()
             }
         }
     }
-    Ok(())
+    Ok(bad_stalls)
+}
+
+/// An exchange's stalls: its `zero_window_stalls` list; else — in a database before migration
+/// 8, or where the list is not `AT:US` pairs (then with why, a corrupt record counted and
+/// replayed as well as the rest of the row allows) — the one stall its two older columns give
+/// (`zero_window_us` at `zero_window_at_bytes`).
+fn exchange_stalls(e: &ExchangeRow) -> (Vec<Stall>, Option<String>) {
+    let nn = |v: i64| v.max(0) as u64;
+    let first = || match (e.zero_window_us, e.zero_window_at_bytes) {
+        (Some(us), Some(at)) if us > 0 => vec![Stall {
+            at_bytes: nn(at),
+            closed_us: nn(us),
+        }],
+        _ => Vec::new(),
+    };
+    match e.zero_window_stalls.as_deref().map(parse_stalls) {
+        Some(Ok(list)) => (list, None),
+        Some(Err(why)) => (first(), Some(why)),
+        None => (first(), None),
+    }
 }
 
 #[cfg(test)]
@@ -457,5 +482,27 @@ mod tests {
             let e = parse_stalls(bad).unwrap_err();
             assert!(e.contains("zero_window_stalls") && e.contains(bad), "{e}");
         }
+    }
+
+    /// A corrupt stall list costs its exchange the list, not the workload: the one stall of
+    /// the two older columns is replayed instead, and the reason is given for the count.
+    #[test]
+    fn an_unreadable_stall_list_falls_back_to_the_first_stall() {
+        let row = |list: Option<&'static str>| ExchangeRow {
+            zero_window_us: Some(250_000),
+            zero_window_at_bytes: Some(78_058),
+            zero_window_stalls: list.map(Into::into),
+            ..ExchangeRow::default()
+        };
+        let first = vec![Stall {
+            at_bytes: 78_058,
+            closed_us: 250_000,
+        }];
+        let (stalls, bad) = exchange_stalls(&row(Some("78058:x")));
+        assert_eq!(stalls, first);
+        assert!(bad.is_some_and(|w| w.contains("78058:x")));
+        assert_eq!(exchange_stalls(&row(None)), (first, None));
+        let (stalls, bad) = exchange_stalls(&row(Some("78058:250000 158922:360000")));
+        assert_eq!((stalls.len(), bad), (2, None));
     }
 }

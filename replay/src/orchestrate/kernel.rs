@@ -245,7 +245,8 @@ impl KernelInstall {
         v
     }
 
-    /// `delack:N connections`, or empty when nothing was left out.
+    /// What kernel pipes left out, `delack:N connections` and `handshake_wait:N connections`
+    /// joined by commas, or empty when nothing was.
     pub fn unsupported(&self) -> String {
         let mut v = Vec::new();
         if self.delack_left_out > 0 {

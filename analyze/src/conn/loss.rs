@@ -194,16 +194,25 @@ impl Loss {
         }
     }
 
-    /// Which of the first `n` logged transmissions are originals that were lost.
-    pub fn lost_originals(&self, n: usize) -> Vec<bool> {
-        lost_originals(n, &self.retx)
+    /// The direction's transmissions fed through the bottleneck's queue model at `bw` (one
+    /// [`Arrival`] per logged transmission, [`queue_arrivals`]); empty without a usable rate.
+    /// Computed once per direction: the loss split ([`Self::random_loss`]) and the shaper's
+    /// lead (`shaper::Shaper::finish`) read the same model.
+    pub fn arrivals(&self, sends: &[Send], bw: Option<f64>) -> Vec<Arrival> {
+        match bw {
+            Some(bw) if bw.is_finite() && bw > 0.0 => {
+                queue_arrivals(sends, &lost_originals(sends.len(), &self.retx), bw)
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Finish step, after the bandwidth: the losses the bottleneck queue does not explain, and
     /// the queue itself. A replay's emulated queue drops the others by itself, so only the rest
     /// is replayed as random loss. The direction's transmissions, as seen at the tap in front of
     /// the bottleneck, are fed through a drop-tail queue of the inferred rate with no limit:
-    /// every packet that got through joined it, every lost original did not ([`backlog_at`]).
+    /// every packet that got through joined it, every lost original did not (`arrivals`, from
+    /// [`Self::arrivals`]).
     /// The deepest a delivered packet found it is the queue's length as far as this connection
     /// shows it ([`QueueFit`]); a lost original that found the queue that deep (within
     /// [`QUEUE_SLACK`]) met a full queue and is congestive, one that found it shallower was lost
@@ -212,7 +221,7 @@ impl Loss {
     pub fn random_loss(
         &self,
         est: &LossEstimate,
-        sends: &[Send],
+        arrivals: &[Arrival],
         data_pkts: u64,
         bw: Option<f64>,
         min_rtt: Option<i64>,
@@ -227,13 +236,10 @@ impl Loss {
         if data_pkts == 0 || !(bw.is_finite() && bw > 0.0) {
             return (Some(all), None);
         }
-        let lost = lost_originals(sends.len(), &self.retx);
-        let ahead = backlog_at(sends, &lost, bw);
-        let deepest = ahead
+        let deepest = arrivals
             .iter()
-            .zip(&lost)
-            .filter(|(_, &l)| !l)
-            .map(|(&a, _)| a + 1)
+            .filter(|a| !a.lost)
+            .map(|a| a.ahead + 1)
             .max()
             .unwrap_or(0);
         let overflow_at = deepest.saturating_sub(QUEUE_SLACK).max(MIN_QUEUE);
@@ -247,9 +253,9 @@ impl Loss {
             .iter()
             .filter(|r| {
                 !r.spurious
-                    && match ahead.get(r.orig_log as usize) {
-                        Some(&a) => {
-                            let full = a >= overflow_at;
+                    && match arrivals.get(r.orig_log as usize) {
+                        Some(a) => {
+                            let full = a.ahead >= overflow_at;
                             overflowed |= full;
                             full
                         }
@@ -304,14 +310,25 @@ fn lost_originals(n: usize, retx: &VecDeque<Retx>) -> Vec<bool> {
     lost
 }
 
+/// One logged transmission's arrival at the bottleneck's queue model ([`queue_arrivals`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Arrival {
+    /// Packets in the queue when it arrived (the one being sent included).
+    pub ahead: u32,
+    /// How long (ns) it waited for the serializer to be free.
+    pub wait_ns: f64,
+    /// A lost original: it never joined the queue.
+    pub lost: bool,
+}
+
 /// Feeds a direction's transmissions through a drop-tail queue with no limit in front of a
 /// `bw_bps` serializer (netemu's pipe model, rate on IP bytes) and says, per logged
-/// transmission, how many packets were in it (the one being sent included) when it arrived.
-/// Lost originals (`lost`, from [`lost_originals`]) do not join it; every
+/// transmission, how many packets were in it (the one being sent included) when it arrived and
+/// how long it waited. Lost originals (`lost`, from [`lost_originals`]) do not join it; every
 /// other packet does, because it got through. With no limit the model's depth does not depend
 /// on a guessed queue length (a model capped at the rate class's length let the packets a
 /// deeper real queue held leave early, and the drops that followed looked random).
-fn backlog_at(sends: &[Send], lost: &[bool], bw_bps: f64) -> Vec<u32> {
+pub(super) fn queue_arrivals(sends: &[Send], lost: &[bool], bw_bps: f64) -> Vec<Arrival> {
     let ns_per_byte = 8e9 / bw_bps;
     let mut backlog: VecDeque<f64> = VecDeque::new();
     let mut busy_until = f64::MIN;
@@ -326,13 +343,17 @@ fn backlog_at(sends: &[Send], lost: &[bool], bw_bps: f64) -> Vec<u32> {
             while backlog.front().is_some_and(|&end| end <= now) {
                 backlog.pop_front();
             }
-            let ahead = backlog.len() as u32;
+            let arrival = Arrival {
+                ahead: backlog.len() as u32,
+                wait_ns: (busy_until - now).max(0.0),
+                lost: *lost,
+            };
             if !lost {
                 let end = busy_until.max(now) + s.wire as f64 * ns_per_byte;
                 busy_until = end;
                 backlog.push_back(end);
             }
-            ahead
+            arrival
         })
         .collect()
 }

@@ -761,18 +761,15 @@ impl Conn {
             if handshake { self.hs_ack } else { None },
             &closed,
         );
+        // the bottleneck's queue model, once: the loss split and the shaper's lead read it
+        let arrivals = sv.loss.arrivals(&sv.sends, bw);
         let (loss_random, queue_down) =
             sv.loss
-                .random_loss(&loss, &sv.sends, sv.data_pkts, bw, rtt.min_rtt, mss_eff);
+                .random_loss(&loss, &arrivals, sv.data_pkts, bw, rtt.min_rtt, mss_eff);
         let response_time = exchanges::response_time(&exchanges);
         let shaper_lead = sv
             .shaper
-            .finish(
-                &sv.sends,
-                &sv.loss.lost_originals(sv.sends.len()),
-                bw,
-                rtt.down_part,
-            )
+            .finish(&sv.sends, &arrivals, bw, rtt.down_part)
             .map(|(lead, _)| lead.clamp(0.0, 1.0));
 
         // termination

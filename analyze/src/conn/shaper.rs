@@ -22,10 +22,9 @@
 //! elsewhere on the path, makes a sample's lead smaller, never larger, and the median of
 //! several ignores the odd one.
 
-use std::collections::VecDeque;
-
 use mimic_core::time::dur;
 
+use super::loss::Arrival;
 use super::{Send, NO_LOG};
 
 /// Samples kept per connection (the first ones that may qualify).
@@ -64,14 +63,15 @@ impl Shaper {
     }
 
     /// Finish step, after the bandwidth: the median lead of the qualifying samples and how
-    /// many there were (`None` with none). `sends`: the direction's transmissions; `lost`:
-    /// which of them were lost originals (they never joined the queue); `bw_bps`: the
-    /// estimated rate; `base`: the round trip of the handshake's part on this side of the
-    /// tap (the SYN-ACK's to the client's ACK), or a data sample's where that was shorter.
+    /// many there were (`None` with none). `sends`: the direction's transmissions;
+    /// `arrivals`: the same fed through the bottleneck's queue model at `bw_bps`, the
+    /// estimated rate (`loss::Loss::arrivals`: how many packets each found ahead and how long
+    /// it waited); `base`: the round trip of the handshake's part on this side of the tap (the
+    /// SYN-ACK's to the client's ACK), or a data sample's where that was shorter.
     pub fn finish(
         &self,
         sends: &[Send],
-        lost: &[bool],
+        arrivals: &[Arrival],
         bw_bps: Option<f64>,
         base: Option<i64>,
     ) -> Option<(f64, u32)> {
@@ -80,41 +80,18 @@ impl Shaper {
             return None;
         }
         let ns_per_byte = 8e9 / bw;
-        // the wait of each logged transmission behind the packets ahead of it, and how many
-        // were ahead, in a drop-tail queue of the estimated rate with no limit
-        let mut wanted: Vec<LeadSample> = self.samples.clone();
-        wanted.sort_unstable_by_key(|s| s.log);
-        let last = wanted.last().map_or(0, |s| s.log as usize);
-        let t0 = sends.first()?.t;
-        let mut backlog: VecDeque<f64> = VecDeque::new();
-        let mut busy_until = f64::MIN;
-        let mut next = 0usize;
-        let mut leads: Vec<f64> = Vec::with_capacity(wanted.len());
-        for (i, s) in sends.iter().enumerate().take(last + 1) {
-            let now = s.t.nanos_since(t0) as f64;
-            while backlog.front().is_some_and(|&end| end <= now) {
-                backlog.pop_front();
-            }
-            let ahead = backlog.len();
-            let wait = (busy_until - now).max(0.0);
+        let mut leads: Vec<f64> = Vec::with_capacity(self.samples.len());
+        for w in &self.samples {
+            let (Some(s), Some(a)) = (sends.get(w.log as usize), arrivals.get(w.log as usize))
+            else {
+                continue;
+            };
             let ser = s.wire as f64 * ns_per_byte;
-            while next < wanted.len() && (wanted[next].log as usize) < i {
-                next += 1;
-            }
-            while next < wanted.len() && wanted[next].log as usize == i {
-                let w = wanted[next];
-                next += 1;
-                if ahead <= 1 && ser >= MIN_SERIALIZATION as f64 {
-                    // a serializing link: the handshake's round trip less the SYN-ACK's
-                    // serialization, plus the wait and this packet's own serialization
-                    let serial = base as f64 - SYNACK_WIRE * ns_per_byte + wait + ser;
-                    leads.push((serial - w.rtt as f64) / ser);
-                }
-            }
-            if !lost.get(i).copied().unwrap_or(false) {
-                let end = busy_until.max(now) + ser;
-                busy_until = end;
-                backlog.push_back(end);
+            if a.ahead <= 1 && ser >= MIN_SERIALIZATION as f64 {
+                // a serializing link: the handshake's round trip less the SYN-ACK's
+                // serialization, plus the wait and this packet's own serialization
+                let serial = base as f64 - SYNACK_WIRE * ns_per_byte + a.wait_ns + ser;
+                leads.push((serial - w.rtt as f64) / ser);
             }
         }
         if leads.is_empty() {
@@ -133,12 +110,26 @@ impl Shaper {
 
 #[cfg(test)]
 mod tests {
+    use super::super::loss::queue_arrivals;
     use super::*;
     use mimic_core::Timestamp;
 
     /// A logged transmission at `t` of `wire` IP bytes.
     fn send(t: Timestamp, wire: u32) -> Send {
         Send { t, wire }
+    }
+
+    /// [`Shaper::finish`] over `sends` fed through the queue model at `bw` (nothing lost).
+    fn lead_of(
+        sh: &Shaper,
+        sends: &[Send],
+        bw: Option<f64>,
+        base: Option<i64>,
+    ) -> Option<(f64, u32)> {
+        let arrivals = bw
+            .map(|bw| queue_arrivals(sends, &vec![false; sends.len()], bw))
+            .unwrap_or_default();
+        sh.finish(sends, &arrivals, bw, base)
     }
 
     const MS: i64 = dur::MS;
@@ -187,9 +178,7 @@ mod tests {
     #[test]
     fn a_serializing_link_leads_by_nothing_and_a_token_bucket_by_a_packet() {
         let (sends, sh, base) = flight(false);
-        let (lead, n) = sh
-            .finish(&sends, &[false; 4], Some(BW), Some(base))
-            .expect("samples");
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
         // the header and the first body segment met at most one packet ahead; the second
         // body segment met two and does not count
         assert_eq!(n, 2);
@@ -197,9 +186,7 @@ mod tests {
         assert!(lead < TOKEN_BUCKET_LEAD);
 
         let (sends, sh, base) = flight(true);
-        let (lead, n) = sh
-            .finish(&sends, &[false; 4], Some(BW), Some(base))
-            .expect("samples");
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
         assert_eq!(n, 2);
         // 1 less the SYN-ACK's share of the header's serialization
         assert!(lead > 0.75 && lead < 1.0, "token bucket: lead {lead}");
@@ -210,14 +197,10 @@ mod tests {
     fn a_rate_estimate_off_by_a_tenth_does_not_turn_a_link_into_a_bucket() {
         for bw in [BW * 0.9, BW * 1.1] {
             let (sends, sh, base) = flight(false);
-            let (lead, _) = sh
-                .finish(&sends, &[false; 4], Some(bw), Some(base))
-                .expect("samples");
+            let (lead, _) = lead_of(&sh, &sends, Some(bw), Some(base)).expect("samples");
             assert!(lead < TOKEN_BUCKET_LEAD, "bw {bw}: lead {lead}");
             let (sends, sh, base) = flight(true);
-            let (lead, _) = sh
-                .finish(&sends, &[false; 4], Some(bw), Some(base))
-                .expect("samples");
+            let (lead, _) = lead_of(&sh, &sends, Some(bw), Some(base)).expect("samples");
             assert!(lead >= TOKEN_BUCKET_LEAD, "bw {bw}: lead {lead}");
         }
     }
@@ -232,9 +215,7 @@ mod tests {
             sends.push(send(at(t), 1500));
             sh.on_sample(((PROP + held) * 1e6) as i64, k as u32 + 1, 1448, 1448);
         }
-        let (lead, n) = sh
-            .finish(&sends, &[false; 4], Some(BW), Some((PROP * 1e6) as i64))
-            .expect("samples");
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some((PROP * 1e6) as i64)).expect("samples");
         assert_eq!(n, 3);
         assert!(lead > 0.9, "lead {lead}");
     }
@@ -242,15 +223,15 @@ mod tests {
     #[test]
     fn nothing_to_go_on_says_nothing() {
         let (sends, sh, base) = flight(true);
-        assert_eq!(sh.finish(&sends, &[false; 4], None, Some(base)), None);
-        assert_eq!(sh.finish(&sends, &[false; 4], Some(BW), None), None);
-        assert_eq!(sh.finish(&[], &[], Some(BW), Some(base)), None);
+        assert_eq!(lead_of(&sh, &sends, None, Some(base)), None);
+        assert_eq!(lead_of(&sh, &sends, Some(BW), None), None);
+        assert_eq!(lead_of(&sh, &[], Some(BW), Some(base)), None);
         // at 50 Mbit/s a full packet serializes in 240 µs: too short to measure
-        assert_eq!(sh.finish(&sends, &[false; 4], Some(50e6), Some(base)), None);
+        assert_eq!(lead_of(&sh, &sends, Some(50e6), Some(base)), None);
         // a segment sent behind more than one packet in flight is never kept
         let mut sh = Shaper::default();
         sh.on_sample(200 * MS, 1, 1448, 3 * 1448);
-        assert_eq!(sh.finish(&sends, &[false; 4], Some(BW), Some(base)), None);
+        assert_eq!(lead_of(&sh, &sends, Some(BW), Some(base)), None);
         // nor one beyond the send log
         sh.on_sample(200 * MS, NO_LOG, 1448, 1448);
         assert!(sh.samples.is_empty());

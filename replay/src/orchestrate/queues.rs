@@ -52,20 +52,41 @@ fn same_link(a: f64, b: f64) -> bool {
     (a - b).abs() <= SAME_LINK_TOLERANCE * a.max(b)
 }
 
+/// What the connections of each client address showed, with the rate each was measured at:
+/// the evidence the per-link pools (queues here, shapers in `super::shapers`) draw on.
+pub(super) struct ClientLinks<T>(HashMap<String, Vec<(f64, T)>>);
+
+impl<T: Copy> ClientLinks<T> {
+    /// `value` of every connection that has a client address, a rate and a value.
+    pub(super) fn gather(conns: &[ConnSpec], value: impl Fn(&ConnSpec) -> Option<T>) -> Self {
+        let mut by_client: HashMap<String, Vec<(f64, T)>> = HashMap::new();
+        for c in conns {
+            if let (Some(ip), Some(bw), Some(v)) = (c.client_ip.as_ref(), c.bw_bps, value(c)) {
+                by_client.entry(ip.clone()).or_default().push((bw, v));
+            }
+        }
+        ClientLinks(by_client)
+    }
+
+    /// The values of client `ip`'s connections on the link of rate `bw` (within
+    /// [`SAME_LINK_TOLERANCE`]), in workload order.
+    pub(super) fn on_link(&self, ip: &str, bw: f64) -> Vec<T> {
+        self.0
+            .get(ip)
+            .into_iter()
+            .flatten()
+            .filter(|(b, _)| same_link(*b, bw))
+            .map(|&(_, v)| v)
+            .collect()
+    }
+}
+
 /// Writes into each connection's `queue_down_pkts` / `queue_down_full` what its client's
 /// connections at the same rate show together (see the module's documentation), and counts
 /// where each came from.
 pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
-    // (rate, queue, overflowed) of the connections with a queue, by client address
-    let mut by_client: HashMap<String, Vec<(f64, u32, bool)>> = HashMap::new();
-    for c in conns.iter() {
-        if let (Some(ip), Some(bw), Some(q)) = (c.client_ip.as_ref(), c.bw_bps, c.queue_down_pkts) {
-            by_client
-                .entry(ip.clone())
-                .or_default()
-                .push((bw, q, c.queue_down_full));
-        }
-    }
+    // (queue, overflowed) of the connections with a queue, by client address and rate
+    let links = ClientLinks::gather(conns, |c| c.queue_down_pkts.map(|q| (q, c.queue_down_full)));
     let mut counts = QueueSources::default();
     for c in conns.iter_mut() {
         if c.queue_down_full && c.queue_down_pkts.is_some() {
@@ -74,15 +95,7 @@ pub fn pool(conns: &mut [ConnSpec]) -> QueueSources {
         }
         let bw = c.bw_bps.filter(|b| b.is_finite() && *b > 0.0);
         let peers: Vec<(u32, bool)> = match (bw, c.client_ip.as_ref()) {
-            (Some(bw), Some(ip)) => by_client
-                .get(ip)
-                .map(|v| {
-                    v.iter()
-                        .filter(|(b, _, _)| same_link(*b, bw))
-                        .map(|&(_, q, full)| (q, full))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            (Some(bw), Some(ip)) => links.on_link(ip, bw),
             _ => Vec::new(),
         };
         let mut overflowed: Vec<u32> = peers.iter().filter(|p| p.1).map(|p| p.0).collect();

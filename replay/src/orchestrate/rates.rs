@@ -288,34 +288,29 @@ fn overruling_median(c: &ConnSpec, peers: &[(i64, f64)]) -> Option<f64> {
 /// The rate source of each connection of `conns` under `mode`, with the rate pooled
 /// connections get (only connections with an estimate of their own are pooled from).
 pub fn decide(conns: &[ConnSpec], mode: Unestimated) -> Vec<(RateSource, Option<f64>)> {
-    let mut by_client: HashMap<&str, Vec<f64>> = HashMap::new();
+    // the own estimates (connection, rate) by client address, and the rates by RTT class
+    let mut own_by_client: HashMap<&str, Vec<(i64, f64)>> = HashMap::new();
     let mut by_class: HashMap<usize, Vec<f64>> = HashMap::new();
     for c in conns.iter().filter(|c| has_estimate(c)) {
         let bw = c.bw_bps.unwrap_or_default();
         if let Some(ip) = c.client_ip.as_deref() {
-            by_client.entry(ip).or_default().push(bw);
+            own_by_client.entry(ip).or_default().push((c.orig_id, bw));
         }
         if let Some(k) = rtt_class(c.min_rtt_us) {
             by_class.entry(k).or_default().push(bw);
         }
     }
-    let client_median: HashMap<&str, f64> = by_client
-        .into_iter()
-        .filter_map(|(k, mut v)| median(&mut v).map(|m| (k, m)))
+    let client_median: HashMap<&str, f64> = own_by_client
+        .iter()
+        .filter_map(|(&k, v)| {
+            let mut rates: Vec<f64> = v.iter().map(|&(_, bw)| bw).collect();
+            median(&mut rates).map(|m| (k, m))
+        })
         .collect();
     let class_median: HashMap<usize, f64> = by_class
         .into_iter()
         .filter_map(|(k, mut v)| median(&mut v).map(|m| (k, m)))
         .collect();
-    let mut own_by_client: HashMap<&str, Vec<(i64, f64)>> = HashMap::new();
-    for c in conns.iter().filter(|c| has_estimate(c)) {
-        if let Some(ip) = c.client_ip.as_deref() {
-            own_by_client
-                .entry(ip)
-                .or_default()
-                .push((c.orig_id, c.bw_bps.unwrap_or_default()));
-        }
-    }
     conns
         .iter()
         .map(|c| {

@@ -9,10 +9,8 @@
 //! that did, takes the median of theirs: one link, one shaper. The independent testbed's
 //! dial-up class had 12 of 334 connections with no lead of their own (their rates pooled).
 
-use std::collections::HashMap;
-
 use super::plan::token_bucket_evident;
-use super::queues::SAME_LINK_TOLERANCE;
+use super::queues::ClientLinks;
 use crate::workload::ConnSpec;
 
 /// How the downstream pipes' shapers were decided, counted per connection.
@@ -26,20 +24,11 @@ pub struct ShaperSources {
     pub serializing: u64,
 }
 
-fn same_link(a: f64, b: f64) -> bool {
-    (a - b).abs() <= SAME_LINK_TOLERANCE * a.max(b)
-}
-
 /// Fills in `shaper_lead_down` of connections without one from their client's connections at
 /// the same rate (the median of theirs), and counts where each pipe's shaper came from.
 pub fn pool(conns: &mut [ConnSpec]) -> ShaperSources {
-    // (rate, lead) of the connections with both, by client address
-    let mut by_client: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
-    for c in conns.iter() {
-        if let (Some(ip), Some(bw), Some(lead)) = (&c.client_ip, c.bw_bps, c.shaper_lead_down) {
-            by_client.entry(ip.clone()).or_default().push((bw, lead));
-        }
-    }
+    // the leads of the connections with one, by client address and rate
+    let links = ClientLinks::gather(conns, |c| c.shaper_lead_down);
     let mut counts = ShaperSources::default();
     for c in conns.iter_mut() {
         if token_bucket_evident(c) {
@@ -48,13 +37,7 @@ pub fn pool(conns: &mut [ConnSpec]) -> ShaperSources {
         }
         if c.shaper_lead_down.is_none() {
             if let (Some(ip), Some(bw)) = (&c.client_ip, c.bw_bps) {
-                let mut leads: Vec<f64> = by_client
-                    .get(ip)
-                    .into_iter()
-                    .flatten()
-                    .filter(|(b, _)| same_link(*b, bw))
-                    .map(|(_, l)| *l)
-                    .collect();
+                let mut leads = links.on_link(ip, bw);
                 if !leads.is_empty() {
                     leads.sort_by(f64::total_cmp);
                     c.shaper_lead_down = Some(leads[(leads.len() - 1) / 2]);

@@ -207,6 +207,12 @@ fn stall_window(spec: &ConnSpec) -> u64 {
         .clamp(2048, 64 << 20)
 }
 
+/// Whether the `remaining` bytes of a response are all in socket `fd`'s receive buffer
+/// already (the server has nothing left that a pause or a pace could hold back).
+fn rest_is_here(fd: std::os::fd::RawFd, remaining: u64) -> bool {
+    crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining)
+}
+
 /// The client stops reading (at the response byte the plan says) as the original did: it
 /// waits until its own advertised window has closed (the kernel's `tcpi_rcv_wnd` is below a
 /// segment: [`window_closed`]), then keeps it closed for `closed_for` before it reads on, so
@@ -218,7 +224,7 @@ fn stall_window(spec: &ConnSpec) -> u64 {
 async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) -> Duration {
     use std::os::fd::AsRawFd;
     let fd = s.as_raw_fd();
-    let all_here = || crate::sys::unread_bytes(fd).is_some_and(|n| n >= remaining);
+    let all_here = || rest_is_here(fd, remaining);
     loop {
         if all_here() {
             return Duration::ZERO;
@@ -373,9 +379,8 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
             if let (Some(p), Some(t0)) = (pace, started) {
                 use std::os::fd::AsRawFd;
                 // the rest is all here: nothing left for the pace to hold back
-                let all_here = crate::sys::unread_bytes(s.as_raw_fd()).is_some_and(|n| n >= left);
                 let due = read_due(t0, paused, read, k, p);
-                if !all_here && due > Instant::now() {
+                if !rest_is_here(s.as_raw_fd(), left) && due > Instant::now() {
                     tokio::time::sleep_until(due.into()).await;
                 }
             }
@@ -438,15 +443,11 @@ mod tests {
         assert!(!window_grew(&c));
     }
 
-    fn exchange(resp_bytes: u64) -> ExchangeSpec {
-        ExchangeSpec::bare(resp_bytes)
-    }
-
     /// Three stalls of the original in one response: the replay's client stops a window
     /// before each, for each one's own time, instead of once at the first for their total.
     #[test]
     fn every_stall_of_a_response_is_a_stop_of_its_own() {
-        let mut e = exchange(400_000);
+        let mut e = ExchangeSpec::bare(400_000);
         e.stalls = vec![
             Stall {
                 at_bytes: 78_058,
@@ -486,7 +487,7 @@ mod tests {
     /// the path's, no rate, or a response that fits in the window: read at once.
     #[test]
     fn a_client_that_read_slower_than_its_path_is_paced() {
-        let mut e = exchange(468_758);
+        let mut e = ExchangeSpec::bare(468_758);
         assert_eq!(read_pace(&e, 64_512, Some(25e6)), None);
         e.read_rate_bps = Some(3.7e6);
         let open_s = 468_758.0 * 8.0 / 3.7e6;
@@ -507,7 +508,7 @@ mod tests {
         assert_eq!(due - t0, Duration::from_millis(600));
         let e = ExchangeSpec {
             read_rate_bps: Some(3.7e6),
-            ..exchange(468_758)
+            ..ExchangeSpec::bare(468_758)
         };
         let pace = read_pace(&e, 64_512, Some(25e6)).unwrap();
         let served = read_due(t0, Duration::ZERO, 468_758 - 64_512 - 1448, 1448, pace) - t0;

@@ -5,12 +5,19 @@
 # after each pair, and prints the medians, how often B was faster and the ratio.
 # The order matters on this kind of machine: in a fixed order, two builds executing the same
 # instructions measured 7% apart; alternating, 0.3%.
-# Usage: bench/analyze-ab.sh MIMIC_A MIMIC_B [PAIRS]   (e.g. a copy of an older
-# target/release/mimic and the current one; run bench/analyze.sh once first for the trace)
+# The timed runs write SQLite, or with --format parquet a Parquet dataset.
+# Usage: bench/analyze-ab.sh [--format sqlite|parquet] MIMIC_A MIMIC_B [PAIRS]   (e.g. a copy
+# of an older target/release/mimic and the current one; run bench/analyze.sh once first for
+# the trace)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+format=sqlite
+if [ "${1:-}" = --format ]; then
+  format=${2:?--format needs sqlite or parquet}; shift 2
+fi
+case "$format" in sqlite|parquet) ;; *) echo "analyze-ab: --format: sqlite or parquet" >&2; exit 2 ;; esac
 if [ $# -lt 2 ]; then
-  echo "usage: bench/analyze-ab.sh MIMIC_A MIMIC_B [PAIRS]" >&2
+  echo "usage: bench/analyze-ab.sh [--format sqlite|parquet] MIMIC_A MIMIC_B [PAIRS]" >&2
   exit 2
 fi
 a=$(realpath "$1"); b=$(realpath "$2"); pairs=${3:-10}
@@ -70,9 +77,10 @@ fi
 rm -rf "$tmp"/*.parquet
 
 cat "$trace" > /dev/null
+if [ "$format" = parquet ]; then out_args=(-o "$tmp/t.parquet" --format parquet); else out_args=(-o "$tmp/t.db"); fi
 run() { # label, command...
   local label=$1; shift
-  rm -f "$tmp/t.db"
+  rm -rf "$tmp/t.db" "$tmp/t.parquet"
   local t0 t1
   t0=$(date +%s.%N); "$@" > /dev/null 2>&1; t1=$(date +%s.%N)
   echo "$label $t0 $t1"
@@ -81,12 +89,13 @@ for i in $(seq "$pairs"); do
   if [ $((i % 2)) = 1 ]; then order="A B"; else order="B A"; fi
   for v in $order; do
     if [ "$v" = A ]; then bin=$a; else bin=$b; fi
-    run "$v" "$bin" analyze "$trace" -o "$tmp/t.db" -q
+    run "$v" "$bin" analyze "$trace" "${out_args[@]}" -q
   done
   run T tcptrace -n "$trace"
 done > "$tmp/times"
-python3 - "$tmp/times" <<'EOF'
+python3 - "$tmp/times" "$format" <<'EOF'
 import statistics as st, sys
+print(f"mimic analyze writing {sys.argv[2]}; load average now: {open('/proc/loadavg').read().split()[:3]}")
 d = {}
 for line in open(sys.argv[1]):
     label, t0, t1 = line.split()

@@ -182,11 +182,17 @@ impl Analyzer {
                 Ok(())
             }
             Err(e) => {
-                self.count_skipped(e.as_str(), 1);
-                self.advance(t);
+                self.handle_undecodable(t, e);
                 Err(e)
             }
         }
+    }
+
+    /// A frame captured at `t` that did not decode to a TCP segment (decoded elsewhere, e.g.
+    /// on a reading thread): counted by reason, and it moves the clock like any frame.
+    pub fn handle_undecodable(&mut self, t: Timestamp, e: DecodeError) {
+        self.count_skipped(e.as_str(), 1);
+        self.advance(t);
     }
 
     fn advance(&mut self, t: Timestamp) {

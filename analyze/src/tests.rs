@@ -880,7 +880,7 @@ fn idle_connections_are_closed_in_capture_time() {
 /// The public corpus's captures (`$MIMIC_TRACES`, else `shared/traces/public` beside the
 /// checkout), or `None` when it is absent (or `MIMIC_CORPUS=generated`); fails when it is
 /// required (`CI=true` or `MIMIC_CORPUS=required`) and absent.
-fn public_captures() -> Option<Vec<Vec<u8>>> {
+pub(crate) fn public_captures() -> Option<Vec<Vec<u8>>> {
     let mode = std::env::var("MIMIC_CORPUS").unwrap_or_default();
     let required = mode == "required"
         || (mode != "generated" && std::env::var("CI").is_ok_and(|v| v == "true"));
@@ -915,7 +915,7 @@ fn public_captures() -> Option<Vec<Vec<u8>>> {
 
 /// Says on stderr, and in `$MIMIC_CORPUS_LOG` (which scripts/test.sh counts), that `test` ran
 /// on generated captures because the public corpus is absent.
-fn note_generated(test: &str) {
+pub(crate) fn note_generated(test: &str) {
     use std::io::Write;
     let line = format!(
         "public corpus absent: {test} runs on generated captures for every format and link type"
@@ -934,7 +934,7 @@ fn note_generated(test: &str) {
 
 /// Captures of every format and link type the reader knows, written from scripted
 /// conversations with losses, for runs without the public corpus.
-fn generated_captures() -> Vec<Vec<u8>> {
+pub(crate) fn generated_captures() -> Vec<Vec<u8>> {
     use mimic_core::testcap::{capture_bytes, Capture, Close, Conn, Exchange, Format, Link};
     let mut conns = Vec::new();
     for (i, (c, sv)) in [

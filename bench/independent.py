@@ -828,7 +828,7 @@ def cmd_report(a):
         rj = os.path.join(d, "replay.json")
         if os.path.exists(rj):
             # mimic replay's own counts: where each connection's rate came from, and the
-            # inferred delayed-ACK timeouts over 2 s it replayed with the default
+            # delayed-ACK timeouts of the ACK shaping: measured, pooled, defaulted
             replay["rate_sources"] = json.load(open(rj)).get("rate_sources") or {}
 
     dep = os.path.join(d, "departures.json")
@@ -977,9 +977,16 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        f"by client, {rs.get('pooled_by_class', 0)} pooled by RTT class, "
                        f"{rs.get('unshaped_by_request', 0)} unshaped, {rs.get('left_out', 0)} left "
                        f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "
-                       f"replayed as the default; {rs.get('paused_reads', 0)} clients pause their "
+                       f"not held; {rs.get('paused_reads', 0)} clients pause their "
                        f"reads (zero window), {rs.get('paced_reads', 0)} read at the original's "
                        f"pace")
+            dl = rs.get("delack")
+            if dl:
+                # where the ACK shaping's timeouts came from (mimic replay's orchestrate::delack)
+                out.append(f"delayed-ACK timeouts of the ACK shaping: {dl.get('own', 0)} measured, "
+                           f"{dl.get('client', 0)} as their client's other connections', "
+                           f"{dl.get('workload', 0)} as the workload's median, "
+                           f"{dl.get('default', 0)} the 200 ms default")
     return "\n".join(out) + "\n"
 
 

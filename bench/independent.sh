@@ -14,7 +14,7 @@
 # Usage (root): bench/independent.sh [--connections N] [--quick] [--no-delay] [--coarse-tick]
 #                                    [--netem-guest [IMAGE]] [--classes A,B] [--seed S]
 #                                    [--no-replay] [--out DIR] [--regrade DIR]
-#                                    [--server-initcwnd N]
+#                                    [--server-initcwnd N] [--keep-replay-capture]
 #                                    [--predict [--predict-initcwnd FROM,TO]]
 #   --connections N  connections in all (default 2000), spread evenly over the classes
 #   --quick          100 connections on two classes (isdn-128k, dsl-4m): checks the harness
@@ -44,12 +44,14 @@
 #   --regrade DIR    no new traffic: copy an earlier run's capture and truth from DIR into
 #                    --out and analyze, replay and report them again (with this build), so two
 #                    builds are compared on the very same original connections
+#   --keep-replay-capture  keep the replay's own capture (pcapng, at the server as the
+#                    original's) in OUT/replay-cap/, to compare the two per packet
 # MIMIC=path/to/mimic uses that binary instead of building target/release/mimic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 connections=2000 quick=0 no_delay=0 coarse=0 classes="" seed=18 replay=1 regrade=
-guest=auto guest_img="" addrs=""
+guest=auto guest_img="" addrs="" keep_rcap=0
 out=bench/out/independent server_iw="" predict=0 predict_iw=3,10
 # --predict runs this script twice: every option but its own, --out and --regrade goes to both
 # runs as given (so a mode added later composes with it untouched)
@@ -75,6 +77,7 @@ while [ $# -gt 0 ]; do
     --addrs) addrs=${2:?--addrs needs a number}; shift ;;
     --seed) seed=${2:?--seed needs a number}; shift ;;
     --no-replay) replay=0 ;;
+    --keep-replay-capture) keep_rcap=1 ;;
     --out) out=${2:?--out needs a folder}; shift ;;
     --regrade) regrade=${2:?--regrade needs a folder}; shift ;;
     --server-initcwnd) server_iw=${2:?--server-initcwnd needs a number}; shift ;;
@@ -220,6 +223,7 @@ grade() {
     # the replay's server gets the original server's initial window (--server-initcwnd)
     local stack=()
     if [ -f "$out/server_initcwnd" ]; then stack=(--stack "initcwnd=$(cat "$out/server_initcwnd")"); fi
+    if [ "$keep_rcap" = 1 ]; then stack+=(--keep-capture "$out/replay-cap"); fi
     run "$m" -q replay "$out/flows.db" -o "$out/replay.db" --lab "$tag" "${stack[@]}" --json >"$out/replay.json"
     "$m" -q compare "$out/flows.db" "$out/replay.db" --json "$out/compare.json" >"$out/compare.txt"
     report_args=(--replay "$out/replay.db" --compare-json "$out/compare.json")

@@ -699,8 +699,8 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
 /// client address with estimates get that client's median, the others are left out; with
 /// `--unestimated pooled-class` those get their RTT class's median unless the class has no
 /// estimate either. The summary and `meta` count each source, and no pipe is without a rate. A
-/// delayed-ACK timeout the analyzer inferred beyond the pipe's 2 s maximum is replayed as the
-/// default, counted, instead of refusing the workload. With `--unestimated unshaped` (asked
+/// delayed-ACK timeout the analyzer inferred beyond the pipe's 2 s maximum is not held (pooled
+/// as an unmeasured one), counted, instead of refusing the workload. With `--unestimated unshaped` (asked
 /// for) exactly the unestimated connections run unshaped.
 #[test]
 fn connections_without_estimates_get_a_chosen_rate_and_are_counted() {

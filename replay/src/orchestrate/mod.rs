@@ -31,6 +31,7 @@ use crate::workload;
 pub mod agents;
 mod clients;
 mod db;
+pub mod delack;
 pub mod error;
 mod guest_emu;
 mod guest_serve;

@@ -28,8 +28,10 @@
 //! The counts per source go to the replay summary and the replay database's `meta`. The same
 //! step defaults delayed-ACK timeouts the emulator cannot hold (over 2 s, the pipe's maximum:
 //! no real timer is that long, RFC 1122 bounds it at 500 ms; the analyzer infers such values
-//! from a client that ACKed late) to [`DEFAULT_DELACK_TIMEOUT_US`], counted, instead of
-//! refusing the whole workload.
+//! from a client that ACKed late) as unmeasured, counted, instead of refusing the whole
+//! workload; then every unmeasured timeout of a connection with ACK shaping is pooled from its
+//! client's or the workload's measured ones, else [`DEFAULT_DELACK_TIMEOUT_US`]
+//! (`super::delack`).
 
 use std::collections::HashMap;
 
@@ -109,7 +111,8 @@ pub struct RateSources {
     pub unshaped_by_request: u64,
     /// Not replayed: no estimate and none to pool (or `--unestimated skip`).
     pub left_out: u64,
-    /// Inferred delayed-ACK timeouts over [`MAX_DELACK_TIMEOUT_US`], replayed with the default.
+    /// Inferred delayed-ACK timeouts over [`MAX_DELACK_TIMEOUT_US`], not held: pooled as
+    /// unmeasured ones (`super::delack`).
     pub delack_timeout_defaulted: u64,
     /// Connections whose client pauses its reads where the original's window stayed at zero
     /// (`exchanges.zero_window_us`).
@@ -121,6 +124,9 @@ pub struct RateSources {
     pub queues: super::queues::QueueSources,
     /// Where each connection's downstream shaper came from (`super::shapers`).
     pub shapers: super::shapers::ShaperSources,
+    /// Where the delayed-ACK timeout of each connection with ACK shaping came from
+    /// (`super::delack`).
+    pub delack: super::delack::DelackSources,
 }
 
 impl RateSources {
@@ -170,6 +176,10 @@ impl RateSources {
                 self.shapers.bucket_client.to_string(),
             ),
             ("shaper_serializing", self.shapers.serializing.to_string()),
+            ("delack_timeout_own", self.delack.own.to_string()),
+            ("delack_timeout_client", self.delack.client.to_string()),
+            ("delack_timeout_workload", self.delack.workload.to_string()),
+            ("delack_timeout_default", self.delack.default.to_string()),
         ]
     }
 
@@ -193,9 +203,8 @@ impl RateSources {
             self.left_out,
             if self.delack_timeout_defaulted > 0 {
                 format!(
-                    "; {} delayed-ACK timeouts over 2 s replayed as {} ms",
+                    "; {} delayed-ACK timeouts over 2 s not held (pooled as unmeasured ones)",
                     self.delack_timeout_defaulted,
-                    DEFAULT_DELACK_TIMEOUT_US / 1000
                 )
             } else {
                 String::new()
@@ -227,6 +236,13 @@ impl RateSources {
             self.shapers.bucket_own,
             self.shapers.bucket_client,
             self.shapers.serializing
+        ) + &format!(
+            "\ndelayed-ACK timeouts: {} measured, {} as its client's other connections', {} as the workload's, {} the default {} ms",
+            self.delack.own,
+            self.delack.client,
+            self.delack.workload,
+            self.delack.default,
+            DEFAULT_DELACK_TIMEOUT_US / 1000
         )
     }
 }
@@ -383,6 +399,7 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
     // the queues after the rates: pooled ones are matched by rate too
     counts.queues = super::queues::pool(&mut wl.conns);
     counts.shapers = super::shapers::pool(&mut wl.conns);
+    counts.delack = super::delack::pool(&mut wl.conns);
     if wl.conns.is_empty() {
         return Err(ReplayError::Invalid(format!(
             "{}: none of its {} connections has a bandwidth estimate or one to pool under --unestimated {mode}; \
@@ -563,20 +580,28 @@ mod tests {
     }
 
     #[test]
-    fn delack_timeouts_over_the_pipes_maximum_get_the_default_and_are_counted() {
+    fn delack_timeouts_over_the_pipes_maximum_are_pooled_as_unmeasured_and_counted() {
         let mut a = conn(1, "10.0.0.1", 40, Some(1e6));
         a.delack_every = Some(2);
         a.delack_timeout_us = Some(4_700_000);
         let mut b = a.clone();
         b.delack_timeout_us = Some(MAX_DELACK_TIMEOUT_US);
-        let mut wl = workload(vec![a, b]);
+        let mut other = conn(3, "10.0.0.2", 40, Some(1e6));
+        other.delack_every = Some(2);
+        let mut wl = workload(vec![a, b, other]);
         let c = assign(&mut wl, Unestimated::Pooled).unwrap();
         assert_eq!(c.delack_timeout_defaulted, 1);
-        assert_eq!(wl.conns[0].delack_timeout_us, None);
+        // its client's other connection's, the longest a pipe holds
+        assert_eq!(wl.conns[0].delack_timeout_us, Some(MAX_DELACK_TIMEOUT_US));
         assert_eq!(wl.conns[1].delack_timeout_us, Some(MAX_DELACK_TIMEOUT_US));
+        // one measured timeout is too few to stand for the workload: the default
+        assert_eq!(wl.conns[2].delack_timeout_us, None);
         let meta: HashMap<_, _> = c.meta().into_iter().collect();
         assert_eq!(meta["delack_timeout_defaulted"], "1");
-        assert_eq!(meta["rate_estimated"], "2");
+        assert_eq!(meta["delack_timeout_own"], "1");
+        assert_eq!(meta["delack_timeout_client"], "1");
+        assert_eq!(meta["delack_timeout_default"], "1");
+        assert_eq!(meta["rate_estimated"], "3");
         assert_eq!(meta["unestimated"], "pooled");
     }
 

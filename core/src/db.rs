@@ -565,7 +565,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("8")
+            Some("9")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -635,7 +635,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("8")
+            Some("9")
         );
         assert_eq!(
             objects(&c),

@@ -175,6 +175,10 @@ pub struct Exchange {
     pub read_rate_bps: Option<f64>,
     /// What showed that read rate (`exchanges.read_rate_by`).
     pub read_rate_by: Option<ReadRateBy>,
+    /// The time (µs) the server had everything it had sent of this response acknowledged
+    /// and sent nothing, before its last packet (its own pauses; not stored).
+    #[serde(skip)]
+    pub server_idle_us: Option<i64>,
 }
 
 /// The evidence that a client read a response slower than its path brought it.

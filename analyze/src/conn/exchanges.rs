@@ -50,6 +50,11 @@ struct Adu {
     /// behind. Against the largest so far, not the connection's largest: a window that grows
     /// (receive-buffer autotuning) is not one that drained.
     drained: bool,
+    /// Since when the other side had acknowledged everything this unit sent so far (the
+    /// sender idle, not waiting on the path or the receiver), and the total of such intervals
+    /// that more of this unit followed.
+    idle_since: Option<Timestamp>,
+    idle_ns: i64,
 }
 
 /// The connection's data units in order, both directions.
@@ -80,6 +85,9 @@ impl Exchanges {
         let room = self.segs.len() < CONN_ADU_SEGS;
         if let Some(a) = self.adus.last_mut() {
             if a.dir == d {
+                if let Some(since) = a.idle_since.take() {
+                    a.idle_ns += t.nanos_since(since).max(0);
+                }
                 a.t_last = a.t_last.max(t);
                 a.bytes += new_bytes;
                 a.end = a.end.max(end);
@@ -112,6 +120,8 @@ impl Exchanges {
                 prefix,
                 prefix_len: n as u8,
                 drained: false,
+                idle_since: None,
+                idle_ns: 0,
             },
             16,
         );
@@ -140,6 +150,9 @@ impl Exchanges {
             while adu.acked_upto < end && self.segs[adu.acked_upto as usize].2 <= a {
                 self.segs[adu.acked_upto as usize].3 = Some(t);
                 adu.acked_upto += 1;
+            }
+            if a >= adu.end {
+                adu.idle_since.get_or_insert(t);
             }
         }
     }
@@ -260,6 +273,7 @@ impl Exchanges {
                 zero_window_stalls: stalls,
                 read_rate_bps,
                 read_rate_by: read_rate_bps.map(|_| ReadRateBy::Window),
+                server_idle_us: resp.map(|r| dur::ns_to_us(r.idle_ns)),
             });
         }
         out
@@ -327,7 +341,9 @@ const ACK_CLOCK_SLACK_US: f64 = 5_000.0;
 
 /// Finish step, once the bottleneck rate is known: the read rate of responses whose client's
 /// window stayed open but whose ACKs fell behind what its path delivered (`ReadRateBy::AckClock`).
-/// A response that took longer, first to last packet less the server's pause, than
+/// A response that took longer, first to last packet less the server's pause (its query
+/// delay, or the time it had all it sent acknowledged and sent nothing, whichever is longer),
+/// than
 /// [`ACK_CLOCK_SLOWER`] x (its IP bytes at the bottleneck rate `bw_bps` plus one `min_rtt_us`
 /// per slow-start round) + [`ACK_CLOCK_SLACK_US`] was held back by something outside the
 /// network and the server: on a connection without real loss (`lossless`), with the client's
@@ -361,8 +377,13 @@ pub(super) fn ack_clock_rates(
         let (Some(first), Some(last)) = (e.t_resp_first, e.t_resp_last) else {
             continue;
         };
-        let open_us =
-            dur::ns_to_us(last.nanos_since(first)) as f64 - e.query_delay_us.unwrap_or(0) as f64;
+        // the server's own pauses: its query delay, or the time it had everything it sent
+        // acknowledged and sent nothing (a server writing in chunks), whichever is longer
+        let held_us = e
+            .query_delay_us
+            .unwrap_or(0)
+            .max(e.server_idle_us.unwrap_or(0));
+        let open_us = dur::ns_to_us(last.nanos_since(first)) as f64 - held_us as f64;
         let segs = e.resp_bytes.div_ceil(mss as u64) as f64;
         // TCP/IP headers with timestamps: 52 bytes a segment
         let ip_bytes = e.resp_bytes as f64 + 52.0 * segs;
@@ -437,6 +458,7 @@ mod tests {
             zero_window_stalls: Vec::new(),
             read_rate_bps: None,
             read_rate_by: None,
+            server_idle_us: Some(0),
         }
     }
 
@@ -466,9 +488,13 @@ mod tests {
         // within the path's time (and slack): none
         let e = rate(response(300_000, 60, 0), Some(50e6), 50, true);
         assert_eq!((e.read_rate_bps, e.read_rate_by), (None, None));
-        // the server's own pause is not the client's: 100 ms with 45 ms of query delay
+        // the server's own pause is not the client's: 100 ms with 45 ms of query delay, or
+        // with 45 ms in which it had all it sent acknowledged (a server writing in chunks)
         let e = rate(response(300_000, 100, 45_000), Some(50e6), 50, true);
         assert_eq!(e.read_rate_bps, None);
+        let mut chunked = response(300_000, 100, 0);
+        chunked.server_idle_us = Some(45_000);
+        assert_eq!(rate(chunked, Some(50e6), 50, true).read_rate_bps, None);
         // a read rate the window showed stays, with its evidence
         let mut w = response(300_000, 100, 0);
         w.read_rate_bps = Some(7e6);

@@ -4,7 +4,9 @@
 --   window     the client's advertised window closed, or fell below a quarter of the largest it
 --              had advertised, while response data was outstanding (as in migration 8);
 --   ack_clock  its window stayed open, but the response took clearly longer than the path
---              allows: its first to last packet, less the query delay, over 1.2 x (its IP
+--              allows: its first to last packet, less the server's own pauses (the query
+--              delay, or the time the server had all it sent acknowledged and sent nothing,
+--              whichever is longer), over 1.2 x (its IP
 --              bytes at the bottleneck rate plus one minimum RTT per slow-start round) + 5 ms,
 --              on a connection without real loss. The client's ACKs fell behind what its path
 --              delivered (its host was busy), and the server waited on them.

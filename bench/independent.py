@@ -979,7 +979,8 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        f"out; {rs.get('delack_timeout_defaulted', 0)} delayed-ACK timeouts over 2 s "
                        f"not held; {rs.get('paused_reads', 0)} clients pause their "
                        f"reads (zero window), {rs.get('paced_reads', 0)} read at the original's "
-                       f"pace")
+                       f"pace ({rs.get('paced_reads_ack_clock', 0)} of them on its ACK clock's "
+                       f"evidence, window open)")
             dl = rs.get("delack")
             if dl:
                 # where the ACK shaping's timeouts came from (mimic replay's orchestrate::delack)

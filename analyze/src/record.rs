@@ -173,6 +173,33 @@ pub struct Exchange {
     /// The rate (TCP payload bits per second) the client read this response at while its
     /// window was open, where the window showed it reading slower than the data came.
     pub read_rate_bps: Option<f64>,
+    /// What showed that read rate (`exchanges.read_rate_by`).
+    pub read_rate_by: Option<ReadRateBy>,
+    /// The time (µs) the server had everything it had sent of this response acknowledged
+    /// and sent nothing, before its last packet (its own pauses; not stored).
+    #[serde(skip)]
+    pub server_idle_us: Option<i64>,
+}
+
+/// The evidence that a client read a response slower than its path brought it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadRateBy {
+    /// Its advertised window closed, or drained below a quarter of its largest, while response
+    /// data was outstanding.
+    Window,
+    /// Its window stayed open, but the response took clearly longer than the bottleneck rate
+    /// and slow start allow, without loss: its ACKs fell behind what its path delivered.
+    AckClock,
+}
+
+impl ReadRateBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadRateBy::Window => "window",
+            ReadRateBy::AckClock => "ack_clock",
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]

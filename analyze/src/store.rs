@@ -153,6 +153,7 @@ pub fn exchange_row(conn_id: i64, e: &Exchange) -> ExchangeRow {
         zero_window_at_bytes: e.zero_window_at_bytes.map(|v| v as i64),
         zero_window_stalls: stalls_text(&e.zero_window_stalls),
         read_rate_bps: e.read_rate_bps,
+        read_rate_by: e.read_rate_by.map(|b| Text::Borrowed(b.as_str())),
     }
 }
 

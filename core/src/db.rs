@@ -20,13 +20,15 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("../../schemas/0006_queue_rwin_max.sql")),
     (7, include_str!("../../schemas/0007_shaper_lead.sql")),
     (8, include_str!("../../schemas/0008_client_reading.sql")),
+    (9, include_str!("../../schemas/0009_read_rate_by.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The version of the data contract (tables and columns; meta `schema_version`), which every
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
-/// nullable column at the end (0003, 0004, 0005, 0006, 0007, 0008), which readers naming their columns do not see.
+/// nullable column at the end (0003, 0004, 0005, 0006, 0007, 0008,
+/// 0009), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -563,7 +565,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("8")
+            Some("9")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -633,7 +635,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("8")
+            Some("9")
         );
         assert_eq!(
             objects(&c),
@@ -712,6 +714,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!((stalls, rate), (None, None));
+        // 0009's column, NULL too
+        let by: Option<String> = c
+            .query_row(
+                "SELECT read_rate_by FROM exchanges WHERE conn_id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(by, None);
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

@@ -679,6 +679,12 @@ tables! {
         /// packet less the closed intervals and the query delay. NULL where the window never
         /// showed it (the client read at once), and in rows written before migration 8.
         read_rate_bps: Option<f64> => col(Unit::BitsPerSecond).since(8),
+        /// What showed read_rate_bps: `window` (the client's window closed or drained while
+        /// response data was outstanding) or `ack_clock` (its window stayed open, but the
+        /// response took clearly longer than its bottleneck rate and slow start allow, with no
+        /// loss to explain it: the client's ACKs fell behind its path). NULL where there is no
+        /// read rate, and in rows written before migration 9.
+        read_rate_by: Option<Text> => col(Unit::None).since(9),
     }
 
     /// Bandwidth samples: packet pairs (two consecutive client ACKs advancing over server
@@ -1104,6 +1110,7 @@ mod tests {
             zero_window_at_bytes: Some(12),
             zero_window_stalls: Some("1000:2000 3000:4000".into()),
             read_rate_bps: Some(13.5),
+            read_rate_by: Some("window".into()),
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);

@@ -143,6 +143,15 @@ pub(crate) fn reads_slowly(spec: &ConnSpec) -> bool {
         .any(|e| read_pace(e, w, spec.bw_bps).is_some())
 }
 
+/// Whether the replay's client reads some response at a rate that the original's ACK clock
+/// showed (`ExchangeSpec::read_rate_by_ack_clock`), not its window.
+pub(crate) fn reads_slowly_by_ack_clock(spec: &ConnSpec) -> bool {
+    let w = stall_window(spec);
+    spec.exchanges
+        .iter()
+        .any(|e| e.read_rate_by_ack_clock && read_pace(e, w, spec.bw_bps).is_some())
+}
+
 /// A read rate counts only where it is clearly below the path's: the bottleneck rate (IP
 /// bytes) times this. Near the path's rate the path explains the pace, not the client.
 const SLOWER_THAN_PATH: f64 = 0.8;
@@ -517,6 +526,38 @@ mod tests {
             served.abs_diff(open) < Duration::from_micros(1),
             "{served:?} against {open:?}"
         );
+    }
+
+    /// A read rate the original's ACK clock showed (its window open) paces the replay's
+    /// client as a window-drained one does, and is counted apart; a rate near the path's or a
+    /// response that fits in the window paces nothing, whatever showed it.
+    #[test]
+    fn a_client_paced_by_its_ack_clock_is_counted_apart() {
+        let e = ExchangeSpec {
+            read_rate_bps: Some(24e6),
+            read_rate_by_ack_clock: true,
+            ..ExchangeSpec::bare(300_000)
+        };
+        let mut c = ConnSpec {
+            rwin_bytes: Some(64_512),
+            bw_bps: Some(50e6),
+            exchanges: vec![e],
+            ..ConnSpec::bare(1)
+        };
+        assert!(reads_slowly(&c));
+        assert!(reads_slowly_by_ack_clock(&c));
+        // the same rate from the window: paced, not counted as the ACK clock's
+        c.exchanges[0].read_rate_by_ack_clock = false;
+        assert!(reads_slowly(&c));
+        assert!(!reads_slowly_by_ack_clock(&c));
+        // near the path's rate: neither
+        c.exchanges[0].read_rate_by_ack_clock = true;
+        c.exchanges[0].read_rate_bps = Some(45e6);
+        assert!(!reads_slowly(&c) && !reads_slowly_by_ack_clock(&c));
+        // fits in the window: neither
+        c.exchanges[0].read_rate_bps = Some(24e6);
+        c.exchanges[0].resp_bytes = 60_000;
+        assert!(!reads_slowly(&c) && !reads_slowly_by_ack_clock(&c));
     }
 
     /// A window a few bytes short of a segment is closed (the server waits for its persist

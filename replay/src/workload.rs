@@ -130,6 +130,11 @@ pub struct ExchangeSpec {
     /// TCP payload bits per second.
     #[serde(default)]
     pub read_rate_bps: Option<f64>,
+    /// That rate came from the original's ACK clock (`exchanges.read_rate_by` `ack_clock`: its
+    /// window stayed open, but its ACKs fell behind what its path delivered), not from its
+    /// window. Replayed alike; counted apart.
+    #[serde(default)]
+    pub read_rate_by_ack_clock: bool,
 }
 
 /// One interval the original client's window stayed closed during a response.
@@ -267,6 +272,7 @@ impl ExchangeSpec {
             zero_window_at_bytes: 0,
             stalls: Vec::new(),
             read_rate_bps: None,
+            read_rate_by_ack_clock: false,
         }
     }
 }
@@ -413,6 +419,7 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u6
                     zero_window_at_bytes: nn(e.zero_window_at_bytes.unwrap_or(0)),
                     stalls,
                     read_rate_bps: e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0),
+                    read_rate_by_ack_clock: e.read_rate_by.as_deref() == Some("ack_clock"),
                 },
                 bad.is_some(),
             ))

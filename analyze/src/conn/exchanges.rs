@@ -8,7 +8,7 @@ use super::dir::Dir;
 use super::push_sized;
 use crate::config::Config;
 use crate::http;
-use crate::record::Exchange;
+use crate::record::{Exchange, ReadRateBy};
 
 /// Segments remembered per data unit (the query-delay test looks at the first ones), and per
 /// connection in all.
@@ -50,6 +50,11 @@ struct Adu {
     /// behind. Against the largest so far, not the connection's largest: a window that grows
     /// (receive-buffer autotuning) is not one that drained.
     drained: bool,
+    /// Since when the other side had acknowledged everything this unit sent so far (the
+    /// sender idle, not waiting on the path or the receiver), and the total of such intervals
+    /// that more of this unit followed.
+    idle_since: Option<Timestamp>,
+    idle_ns: i64,
 }
 
 /// The connection's data units in order, both directions.
@@ -80,6 +85,9 @@ impl Exchanges {
         let room = self.segs.len() < CONN_ADU_SEGS;
         if let Some(a) = self.adus.last_mut() {
             if a.dir == d {
+                if let Some(since) = a.idle_since.take() {
+                    a.idle_ns += t.nanos_since(since).max(0);
+                }
                 a.t_last = a.t_last.max(t);
                 a.bytes += new_bytes;
                 a.end = a.end.max(end);
@@ -112,6 +120,8 @@ impl Exchanges {
                 prefix,
                 prefix_len: n as u8,
                 drained: false,
+                idle_since: None,
+                idle_ns: 0,
             },
             16,
         );
@@ -140,6 +150,9 @@ impl Exchanges {
             while adu.acked_upto < end && self.segs[adu.acked_upto as usize].2 <= a {
                 self.segs[adu.acked_upto as usize].3 = Some(t);
                 adu.acked_upto += 1;
+            }
+            if a >= adu.end {
+                adu.idle_since.get_or_insert(t);
             }
         }
     }
@@ -259,6 +272,8 @@ impl Exchanges {
                 zero_window_at_bytes,
                 zero_window_stalls: stalls,
                 read_rate_bps,
+                read_rate_by: read_rate_bps.map(|_| ReadRateBy::Window),
+                server_idle_us: resp.map(|r| dur::ns_to_us(r.idle_ns)),
             });
         }
         out
@@ -318,6 +333,69 @@ fn read_rate(r: &Adu, closed: &[ZeroWindow], query_delay_us: i64) -> Option<f64>
     (open_ns > 0 && r.bytes > 0).then(|| r.bytes as f64 * 8.0 * 1e9 / open_ns as f64)
 }
 
+/// How much longer than its path allows a response must take before the client's ACK clock
+/// counts as slower than the path: the open time over this times the path's time ...
+const ACK_CLOCK_SLOWER: f64 = 1.2;
+/// ... plus this (µs): a LAN slow start, timer and ACK granularity.
+const ACK_CLOCK_SLACK_US: f64 = 5_000.0;
+
+/// Finish step, once the bottleneck rate is known: the read rate of responses whose client's
+/// window stayed open but whose ACKs fell behind what its path delivered (`ReadRateBy::AckClock`).
+/// A response that took longer, first to last packet less the server's pause (its query
+/// delay, or the time it had all it sent acknowledged and sent nothing, whichever is longer),
+/// than
+/// [`ACK_CLOCK_SLOWER`] x (its IP bytes at the bottleneck rate `bw_bps` plus one `min_rtt_us`
+/// per slow-start round) + [`ACK_CLOCK_SLACK_US`] was held back by something outside the
+/// network and the server: on a connection without real loss (`lossless`), with the client's
+/// window never closed, the server sent as its client's ACKs came, and those came late (a busy
+/// client host: ACKs silent for tens of ms, spurious tail-loss probes). That client read the
+/// response at `resp_bytes / open time`, as a window-drained one does. A client whose ACK
+/// clock followed its bottleneck took about the path's time and gets none; responses with a
+/// read rate (or a closed window) already keep theirs.
+///
+/// Slow-start rounds: from one segment, growing by half per round (a delayed-ACK receiver),
+/// until the response is out: generous, so that a server with a small initial window (the
+/// change a prediction judges) is not taken for a slow client.
+pub(super) fn ack_clock_rates(
+    exchanges: &mut [Exchange],
+    bw_bps: Option<f64>,
+    min_rtt_us: Option<i64>,
+    mss: u32,
+    lossless: bool,
+) {
+    let Some(bw) = bw_bps.filter(|b| b.is_finite() && *b > 0.0) else {
+        return;
+    };
+    if !lossless || mss == 0 {
+        return;
+    }
+    let rtt_us = min_rtt_us.unwrap_or(0).max(0) as f64;
+    for e in exchanges.iter_mut() {
+        if e.read_rate_bps.is_some() || e.zero_window_us.unwrap_or(0) > 0 || e.resp_bytes == 0 {
+            continue;
+        }
+        let (Some(first), Some(last)) = (e.t_resp_first, e.t_resp_last) else {
+            continue;
+        };
+        // the server's own pauses: its query delay, or the time it had everything it sent
+        // acknowledged and sent nothing (a server writing in chunks), whichever is longer
+        let held_us = e
+            .query_delay_us
+            .unwrap_or(0)
+            .max(e.server_idle_us.unwrap_or(0));
+        let open_us = dur::ns_to_us(last.nanos_since(first)) as f64 - held_us as f64;
+        let segs = e.resp_bytes.div_ceil(mss as u64) as f64;
+        // TCP/IP headers with timestamps: 52 bytes a segment
+        let ip_bytes = e.resp_bytes as f64 + 52.0 * segs;
+        let rounds = ((segs + 1.0).ln() / 1.5f64.ln()).ceil();
+        let path_us = ip_bytes * 8.0 / bw * 1e6 + rounds * rtt_us;
+        if open_us > ACK_CLOCK_SLOWER * path_us + ACK_CLOCK_SLACK_US {
+            e.read_rate_bps = Some(e.resp_bytes as f64 * 8.0 * 1e6 / open_us);
+            e.read_rate_by = Some(ReadRateBy::AckClock);
+        }
+    }
+}
+
 /// First request byte → last response byte (Monkey §5.1), µs.
 pub(super) fn response_time(exchanges: &[Exchange]) -> Option<i64> {
     let first_req = exchanges.iter().find_map(|e| e.t_req_first);
@@ -351,4 +429,99 @@ fn query_delay(r: &Adu, segs: &[AduSeg], mss: u32) -> (Option<i64>, Option<u64>)
         }
     }
     (Some(0), Some(r.bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One response of `bytes` whose first and last packets are `span_ms` apart (whole
+    /// milliseconds: a tap with a coarse clock), the server's pause `qd_us`.
+    fn response(bytes: u64, span_ms: i64, qd_us: i64) -> Exchange {
+        let t0 = Timestamp::from_nanos(1_700_000_000_000_000_000);
+        Exchange {
+            seq: 0,
+            t_req_first: Some(t0),
+            t_req_last: Some(t0),
+            req_bytes: 100,
+            t_resp_first: Some(t0.add_nanos(1_000_000)),
+            t_resp_last: Some(t0.add_nanos((1 + span_ms) * 1_000_000)),
+            resp_bytes: bytes,
+            response_delay_us: Some(1000),
+            query_delay_us: Some(qd_us),
+            header_bytes: Some(bytes),
+            think_time_us: Some(0),
+            method: None,
+            status: None,
+            zero_window_us: Some(0),
+            zero_window_at_bytes: None,
+            zero_window_stalls: Vec::new(),
+            read_rate_bps: None,
+            read_rate_by: None,
+            server_idle_us: Some(0),
+        }
+    }
+
+    fn rate(mut e: Exchange, bw: Option<f64>, rtt_us: i64, lossless: bool) -> Exchange {
+        ack_clock_rates(
+            std::slice::from_mut(&mut e),
+            bw,
+            Some(rtt_us),
+            1448,
+            lossless,
+        );
+        e
+    }
+
+    /// 300,000 bytes behind a 50 Mbit/s bottleneck at a 50 µs RTT need about 50 ms (their
+    /// IP bytes at the rate, 14 slow-start rounds of 50 µs): taking 100 ms with the window
+    /// open and no loss, the client's ACKs fell behind its path, and it read at 24 Mbit/s.
+    /// 60 ms is within 1.2 x + 5 ms of the path's time: nothing. The pacing evidence is
+    /// named (`ack_clock`), and a window-drained read rate already there is kept.
+    #[test]
+    fn a_response_slower_than_its_path_with_the_window_open_gets_an_ack_clock_rate() {
+        let e = rate(response(300_000, 100, 0), Some(50e6), 50, true);
+        let want = 300_000.0 * 8.0 / 0.100;
+        let got = e.read_rate_bps.expect("slower than its path: a read rate");
+        assert!((got - want).abs() < 1.0, "{got} against {want}");
+        assert_eq!(e.read_rate_by, Some(ReadRateBy::AckClock));
+        // within the path's time (and slack): none
+        let e = rate(response(300_000, 60, 0), Some(50e6), 50, true);
+        assert_eq!((e.read_rate_bps, e.read_rate_by), (None, None));
+        // the server's own pause is not the client's: 100 ms with 45 ms of query delay, or
+        // with 45 ms in which it had all it sent acknowledged (a server writing in chunks)
+        let e = rate(response(300_000, 100, 45_000), Some(50e6), 50, true);
+        assert_eq!(e.read_rate_bps, None);
+        let mut chunked = response(300_000, 100, 0);
+        chunked.server_idle_us = Some(45_000);
+        assert_eq!(rate(chunked, Some(50e6), 50, true).read_rate_bps, None);
+        // a read rate the window showed stays, with its evidence
+        let mut w = response(300_000, 100, 0);
+        w.read_rate_bps = Some(7e6);
+        w.read_rate_by = Some(ReadRateBy::Window);
+        let w = rate(w, Some(50e6), 50, true);
+        assert_eq!(
+            (w.read_rate_bps, w.read_rate_by),
+            (Some(7e6), Some(ReadRateBy::Window))
+        );
+    }
+
+    /// What explains a slow response is not the client's ACK clock: real loss on the
+    /// connection, a window that closed (replayed as stalls), no bottleneck estimate, or slow
+    /// start on a long path (100 ms RTT: 14 rounds from one segment are 1.4 s, so a server
+    /// with a small initial window is not taken for a slow client).
+    #[test]
+    fn loss_a_closed_window_no_estimate_or_slow_start_give_no_ack_clock_rate() {
+        let slow = || response(300_000, 100, 0);
+        assert_eq!(rate(slow(), Some(50e6), 50, false).read_rate_bps, None);
+        let mut zw = slow();
+        zw.zero_window_us = Some(20_000);
+        assert_eq!(rate(zw, Some(50e6), 50, true).read_rate_bps, None);
+        assert_eq!(rate(slow(), None, 50, true).read_rate_bps, None);
+        let long = response(300_000, 300, 0);
+        assert_eq!(rate(long, Some(50e6), 100_000, true).read_rate_bps, None);
+        // the same 300 ms at a LAN RTT: the client's
+        let lan = response(300_000, 300, 0);
+        assert!(rate(lan, Some(50e6), 100, true).read_rate_bps.is_some());
+    }
 }

@@ -755,11 +755,18 @@ impl Conn {
                 acked,
             });
         }
-        let exchanges = self.exchanges.finish(
+        let mut exchanges = self.exchanges.finish(
             cd,
             mss_eff,
             if handshake { self.hs_ack } else { None },
             &closed,
+        );
+        exchanges::ack_clock_rates(
+            &mut exchanges,
+            bw,
+            rtt.min_rtt.map(dur::ns_to_us),
+            mss_eff,
+            sv.loss.retx_pkts <= loss.spurious,
         );
         // the bottleneck's queue model, once: the loss split and the shaper's lead read it
         let arrivals = sv.loss.arrivals(&sv.sends, bw);

@@ -120,6 +120,9 @@ pub struct RateSources {
     /// Connections whose client reads some response at the original's pace, where the original
     /// read it clearly slower than its path (`exchanges.read_rate_bps`).
     pub paced_reads: u64,
+    /// Of those, the clients paced on the evidence of the original's ACK clock (its window
+    /// stayed open but its ACKs fell behind its path: `exchanges.read_rate_by` `ack_clock`).
+    pub paced_reads_ack_clock: u64,
     /// Where each connection's downstream queue came from (`super::queues`).
     pub queues: super::queues::QueueSources,
     /// Where each connection's downstream shaper came from (`super::shapers`).
@@ -163,6 +166,10 @@ impl RateSources {
             ),
             ("clients_pausing_reads", self.paused_reads.to_string()),
             ("clients_reading_slowly", self.paced_reads.to_string()),
+            (
+                "clients_reading_slowly_ack_clock",
+                self.paced_reads_ack_clock.to_string(),
+            ),
             ("queue_own_overflow", self.queues.own_overflow.to_string()),
             (
                 "queue_client_overflow",
@@ -219,8 +226,9 @@ impl RateSources {
             },
             if self.paced_reads > 0 {
                 format!(
-                    "; {} clients read at the original's pace, slower than their path",
-                    self.paced_reads
+                    "; {} clients read at the original's pace, slower than their path ({} of \
+                     them shown by its ACK clock, its window open)",
+                    self.paced_reads, self.paced_reads_ack_clock
                 )
             } else {
                 String::new()
@@ -393,6 +401,7 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
         }
         if crate::client::reads_slowly(&c) {
             counts.paced_reads += 1;
+            counts.paced_reads_ack_clock += crate::client::reads_slowly_by_ack_clock(&c) as u64;
         }
         wl.conns.push(c);
     }

@@ -1,0 +1,22 @@
+-- mimic database schema, migration 9: what showed that a client read slower than its path.
+--
+-- `exchanges.read_rate_by` names the evidence behind `exchanges.read_rate_bps`:
+--   window     the client's advertised window closed, or fell below a quarter of the largest it
+--              had advertised, while response data was outstanding (as in migration 8);
+--   ack_clock  its window stayed open, but the response took clearly longer than the path
+--              allows: its first to last packet, less the server's own pauses (the query
+--              delay, or the time the server had all it sent acknowledged and sent nothing,
+--              whichever is longer), over 1.2 x (its IP
+--              bytes at the bottleneck rate plus one minimum RTT per slow-start round) + 5 ms,
+--              on a connection without real loss. The client's ACKs fell behind what its path
+--              delivered (its host was busy), and the server waited on them.
+-- The rate is the same measure either way (response bytes over the open time). A replay's
+-- client reads at it where it is clearly below the path's rate (`mimic replay`, see GUIDE.md);
+-- the replay summary and meta count the clients paced on each kind of evidence.
+--
+-- One nullable column added at the end: readers that name their columns are unaffected, so the
+-- data contract (meta `schema_version`) stays at 1. Rows written before this migration have
+-- NULL there (their read rates, all from the window, replay as before).
+--
+-- The column itself is declared in core/src/schema.rs (`.since(9)`); its ALTER TABLE statement
+-- is generated from that list and runs before this file, which adds nothing else.

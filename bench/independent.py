@@ -58,6 +58,23 @@ ADDRS_PER_CLASS = 32
 # bottleneck queue (packets) per direction and class: (down, up), by downstream rate
 QUEUES = {56_000: (20, 10), 128_000: (30, 15), 1_000_000: (50, 20)}
 MSS_SEGMENT = 1448  # payload of a full-size segment with timestamps on a 1500-byte MTU
+# the shapers (independent.sh's shape): "htb", a token bucket of 100 bytes (its first packet of
+# a busy period leaves at once: the analyzer's shaper_lead_down about 1), or "netem-rate", a
+# serializing link (about 0). Classes over FAST_SHAPER_ABOVE_BPS downstream get the plan's
+# --fast-shaper (netem-rate in the router guest, whose late timers cost htb's sub-packet bucket
+# 12% of 25 Mbit/s and 24% of 50 Mbit/s), the others htb.
+SHAPERS = ("htb", "netem-rate")
+FAST_SHAPER_ABOVE_BPS = 12_000_000
+
+
+def class_shaper(down, fast_shaper):
+    return fast_shaper if down > FAST_SHAPER_ABOVE_BPS else "htb"
+
+
+def class_addrs(down, a):
+    """Client addresses of a class: --fast-addrs for the classes over FAST_SHAPER_ABOVE_BPS
+    (where given), else --addrs."""
+    return a.fast_addrs if a.fast_addrs and down > FAST_SHAPER_ABOVE_BPS else a.addrs
 
 
 def queues(down):
@@ -128,7 +145,7 @@ def cmd_plan(a):
         ports = {}
         for j in range(n):
             conn_id += 1
-            h = j % a.addrs
+            h = j % class_addrs(down, a)
             addr = class_addr(k, h)
             ports[addr] = ports.get(addr, 20_000 + rng.randrange(0, 2000)) + 1
             r = rng.random()
@@ -167,7 +184,8 @@ def cmd_plan(a):
             conns.append(
                 (conn_id, name, addr, ports[addr], SERVER_IP,
                  NGINX_PORT if server == "nginx" else QUERY_PORT, client, server,
-                 down, up, eff_delay, eff_delay, eff_loss, qd_, qu_, nreq, tot, delay, loss)
+                 down, up, eff_delay, eff_delay, eff_loss, qd_, qu_, nreq, tot, delay, loss,
+                 class_shaper(down, a.fast_shaper))
             )
     with open(os.path.join(www, "probe"), "wb") as f:
         f.write(os.urandom(1_000_000))  # the shaper-departure probe's download
@@ -181,7 +199,7 @@ def cmd_plan(a):
         ["conn", "class", "client_ip", "client_port", "server_ip", "server_port", "client",
          "server", "rate_down_bps", "rate_up_bps", "delay_down_ms", "delay_up_ms", "loss",
          "queue_down_pkts", "queue_up_pkts", "requests", "resp_body_bytes",
-         "nominal_delay_ms", "nominal_loss"],
+         "nominal_delay_ms", "nominal_loss", "shaper"],
         conns,
     )
     write_csv_atomic(
@@ -196,7 +214,8 @@ def cmd_plan(a):
         k = [c[0] for c in CLASSES].index(name)
         qd_, qu_ = queues(down)
         lines.append(f"{k + 1} {name} {down} {up} {0 if a.no_delay else delay} "
-                     f"{0 if a.no_delay else loss} {qd_} {qu_} {a.addrs}")
+                     f"{0 if a.no_delay else loss} {qd_} {qu_} {class_addrs(down, a)} "
+                     f"{class_shaper(down, a.fast_shaper)}")
     write_atomic(os.path.join(a.out, "classes.txt"), "\n".join(lines) + "\n")
 
 
@@ -426,6 +445,8 @@ def cmd_shaping_check(a):
     rows = []
     for n, line in enumerate(l for l in open(os.path.join(a.dir, "classes.txt")) if l.strip()):
         k, name, down, up, delay, loss = line.split()[:6]
+        # classes.txt of captures before the shaper column: every class was htb
+        shaper = (line.split()[9:10] or ["htb"])[0]
         down, delay, loss = int(down), float(delay), float(loss)
         addr = f"198.19.{k}.1"
         p = subprocess.run(["ping", "-q", "-n", "-c", "20", "-i", "0.05", "-W", "3", "-I", addr,
@@ -460,7 +481,7 @@ def cmd_shaping_check(a):
         rtt_ok = bool(rtt) and abs(rtt["avg"] - want_rtt) <= max(CHECK_RTT_TOL[0] * want_rtt,
                                                                   CHECK_RTT_TOL[1])
         gp_ok = goodput is not None and abs(goodput / want_gp - 1) <= CHECK_GOODPUT_TOL
-        rows.append(dict(cls=name, addr=addr, delay_ms=delay, loss=loss, rate_down_bps=down,
+        rows.append(dict(cls=name, shaper=shaper, addr=addr, delay_ms=delay, loss=loss, rate_down_bps=down,
                          rtt_expected_ms=want_rtt, ping_sent=sent, ping_received=got,
                          ping_ms=rtt or None, rtt_ok=rtt_ok, download_bytes=size,
                          goodput_expected_bps=want_gp, goodput_bps=goodput,
@@ -481,7 +502,7 @@ def cmd_shaping_check(a):
 def render_shaping(doc):
     out = [f"shaping check (before the workload; base RTT {doc['base_rtt_ms']:.3f} ms): ping RTT "
            f"against 2 x delay + base, goodput against rate x 1448/1500 x (1 - loss)",
-           f"{'class':14} {'RTT want':>9} {'ping min/avg/max/mdev ms':>28} {'lost':>5}  "
+           f"{'class':14} {'shaper':10} {'RTT want':>9} {'ping min/avg/max/mdev ms':>28} {'lost':>5}  "
            f"{'goodput want':>12} {'got':>12} {'err%':>6}  verdict"]
     for r in doc["classes"]:
         pm = r["ping_ms"]
@@ -490,7 +511,7 @@ def render_shaping(doc):
         gp = r["goodput_bps"]
         verdict = "ok" if r["rtt_ok"] and r["goodput_ok"] else "OFF: " + ", ".join(
             x for x, ok in (("RTT", r["rtt_ok"]), ("goodput", r["goodput_ok"])) if not ok)
-        out.append(f"{r['cls']:14} {r['rtt_expected_ms']:9.2f} {ping:>28} "
+        out.append(f"{r['cls']:14} {r.get('shaper', 'htb'):10} {r['rtt_expected_ms']:9.2f} {ping:>28} "
                    f"{r['ping_sent'] - r['ping_received']:2}/{r['ping_sent']:<2}  "
                    f"{r['goodput_expected_bps'] / 1e6:10.4f}M "
                    f"{(gp / 1e6 if gp else 0):10.4f}M "
@@ -677,6 +698,10 @@ def cmd_report(a):
         return q
 
     analyzer = {c: checks(per[c]) for c in classes}
+    # each class's shaper, from the truth (captures before the column: htb)
+    for t in truth.values():
+        if t["class"] in analyzer:
+            analyzer[t["class"]]["shaper"] = t.get("shaper") or "htb"
     analyzer["all"] = checks(pool(classes))
     shaped = [c for c in classes if rates[c] <= 10_000_000]
     analyzer["shaped <= 10 Mbit/s"] = checks(pool(shaped))
@@ -1415,6 +1440,11 @@ def main():
     p.add_argument("--classes", default="")
     p.add_argument("--seed", type=int, default=18)
     p.add_argument("--no-delay", action="store_true")
+    p.add_argument("--fast-shaper", choices=SHAPERS, default="htb",
+                   help=f"the shaper of classes over {FAST_SHAPER_ABOVE_BPS // 1_000_000} Mbit/s")
+    p.add_argument("--fast-addrs", type=int, default=0,
+                   help=f"client addresses of each class over {FAST_SHAPER_ABOVE_BPS // 1_000_000} "
+                        f"Mbit/s (default: --addrs)")
     p.add_argument("--addrs", type=int, default=ADDRS_PER_CLASS,
                    help="client addresses per class (connections at once per class)")
     p = sub.add_parser("query-server")

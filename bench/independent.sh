@@ -33,9 +33,19 @@
 #                    RTT) and 60-170 us of timer jitter. All eight classes run in it: the two
 #                    over 12 Mbit/s on netem's rate (--fast-shaper) and with 1 address each
 #                    (--fast-addrs), the others on htb with 8 (--addrs). See GUIDE.md.
-#   --coarse-tick    packets leave the shapers on the kernel's timer tick (dummynet-like); needs
-#                    a kernel whose hrtimers run at tick resolution (booted with highres=off):
-#                    refused, saying so, where timers are high-resolution. See GUIDE.md.
+#   --coarse-tick    packets leave the shapers on the kernel's timer tick (dummynet-like). With
+#                    --netem-guest the router guest boots with highres=off (mimic lab up
+#                    --kernel-cmdline) and its hrtimer resolution is checked in it: Debian's
+#                    HZ=250 kernel ticks every 4 ms, coarser than dummynet's 1 ms. Each htb
+#                    bucket then holds one tick's bytes at the class's rate + one packet (a
+#                    100-byte bucket would send one packet per tick: goodput -25% at 4 Mbit/s,
+#                    -70% at 12; the tick's bucket 0.0%, netem rate -0.9%; htb kept so only
+#                    the tick differs between modes). Six guest classes, 1,200 connections:
+#                    bandwidth within 20% 97.5% (<= 10 Mbit/s), replay 91.1% (fine timers
+#                    99.9% / 96.8%); netem's delays end on the tick too (pings +1-7 ms).
+#                    Without --netem-guest
+#                    this kernel must run at tick resolution (booted with highres=off);
+#                    refused, saying so, where its timers are high-resolution. See GUIDE.md.
 #   --classes A,B    only these classes (names in bench/independent.py: CLASSES)
 #   --addrs N        client addresses per class, each running one connection at a time
 #                    (default 32; with --netem-guest 8: a TCG guest does not forward the
@@ -186,21 +196,20 @@ if [ "$predict" = 1 ]; then
   exit 0
 fi
 
-if [ "$coarse" = 1 ] && [ "$guest" = 1 ]; then
-  echo "independent: --coarse-tick with --netem-guest: the guest's kernel runs high-resolution timers" >&2
-  echo "  (the lab boots it with its own command line, not highres=off); give one or the other" >&2
-  exit 2
-fi
-if [ "$coarse" = 1 ]; then
+# --coarse-tick with --netem-guest boots the router guest with highres=off and checks its
+# timers there (after `lab up`, below); on this kernel the check is here
+if [ "$coarse" = 1 ] && [ "$guest" != 1 ]; then
   # hrtimer resolution of CPU 0's clocks: 1 ns with high-resolution timers, the tick
   # (1/HZ) with highres=off. The qdisc watchdogs of htb, tbf and netem are hrtimers.
   res=$(awk '/\.resolution:/ {print $2; exit}' /proc/timer_list 2>/dev/null || echo "")
   if [ -z "$res" ] || [ "$res" -lt 1000000 ]; then
     echo "independent: --coarse-tick: this kernel's timers are high-resolution (hrtimer resolution ${res:-unknown} ns)," >&2
     echo "  so htb/tbf/netem release packets at their exact times, not on a tick; run the testbed in a guest" >&2
-    echo "  booted with highres=off (a HZ=1000 kernel gives 1 ms ticks; Debian's stock kernel is HZ=250: 4 ms)" >&2
+    echo "  booted with highres=off (a HZ=1000 kernel gives 1 ms ticks; Debian's stock kernel is HZ=250: 4 ms):" >&2
+    echo "  give --netem-guest too (the router guest boots with highres=off)" >&2
     exit 2
   fi
+  tick_ms=$(awk -v r="$res" 'BEGIN {printf "%g", r / 1e6}')
 fi
 
 # the output folder is replaced, but only when it is one of ours (or empty)
@@ -366,10 +375,25 @@ if [ "$guest" = 1 ]; then
   # the server 198.18.0.1 in $tag-srv.
   C=$tag-cli S=$tag-srv cif=$tag-c sif=$tag-s down_if=$tag-ec up_if=$tag-es
   echo "independent: namespaces $tag-cli $tag-emu $tag-srv (lab $tag: the router a QEMU guest on $guest_img)" >&2
-  if ! run "$m" lab up "$tag" --kernel "$guest_img" >"$out/lab-up.log" 2>&1; then
+  # --coarse-tick: the guest's hrtimers (the watchdogs of htb and netem) at tick resolution
+  up_extra=()
+  [ "$coarse" = 1 ] && up_extra=(--kernel-cmdline highres=off)
+  if ! run "$m" lab up "$tag" --kernel "$guest_img" "${up_extra[@]}" >"$out/lab-up.log" 2>&1; then
     cat "$out/lab-up.log" >&2
-    echo "independent: --netem-guest: mimic lab up $tag --kernel $guest_img failed (above)" >&2
+    echo "independent: --netem-guest: mimic lab up $tag --kernel $guest_img ${up_extra[*]} failed (above)" >&2
     exit 2
+  fi
+  if [ "$coarse" = 1 ]; then
+    # hrtimer resolution in the guest: the tick (1/HZ) with highres=off, 1 ns otherwise
+    res=$("$m" lab exec "$tag" emu -- cat /proc/timer_list | awk '/\.resolution:/ {print $2; exit}')
+    if [ -z "$res" ] || [ "$res" -lt 1000000 ]; then
+      echo "independent: --coarse-tick: the router guest's timers are high-resolution (hrtimer resolution" >&2
+      echo "  ${res:-unknown} ns) although it booted with highres=off; its packets would not leave on a tick" >&2
+      exit 2
+    fi
+    tick_ms=$(awk -v r="$res" 'BEGIN {printf "%g", r / 1e6}')
+    echo "independent: --coarse-tick: the router guest's timers run on its ${tick_ms} ms tick (hrtimer resolution $res ns)" >&2
+    echo "$tick_ms" >"$out/tick_ms"
   fi
   # the unshaped base-RTT address and the departure probe's lie outside the pool
   for a in 198.19.255.1 198.19.254.1; do
@@ -383,6 +407,7 @@ if [ "$guest" = 1 ]; then
   printf 'QEMU guest (%s) on kernel %s: htb%s\n' \
     "$("$m" lab status "$tag" --json | python3 -c 'import json,sys; h=[h for h in json.load(sys.stdin)["hosts"] if h["role"]=="emu"][0]; print(h["guest"]["accel"])')" \
     "$("$m" lab exec "$tag" emu -- uname -r)" "$([ "$needs_netem" = 1 ] && echo ' + netem')" >"$out/router.txt"
+  [ "$coarse" = 1 ] && echo "  booted with highres=off: timers on its $tick_ms ms tick; htb burst one tick at the rate + 1514 bytes" >>"$out/router.txt"
 else
 echo "independent: namespaces $C $R $S" >&2
 printf 'namespace of this machine on kernel %s: htb%s\n' "$(uname -r)" \
@@ -474,9 +499,13 @@ tc_show() {
 #   scheduled from the previous one's, so a late timer sends what is due at once and the
 #   average holds (goodput -0.1 to -0.3% at 25 and 50 Mbit/s in the guest); its limit (QUEUE)
 #   counts the packets in its delay line too, as with htb's netem leaf.
+# --coarse-tick: htb's watchdog fires only on the tick, and a bucket of 100 bytes would send one
+# packet per tick; the htb bucket then holds one tick's bytes at the rate plus a full packet, so
+# each tick releases every packet that came due (as dummynet does). netem-rate needs no bucket.
 shape() {
-  local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8 kind=${9:-htb} l
+  local dev=$1 match=$2 k=$3 rate=$4 delay=$5 loss=$6 queue=$7 naddr=$8 kind=${9:-htb} l burst=100
   l=$(awk -v p="$loss" 'BEGIN {printf "%g%%", p * 100}')
+  [ "$coarse" = 1 ] && burst=$(awk -v r="$rate" -v t="$tick_ms" 'BEGIN {printf "%d", r * t / 8000 + 1514}')
   for h in $(seq 1 "$naddr"); do
     local id=$((k * 256 + h))
     local cid
@@ -487,7 +516,7 @@ shape() {
         loss "$l" rate "${rate}bit" limit "$queue"
     else
       tcl class add dev "$dev" parent 1: classid "1:$cid" htb rate "${rate}bit" ceil "${rate}bit" \
-        burst 100 cburst 100 quantum 1514
+        burst "$burst" cburst "$burst" quantum 1514
       if [ "$delay" != 0 ] || [ "$loss" != 0 ]; then
         tcl qdisc add dev "$dev" parent "1:$cid" handle "$cid:" netem delay "${delay}ms" \
           loss "$l" limit "$queue"
@@ -566,7 +595,8 @@ for _ in $(seq 50); do grep -q listening "$out/departures-tcpdump.log" && break;
 ip netns exec "$C" curl -sS -o /dev/null --interface 198.19.254.1 http://198.18.0.1/probe
 sleep 0.5
 kill -INT "$probe_pid"; wait "$probe_pid" || true
-python3 "$py" departures --pcap "$out/departures.pcap" --rate "$probe_rate" --out "$out/departures.json"
+python3 "$py" departures --pcap "$out/departures.pcap" --rate "$probe_rate" --out "$out/departures.json" \
+  --tick-ms "${tick_ms:-1}"
 
 # the shaping itself, per class, before it is trusted: ping RTT against 2 x delay + the base RTT,
 # a download's goodput against the rate (from client ports in $CHECK_PORTS, which the capture

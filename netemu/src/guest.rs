@@ -103,6 +103,8 @@ pub enum GuestError {
     Fetch(String),
     #[error("{0}")]
     Io(String),
+    #[error("--kernel-cmdline {line:?}: {why}")]
+    Cmdline { line: String, why: String },
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> GuestError {
@@ -724,6 +726,9 @@ pub struct GuestSpec {
     pub runtime_dir: PathBuf,
     /// SCHED_FIFO priority for QEMU's threads once the guest is up (None: normal scheduling).
     pub fifo_priority: Option<i32>,
+    /// Extra kernel command-line words (checked by [`parse_cmdline`]), appended after the
+    /// lab's own.
+    pub cmdline: Vec<String>,
 }
 
 /// A running guest, as recorded in `RUNTIME_DIR/guest-ROLE.json`.
@@ -740,6 +745,62 @@ pub struct GuestRecord {
     pub nics: Vec<GuestNic>,
     /// Seconds from starting QEMU to the agent's first answer.
     pub boot_secs: f64,
+    /// The extra kernel command-line words it was booted with (`lab up --kernel-cmdline`).
+    #[serde(default)]
+    pub cmdline: Vec<String>,
+}
+
+/// Kernel parameters the lab sets itself (or that would take PID 1 from the agent): an extra
+/// command line may not name them. The kernel reads `-` and `_` in a parameter's name alike.
+const OWN_PARAMS: &[&str] = &["console", "panic", "init", "rdinit", "root"];
+
+/// Checks `--kernel-cmdline`'s text and splits it into words: printable characters only (no
+/// newline, tab or other control character, no quotes: a word is whitespace-delimited), none
+/// of the lab's own keys (`console=`, `panic=`, `init=`, `rdinit=`, `root=`, any `mimic_*`)
+/// and no `--` (what follows it would go to the agent as arguments).
+pub fn parse_cmdline(line: &str) -> Result<Vec<String>, GuestError> {
+    let bad = |why: String| GuestError::Cmdline {
+        line: line.to_string(),
+        why,
+    };
+    if let Some(c) = line.chars().find(|c| c.is_control()) {
+        return Err(bad(format!(
+            "control character {c:?}: give the words on one line, separated by spaces"
+        )));
+    }
+    if line.contains('"') || line.contains('\'') {
+        return Err(bad(
+            "quotes are not supported: give plain words such as highres=off nohz=off".into(),
+        ));
+    }
+    let mut words = Vec::new();
+    for w in line.split_whitespace() {
+        if w == "--" {
+            return Err(bad(
+                "`--` would pass what follows to the guest's PID 1 (mimic's agent)".into(),
+            ));
+        }
+        let key = w.split('=').next().unwrap_or(w).replace('-', "_");
+        if key.starts_with("mimic_") || OWN_PARAMS.contains(&key.as_str()) {
+            return Err(bad(format!(
+                "{w}: the lab sets `{key}` itself (console=ttyS0 panic=-1, mimic_agent=, \
+                 mimic_host=; the initramfs's /init runs the agent)"
+            )));
+        }
+        words.push(w.to_string());
+    }
+    Ok(words)
+}
+
+/// The guest's kernel command line: the lab's own parameters, then `extra` (already checked
+/// by [`parse_cmdline`]).
+pub fn kernel_append(agent: &str, netns: &str, extra: &[String]) -> String {
+    let mut s = format!("console=ttyS0 panic=-1 quiet mimic_agent={agent} mimic_host={netns}");
+    for w in extra {
+        s.push(' ');
+        s.push_str(w);
+    }
+    s
 }
 
 pub fn record_path(runtime_dir: &Path, role: &str) -> PathBuf {
@@ -891,10 +952,7 @@ pub fn boot(
         .arg("-initrd")
         .arg(&initrd)
         .arg("-append")
-        .arg(format!(
-            "console=ttyS0 panic=-1 quiet mimic_agent={agent_s} mimic_host={}",
-            spec.netns
-        ))
+        .arg(kernel_append(agent_s, &spec.netns, &spec.cmdline))
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .arg("-virtfs")
@@ -991,6 +1049,7 @@ pub fn boot(
         console,
         nics: spec.nics.clone(),
         boot_secs: t0.elapsed().as_secs_f64(),
+        cmdline: spec.cmdline.clone(),
     };
     let rp = record_path(rd, role);
     let tmp = rp.with_extension("tmp");
@@ -1366,6 +1425,37 @@ fn run_request(req: &ExecRequest) -> ExecReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_cmdline_is_checked_and_appended() {
+        let w = parse_cmdline("  highres=off\tnohz=off").unwrap_err();
+        assert!(w.to_string().contains("control character"), "{w}");
+        let w = parse_cmdline("highres=off  nohz=off ").unwrap();
+        assert_eq!(w, vec!["highres=off", "nohz=off"]);
+        assert_eq!(
+            kernel_append("/usr/bin/mimic", "lab1-emu", &w),
+            "console=ttyS0 panic=-1 quiet mimic_agent=/usr/bin/mimic mimic_host=lab1-emu highres=off nohz=off"
+        );
+        assert_eq!(
+            kernel_append("/m", "x-emu", &[]),
+            "console=ttyS0 panic=-1 quiet mimic_agent=/m mimic_host=x-emu"
+        );
+        assert!(parse_cmdline("").unwrap().is_empty());
+        for (line, needle) in [
+            ("highres=off\nconsole=tty0", "control character"),
+            ("console=tty0", "`console`"),
+            ("highres=off mimic_agent=/bin/sh", "`mimic_agent`"),
+            ("mimic-host=x", "`mimic_host`"),
+            ("rdinit=/bin/sh", "`rdinit`"),
+            ("panic=0", "`panic`"),
+            ("foo=\"a b\"", "quotes"),
+            ("highres=off -- x", "`--`"),
+        ] {
+            let e = parse_cmdline(line).expect_err(line).to_string();
+            assert!(e.contains(needle), "{line}: {e}");
+            assert!(e.starts_with("--kernel-cmdline"), "{e}");
+        }
+    }
 
     fn fake_bzimage(version: &str) -> Vec<u8> {
         let mut b = vec![0u8; 0x1000];

@@ -79,6 +79,9 @@ pub struct GuestOptions {
     pub memory_mb: u32,
     /// SCHED_FIFO priority of the guests' QEMU threads once booted (None: normal scheduling).
     pub fifo_priority: Option<i32>,
+    /// Extra kernel command-line words for every guest booted (checked by
+    /// [`crate::guest::parse_cmdline`]), e.g. `highres=off` for tick-resolution timers.
+    pub cmdline: Vec<String>,
 }
 
 impl Default for GuestOptions {
@@ -89,6 +92,7 @@ impl Default for GuestOptions {
             boot_timeout: Duration::from_secs(90),
             memory_mb: 768,
             fifo_priority: Some(20),
+            cmdline: Vec::new(),
         }
     }
 }
@@ -337,10 +341,16 @@ pub fn up_with_guests(
 ) -> Result<(LabInfo, Vec<String>), LabError> {
     let info = LabInfo::for_name(name)?;
     let mut notes = Vec::new();
-    let image =
-        |role: &str| crate::guest::load_record(&info.runtime_dir, role).map(|r| r.kernel.image);
-    let want_emu = guests.router_kernel.as_ref().map(|k| k.image.clone());
-    let want_srv = guests.server_kernel.as_ref().map(|k| k.image.clone());
+    // A guest runs what was asked for when its image and its extra command line both match.
+    let image = |role: &str| {
+        crate::guest::load_record(&info.runtime_dir, role).map(|r| (r.kernel.image, r.cmdline))
+    };
+    let want = |k: &Option<crate::guest::KernelImage>| {
+        k.as_ref()
+            .map(|k| (k.image.clone(), guests.cmdline.clone()))
+    };
+    let want_emu = want(&guests.router_kernel);
+    let want_srv = want(&guests.server_kernel);
     // A plain `up` (no kernel named) leaves a complete guest lab as it is, as it leaves a
     // running emulator: only a kernel asked for and not running rebuilds.
     let stale = (want_emu.is_some() && image("emu") != want_emu)
@@ -501,6 +511,7 @@ fn guest_spec(
         boot_timeout: opts.boot_timeout,
         runtime_dir: info.runtime_dir.clone(),
         fifo_priority: opts.fifo_priority,
+        cmdline: opts.cmdline.clone(),
     }
 }
 

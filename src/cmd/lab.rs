@@ -44,6 +44,13 @@ enum Cmd {
         /// Applies to --kernel and --server-kernel.
         #[arg(long, value_name = "DIR")]
         modules: Option<PathBuf>,
+        /// Extra kernel command-line words for the guests of --kernel and --server-kernel,
+        /// appended after the lab's own (e.g. "highres=off": timers on the kernel's tick, as
+        /// the testbed's coarse-tick mode wants). Space-separated words without quotes or
+        /// control characters; the lab's own keys (console=, panic=, init=, rdinit=, root=,
+        /// mimic_*) are refused. `lab status` shows them.
+        #[arg(long, value_name = "ARGS")]
+        kernel_cmdline: Option<String>,
         /// How long a guest may take from QEMU's start to answering on its command channel;
         /// past it the guest is killed and the lab removed.
         #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_timeout)]
@@ -110,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             kernel,
             server_kernel,
             modules,
+            kernel_cmdline,
             boot_timeout,
             guest_memory,
             guest_priority,
@@ -120,6 +128,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "--modules names the modules of --kernel or --server-kernel; give one of them"
                 );
             }
+            if kernel_cmdline.is_some() && kernel.is_none() && server_kernel.is_none() {
+                anyhow::bail!(
+                    "--kernel-cmdline is for the guests of --kernel or --server-kernel; give one of them"
+                );
+            }
+            let cmdline = guest::parse_cmdline(kernel_cmdline.as_deref().unwrap_or(""))?;
             let inspect = |k: &Option<PathBuf>| -> anyhow::Result<_> {
                 Ok(match k {
                     Some(k) => Some(guest::inspect_kernel(k, modules.as_deref())?),
@@ -134,6 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 boot_timeout,
                 memory_mb: guest_memory,
                 fifo_priority: (guest_priority > 0).then_some(guest_priority),
+                cmdline,
             };
             let (info, notes) = lab::up_with_guests(&name, &LabOptions { stack }, &guests)
                 .with_context(|| format!("building lab {name}"))?;
@@ -280,6 +295,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                             g.kernel.image.display()
                         ),
                         None => println!("  host {} ({}): namespace, {k}", h.role, h.namespace),
+                    }
+                    if let Some(g) = h.guest.as_ref().filter(|g| !g.cmdline.is_empty()) {
+                        println!("    extra kernel command line: {}", g.cmdline.join(" "));
                     }
                 }
                 if let Some(p) = &st.stack {

@@ -634,3 +634,85 @@ fn a_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() {
     );
     assert_nothing_left(&name);
 }
+
+#[test]
+fn a_guest_booted_with_highres_off_runs_its_timers_on_the_tick() {
+    require_guest_tools("guest lab tests", &["ping", "iperf3"]);
+    let kernel = debian_kernel();
+    let name = lab_name("gu");
+    let _g = LabDown(name.clone());
+    // Words that would take the lab's own keys are refused before anything is built.
+    for (line, needle) in [
+        ("highres=off console=tty0", "`console`"),
+        ("mimic_host=x", "`mimic_host`"),
+        ("highres=off\nnohz=off", "control character"),
+    ] {
+        let o = mimic()
+            .args(["lab", "up", &name, "--kernel", kernel.to_str().unwrap()])
+            .args(["--kernel-cmdline", line])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{line:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("--kernel-cmdline") && e.contains(needle), "{e}");
+        assert_nothing_left(&name);
+    }
+    let o = mimic()
+        .args(["lab", "up", &name, "--kernel-cmdline", "highres=off"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--kernel or --server-kernel"),
+        "{}",
+        stderr(&o)
+    );
+    assert_nothing_left(&name);
+
+    let o = mimic()
+        .args(["lab", "up", &name, "--kernel", kernel.to_str().unwrap()])
+        .args(["--kernel-cmdline", "highres=off"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "lab up --kernel-cmdline failed: {}",
+        stderr(&o)
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&ok_text(&["lab", "status", &name, "--json"])).unwrap();
+    let emu = st["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["role"] == "emu")
+        .unwrap()
+        .clone();
+    assert_eq!(emu["guest"]["cmdline"], serde_json::json!(["highres=off"]));
+    let text = ok_text(&["lab", "status", &name]);
+    assert!(
+        text.contains("extra kernel command line: highres=off"),
+        "{text}"
+    );
+    let lab = GuestLab {
+        name: name.clone(),
+        info: LabInfo::for_name(&name).unwrap(),
+        dir: guest_visible_dir(&name),
+        files: 0,
+    };
+    let cmdline = lab.exec_ok("emu", &["cat", "/proc/cmdline"]);
+    assert!(cmdline.trim_end().ends_with(" highres=off"), "{cmdline}");
+    assert!(
+        cmdline.contains(&format!("mimic_host={name}-emu")),
+        "{cmdline}"
+    );
+    // hrtimers at the tick: Debian's kernel is HZ=250, a 4 ms resolution (1 ns with highres on).
+    let tl = lab.exec_ok("emu", &["cat", "/proc/timer_list"]);
+    let res: u64 = tl
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(".resolution:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no .resolution in the guest's /proc/timer_list: {tl}"));
+    assert_eq!(res, 4_000_000, "hrtimer resolution in the guest");
+}

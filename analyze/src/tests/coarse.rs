@@ -55,6 +55,11 @@ struct Download {
     lose: Vec<u32>,
     /// Segments (0-based) delivered three and a half transmission times late.
     late: Vec<u32>,
+    /// The bottleneck releases what it has serialized only on a timer of this period (a
+    /// guest's late timers, interrupt coalescing), in a bunch 10 µs apart (0: as serialized).
+    bunch: i64,
+    /// The server's segments pass the tap this far apart (TSO/GSO: 0).
+    spacing: i64,
 }
 
 impl Download {
@@ -68,6 +73,8 @@ impl Download {
             compress: 3 * MS,
             lose: Vec::new(),
             late: Vec::new(),
+            bunch: 0,
+            spacing: 10 * US,
         }
     }
 
@@ -92,19 +99,27 @@ impl Download {
         // arrivals at the client: (time, segment)
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = BinaryHeap::new();
         let mut depart = 0i64;
+        let mut released = 0i64;
         for k in 0..self.segs {
-            let st = t0 + k as i64 * 10 * US;
+            let st = t0 + k as i64 * self.spacing;
             tap.push(st, p(false, seq(k), cseq, A, 1000));
             if self.lose.contains(&k) {
                 continue;
             }
             depart = depart.max(st) + tx;
+            let out = if self.bunch > 0 {
+                released =
+                    ((depart + self.bunch - 1) / self.bunch * self.bunch).max(released + 10 * US);
+                released
+            } else {
+                depart
+            };
             let late = if self.late.contains(&k) {
                 3 * tx + tx / 2
             } else {
                 0
             };
-            heap.push(Reverse((depart + half + late, k)));
+            heap.push(Reverse((out + half + late, k)));
         }
         let mut have: BTreeSet<u32> = BTreeSet::new();
         let mut next = 0u32; // first segment not received in order
@@ -400,11 +415,64 @@ fn bandwidth_with_coarse_timestamps_and_compressed_acks() {
             naive_missed.push(rate);
         }
     }
-    // (they miss at 4 and 12 Mbit/s: 2080 bytes in 4.2 ms and 1.4 ms against a 3 ms grid)
+    // (they miss at 4 Mbit/s: 2080 bytes in 4.2 ms against a 3 ms grid; at 12 Mbit/s the ACKs
+    // released together are folded into one pair, which then spans the grid's 3 ms)
     assert!(
-        naive_missed.len() >= 2,
+        !naive_missed.is_empty(),
         "the pairs missed only {naive_missed:?}"
     );
+}
+
+#[test]
+fn bandwidth_with_bunched_arrivals() {
+    // truth: a 50 Mbit/s bottleneck (166 µs per segment) whose timer releases what it has
+    // serialized only every 720 µs, four or five segments 10 µs apart (as the testbed's QEMU
+    // router guest does, and interrupt coalescing or GRO in front of a real tap); the client
+    // ACKs every second segment as it arrives, so two or three ACKs come 20 µs apart, then a
+    // gap. 200 segments leave back to back. Tolerance: 20% (the criterion).
+    // A pair of two ACKs of one bunch reads 2080 bytes in 20 µs (832 Mbit/s); the estimator
+    // folds ACKs less than 100 µs after a pair's first ACK into the pair, so a pair reads from
+    // the first ACK of one bunch to the first ACK of a later one.
+    // The server's segments pass the tap 10 µs apart or all at once (TSO): before the fold, the
+    // first kept only the pairs across a bunch's gap (24 Mbit/s), the second the pairs inside a
+    // bunch as well (the testbed's fibre estimates of 1.5 Gbit/s).
+    let rate = 50e6;
+    for (tick, spacing) in [(0, 10 * US), (0, 0), (TICK, 10 * US), (TICK, 0)] {
+        let dl = Download {
+            compress: 0,
+            bunch: 720 * US,
+            spacing,
+            ..Download::new(4 * MS, rate, 200)
+        };
+        let r = download(&dl, tick);
+        let est = r.bw_bps.expect("an estimate");
+        assert!(
+            within(est, rate, 0.2),
+            "{est} bit/s for {rate} (tick {tick} ns)"
+        );
+        // the pairs (the instrument where fewer ACKs come bunched, as on most of the testbed's
+        // fibre connections) agree on their own, and none of them is read inside a bunch; the
+        // estimate itself comes from the trains here (half of the ACKs come bunched, and on a
+        // 1 ms tick half are on the grid)
+        assert_eq!(r.bw_source, BwSource::Trains, "tick {tick} ns");
+        let pairs: Vec<&BwSample> = r
+            .bw_samples
+            .iter()
+            .filter(|s| s.kind == BwKind::Pair)
+            .collect();
+        if tick == 0 {
+            assert!(pairs.len() >= 20, "{} pairs", pairs.len());
+            assert!(
+                pairs.iter().all(|s| s.gap_us >= 100),
+                "a pair inside a bunch"
+            );
+            let m = median(pairs.iter().map(|s| s.bps).collect());
+            assert!(
+                within(m, rate, 0.2),
+                "pairs' median {m} bit/s for {rate} (spacing {spacing} ns)"
+            );
+        }
+    }
 }
 
 #[test]

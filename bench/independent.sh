@@ -385,7 +385,9 @@ if [ "$guest" = 1 ]; then
   fi
   if [ "$coarse" = 1 ]; then
     # hrtimer resolution in the guest: the tick (1/HZ) with highres=off, 1 ns otherwise
-    res=$("$m" lab exec "$tag" emu -- cat /proc/timer_list | awk '/\.resolution:/ {print $2; exit}')
+    # (awk reads to the end: an early exit could break lab exec's pipe and, under pipefail, end
+    # the script without a word)
+    res=$("$m" lab exec "$tag" emu -- cat /proc/timer_list | awk '/\.resolution:/ && !r {r = $2} END {print r}')
     if [ -z "$res" ] || [ "$res" -lt 1000000 ]; then
       echo "independent: --coarse-tick: the router guest's timers are high-resolution (hrtimer resolution" >&2
       echo "  ${res:-unknown} ns) although it booted with highres=off; its packets would not leave on a tick" >&2

@@ -909,7 +909,7 @@ fn pipeline(
     let (full_tx, full_rx) = mpsc::sync_channel::<Vec<Decoded>>(depth);
     // empty buffers go back to the reader: `depth` queued, one being analyzed, one filled
     let (free_tx, free_rx) = mpsc::sync_channel::<Vec<Decoded>>(depth + 2);
-    for _ in 0..depth + 1 {
+    for _ in 0..depth + 2 {
         let _ = free_tx.send(Vec::with_capacity(batch));
     }
     std::thread::scope(|scope| {

@@ -165,6 +165,13 @@ impl Bandwidth {
     /// Per-ACK hook: a packet pair on the spacing of this ACK and the previous advancing one.
     pub fn on_advance(&mut self, cfg: &Config, x: &Advance) {
         let t = x.t;
+        let here = AdvAck {
+            t,
+            ack: x.ack,
+            seg_t: x.exact.map(|e| e.0),
+            seg_burst: x.exact.map(|e| e.1),
+            pure: x.pure,
+        };
         // the first segment past the previous advancing ACK: where this ACK's pair and the
         // train's step begin (searched once for both)
         let from_prev = self.adv.map(|p| x.segs.partition_point(|s| s.end <= p.ack));
@@ -197,13 +204,7 @@ impl Bandwidth {
             let bunched = gap < BUNCHED;
             if bunched && acc.clean && acc.same_burst {
                 // still inside the start's bunch: keep reading
-                self.adv = Some(AdvAck {
-                    t,
-                    ack: x.ack,
-                    seg_t: x.exact.map(|e| e.0),
-                    seg_burst: x.exact.map(|e| e.1),
-                    pure: x.pure,
-                });
+                self.adv = Some(here);
                 self.follow_train(cfg, x, from_prev);
                 return;
             }
@@ -239,13 +240,6 @@ impl Bandwidth {
             }
         }
         self.follow_train(cfg, x, from_prev);
-        let here = AdvAck {
-            t,
-            ack: x.ack,
-            seg_t: x.exact.map(|e| e.0),
-            seg_burst: x.exact.map(|e| e.1),
-            pure: x.pure,
-        };
         self.adv = Some(here);
         self.start = Some(here);
     }

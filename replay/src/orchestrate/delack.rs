@@ -27,6 +27,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::queues::median;
 use super::rates::MAX_DELACK_TIMEOUT_US;
 use crate::workload::ConnSpec;
 
@@ -51,14 +52,6 @@ pub struct DelackSources {
 
 fn usable(t: Option<i64>) -> Option<i64> {
     t.filter(|t| *t > 0 && *t <= MAX_DELACK_TIMEOUT_US)
-}
-
-fn median(v: &mut [i64]) -> Option<i64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    Some(v[(v.len() - 1) / 2])
 }
 
 /// The workload's median measured timeout, where enough were measured and they agree (see the

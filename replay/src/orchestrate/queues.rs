@@ -40,7 +40,9 @@ pub struct QueueSources {
     pub unknown: u64,
 }
 
-fn median(v: &mut [u32]) -> Option<u32> {
+/// The lower median (of an even count the smaller middle one: a value one of them had), sorting
+/// `v`; also the delayed-ACK pool's (`super::delack`).
+pub(super) fn median<T: Ord + Copy>(v: &mut [T]) -> Option<T> {
     if v.is_empty() {
         return None;
     }

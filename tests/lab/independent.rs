@@ -32,6 +32,25 @@ fn run_testbed(args: &[&str], out: &Path) -> (String, String) {
     (so, se)
 }
 
+/// `run_testbed` with the router a QEMU guest on Debian's stock kernel (`--netem-guest`),
+/// after checking what a guest run needs (a failure names what is missing).
+fn run_guest_testbed(args: &[&str], out: &Path) -> (String, String) {
+    crate::util::require_guest_tools(
+        "the independent testbed's router guest",
+        &["nginx", "curl", "tcpdump", "python3", "sqlite3", "ping"],
+    );
+    let kernel = crate::util::debian_kernel();
+    let kernel_arg = kernel.to_string_lossy();
+    let mut all = args.to_vec();
+    all.extend(["--netem-guest", &kernel_arg]);
+    run_testbed(&all, out)
+}
+
+/// The run's `table.json`.
+fn table(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("table.json")).unwrap()).unwrap()
+}
+
 /// Root and the tools a namespace run of the testbed needs (a failure names what is missing).
 fn require_testbed_tools() {
     require_root("the independent testbed");
@@ -79,8 +98,7 @@ fn independent_testbed_quick_run() {
     ] {
         assert!(out.join(f).is_file(), "{f} missing in {}", out.display());
     }
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("table.json")).unwrap()).unwrap();
+    let t = table(&out);
     let all = get(&t, &["analyzer", "all"]);
     assert_eq!(all["connections"], 40, "{all}");
     assert_eq!(all["not_in_capture"], 0, "{all}");
@@ -200,24 +218,9 @@ fn independent_testbed_predict_quick_run() {
 /// guest nor the namespaces are left behind.
 #[test]
 fn independent_testbed_delay_classes_in_a_netem_guest() {
-    crate::util::require_guest_tools(
-        "the independent testbed's router guest",
-        &["nginx", "curl", "tcpdump", "python3", "sqlite3", "ping"],
-    );
-    let kernel = crate::util::debian_kernel();
     let tmp = tempdir();
     let out = tmp.path().join("ind");
-    let kernel_arg = kernel.to_string_lossy();
-    let (so, se) = run_testbed(
-        &[
-            "--quick",
-            "--connections",
-            "20",
-            "--netem-guest",
-            &kernel_arg,
-        ],
-        &out,
-    );
+    let (so, se) = run_guest_testbed(&["--quick", "--connections", "20"], &out);
     let tag = torn_down(&se);
     let ps = Command::new("pgrep")
         .args(["-f", &format!("mimic-{tag}-emu")])
@@ -230,8 +233,7 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
     );
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     assert!(se.contains("0 packets dropped by kernel"), "{se}");
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("table.json")).unwrap()).unwrap();
+    let t = table(&out);
     let router = t["router"].as_str().unwrap_or_default();
     assert!(
         router.contains("QEMU guest") && router.contains("netem"),
@@ -286,23 +288,15 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 /// each class runs on one address, and the analyzer finds the configured RTT.
 #[test]
 fn independent_testbed_fast_classes_in_a_netem_guest() {
-    crate::util::require_guest_tools(
-        "the independent testbed's router guest",
-        &["nginx", "curl", "tcpdump", "python3", "sqlite3", "ping"],
-    );
-    let kernel = crate::util::debian_kernel();
     let tmp = tempdir();
     let out = tmp.path().join("ind");
-    let kernel_arg = kernel.to_string_lossy();
-    let (_so, se) = run_testbed(
+    let (_so, se) = run_guest_testbed(
         &[
             "--classes",
             "cable-25m,fibre-50m",
             "--connections",
             "20",
             "--no-replay",
-            "--netem-guest",
-            &kernel_arg,
         ],
         &out,
     );
@@ -318,8 +312,7 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
     let mut lines = truth.lines();
     assert!(lines.next().unwrap().ends_with(",shaper"), "{truth}");
     assert!(lines.all(|l| l.ends_with(",netem-rate")), "{truth}");
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("table.json")).unwrap()).unwrap();
+    let t = table(&out);
     let checks = get(&t, &["shaping_check", "classes"]).as_array().unwrap();
     assert_eq!(checks.len(), 2, "{checks:?}");
     for c in checks {

@@ -31,13 +31,19 @@
 //!   lab router does, beside its clients and servers). Each row's notes give, per phase, the
 //!   windows in which the budget was cut and what the machine used meanwhile: all CPUs' busy
 //!   time, the datapath thread's CPU time, and its busy-waiting (cores).
+//! * layout (`--layout shared,split`, both by default, alternating within each spin rule):
+//!   every thread where the scheduler puts it, or the datapath alone on the last CPU and the
+//!   traffic threads on the others (the lab router's layout; `mimic netemu run --cpu N`). On a
+//!   quiet 2-core host the split keeps the generator's softirq work and the receiver off the
+//!   CPU a SCHED_FIFO datapath busy-waits on; on a host loaded by other work a pinned
+//!   datapath cannot move off a CPU another task holds in the kernel (netemu/README.md).
 //! * host: each row gives the 1-minute load average and the share of the phase in which some
-//!   task waited for a CPU (`/proc/pressure/cpu`, "some") for the paced and load phases, and
-//!   names other processes' real-time threads at or above the datapath's priority that ran
+//!   task waited for a CPU (`/proc/pressure/cpu`, "some") for the paced and load phases, the
+//!   time the hypervisor stole from the most robbed vCPU in each (`/proc/stat`), and names other processes' real-time threads at or above the datapath's priority that ran
 //!   during a phase, with their CPU time (a TCG guest's QEMU at FIFO 20 preempts the datapath;
 //!   a warning on stderr too): such figures measure the machine, not the datapath.
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed] [--netem]
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed] [--netem] [--layout shared,split]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::collections::BTreeMap;
@@ -62,6 +68,37 @@ const FRAME_LEN: usize = 14 + 20 + 20 + 16;
 const DELAY_NS: u64 = 5_000_000;
 /// SCHED_FIFO priority of mimic's datapath thread here (`mimic netemu run`'s default).
 const DATAPATH_PRIORITY: i32 = mimic_netemu::spec::DEFAULT_RT_PRIORITY;
+
+/// Where the threads run (`--layout shared,split`, both by default, alternating per spin rule):
+/// `shared`, every thread where the scheduler puts it; `split`, mimic's datapath alone on the
+/// last allowed CPU and the generator, receiver and blaster on the others — the lab router's
+/// layout (`mimic_core::cpu::lab_split`, `mimic netemu run --cpu N`). The kernel rows always
+/// run shared (kernel forwarding needs no thread of its own).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    Shared,
+    Split,
+}
+
+/// The CPUs of the split layout: (the datapath's, the traffic threads').
+static CPU_SPLIT: std::sync::OnceLock<(usize, Vec<usize>)> = std::sync::OnceLock::new();
+/// The layout of the row being measured.
+static SPLIT_NOW: AtomicBool = AtomicBool::new(false);
+
+fn split() -> Option<&'static (usize, Vec<usize>)> {
+    SPLIT_NOW
+        .load(Ordering::Relaxed)
+        .then(|| CPU_SPLIT.get())
+        .flatten()
+}
+
+/// Pins the calling traffic thread (generator, receiver, blaster) off the datapath's CPU
+/// while the split layout is measured.
+fn pin_traffic_thread() {
+    if let Some((_, rest)) = split() {
+        mimic_core::cpu::pin_current_thread(rest).expect("pinning a traffic thread");
+    }
+}
 
 fn flow(i: u32) -> ([u8; 4], u16) {
     let ip = u32::from_be_bytes([198, 19, 0, 0]) + 1 + i / 64;
@@ -152,6 +189,7 @@ fn blast(info: &LabInfo, n: u32, secs: f64) -> u64 {
     let dev = info.cli_if.clone();
     std::thread::spawn(move || {
         netns::enter(&ns).unwrap();
+        pin_traffic_thread();
         let fd = packet_socket(&dev);
         let frames: Vec<Vec<u8>> = (0..n).map(frame).collect();
         let mut sent = 0u64;
@@ -222,6 +260,7 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> (u64, Vec<u64>) {
     let (ready_tx, ready_rx) = mpsc::channel();
     let rx = std::thread::spawn(move || {
         netns::enter(&rns).unwrap();
+        pin_traffic_thread();
         let fd = packet_socket(&rdev);
         let one: i32 = 1;
         // SAFETY: setsockopt/recvmsg on our socket with buffers we own.
@@ -303,6 +342,7 @@ fn latency(info: &LabInfo, n: u32, pps: u64, secs: f64) -> (u64, Vec<u64>) {
     let (cns, cdev) = (info.ns_cli.clone(), info.cli_if.clone());
     let sent = std::thread::spawn(move || {
         netns::enter(&cns).unwrap();
+        pin_traffic_thread();
         // SAFETY: timer slack for precise pacing sleeps.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         let fd = packet_socket(&cdev);
@@ -480,6 +520,28 @@ struct Errors {
     /// CPU time foreign real-time threads at or above the datapath's priority ran during the
     /// phase, by process (see [`foreign_rt_ran`]).
     foreign_rt: Vec<(String, u64)>,
+    /// Time the hypervisor ran something else on the most robbed of this VM's CPUs during the
+    /// phase, ms (`/proc/stat` steal; 0 on bare metal). A vCPU descheduled by its host stops
+    /// every thread on it, pinned or not: the trace of one 101 ms stall in the split layout
+    /// showed no event at all on the datapath's CPU for its length.
+    steal_ms: f64,
+}
+
+/// Steal time of each CPU so far, ms (`/proc/stat`, field 8 of the `cpuN` lines, in ticks of
+/// 1/100 s); empty where unreadable.
+fn steal_ms() -> Vec<f64> {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(8)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+                * 10.0
+        })
+        .collect()
 }
 
 impl Errors {
@@ -491,7 +553,8 @@ impl Errors {
             .collect();
         serde_json::json!({"pps": self.pps, "err_p50_us": self.p50_us, "err_p99_us": self.p99_us,
             "err_max_us": self.max_us, "sent": self.sent, "received": self.received,
-            "loadavg_1m": self.load, "cpu_pressure_some": self.cpu_wait, "foreign_rt_ms": rt})
+            "loadavg_1m": self.load, "cpu_pressure_some": self.cpu_wait, "foreign_rt_ms": rt,
+            "steal_ms_max_cpu": self.steal_ms})
     }
     /// Foreign real-time CPU time during the phase, for the notes ("" if none).
     fn foreign_note(&self, phase: &str) -> String {
@@ -536,6 +599,7 @@ fn errors(sent: u64, lat: &[u64], configured: u64, secs: f64) -> Errors {
         load: loadavg(),
         cpu_wait: f64::NAN,
         foreign_rt: Vec::new(),
+        steal_ms: 0.0,
         p50_us: f64::NAN,
         p99_us: f64::NAN,
         max_us: f64::NAN,
@@ -579,9 +643,14 @@ fn measure(
     let mut timed = |pps: u64| {
         fwd.start();
         let threads0 = other_threads();
-        let (psi0, t0) = (cpu_pressure_us(), Instant::now());
+        let (psi0, t0, steal0) = (cpu_pressure_us(), Instant::now(), steal_ms());
         let (sent, lat) = latency(info, pipes, pps, secs);
         let mut e = errors(sent, &lat, configured, secs);
+        e.steal_ms = steal_ms()
+            .iter()
+            .zip(&steal0)
+            .map(|(b, a)| b - a)
+            .fold(0.0, f64::max);
         if let (Some(a), Some(b)) = (psi0, cpu_pressure_us()) {
             e.cpu_wait = b.saturating_sub(a) as f64 / 1e6 / t0.elapsed().as_secs_f64();
         }
@@ -645,6 +714,7 @@ impl Forwarder for Mimic {
                 server_if: si,
                 rt_priority: Some(DATAPATH_PRIORITY),
                 spin_rule,
+                cpu: split().map(|s| s.0),
                 ..Default::default()
             })
             .unwrap();
@@ -710,6 +780,29 @@ fn main() {
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
     let netem = args.iter().any(|a| a == "--netem");
+    let mut layouts = Vec::new();
+    for l in get("--layout")
+        .as_deref()
+        .unwrap_or("shared,split")
+        .split(',')
+    {
+        layouts.push(match l {
+            "shared" => Layout::Shared,
+            "split" => Layout::Split,
+            x => {
+                eprintln!("netemu-bench: --layout {x}: expected shared, split or both (shared,split)");
+                std::process::exit(2);
+            }
+        });
+    }
+    if layouts.contains(&Layout::Split) {
+        let allowed = mimic_core::cpu::allowed_cpus().expect("the CPUs this process may use");
+        let Some(sp) = mimic_core::cpu::lab_split(&allowed) else {
+            eprintln!("netemu-bench --layout split: needs at least two CPUs, has {allowed:?}");
+            std::process::exit(2);
+        };
+        CPU_SPLIT.set(sp).expect("set once");
+    }
     let mut spin_rules = Vec::new();
     for r in get("--spin-rule")
         .as_deref()
@@ -835,7 +928,18 @@ fn main() {
             ..Default::default()
         };
         // the rules alternate at each pipe count, so that they meet the same host load
-        for &(rule_name, spin_rule) in &spin_rules {
+        for (&(rule_name, spin_rule), &layout) in spin_rules
+            .iter()
+            .flat_map(|r| layouts.iter().map(move |l| (r, l)))
+        {
+            SPLIT_NOW.store(layout == Layout::Split, Ordering::Relaxed);
+            let where_ = match (layout, CPU_SPLIT.get()) {
+                (Layout::Split, Some((dp, rest))) => format!(
+                    ", datapath alone on CPU {dp}, traffic on {}",
+                    mimic_core::cpu::format_list(rest)
+                ),
+                _ => String::new(),
+            };
             let t = Instant::now();
             let engine: Engine<u32> = Engine::new(&table, Limits::default(), 1).unwrap();
             let setup_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -848,7 +952,7 @@ fn main() {
             let (mut row, ph) = measure(
                 &info,
                 &mut m,
-                &format!("mimic netemu (delay=5ms per pipe, {rule_name})"),
+                &format!("mimic netemu (delay=5ms per pipe, {rule_name}{where_})"),
                 n,
                 DELAY_NS,
                 secs,
@@ -881,6 +985,7 @@ fn main() {
                 late(&ph.blast)
             );
             rows.push(row);
+            SPLIT_NOW.store(false, Ordering::Relaxed);
         }
     }
 
@@ -895,7 +1000,7 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---|---|---:|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {:.2} / {:.2} (CPU wait {:.0}% / {:.0}%) | {}{}{} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {:.2} / {:.2} (CPU wait {:.0}% / {:.0}%, steal {:.0} / {:.0} ms) | {}{}{} |",
             r.name,
             r.pipes,
             r.sent_pps,
@@ -910,6 +1015,8 @@ fn main() {
             r.loaded.load,
             100.0 * r.paced.cpu_wait,
             100.0 * r.loaded.cpu_wait,
+            r.paced.steal_ms,
+            r.loaded.steal_ms,
             r.note,
             r.paced.foreign_note("paced"),
             r.loaded.foreign_note("load")

@@ -31,7 +31,8 @@
 //!   lab router does, beside its clients and servers). Each row's notes give, per phase, the
 //!   windows in which the budget was cut and what the machine used meanwhile: all CPUs' busy
 //!   time, the datapath thread's CPU time, and its busy-waiting (cores).
-//! * layout (`--layout shared,split`, both by default, alternating within each spin rule):
+//! * layout (`--layout shared,split`, both by default where there are two CPUs, alternating
+//!   within each spin rule; only `shared` on one CPU, as in bench/netem-delay.sh's guest):
 //!   every thread where the scheduler puts it, or the datapath alone on the last CPU and the
 //!   traffic threads on the others (the lab router's layout; `mimic netemu run --cpu N`). On a
 //!   quiet 2-core host the split keeps the generator's softirq work and the receiver off the
@@ -780,12 +781,16 @@ fn main() {
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
     let netem = args.iter().any(|a| a == "--netem");
+    let allowed = mimic_core::cpu::allowed_cpus().expect("the CPUs this process may use");
+    let asked = get("--layout");
+    // the default: both layouts where there are two CPUs to split, else the shared one (a
+    // one-vCPU router guest, bench/netem-delay.sh)
+    let default_layout = match mimic_core::cpu::lab_split(&allowed) {
+        Some(_) => "shared,split",
+        None => "shared",
+    };
     let mut layouts = Vec::new();
-    for l in get("--layout")
-        .as_deref()
-        .unwrap_or("shared,split")
-        .split(',')
-    {
+    for l in asked.as_deref().unwrap_or(default_layout).split(',') {
         layouts.push(match l {
             "shared" => Layout::Shared,
             "split" => Layout::Split,
@@ -796,7 +801,6 @@ fn main() {
         });
     }
     if layouts.contains(&Layout::Split) {
-        let allowed = mimic_core::cpu::allowed_cpus().expect("the CPUs this process may use");
         let Some(sp) = mimic_core::cpu::lab_split(&allowed) else {
             eprintln!("netemu-bench --layout split: needs at least two CPUs, has {allowed:?}");
             std::process::exit(2);

@@ -52,6 +52,10 @@ CLASSES = [
 QUICK_CLASSES = ["isdn-128k", "dsl-4m"]
 
 SERVER_IP = "198.18.0.1"
+# the router's own queueing (p99 of the unshaped RTT during the workload, above the base RTT)
+# past which a run is flagged: its paths were slower than their truth. The kept runs of the
+# eight-class router guest read 1.5-4.4 ms; one on a host whose TCG ran half as fast, 122 ms.
+ROUTER_OWN_QUEUE_MS = 10
 NGINX_PORT = 80
 QUERY_PORT = 8080
 ADDRS_PER_CLASS = 32
@@ -437,7 +441,10 @@ def cmd_departures(a):
 # ------------------------------------------------------------------------------- shaping check
 
 # a check passes when the ping RTT is within max(10%, 2 ms) of 2 x delay + the base RTT and the
-# goodput within 10% of the rate's payload share (less the loss)
+# goodput within 10% of the rate's payload share (less the loss). The RTT compared is the
+# pings' minimum, as the base RTT and the truth's RTT are minimums: their average adds the
+# router's jitter, which under TCG on a host half as fast as the one these checks were set on
+# reached 2.2 ms at 25 Mbit/s (minimum 1.0 ms over).
 CHECK_RTT_TOL = (0.10, 2.0)
 CHECK_GOODPUT_TOL = 0.10
 
@@ -486,7 +493,7 @@ def cmd_shaping_check(a):
             if t1 > t0:
                 goodput = got_bytes * 8 / (t1 - t0)
         want_gp = down * MSS_SEGMENT / 1500 * (1 - loss)
-        rtt_ok = bool(rtt) and abs(rtt["avg"] - want_rtt) <= max(CHECK_RTT_TOL[0] * want_rtt,
+        rtt_ok = bool(rtt) and abs(rtt["min"] - want_rtt) <= max(CHECK_RTT_TOL[0] * want_rtt,
                                                                   CHECK_RTT_TOL[1])
         gp_ok = goodput is not None and abs(goodput / want_gp - 1) <= CHECK_GOODPUT_TOL
         rows.append(dict(cls=name, shaper=shaper, addr=addr, delay_ms=delay, loss=loss, rate_down_bps=down,
@@ -509,7 +516,7 @@ def cmd_shaping_check(a):
 
 def render_shaping(doc):
     out = [f"shaping check (before the workload; base RTT {doc['base_rtt_ms']:.3f} ms): ping RTT "
-           f"against 2 x delay + base, goodput against rate x 1448/1500 x (1 - loss)",
+           f"(min) against 2 x delay + base, goodput against rate x 1448/1500 x (1 - loss)",
            f"{'class':14} {'shaper':10} {'RTT want':>9} {'ping min/avg/max/mdev ms':>28} {'lost':>5}  "
            f"{'goodput want':>12} {'got':>12} {'err%':>6}  verdict"]
     for r in doc["classes"]:
@@ -886,6 +893,9 @@ def cmd_report(a):
         load_rtt = dict(replies=len(rtts), sent=sent, median_ms=pct(rtts, 0.5),
                         p90_ms=pct(rtts, 0.9), p99_ms=pct(rtts, 0.99),
                         max_ms=max(rtts) if rtts else None)
+        # the truth holds only while the router forwards without queueing of its own
+        load_rtt["router_overloaded"] = bool(
+            rtts and pct(rtts, 0.99) - base_rtt_us / 1000 > ROUTER_OWN_QUEUE_MS)
     rp = os.path.join(d, "router.txt")
     router = open(rp).read().strip() if os.path.exists(rp) else None
     load = {}
@@ -936,6 +946,14 @@ def cmd_report(a):
                  f"{load_rtt['replies']} of {load_rtt['sent']} answered (base RTT "
                  f"{base_rtt_us / 1000:.3f} ms: what is above it, the router's own queueing, is in "
                  f"no truth)\n")
+        if load_rtt["router_overloaded"]:
+            warn = (f"WARNING: the router queued on its own: the unshaped RTT's p99 is "
+                    f"{load_rtt['p99_ms'] - base_rtt_us / 1000:.1f} ms above the base RTT (more than "
+                    f"{ROUTER_OWN_QUEUE_MS} ms), so paths were slower than their truth while it did "
+                    f"and these tables grade the router as much as mimic: run fewer households at "
+                    f"once (--addrs, --fast-addrs, --classes) on this machine\n")
+            text += warn
+            print(f"independent: {warn}", end="", file=sys.stderr)
     if load:
         text += (f"host load average (1/5/15 min) when the clients started: "
                  f"{load.get('start', '-')}, when they ended: {load.get('end', '-')}\n")

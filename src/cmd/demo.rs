@@ -256,6 +256,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         agents: Vec::new(),
         emulator: Default::default(),
         kernel_pipes: Default::default(),
+        lan_rtt: Default::default(),
         exe: exe.clone(),
     };
     let capdir = p("production-capture");

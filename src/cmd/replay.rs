@@ -94,6 +94,13 @@ pub struct Args {
     /// come after their SYN are counted in the summary and meta.
     #[arg(long, value_name = "auto|all|per-connection", default_value = "auto")]
     pub kernel_pipes: spec::PipeMode,
+    /// The replay LAN's own round trip, half of it taken off each direction's pipe delay so a
+    /// replayed path's RTT is the original's: `auto` measures it in a lab whose server host is
+    /// a namespace (the minimum of 20 pings from the client host through the router, before
+    /// the pipes; a TCG router guest adds 0.6-2.6 ms, mimic's own datapath 0.05-0.1 ms), 0
+    /// elsewhere; or give it (`0`, `1.5ms`). Recorded in meta `lan_rtt_us`.
+    #[arg(long, value_name = "auto|DURATION", default_value = "auto")]
+    pub lan_rtt: spec::LanRtt,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
     #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"])]
     pub server: Option<SocketAddr>,
@@ -212,6 +219,7 @@ impl Args {
             agents: self.agents,
             emulator: self.emulator,
             kernel_pipes: self.kernel_pipes,
+            lan_rtt: self.lan_rtt,
             exe,
         })
     }
@@ -312,6 +320,11 @@ fn print_summary(s: &ReplaySummary) {
         }
     );
     println!("{}", s.rate_sources.describe());
+    println!(
+        "LAN round trip taken off the pipes: {:.3} ms ({})",
+        s.lan_rtt.us as f64 / 1000.0,
+        s.lan_rtt.source
+    );
     if let Some(st) = &s.stack {
         println!("server stack: {st}");
     }
@@ -447,6 +460,7 @@ mod tests {
             agents: Vec::new(),
             emulator: Emulator::Netem,
             kernel_pipes: spec::PipeMode::PerConnection,
+            lan_rtt: spec::LanRtt::Fixed(1500),
             exe: "/usr/bin/mimic".into(),
         };
         assert_eq!(round_trip(&remote), remote);

@@ -190,11 +190,13 @@ pub(super) fn loadavg() -> Option<[f64; 3]> {
 }
 
 /// Each replayed connection's (configured RTT, measured min RTT) in µs, from the staged
-/// replay database (`replay_map` and the analysis' `connections`) and the pipes it was given.
+/// replay database (`replay_map` and the analysis' `connections`) and the pipes it was given,
+/// with the LAN's own round trip they were shortened by (`--lan-rtt`) added back.
 pub(super) fn rtt_pairs(
     db: &Path,
     wl: &Workload,
     pipes: &[PipeRecord],
+    lan_rtt_us: u64,
 ) -> Result<Vec<(f64, f64)>, ReplayError> {
     let sq = |source| DbError::Sqlite {
         path: db.to_path_buf(),
@@ -204,7 +206,11 @@ pub(super) fn rtt_pairs(
         .conns
         .iter()
         .zip(pipes)
-        .map(|(c, p)| (c.orig_id, (p.up.delay + p.down.delay) as f64 / 1000.0))
+        .map(|(c, p)| {
+            // the pipes' delays and the LAN's own round trip they were shortened by
+            let rtt_us = (p.up.delay + p.down.delay) as f64 / 1000.0 + lan_rtt_us as f64;
+            (c.orig_id, rtt_us)
+        })
         .collect();
     let c = rusqlite::Connection::open(db).map_err(sq)?;
     let mut st = c

@@ -37,6 +37,7 @@ mod guest_emu;
 mod guest_serve;
 pub mod health;
 pub mod kernel;
+mod lan;
 pub mod plan;
 pub mod queues;
 pub mod rates;
@@ -121,6 +122,55 @@ pub struct ReplaySummary {
     pub duration_s: f64,
     /// With `--agents`: how each agent's share went (empty: the client ran here).
     pub agents: Vec<agents::AgentRun>,
+    /// The LAN's own round trip taken off the pipes' delays (`--lan-rtt`).
+    pub lan_rtt: LanRttUsed,
+}
+
+/// The LAN's round trip a replay took off its pipes' delays, and where the figure came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct LanRttUsed {
+    pub us: u64,
+    /// `measured` (ping through the router in the lab), `given` (`--lan-rtt`), or why it was
+    /// neither (`not measured: ...`, then 0).
+    pub source: String,
+}
+
+impl LanRttUsed {
+    /// `--lan-rtt`'s figure: given, or measured where this process runs the client in a lab
+    /// whose server host is a namespace (a server guest answers pings later than the tap on
+    /// its host side sees its TCP replies).
+    fn decide(opts: &ReplayOptions, ep: &roles::Endpoints) -> LanRttUsed {
+        let not = |why: &str| LanRttUsed {
+            us: 0,
+            source: format!("not measured: {why}"),
+        };
+        match (opts.lan_rtt, &ep.client_ns) {
+            (crate::spec::LanRtt::Fixed(us), _) => LanRttUsed {
+                us,
+                source: "given".into(),
+            },
+            (_, _) if ep.lab.is_none() => not("not a lab (give --lan-rtt)"),
+            (_, _) if ep.serve_ns.is_some() => not("the server host is a guest"),
+            (_, None) => not("no client host in the lab"),
+            (_, Some(ns)) => match lan::measure(ns, ep.server.ip()) {
+                Ok(us) => LanRttUsed {
+                    us,
+                    source: "measured".into(),
+                },
+                Err(e) => {
+                    tracing::warn!("the LAN's round trip was not measured, taken as 0: {e}");
+                    not(&e)
+                }
+            },
+        }
+    }
+
+    fn meta(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("lan_rtt_us", self.us.to_string()),
+            ("lan_rtt_source", self.source.clone()),
+        ]
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -274,6 +324,14 @@ pub fn run(
         ),
     };
     let mut rules = rules;
+    // the router's own round trip comes off the pipes (lan.rs), measured before they go in
+    let lan_rtt = LanRttUsed::decide(opts, &roles.endpoints);
+    lan::take_off(&mut rules, lan_rtt.us);
+    tracing::info!(
+        "the LAN's own round trip: {} µs ({}), half of it off each pipe's delay",
+        lan_rtt.us,
+        lan_rtt.source
+    );
     if let (None, Some(k)) = (&ctl.netemu, &mut roles.kernel) {
         // kernel pipes cannot hold a connection's first packet: its handshake wait is left
         // out, counted in meta (emulator_unsupported) and warned about
@@ -435,7 +493,10 @@ pub fn run(
                 .then(|| serde_json::to_string(&agent_runs).unwrap_or_default()),
         },
         &rate_sources,
-        &emulator_meta(opts.emulator, kernel.as_ref()),
+        &emulator_meta(opts.emulator, kernel.as_ref())
+            .into_iter()
+            .chain(lan_rtt.meta())
+            .collect::<Vec<_>>(),
     )?;
     // was the replay's timing what it was asked to be? (health.rs)
     let mut late: Vec<u64> = outcomes
@@ -446,7 +507,7 @@ pub fn run(
     let q = |f: f64| health::quantile(&late, f).unwrap_or(0);
     let at_server = ep.capture_vantage == "server";
     let rtts = if at_server {
-        health::rtt_pairs(&staged, &wl, &pipes)?
+        health::rtt_pairs(&staged, &wl, &pipes, lan_rtt.us)?
     } else {
         Vec::new()
     };
@@ -521,6 +582,7 @@ pub fn run(
         timing,
         duration_s: started.elapsed().as_secs_f64(),
         agents: agent_runs,
+        lan_rtt,
     })
 }
 

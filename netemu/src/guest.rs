@@ -598,6 +598,19 @@ struct ProbeRecord {
     why: String,
 }
 
+/// Why a KVM probe boot may spin here: `/dev/kvm` served by PVM (the `kvm_pvm` module, nested
+/// virtualization by page tables, as on this project's VMs) runs only guest kernels built as
+/// PVM guests, which Debian's stock kernel is not. Empty where `modules` (`/sys/module`) has
+/// no `kvm_pvm`.
+fn pvm_note(modules: &Path) -> &'static str {
+    if modules.join("kvm_pvm").exists() {
+        "; this host's KVM is PVM (module kvm_pvm), which runs only guest kernels built as PVM \
+         guests, and a stock distribution kernel is not one"
+    } else {
+        ""
+    }
+}
+
 /// KVM if it really runs a guest here, TCG otherwise, and why. `$MIMIC_QEMU_ACCEL` decides
 /// when set; no usable `/dev/kvm` means TCG; else a probe boot of `kernel` with KVM must print
 /// its mark within 6 s (it is killed otherwise). The result is kept for this host boot.
@@ -685,8 +698,9 @@ pub fn choose_accel(
         (
             Accel::Tcg,
             format!(
-                "/dev/kvm opens but a KVM probe boot did not reach userspace within {} s (killed)",
-                PROBE_TIMEOUT.as_secs()
+                "/dev/kvm opens but a KVM probe boot did not reach userspace within {} s (killed){}",
+                PROBE_TIMEOUT.as_secs(),
+                pvm_note(Path::new("/sys/module"))
             ),
         )
     };
@@ -1425,6 +1439,14 @@ fn run_request(req: &ExecRequest) -> ExecReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_that_spins_on_pvm_says_why() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(pvm_note(d.path()), "");
+        std::fs::create_dir(d.path().join("kvm_pvm")).unwrap();
+        assert!(pvm_note(d.path()).contains("PVM (module kvm_pvm)"));
+    }
 
     #[test]
     fn extra_cmdline_is_checked_and_appended() {

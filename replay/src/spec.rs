@@ -256,9 +256,7 @@ impl std::fmt::Display for LanRtt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LanRtt::Auto => f.write_str("auto"),
-            LanRtt::Fixed(us) => {
-                f.write_str(&mimic_netemu::units::fmt_duration(*us * 1000))
-            }
+            LanRtt::Fixed(us) => f.write_str(&mimic_netemu::units::fmt_duration(*us * 1000)),
         }
     }
 }
@@ -271,7 +269,9 @@ impl std::str::FromStr for LanRtt {
             "0" => Ok(LanRtt::Fixed(0)),
             d => mimic_netemu::units::parse_duration(d)
                 .map(|ns| LanRtt::Fixed(ns / 1000))
-                .map_err(|e| format!("`{d}` is not a round trip (auto, 0 or a duration such as 1.5ms): {e}")),
+                .map_err(|e| {
+                    format!("`{d}` is not a round trip (auto, 0 or a duration such as 1.5ms): {e}")
+                }),
         }
     }
 }

@@ -795,7 +795,9 @@ fn main() {
             "shared" => Layout::Shared,
             "split" => Layout::Split,
             x => {
-                eprintln!("netemu-bench: --layout {x}: expected shared, split or both (shared,split)");
+                eprintln!(
+                    "netemu-bench: --layout {x}: expected shared, split or both (shared,split)"
+                );
                 std::process::exit(2);
             }
         });

@@ -41,7 +41,14 @@ fn parse_min_us(ping_output: &str) -> Option<u64> {
     let line = ping_output
         .lines()
         .find(|l| l.starts_with("rtt ") || l.starts_with("round-trip "))?;
-    let min: f64 = line.split('=').nth(1)?.trim().split('/').next()?.parse().ok()?;
+    let min: f64 = line
+        .split('=')
+        .nth(1)?
+        .trim()
+        .split('/')
+        .next()?
+        .parse()
+        .ok()?;
     (min.is_finite() && min >= 0.0).then(|| (min * 1000.0).round() as u64)
 }
 
@@ -64,7 +71,10 @@ mod tests {
                    20 packets transmitted, 20 received, 0% packet loss, time 198ms\n\
                    rtt min/avg/max/mdev = 1.558/2.578/6.423/0.691 ms\n";
         assert_eq!(parse_min_us(out), Some(1558));
-        assert_eq!(parse_min_us("round-trip min/avg/max = 0.061/0.080/0.110 ms"), Some(61));
+        assert_eq!(
+            parse_min_us("round-trip min/avg/max = 0.061/0.080/0.110 ms"),
+            Some(61)
+        );
         // every probe lost: no summary line
         assert_eq!(
             parse_min_us("20 packets transmitted, 0 received, 100% packet loss, time 1900ms\n"),
@@ -86,7 +96,10 @@ mod tests {
         };
         let mut rules = vec![rule(20), rule(0)];
         take_off(&mut rules, 1_600);
-        assert_eq!((rules[0].up.delay, rules[0].down.delay), (19_200_000, 19_200_000));
+        assert_eq!(
+            (rules[0].up.delay, rules[0].down.delay),
+            (19_200_000, 19_200_000)
+        );
         assert_eq!((rules[1].up.delay, rules[1].down.delay), (0, 0));
         take_off(&mut rules, 0);
         assert_eq!(rules[0].up.delay, 19_200_000);

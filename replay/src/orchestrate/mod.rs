@@ -391,7 +391,8 @@ pub fn run(
     let (outcomes, agent_runs) = match (&mut agents, &mut roles.kernel) {
         (Some(a), _) => a.run(plans, &owner, opts.request_timing, progress, stop)?,
         (None, Some(k)) if per_connection => {
-            let due: Vec<kernel::Due> = plans
+            let mut plans = plans;
+            let mut due: Vec<kernel::Due> = plans
                 .iter()
                 .zip(&rules)
                 .map(|(p, r)| kernel::Due {
@@ -400,6 +401,15 @@ pub fn run(
                     rule: r.clone(),
                 })
                 .collect();
+            // the first connections' pipes go in first; the replay's clock waits for them
+            let primed = k.prime(&mut due)?;
+            for p in &mut plans {
+                p.start += primed;
+            }
+            for d in &mut due {
+                d.start += primed;
+            }
+            interrupted(stop)?;
             let client_ns = ep.client_ns.clone();
             // the clients stop when the pipes cannot be installed, or on Ctrl-C
             let abort = AtomicBool::new(false);

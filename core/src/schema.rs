@@ -744,7 +744,8 @@ tables! {
     pub struct ReplayPipeRow in "replay_pipes" since 1 {
         /// The connection of the replayed workload.
         orig_conn_id: i64 => col(Unit::None).primary_key(),
-        /// Delay added each way.
+        /// Delay added each way: the original's one-way delay less half the LAN's own round
+        /// trip (`meta.lan_rtt_us`), which the router adds.
         one_way_delay_us: i64 => col(Unit::Micros),
         /// Downstream rate limit; NULL: none.
         down_rate_bps: Option<f64> => col(Unit::BitsPerSecond),

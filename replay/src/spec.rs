@@ -244,8 +244,9 @@ impl std::str::FromStr for Emulator {
 /// connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LanRtt {
-    /// Measured before the replay where mimic runs the client in a lab (the minimum of 20
-    /// pings from the client host to the server through the router, unshaped); 0 elsewhere.
+    /// Measured before the replay where mimic runs the client in a lab whose server host is a
+    /// namespace (the minimum of 20 pings from the client host to the server through the
+    /// router, unshaped); 0 elsewhere (remote roles, a server guest).
     #[default]
     Auto,
     /// Given (µs); 0 takes nothing off.
@@ -268,7 +269,7 @@ impl std::str::FromStr for LanRtt {
             "auto" => Ok(LanRtt::Auto),
             "0" => Ok(LanRtt::Fixed(0)),
             d => mimic_netemu::units::parse_duration(d)
-                .map(|ns| LanRtt::Fixed(ns / 1000))
+                .map(|ns| LanRtt::Fixed((ns + 500) / 1000))
                 .map_err(|e| {
                     format!("`{d}` is not a round trip (auto, 0 or a duration such as 1.5ms): {e}")
                 }),

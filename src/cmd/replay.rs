@@ -321,9 +321,17 @@ fn print_summary(s: &ReplaySummary) {
     );
     println!("{}", s.rate_sources.describe());
     println!(
-        "LAN round trip taken off the pipes: {:.3} ms ({})",
+        "LAN round trip taken off the pipes: {:.3} ms ({}){}",
         s.lan_rtt.us as f64 / 1000.0,
-        s.lan_rtt.source
+        s.lan_rtt.source,
+        if s.lan_rtt.short_paths > 0 {
+            format!(
+                "; {} connections' paths shorter than it keep an RTT above the original's",
+                s.lan_rtt.short_paths
+            )
+        } else {
+            String::new()
+        }
     );
     if let Some(st) = &s.stack {
         println!("server stack: {st}");

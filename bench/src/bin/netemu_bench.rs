@@ -528,9 +528,12 @@ struct Errors {
     steal_ms: f64,
 }
 
-/// Steal time of each CPU so far, ms (`/proc/stat`, field 8 of the `cpuN` lines, in ticks of
-/// 1/100 s); empty where unreadable.
+/// Steal time of each CPU so far, ms (`/proc/stat`, field 8 of the `cpuN` lines, in clock
+/// ticks, `sysconf(_SC_CLK_TCK)` a second); empty where unreadable.
 fn steal_ms() -> Vec<f64> {
+    // SAFETY: sysconf reads a constant of the system
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ms_per_tick = 1000.0 / if hz > 0 { hz as f64 } else { 100.0 };
     std::fs::read_to_string("/proc/stat")
         .unwrap_or_default()
         .lines()
@@ -540,7 +543,7 @@ fn steal_ms() -> Vec<f64> {
                 .nth(8)
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0)
-                * 10.0
+                * ms_per_tick
         })
         .collect()
 }
@@ -781,7 +784,10 @@ fn main() {
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
     let netem = args.iter().any(|a| a == "--netem");
-    let allowed = mimic_core::cpu::allowed_cpus().expect("the CPUs this process may use");
+    let allowed = mimic_core::cpu::allowed_cpus().unwrap_or_else(|e| {
+        eprintln!("netemu-bench: the CPUs this process may use: {e}");
+        std::process::exit(1)
+    });
     let asked = get("--layout");
     // the default: both layouts where there are two CPUs to split, else the shared one (a
     // one-vCPU router guest, bench/netem-delay.sh)

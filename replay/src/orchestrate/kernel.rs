@@ -167,15 +167,20 @@ impl LeadTime {
         self.lead
     }
 
-    /// A router call before the replay began took `took`: it counts as [`LOADED`] times that
-    /// (the router is idle until the replay's traffic starts) and the lead is three times the
-    /// slowest at once (nothing is due yet that a jump could pull into one batch).
-    fn seed(&mut self, took: Duration) {
-        if self.recent.len() == LEAD_WINDOW {
-            self.recent.pop_front();
+    /// The router calls before the replay began took `took`, and their pipes cover the
+    /// connections due within `covered` of the first SYN: each call counts as [`LOADED`] times
+    /// its time (the router is idle until the replay's traffic starts), and the lead starts at
+    /// `covered` (at least the floor) — the window already installed, so the first batch
+    /// takes in only what is due past it — and climbs from there as [`LeadTime::observe`]
+    /// climbs.
+    fn seed(&mut self, took: &[Duration], covered: Duration) {
+        for t in took {
+            if self.recent.len() == LEAD_WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(*t * LOADED);
         }
-        self.recent.push_back(took * LOADED);
-        self.lead = self.lead.max(took * LOADED * 3);
+        self.lead = self.floor.max(covered);
     }
 
     /// One router call took `took`.
@@ -309,6 +314,8 @@ struct Primed {
     /// (connection index, its pipes), in the order of their SYNs.
     ids: Vec<(usize, PipeId)>,
     batches: Vec<Duration>,
+    /// Every connection due within this of the first SYN has its pipes.
+    covered: Duration,
 }
 
 /// One connection for the per-connection scheduler: its index, when its SYN is due, its rule.
@@ -843,14 +850,15 @@ impl KernelPipes {
 
     /// Per connection, before the clients start: installs the pipes of the connections due
     /// first — those within the first lead time after the first SYN — in one batch, and again
-    /// for the connections a longer lead takes in while three times a batch's time exceeds the
-    /// lead (at most [`PRIME_ROUNDS`] batches); sorts `due` by start and returns how long it
-    /// took. The caller delays every start by that, so these pipes are in before their SYNs
+    /// for the connections a longer lead takes in while three times a batch's time as if the
+    /// router were loaded ([`LOADED`]) exceeds the lead (at most [`PRIME_ROUNDS`] batches; the
+    /// replay's lead starts at the window covered); sorts `due` by start and returns how long
+    /// it took, or stops at `stop`. The caller delays every start by that, so these pipes are in before their SYNs
     /// however slow a batch is, and the replay's lead starts from install batches measured on
     /// this router rather than from the skeleton's (a TCG guest's install batches took
     /// 0.3–1.4 s against its skeleton's 0.4 s, and 8–14 of the first 100 connections' pipes
     /// came late while the lead grew towards them).
-    pub fn prime(&mut self, due: &mut [Due]) -> Result<Duration, ReplayError> {
+    pub fn prime(&mut self, due: &mut [Due], stop: &AtomicBool) -> Result<Duration, ReplayError> {
         let t = Instant::now();
         due.sort_by_key(|d| d.start);
         let Some(first) = due.first().map(|d| d.start) else {
@@ -859,7 +867,11 @@ impl KernelPipes {
         let mut lead = LEAD_MIN.max(self.first_batch * 3);
         let mut next = 0;
         for _ in 0..PRIME_ROUNDS {
+            if stop.load(Ordering::Relaxed) {
+                return Err(ReplayError::Interrupted);
+            }
             let end = next + due[next..].partition_point(|d| d.start <= first + lead);
+            self.primed.covered = lead;
             if end == next {
                 break;
             }
@@ -879,10 +891,12 @@ impl KernelPipes {
                 .ids
                 .extend(due[next..end].iter().map(|d| d.index).zip(got));
             next = end;
-            if took * 3 <= lead {
+            // the lead the replay will start from: this batch as if the router were loaded
+            let want = took * LOADED * 3;
+            if want <= lead {
                 break;
             }
-            lead = took * 3;
+            lead = want;
         }
         Ok(t.elapsed())
     }
@@ -932,8 +946,10 @@ impl KernelPipes {
             .iter()
             .zip(&primed.ids)
             .all(|(d, (i, _))| d.index == *i));
+        if !primed.batches.is_empty() {
+            lead.seed(&primed.batches, primed.covered);
+        }
         for took in &primed.batches {
-            lead.seed(*took);
             let ms = took.as_secs_f64() * 1e3;
             samples.install.push(ms);
             self.report.batches += 1;
@@ -1280,14 +1296,23 @@ mod tests {
     }
 
     #[test]
-    fn batches_before_the_replay_set_the_lead_at_once_as_if_loaded() {
+    fn batches_before_the_replay_start_the_lead_at_what_they_covered_and_count_as_loaded() {
         let ms = Duration::from_millis;
         let mut l = LeadTime::new(LEAD_MIN);
-        l.seed(ms(500));
-        assert_eq!(l.now(), ms(500) * LOADED * 3, "no step-by-step growth");
-        l.seed(ms(300));
-        assert_eq!(l.now(), ms(500) * LOADED * 3, "the slowest counts");
-        // the replay's own fast calls bring it down only once the seeds are out of the window
+        l.seed(&[ms(500), ms(300)], ms(3000));
+        assert_eq!(l.now(), ms(3000), "the window already installed, no jump past it");
+        // a fast call: the seeds (as loaded, 1,000 ms) keep the target at 3 s
+        l.observe(ms(100));
+        assert_eq!(l.now(), ms(3000));
+        // what prime could not cover is climbed to step by step
+        let mut l = LeadTime::new(LEAD_MIN);
+        l.seed(&[ms(2000)], ms(1500));
+        assert_eq!(l.now(), ms(1500));
+        l.observe(ms(200));
+        assert_eq!(l.now(), ms(1700), "one call's time at a time toward 12 s");
+        // the replay's own fast calls bring it down once the seeds are out of the window
+        let mut l = LeadTime::new(LEAD_MIN);
+        l.seed(&[ms(500), ms(300)], ms(3000));
         for _ in 0..LEAD_WINDOW - 2 {
             l.observe(ms(100));
         }

@@ -52,13 +52,19 @@ fn parse_min_us(ping_output: &str) -> Option<u64> {
     (min.is_finite() && min >= 0.0).then(|| (min * 1000.0).round() as u64)
 }
 
-/// Takes half of `lan_us` off each direction's delay of every rule (not below 0).
-pub(super) fn take_off(rules: &mut [FlowRule], lan_us: u64) {
+/// Takes half of `lan_us` off each direction's delay of every rule (not below 0); the number
+/// of rules with a direction shorter than that (their replayed RTT stays above the original's).
+pub(super) fn take_off(rules: &mut [FlowRule], lan_us: u64) -> usize {
     let half_ns = lan_us * 1000 / 2;
+    let mut short = 0;
     for r in rules {
+        if r.up.delay < half_ns || r.down.delay < half_ns {
+            short += 1;
+        }
         r.up.delay = r.up.delay.saturating_sub(half_ns);
         r.down.delay = r.down.delay.saturating_sub(half_ns);
     }
+    short
 }
 
 #[cfg(test)]
@@ -95,13 +101,13 @@ mod tests {
             down: pipe(ms),
         };
         let mut rules = vec![rule(20), rule(0)];
-        take_off(&mut rules, 1_600);
+        assert_eq!(take_off(&mut rules, 1_600), 1, "the 0 ms path is short of 0.8 ms");
         assert_eq!(
             (rules[0].up.delay, rules[0].down.delay),
             (19_200_000, 19_200_000)
         );
         assert_eq!((rules[1].up.delay, rules[1].down.delay), (0, 0));
-        take_off(&mut rules, 0);
+        assert_eq!(take_off(&mut rules, 0), 0);
         assert_eq!(rules[0].up.delay, 19_200_000);
     }
 }

@@ -133,6 +133,10 @@ pub struct LanRttUsed {
     /// `measured` (ping through the router in the lab), `given` (`--lan-rtt`), or why it was
     /// neither (`not measured: ...`, then 0).
     pub source: String,
+    /// Connections with a pipe delay shorter than half of it: their pipes got 0 there and
+    /// their replayed RTT stays above the original's (the timing health, which adds the LAN's
+    /// round trip back, does not see that; this count and a warning do).
+    pub short_paths: usize,
 }
 
 impl LanRttUsed {
@@ -143,12 +147,22 @@ impl LanRttUsed {
         let not = |why: &str| LanRttUsed {
             us: 0,
             source: format!("not measured: {why}"),
+            short_paths: 0,
         };
         match (opts.lan_rtt, &ep.client_ns) {
-            (crate::spec::LanRtt::Fixed(us), _) => LanRttUsed {
-                us,
-                source: "given".into(),
-            },
+            (crate::spec::LanRtt::Fixed(us), _) => {
+                if us > 10_000 {
+                    tracing::warn!(
+                        "--lan-rtt {} ms is more than a LAN's round trip: half of it comes off every pipe's delay",
+                        us as f64 / 1000.0
+                    );
+                }
+                LanRttUsed {
+                    us,
+                    source: "given".into(),
+                    short_paths: 0,
+                }
+            }
             (_, _) if ep.lab.is_none() => not("not a lab (give --lan-rtt)"),
             (_, _) if ep.serve_ns.is_some() => not("the server host is a guest"),
             (_, None) => not("no client host in the lab"),
@@ -156,6 +170,7 @@ impl LanRttUsed {
                 Ok(us) => LanRttUsed {
                     us,
                     source: "measured".into(),
+                    short_paths: 0,
                 },
                 Err(e) => {
                     tracing::warn!("the LAN's round trip was not measured, taken as 0: {e}");
@@ -169,6 +184,7 @@ impl LanRttUsed {
         vec![
             ("lan_rtt_us", self.us.to_string()),
             ("lan_rtt_source", self.source.clone()),
+            ("lan_rtt_short_paths", self.short_paths.to_string()),
         ]
     }
 }
@@ -325,13 +341,21 @@ pub fn run(
     };
     let mut rules = rules;
     // the router's own round trip comes off the pipes (lan.rs), measured before they go in
-    let lan_rtt = LanRttUsed::decide(opts, &roles.endpoints);
-    lan::take_off(&mut rules, lan_rtt.us);
+    let mut lan_rtt = LanRttUsed::decide(opts, &roles.endpoints);
+    lan_rtt.short_paths = lan::take_off(&mut rules, lan_rtt.us);
     tracing::info!(
         "the LAN's own round trip: {} µs ({}), half of it off each pipe's delay",
         lan_rtt.us,
         lan_rtt.source
     );
+    if lan_rtt.short_paths > 0 {
+        tracing::warn!(
+            "{} of {} connections had a one-way delay shorter than half the LAN's round trip ({} µs): their pipes add nothing there and their replayed RTT stays above the original's; recorded in meta as lan_rtt_short_paths",
+            lan_rtt.short_paths,
+            rules.len(),
+            lan_rtt.us
+        );
+    }
     if let (None, Some(k)) = (&ctl.netemu, &mut roles.kernel) {
         // kernel pipes cannot hold a connection's first packet: its handshake wait is left
         // out, counted in meta (emulator_unsupported) and warned about
@@ -402,7 +426,7 @@ pub fn run(
                 })
                 .collect();
             // the first connections' pipes go in first; the replay's clock waits for them
-            let primed = k.prime(&mut due)?;
+            let primed = k.prime(&mut due, stop)?;
             for p in &mut plans {
                 p.start += primed;
             }

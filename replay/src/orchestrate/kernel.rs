@@ -1300,7 +1300,11 @@ mod tests {
         let ms = Duration::from_millis;
         let mut l = LeadTime::new(LEAD_MIN);
         l.seed(&[ms(500), ms(300)], ms(3000));
-        assert_eq!(l.now(), ms(3000), "the window already installed, no jump past it");
+        assert_eq!(
+            l.now(),
+            ms(3000),
+            "the window already installed, no jump past it"
+        );
         // a fast call: the seeds (as loaded, 1,000 ms) keep the target at 3 s
         l.observe(ms(100));
         assert_eq!(l.now(), ms(3000));

@@ -101,7 +101,11 @@ mod tests {
             down: pipe(ms),
         };
         let mut rules = vec![rule(20), rule(0)];
-        assert_eq!(take_off(&mut rules, 1_600), 1, "the 0 ms path is short of 0.8 ms");
+        assert_eq!(
+            take_off(&mut rules, 1_600),
+            1,
+            "the 0 ms path is short of 0.8 ms"
+        );
         assert_eq!(
             (rules[0].up.delay, rules[0].down.delay),
             (19_200_000, 19_200_000)

@@ -209,28 +209,9 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     // (`--lan-rtt`, GUIDE) — here the minimum of 20 pings from the client host through the
     // router guest, unshaped (no pipe matches the client host's own address). Without it the
     // TCG guest's 0.6-2.6 ms put 30 of 240 min RTTs outside 10% or 2 ms in a CI run.
-    let ping = netns::command(
-        &info.ns_cli,
-        "ping",
-        [
-            "-c",
-            "20",
-            "-i",
-            "0.02",
-            "-q",
-            info.server_addr.to_string().as_str(),
-        ],
-    )
-    .output()
-    .unwrap();
-    let ping_out = stdout(&ping);
-    let lan_ms: f64 = ping_out
-        .lines()
-        .find(|l| l.starts_with("rtt "))
-        .and_then(|l| l.split('=').nth(1))
-        .and_then(|v| v.trim().split('/').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("ping through the router guest: {ping_out}{}", stderr(&ping)));
+    let lan_us = mimic_replay::orchestrate::lan::measure(&info.ns_cli, info.server_addr.into())
+        .unwrap_or_else(|e| panic!("the LAN's round trip through the router guest: {e}"));
+    let lan_ms = lan_us as f64 / 1000.0;
     eprintln!("the LAN's own round trip through the router guest: {lan_ms} ms");
     let lan_rtt = format!("{lan_ms:.3}ms");
     let replay = |out: &str, extra: &[&str]| -> Output {

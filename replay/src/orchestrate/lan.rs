@@ -19,7 +19,7 @@ const PINGS: &str = "20";
 
 /// The LAN's round trip from network namespace `client_ns` to `server` (µs): the minimum of
 /// [`PINGS`] pings 10 ms apart. Errors name what failed (no `ping`, no reply).
-pub(super) fn measure(client_ns: &str, server: IpAddr) -> Result<u64, String> {
+pub fn measure(client_ns: &str, server: IpAddr) -> Result<u64, String> {
     let out = Command::new("ip")
         .args(["netns", "exec", client_ns, "ping", "-q", "-n", "-c", PINGS])
         .args(["-i", "0.01", "-W", "1"])

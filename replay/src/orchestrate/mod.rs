@@ -37,7 +37,7 @@ mod guest_emu;
 mod guest_serve;
 pub mod health;
 pub mod kernel;
-mod lan;
+pub mod lan;
 pub mod plan;
 pub mod queues;
 pub mod rates;

@@ -285,7 +285,8 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 /// packet lost 12% of 25 Mbit/s and 24% of 50 Mbit/s to the TCG guest's late timers, so there
 /// they are shaped by netem's rate (a serializing link) with one client address each. The
 /// shaping check holds both within its tolerances, the truth and the check name the shaper,
-/// each class runs on one address, and the analyzer finds the configured RTT.
+/// each class runs on one address, and the analyzer finds the configured RTT (with the base
+/// RTT the router had while each connection ran).
 #[test]
 fn independent_testbed_fast_classes_in_a_netem_guest() {
     let tmp = tempdir();
@@ -320,14 +321,19 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         assert_eq!(c["rtt_ok"], true, "ping RTT off: {c}");
         assert_eq!(c["goodput_ok"], true, "goodput off: {c}");
     }
+    // On a 5 or 2 ms path a TCG router's own delay under the workload (0.3-1.5 ms here,
+    // measured by the unshaped path's pings) is as large as the 1 ms tolerance: the analyzer
+    // must find the configured RTT plus the base RTT those pings had while each connection ran,
+    // and the configured RTT itself within 1 ms at the median.
     for class in ["cable-25m", "fibre-50m"] {
         let c = get(&t, &["analyzer", class]);
         assert_eq!(c["shaper"], "netem-rate", "{class}: {c}");
         assert_eq!(c["connections"], 10, "{class}: {c}");
-        assert!(
-            get(c, &["min_rtt", "share"]).as_f64().unwrap() >= 0.9,
-            "{class}: {c}"
-        );
+        let load = get(c, &["min_rtt_concurrent_base"]);
+        assert_eq!(load["n"], 10, "{class}: {c}");
+        assert!(load["share"].as_f64().unwrap() >= 0.9, "{class}: {c}");
+        let med = get(c, &["min_rtt", "median_error_ms"]).as_f64().unwrap();
+        assert!(med.abs() <= 1.0, "{class}: median min RTT error {med} ms: {c}");
     }
 }
 

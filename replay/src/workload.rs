@@ -246,11 +246,6 @@ impl ConnSpec {
             exchanges: Vec::new(),
         }
     }
-
-    /// One-way delay for each direction of the emulated path (half the minimum RTT).
-    pub fn one_way_us(&self) -> i64 {
-        self.min_rtt_us.unwrap_or(0).max(0) / 2
-    }
 }
 
 impl ExchangeSpec {

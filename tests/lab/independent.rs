@@ -333,7 +333,10 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         assert_eq!(load["n"], 10, "{class}: {c}");
         assert!(load["share"].as_f64().unwrap() >= 0.9, "{class}: {c}");
         let med = get(c, &["min_rtt", "median_error_ms"]).as_f64().unwrap();
-        assert!(med.abs() <= 1.0, "{class}: median min RTT error {med} ms: {c}");
+        assert!(
+            med.abs() <= 1.0,
+            "{class}: median min RTT error {med} ms: {c}"
+        );
     }
 }
 

@@ -207,8 +207,11 @@ pub(super) fn rtt_pairs(
         .iter()
         .zip(pipes)
         .map(|(c, p)| {
-            // the pipes' delays and the LAN's own round trip they were shortened by
-            let rtt_us = (p.up.delay + p.down.delay) as f64 / 1000.0 + lan_rtt_us as f64;
+            // the pipes' delays, the LAN's own round trip they were shortened by and the
+            // SYN-ACK's serialization the downstream pipe adds (taken out of the delays)
+            let rtt_us = (p.up.delay + p.down.delay) as f64 / 1000.0
+                + lan_rtt_us as f64
+                + super::plan::synack_serialization_us(c);
             (c.orig_id, rtt_us)
         })
         .collect();

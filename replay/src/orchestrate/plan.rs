@@ -214,9 +214,33 @@ pub fn down_queue_packets(c: &ConnSpec) -> u32 {
     }
 }
 
+/// How long the replay's SYN-ACK takes to serialize in the connection's downstream pipe (µs):
+/// [`SYNACK_IP_BYTES`] at the estimated rate; 0 without a rate, or where the pipe gets a token
+/// bucket (the idle bucket lets it through at once).
+pub fn synack_serialization_us(c: &ConnSpec) -> f64 {
+    match c.bw_bps {
+        Some(bw) if bw.is_finite() && bw > 0.0 && !token_bucket_evident(c) => {
+            SYNACK_IP_BYTES * 8.0 / bw * 1e6
+        }
+        _ => 0.0,
+    }
+}
+
+/// The one-way delay of a connection's two pipes (µs): half of what is left of its minimum RTT
+/// once the SYN-ACK's serialization at the bottleneck is taken out. The tap's handshake RTT
+/// holds that serialization already (the SYN-ACK crossed the client's link at its rate), and
+/// the downstream pipe serializes the replay's SYN-ACK again: with half the RTT each way, a
+/// 33 kbit/s connection's replayed handshake came out 14.5 ms (10%) longer than its original's
+/// (a 60-byte SYN-ACK; 8.6 ms at 56 kbit/s, 0.5 ms at 1 Mbit/s), and so did every round trip
+/// after it. Never below 0.
+pub fn pipe_one_way_us(c: &ConnSpec) -> i64 {
+    let rtt = c.min_rtt_us.unwrap_or(0).max(0) as f64;
+    ((rtt - synack_serialization_us(c)).max(0.0) / 2.0) as i64
+}
+
 /// The two pipes of one replayed connection.
 pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, PipeConfig) {
-    let owd_ns = c.one_way_us() as u64 * 1000;
+    let owd_ns = pipe_one_way_us(c) as u64 * 1000;
     let (class_up, _) = mimic_core::model::queue_packets(c.bw_bps);
     let (q_up, q_down) = (
         queue.up.unwrap_or(class_up),
@@ -351,7 +375,7 @@ pub(super) fn plans(
     request_timing: RequestTiming,
 ) -> Result<Vec<Planned>, ReplayError> {
     let t_first = wl.conns.iter().map(|c| c.t_start_us).min().unwrap_or(0);
-    let max_owd = wl.conns.iter().map(|c| c.one_way_us()).max().unwrap_or(0);
+    let max_owd = wl.conns.iter().map(pipe_one_way_us).max().unwrap_or(0);
     let lead = Duration::from_secs(1) + Duration::from_micros(max_owd.max(0) as u64);
     let mut planned = Vec::with_capacity(wl.conns.len());
     for (c, r) in wl.conns.iter().zip(rules) {
@@ -361,8 +385,8 @@ pub(super) fn plans(
                 r.client
             )));
         };
-        // the SYN left the client one one-way delay before the capture point saw it
-        let rel_us = ((c.t_start_us - t_first) as f64 * time_scale) as i64 - c.one_way_us();
+        // the SYN left the client one one-way delay (its pipe's) before the capture point saw it
+        let rel_us = ((c.t_start_us - t_first) as f64 * time_scale) as i64 - pipe_one_way_us(c);
         planned.push((local, r.server, rel_us, time_limit(c)));
     }
     let t0 = Instant::now() + lead;
@@ -404,8 +428,9 @@ mod tests {
     #[test]
     fn pipes_follow_the_connection_and_monkeys_queue_classes() {
         let (up, down) = pipes_for(&conn(Some(1e6), 0.02, Some(2)), 9, QueueOverride::default());
-        assert_eq!(up.delay, 20_000_000);
-        assert_eq!(down.delay, 20_000_000);
+        // 40 ms less the SYN-ACK's 0.48 ms at 1 Mbit/s, halved
+        assert_eq!(up.delay, 19_760_000);
+        assert_eq!(down.delay, 19_760_000);
         assert_eq!(up.rate_bps, 0, "upstream is not rate-limited");
         assert_eq!(down.rate_bps, 1_000_000);
         assert_eq!(up.queue, QueueLimit::Packets(10));
@@ -439,6 +464,39 @@ mod tests {
             (up.queue, down.queue),
             (QueueLimit::Packets(40), QueueLimit::Packets(40))
         );
+    }
+
+    #[test]
+    fn the_pipes_delay_leaves_out_the_synacks_serialization_the_tap_rtt_holds() {
+        // a 33.1 kbit/s connection whose tap saw a 140.7 ms handshake: the lab's guest router
+        // replayed it at 155.6 ms with half the RTT each way (the 60-byte SYN-ACK serialized
+        // twice: once inside the tap's RTT, once in the pipe)
+        let mut c = conn(Some(33_103.0), 0.0, None);
+        c.min_rtt_us = Some(140_724);
+        let ser = synack_serialization_us(&c);
+        assert!((ser - 14_500.2).abs() < 1.0, "{ser}");
+        let owd = pipe_one_way_us(&c);
+        assert_eq!(owd, 63_111, "(140,724 - 14,500.2) / 2");
+        let (up, down) = pipes_for(&c, 1, QueueOverride::default());
+        assert_eq!(
+            (up.delay, down.delay),
+            (owd as u64 * 1000, owd as u64 * 1000)
+        );
+        // the replayed handshake: both delays and the SYN-ACK's serialization in the pipe
+        let replayed =
+            (up.delay + down.delay) as f64 / 1e3 + 60.0 * 8.0 / down.rate_bps as f64 * 1e6;
+        assert!((replayed - 140_724.0).abs() < 2.0, "{replayed}");
+        // no rate, or a token bucket that lets the SYN-ACK through at once: half the RTT
+        c.bw_bps = None;
+        assert_eq!(pipe_one_way_us(&c), 140_724 / 2);
+        let mut t = conn(Some(128e3), 0.0, None);
+        t.min_rtt_us = Some(50);
+        assert!(token_bucket_evident(&t));
+        assert_eq!(pipe_one_way_us(&t), 25);
+        // an RTT shorter than the serialization is a token bucket's: half of it, never less
+        let mut z = conn(Some(33_103.0), 0.0, None);
+        z.min_rtt_us = Some(14_000);
+        assert_eq!(pipe_one_way_us(&z), 7_000);
     }
 
     #[test]

@@ -605,15 +605,17 @@ def render_loss(loss):
 
 def load_pings(path):
     """The unshaped path's pings during the workload (ping -D's lines: "[t] 64 bytes from ...:
-    icmp_seq=N ttl=64 time=X ms"): (reply time in µs since the epoch, RTT in µs), in order."""
-    out = []
+    icmp_seq=N ttl=64 time=X ms"): (reply time in µs since the epoch, RTT in ms, icmp_seq),
+    in order; None without the file."""
     if not os.path.exists(path):
-        return out
+        return None
+    out = []
     for l in open(path):
-        if "time=" in l and l.startswith("["):
+        if "time=" in l and "icmp_seq=" in l and l.startswith("["):
             try:
-                t = float(l[1:l.index("]")])
-                out.append((int(t * 1e6), float(l.split("time=")[1].split()[0]) * 1000))
+                out.append((int(float(l[1:l.index("]")]) * 1e6),
+                            float(l.split("time=")[1].split()[0]),
+                            int(l.split("icmp_seq=")[1].split()[0])))
             except ValueError:
                 continue
     return out
@@ -632,7 +634,7 @@ def concurrent_base_us(pings, t0, t1, base_rtt_us):
     rightly sees and the configured truth does not hold."""
     if t0 is None or t1 is None:
         return base_rtt_us
-    near = [r for t, r in pings
+    near = [1000 * r for t, r, _ in pings or []
             if t0 - CONCURRENT_PING_WINDOW_US <= t <= t1 + CONCURRENT_PING_WINDOW_US]
     return max(base_rtt_us, min(near)) if near else base_rtt_us
 
@@ -927,15 +929,9 @@ def cmd_report(a):
     sj = os.path.join(d, "shaping.json")
     shaping = json.load(open(sj)) if os.path.exists(sj) else None
     load_rtt = None
-    lp = os.path.join(d, "load-ping.txt")
-    if os.path.exists(lp):
-        # ping -D's lines: "[t] 64 bytes from ...: icmp_seq=N ttl=64 time=X ms"
-        rtts, seqs = [], set()
-        for l in open(lp):
-            if "time=" in l and "icmp_seq=" in l:
-                rtts.append(float(l.split("time=")[1].split()[0]))
-                seqs.add(int(l.split("icmp_seq=")[1].split()[0]))
-        sent = max(seqs) if seqs else 0
+    if pings is not None:
+        rtts = [r for _, r, _ in pings]
+        sent = max((q for _, _, q in pings), default=0)
         load_rtt = dict(replies=len(rtts), sent=sent, median_ms=pct(rtts, 0.5),
                         p90_ms=pct(rtts, 0.9), p99_ms=pct(rtts, 0.99),
                         max_ms=max(rtts) if rtts else None)

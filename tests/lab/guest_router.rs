@@ -278,10 +278,11 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     assert_eq!(meta(&db, "emulator_late_installs"), late.to_string());
     assert_eq!(meta(&db, "emulator_max_installed"), most.to_string());
     // replayed and shaped: the truth's min RTT came back (an unshaped replay has ~0)
+    // the replay and its original (`t`), one connection for the count and the misses
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
+        .unwrap();
     let (replayed, rtt_ok, rtt_n): (i64, i64, i64) = {
-        let c = rusqlite::Connection::open(&db).unwrap();
-        c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
-            .unwrap();
         c.query_row(
             "SELECT (SELECT count(replay_conn_id) FROM replay_map), \
              coalesce(sum(abs(r.min_rtt_us - o.min_rtt_us) <= max(0.1 * o.min_rtt_us, 2000)), 0), count(*) \
@@ -297,9 +298,6 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     {
         // the misses, original against replayed min RTT (ms) and the pipe's rate: a late pipe
         // shows as a replay far below, the guest's own delay as one above
-        let c = rusqlite::Connection::open(&db).unwrap();
-        c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
-            .unwrap();
         let mut st = c
             .prepare(
                 "SELECT o.min_rtt_us, r.min_rtt_us, p.down_rate_bps FROM replay_map m \

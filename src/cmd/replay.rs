@@ -370,7 +370,7 @@ fn print_summary(s: &ReplaySummary) {
         .filter(|k| k.mode == "per-connection")
     {
         println!(
-            "pipes: {} {} pipes on {}, per connection: {} install batches (p50 {:.1} / p99 {:.1} / max {:.1} ms, lead {:.0} ms), {} removal batches (p50 {:.1} / p99 {:.1} ms, lag p99 {:.0} ms), at most {} connections at once, {} installed AFTER their SYN{}{}",
+            "pipes: {} {} pipes on {}, per connection: {} install batches (p50 {:.1} / p99 {:.1} / max {:.1} ms, lead {:.0} ms), {} removal batches (p50 {:.1} / p99 {:.1} ms, lag p99 {:.0} ms), at most {} connections at once, {} installed after their SYN was due ({} SYNs held for them, at most {:.1} ms late){}{}",
             k.pipes,
             k.backend,
             k.router,
@@ -385,6 +385,8 @@ fn print_summary(s: &ReplaySummary) {
             k.remove_lag_ms[0],
             k.max_installed,
             k.late_installs,
+            k.syn_waits,
+            k.syn_wait_max_ms,
             if k.remove_errors > 0 {
                 format!("; {} removals failed (torn down at the end)", k.remove_errors)
             } else {

@@ -265,9 +265,13 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         most > 0 && most < 120,
         "at most {most} of 240 connections installed at once: not per connection"
     );
+    // a late install holds its SYN (below: no connection crossed the router unshaped), so
+    // what this bounds is the lead time's keeping starts on time; the TCG router guest
+    // stalls for up to a second now and then (6-18 late of 240 in some runs, 0 in most)
+    let waits = k["syn_waits"].as_u64().unwrap();
     assert!(
-        late <= 12,
-        "{late} of 240 installs came after their SYN (lead {} ms, slowest batch {} ms)",
+        late <= 24,
+        "{late} of 240 installs came after their SYN was due (lead {} ms, slowest batch {} ms)",
         k["lead_ms"],
         k["batch_max_ms"]
     );
@@ -276,25 +280,27 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     assert_eq!(meta(&db, "emulator"), "netem");
     assert_eq!(meta(&db, "emulator_pipe_mode"), "per-connection");
     assert_eq!(meta(&db, "emulator_late_installs"), late.to_string());
+    assert_eq!(meta(&db, "emulator_syn_waits"), waits.to_string());
     assert_eq!(meta(&db, "emulator_max_installed"), most.to_string());
     // replayed and shaped: the truth's min RTT came back (an unshaped replay has ~0)
     // the replay and its original (`t`), one connection for the count and the misses
     let c = rusqlite::Connection::open(&db).unwrap();
     c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
         .unwrap();
-    let (replayed, rtt_ok, rtt_n): (i64, i64, i64) = {
+    let (replayed, rtt_ok, rtt_n, unshaped): (i64, i64, i64, i64) = {
         c.query_row(
             "SELECT (SELECT count(replay_conn_id) FROM replay_map), \
-             coalesce(sum(abs(r.min_rtt_us - o.min_rtt_us) <= max(0.1 * o.min_rtt_us, 2000)), 0), count(*) \
+             coalesce(sum(abs(r.min_rtt_us - o.min_rtt_us) <= max(0.1 * o.min_rtt_us, 2000)), 0), count(*), \
+             coalesce(sum(r.min_rtt_us < 0.5 * o.min_rtt_us), 0) \
              FROM replay_map m JOIN t.connections o ON o.id = m.orig_conn_id \
              JOIN connections r ON r.id = m.replay_conn_id \
              WHERE r.min_rtt_us IS NOT NULL AND o.min_rtt_us IS NOT NULL",
             [],
-            |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)),
+            |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)),
         )
         .unwrap()
     };
-    eprintln!("replayed {replayed} of 240; min RTT within 10% or 2 ms: {rtt_ok} of {rtt_n}");
+    eprintln!("replayed {replayed} of 240; min RTT within 10% or 2 ms: {rtt_ok} of {rtt_n}; {late} pipes late, {waits} SYNs held for them");
     {
         // the misses, original against replayed min RTT (ms) and the pipe's rate: a late pipe
         // shows as a replay far below, the guest's own delay as one above
@@ -327,6 +333,12 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         );
     }
     assert!(replayed >= 228, "replayed {replayed} of 240");
+    // every SYN waited for its pipes: none crossed the router unshaped (one that did has
+    // only the LAN's round trip, 0.6-2.6 ms through this guest, against the synth's 2-300 ms)
+    assert_eq!(
+        unshaped, 0,
+        "{unshaped} connections replayed at under half their min RTT: a SYN went before its pipes ({late} late, {waits} held)"
+    );
     assert!(
         rtt_ok as f64 >= 0.9 * rtt_n as f64 && rtt_n >= 200,
         "min RTT within 10% or 2 ms for {rtt_ok} of {rtt_n}"
@@ -342,6 +354,90 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         assert!(q.contains("6d69:"), "mimic's root qdisc is gone early: {q}");
         assert!(!q.contains("netem"), "a pipe is left on {dev}: {q}");
     }
+
+    // 1b. the router stalls mid-replay (stopped for 2 s, past the lead time, once the clients
+    //     have connections open: the pipes put in before them are in): the SYNs due meanwhile
+    //     wait for their pipes and start late, and no connection crosses the router unshaped
+    let stall = std::thread::spawn({
+        let (name, pid, ns) = (name.clone(), router_pid.clone(), info.ns_cli.clone());
+        move || {
+            let until = Instant::now() + Duration::from_secs(60);
+            loop {
+                let o = netns::command(
+                    &ns,
+                    "ss",
+                    ["-Htn", "state", "established", "( dport = :8080 )"],
+                )
+                .output()
+                .unwrap();
+                if !stdout(&o).trim().is_empty() {
+                    break;
+                }
+                assert!(Instant::now() < until, "no replayed connection within 60 s");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            guest(
+                &name,
+                &[
+                    "sh",
+                    "-c",
+                    &format!("kill -STOP {pid}; sleep 2; kill -CONT {pid}"),
+                ],
+            )
+        }
+    });
+    let o = replay(
+        "stall.db",
+        &["--kernel-pipes", "per-connection", "--limit", "160"],
+    );
+    let g = stall.join().unwrap();
+    assert!(
+        g.status.success(),
+        "stalling the router: {}{}",
+        stdout(&g),
+        stderr(&g)
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let k = &json(&o)["kernel_pipes"];
+    eprintln!("per-connection replay, the router stopped for 2 s: {k}");
+    let (late, waits) = (
+        k["late_installs"].as_u64().unwrap(),
+        k["syn_waits"].as_u64().unwrap(),
+    );
+    let db = d.join("stall.db");
+    let (replayed, unshaped): (i64, i64) = {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
+            .unwrap();
+        c.query_row(
+            "SELECT (SELECT count(replay_conn_id) FROM replay_map), \
+             coalesce(sum(r.min_rtt_us < 0.5 * o.min_rtt_us), 0) \
+             FROM replay_map m JOIN t.connections o ON o.id = m.orig_conn_id \
+             JOIN connections r ON r.id = m.replay_conn_id \
+             WHERE r.min_rtt_us IS NOT NULL AND o.min_rtt_us IS NOT NULL",
+            [],
+            |x| Ok((x.get(0)?, x.get(1)?)),
+        )
+        .unwrap()
+    };
+    eprintln!("stalled router: replayed {replayed} of 160; {late} pipes late, {waits} SYNs held, {unshaped} below half their min RTT");
+    assert!(
+        late >= 5 && waits >= 5,
+        "the stall made no late installs: {k}"
+    );
+    assert!(
+        k["syn_wait_max_ms"].as_f64().unwrap() >= 500.0,
+        "the longest hold is shorter than the stall past the lead: {k}"
+    );
+    assert_eq!(meta(&db, "emulator_syn_waits"), waits.to_string());
+    assert!(replayed >= 152, "replayed {replayed} of 160");
+    assert_eq!(
+        unshaped, 0,
+        "{unshaped} connections crossed the stalled router unshaped ({late} late, {waits} held)"
+    );
+    let after = router_info(&info.ns_cli, &addr, &info.pki_dir, Duration::from_secs(10));
+    assert_eq!(after.installed, 0, "{after:?}");
+    assert_eq!(after.installs, 400, "{after:?}");
 
     // 2. a short workload: auto installs all at once
     let o = replay("all.db", &["--limit", "40"]);
@@ -372,7 +468,7 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     );
     assert!(log.contains("mimic's root qdiscs removed"), "{log}");
     assert!(
-        log.contains("280 connections installed, 280 removed")
+        log.contains("440 connections installed, 440 removed")
             && !log.contains(" 0 with delayed-ACK shaping left out"),
         "{log}"
     );
@@ -408,12 +504,16 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
     assert!(r["ok"].as_u64().unwrap() >= 95, "{r}");
     let late = k["late_installs"].as_u64().unwrap();
     assert!(
-        late <= 5,
-        "{late} of 100 installs came after their SYN: {k}"
+        late <= 10,
+        "{late} of 100 installs came after their SYN was due: {k}"
     );
     assert_eq!(
         meta(&d.join("lab.db"), "emulator_late_installs"),
         late.to_string()
+    );
+    assert_eq!(
+        meta(&d.join("lab.db"), "emulator_syn_waits"),
+        k["syn_waits"].to_string()
     );
     let q = stdout(&guest(&name, &["tc", "qdisc", "show"]));
     assert!(

@@ -4,23 +4,35 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mimic_core::cpu;
 use mimic_netemu::netns;
 
+use super::kernel::PipeGate;
 use super::{Progress, ReplayError};
 use crate::client::{self, Outcome, Planned};
 use crate::hrtimer::HrTimer;
 
+/// What per-connection kernel pipes need from the clients: `done` hears each connection's
+/// index as it ends (its pipes are removed then), and `gate` holds each connection's SYN
+/// until its pipes are in.
+pub struct PipeHooks {
+    pub done: Sender<usize>,
+    pub gate: Arc<PipeGate>,
+}
+
+/// How often a SYN held for its pipes looks at its gate again.
+const GATE_POLL: Duration = Duration::from_millis(1);
+
 /// Runs every planned connection (in the client namespace when given) and returns the
-/// outcomes in plan order. A client agent runs its share through it too. `done` hears each
-/// connection's index as it ends (per-connection kernel pipes remove its pipes then).
+/// outcomes in plan order. A client agent runs its share through it too. With `pipes`
+/// (per-connection kernel pipes) no SYN leaves before its pipes are in.
 pub fn run_clients(
     plans: Vec<Planned>,
     ns: Option<String>,
     timer_cpus: Option<Vec<usize>>,
-    done: Option<Sender<usize>>,
+    pipes: Option<PipeHooks>,
     progress: &Progress,
     stop: &AtomicBool,
 ) -> Result<Vec<Outcome>, ReplayError> {
@@ -59,12 +71,27 @@ pub fn run_clients(
                         }
                     }
                     let mut set = tokio::task::JoinSet::new();
+                    let (done, gate) = match pipes {
+                        Some(h) => (Some(h.done), Some(h.gate)),
+                        None => (None, None),
+                    };
                     for p in plans {
                         let counters = counters.clone();
                         let done = done.clone();
+                        let gate = gate.clone();
                         set.spawn(async move {
                             tokio::time::sleep_until((p.start - Duration::from_millis(5)).into())
                                 .await;
+                            if let Some(g) = gate.filter(|g| !g.is_open(p.index)) {
+                                // its pipes are not in yet: the SYN waits (and starts late)
+                                while !g.is_open(p.index) {
+                                    tokio::time::sleep(GATE_POLL).await;
+                                }
+                                let late = Instant::now().saturating_duration_since(p.start);
+                                if !late.is_zero() {
+                                    g.held(late);
+                                }
+                            }
                             let now = counters[2].fetch_add(1, Ordering::Relaxed) + 1;
                             counters[3].fetch_max(now, Ordering::Relaxed);
                             let o = client::run(p, timer).await;

@@ -14,7 +14,9 @@
 //! the connections open around now. The lead time covers the install time measured (three
 //! times the slowest batch so far, the skeleton's install on a lab router included, at least
 //! [`LEAD_MIN`]); an install that completes after its
-//! connection's SYN was due is counted (`emulator_late_installs`), never silent.
+//! connection's SYN was due is counted (`emulator_late_installs`), never silent, and that SYN
+//! waits for it ([`PipeGate`]): no connection crosses the router before its pipes are in; the
+//! wait shows as the connection's start lateness and is counted (`emulator_syn_waits`).
 //!
 //! The router host is a QEMU guest on a kernel with sch_netem (`mimic lab up NAME --kernel
 //! IMAGE`: commands go over the guest's command channel, one `tc -batch` per group of lines),
@@ -29,7 +31,7 @@
 //! counted in `meta` (`emulator_unsupported`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -106,6 +108,10 @@ pub struct KernelInstall {
     pub mode: &'static str,
     /// Per connection: installs that completed after their connection's SYN was due.
     pub late_installs: u64,
+    /// Per connection: SYNs held past their due time until their pipes were in, and the
+    /// longest hold (ms).
+    pub syn_waits: u64,
+    pub syn_wait_max_ms: f64,
     /// Per connection: the most connections whose pipes were installed at once.
     pub max_installed: usize,
     /// Per connection: install batches, the slowest (ms), and the lead time at the end (ms).
@@ -238,6 +244,11 @@ impl KernelInstall {
         }
         if self.mode == "per-connection" {
             v.push(("emulator_late_installs", self.late_installs.to_string()));
+            v.push(("emulator_syn_waits", self.syn_waits.to_string()));
+            v.push((
+                "emulator_syn_wait_max_ms",
+                format!("{:.1}", self.syn_wait_max_ms),
+            ));
             v.push(("emulator_max_installed", self.max_installed.to_string()));
             v.push(("emulator_install_batches", self.batches.to_string()));
             v.push((
@@ -316,6 +327,55 @@ struct Primed {
     batches: Vec<Duration>,
     /// Every connection due within this of the first SYN has its pipes.
     covered: Duration,
+}
+
+/// Per connection: which connections' pipes are in. The scheduler opens a connection's gate
+/// once its install returned; the client holds that connection's SYN until then (a router
+/// that stalls past the lead time delays starts instead of letting SYNs through unshaped)
+/// and counts the SYNs it held past their due time.
+pub struct PipeGate {
+    open: Vec<AtomicBool>,
+    waits: AtomicU64,
+    wait_max_us: AtomicU64,
+}
+
+impl PipeGate {
+    /// A gate for connection indexes below `n`, every one closed.
+    pub fn new(n: usize) -> PipeGate {
+        PipeGate {
+            open: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            waits: AtomicU64::new(0),
+            wait_max_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Connection `index`'s pipes are in. (An index past the gate's size has no gate.)
+    pub fn open(&self, index: usize) {
+        if let Some(g) = self.open.get(index) {
+            g.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn is_open(&self, index: usize) -> bool {
+        self.open
+            .get(index)
+            .is_none_or(|g| g.load(Ordering::Acquire))
+    }
+
+    /// A SYN was held `late` past its due time.
+    pub fn held(&self, late: Duration) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.wait_max_us
+            .fetch_max(late.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// SYNs held past their due time, and the longest hold.
+    pub fn waits(&self) -> (u64, Duration) {
+        (
+            self.waits.load(Ordering::Relaxed),
+            Duration::from_micros(self.wait_max_us.load(Ordering::Relaxed)),
+        )
+    }
 }
 
 /// One connection for the per-connection scheduler: its index, when its SYN is due, its rule.
@@ -910,10 +970,11 @@ impl KernelPipes {
         &mut self,
         mut due: Vec<Due>,
         done: Receiver<usize>,
+        gate: &PipeGate,
         stop: &AtomicBool,
         abort: &AtomicBool,
     ) -> Result<(), ReplayError> {
-        let r = self.schedule(&mut due, done, stop);
+        let r = self.schedule(&mut due, done, gate, stop);
         if r.is_err() {
             abort.store(true, Ordering::Relaxed);
         }
@@ -924,6 +985,7 @@ impl KernelPipes {
         &mut self,
         due: &mut [Due],
         done: Receiver<usize>,
+        gate: &PipeGate,
         stop: &AtomicBool,
     ) -> Result<(), ReplayError> {
         due.sort_by_key(|d| d.start);
@@ -957,6 +1019,9 @@ impl KernelPipes {
         }
         self.report.primed = next as u64;
         self.report.pipes += next * 2;
+        for (i, _) in &primed.ids {
+            gate.open(*i);
+        }
         ids.extend(primed.ids);
         self.report.max_installed = ids.len();
         let t_all = Instant::now();
@@ -1035,6 +1100,7 @@ impl KernelPipes {
                         if at > d.start {
                             r.late_installs += 1;
                         }
+                        gate.open(d.index);
                         ids.insert(d.index, id);
                     }
                     r.pipes += (end - next) * 2;
@@ -1069,9 +1135,12 @@ impl KernelPipes {
             }
         }
         self.report.lead_ms = lead.now().as_secs_f64() * 1e3;
+        let (waits, wait_max) = gate.waits();
+        self.report.syn_waits = waits;
+        self.report.syn_wait_max_ms = wait_max.as_secs_f64() * 1e3;
         samples.summarize(&mut self.report);
         tracing::info!(
-            "kernel pipes per connection: {} connections in {} batches ({} before the replay began; slowest {:.1} ms, lead {:.0} ms), at most {} at once, {} installed after their SYN, over {:.1} s",
+            "kernel pipes per connection: {} connections in {} batches ({} before the replay began; slowest {:.1} ms, lead {:.0} ms), at most {} at once, {} installed after their SYN was due ({} SYNs held for them, at most {:.1} ms), over {:.1} s",
             self.report.pipes / 2,
             self.report.batches,
             self.report.primed,
@@ -1079,12 +1148,16 @@ impl KernelPipes {
             self.report.lead_ms,
             self.report.max_installed,
             self.report.late_installs,
+            self.report.syn_waits,
+            self.report.syn_wait_max_ms,
             t_all.elapsed().as_secs_f64()
         );
         if self.report.late_installs > 0 {
             tracing::warn!(
-                "{} connections' kernel pipes were installed after their SYN was due (those SYNs may have crossed the router unshaped); recorded in meta as emulator_late_installs",
-                self.report.late_installs
+                "{} connections' kernel pipes were installed after their SYN was due; {} SYNs waited for them, up to {:.1} ms late (their start lateness); recorded in meta as emulator_late_installs and emulator_syn_waits",
+                self.report.late_installs,
+                self.report.syn_waits,
+                self.report.syn_wait_max_ms
             );
         }
         Ok(())
@@ -1391,6 +1464,8 @@ mod tests {
             backend: "netem",
             mode: "per-connection",
             late_installs: 3,
+            syn_waits: 2,
+            syn_wait_max_ms: 412.04,
             max_installed: 84,
             batches: 45,
             batch_max_ms: 224.51,
@@ -1400,6 +1475,8 @@ mod tests {
         let m: std::collections::HashMap<_, _> = k.meta().into_iter().collect();
         assert_eq!(m["emulator_pipe_mode"], "per-connection");
         assert_eq!(m["emulator_late_installs"], "3");
+        assert_eq!(m["emulator_syn_waits"], "2");
+        assert_eq!(m["emulator_syn_wait_max_ms"], "412.0");
         assert_eq!(m["emulator_max_installed"], "84");
         assert_eq!(m["emulator_install_batch_max_ms"], "224.5");
         assert_eq!(m["emulator_install_lead_ms"], "674");
@@ -1411,6 +1488,21 @@ mod tests {
         let m: std::collections::HashMap<_, _> = all.meta().into_iter().collect();
         assert_eq!(m["emulator_pipe_mode"], "all");
         assert!(!m.contains_key("emulator_late_installs"));
+        assert!(!m.contains_key("emulator_syn_waits"));
+    }
+
+    #[test]
+    fn a_pipe_gate_opens_per_connection_and_counts_the_syns_it_held() {
+        let g = PipeGate::new(3);
+        assert!(!g.is_open(0) && !g.is_open(2));
+        g.open(2);
+        assert!(g.is_open(2) && !g.is_open(1));
+        // an index the gate was not made for has no gate
+        assert!(g.is_open(7));
+        g.open(7);
+        g.held(Duration::from_micros(1_500));
+        g.held(Duration::from_micros(900));
+        assert_eq!(g.waits(), (2, Duration::from_micros(1_500)));
     }
 
     #[test]

@@ -438,11 +438,25 @@ pub fn run(
             // the clients stop when the pipes cannot be installed, or on Ctrl-C
             let abort = AtomicBool::new(false);
             let (tx, rx) = std::sync::mpsc::channel();
+            // each SYN waits for its pipes
+            let gate = std::sync::Arc::new(kernel::PipeGate::new(
+                plans.iter().map(|p| p.index + 1).max().unwrap_or(0),
+            ));
+            let hooks = clients::PipeHooks {
+                done: tx,
+                gate: gate.clone(),
+            };
             let (outcomes, pipes) = std::thread::scope(|s| {
                 // (it sets `abort` when it ends with an error, Ctrl-C included)
-                let sched = s.spawn(|| k.run_per_connection(due, rx, stop, &abort));
-                let outcomes =
-                    clients::run_clients(plans, client_ns, timer_cpus, Some(tx), progress, &abort);
+                let sched = s.spawn(|| k.run_per_connection(due, rx, &gate, stop, &abort));
+                let outcomes = clients::run_clients(
+                    plans,
+                    client_ns,
+                    timer_cpus,
+                    Some(hooks),
+                    progress,
+                    &abort,
+                );
                 let pipes = sched
                     .join()
                     .unwrap_or_else(|_| Err(ReplayError::Io("the pipe scheduler panicked".into())));

@@ -22,8 +22,9 @@ pub struct PipeHooks {
     pub gate: Arc<PipeGate>,
 }
 
-/// How often a SYN held for its pipes looks at its gate again.
-const GATE_POLL: Duration = Duration::from_millis(1);
+/// How often a SYN held for its pipes looks at its gate again besides being woken when an
+/// install batch opens gates.
+const GATE_POLL: Duration = Duration::from_millis(50);
 
 /// Runs every planned connection (in the client namespace when given) and returns the
 /// outcomes in plan order. A client agent runs its share through it too. With `pipes`
@@ -84,9 +85,7 @@ pub fn run_clients(
                                 .await;
                             if let Some(g) = gate.filter(|g| !g.is_open(p.index)) {
                                 // its pipes are not in yet: the SYN waits (and starts late)
-                                while !g.is_open(p.index) {
-                                    tokio::time::sleep(GATE_POLL).await;
-                                }
+                                g.wait(p.index, GATE_POLL).await;
                                 let late = Instant::now().saturating_duration_since(p.start);
                                 if !late.is_zero() {
                                     g.held(late);

@@ -335,6 +335,8 @@ struct Primed {
 /// and counts the SYNs it held past their due time.
 pub struct PipeGate {
     open: Vec<AtomicBool>,
+    /// Woken once per install batch: the SYNs held look at their gates again.
+    opened: tokio::sync::Notify,
     waits: AtomicU64,
     wait_max_us: AtomicU64,
 }
@@ -344,22 +346,46 @@ impl PipeGate {
     pub fn new(n: usize) -> PipeGate {
         PipeGate {
             open: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            opened: tokio::sync::Notify::new(),
             waits: AtomicU64::new(0),
             wait_max_us: AtomicU64::new(0),
         }
     }
 
-    /// Connection `index`'s pipes are in. (An index past the gate's size has no gate.)
-    pub fn open(&self, index: usize) {
-        if let Some(g) = self.open.get(index) {
-            g.store(true, Ordering::Release);
+    /// The pipes of the connections `indexes` are in: their gates open, and the SYNs held
+    /// look again. (An index past the gate's size has no gate.)
+    pub fn open(&self, indexes: impl IntoIterator<Item = usize>) {
+        for i in indexes {
+            if let Some(g) = self.open.get(i) {
+                g.store(true, Ordering::Release);
+            }
         }
+        self.opened.notify_waiters();
+    }
+
+    /// Every gate opens: the scheduler ended with an error or is unwinding, and the clients
+    /// are being stopped; none of them may wait for it.
+    pub fn open_all(&self) {
+        self.open(0..self.open.len());
     }
 
     pub fn is_open(&self, index: usize) -> bool {
         self.open
             .get(index)
             .is_none_or(|g| g.load(Ordering::Acquire))
+    }
+
+    /// Waits until connection `index`'s gate is open: woken by [`PipeGate::open`], and looks
+    /// again at least every `poll`.
+    pub async fn wait(&self, index: usize, poll: Duration) {
+        loop {
+            // (registered before the look: an open between the two still wakes it)
+            let woken = self.opened.notified();
+            if self.is_open(index) {
+                return;
+            }
+            let _ = tokio::time::timeout(poll, woken).await;
+        }
     }
 
     /// A SYN was held `late` past its due time.
@@ -375,6 +401,24 @@ impl PipeGate {
             self.waits.load(Ordering::Relaxed),
             Duration::from_micros(self.wait_max_us.load(Ordering::Relaxed)),
         )
+    }
+}
+
+/// Stops the clients and lets every held SYN go when the per-connection scheduler ends with
+/// an error or unwinds (a panic) — unless `ok` says it finished: no client waits for a gate
+/// nobody will open.
+struct Release<'a> {
+    gate: &'a PipeGate,
+    abort: &'a AtomicBool,
+    ok: bool,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if !self.ok {
+            self.abort.store(true, Ordering::Relaxed);
+            self.gate.open_all();
+        }
     }
 }
 
@@ -785,6 +829,14 @@ impl KernelPipes {
                 .install_pipes(rules)
                 .map_err(|e| ReplayError::Invalid(format!("router: {e}")))?;
             ids.extend(got.iter().copied());
+            if got.len() != rules.len() {
+                // (a connection without its pipe ids would never have its SYN let through)
+                return Err(ReplayError::Invalid(format!(
+                    "router: {} pipe ids for {} connections installed",
+                    got.len(),
+                    rules.len()
+                )));
+            }
             return Ok(got);
         }
         let slots = self.slots.as_mut().expect("begin_per_connection first");
@@ -974,10 +1026,13 @@ impl KernelPipes {
         stop: &AtomicBool,
         abort: &AtomicBool,
     ) -> Result<(), ReplayError> {
+        let mut release = Release {
+            gate,
+            abort,
+            ok: false,
+        };
         let r = self.schedule(&mut due, done, gate, stop);
-        if r.is_err() {
-            abort.store(true, Ordering::Relaxed);
-        }
+        release.ok = r.is_ok();
         r
     }
 
@@ -1019,9 +1074,7 @@ impl KernelPipes {
         }
         self.report.primed = next as u64;
         self.report.pipes += next * 2;
-        for (i, _) in &primed.ids {
-            gate.open(*i);
-        }
+        gate.open(primed.ids.iter().map(|(i, _)| *i));
         ids.extend(primed.ids);
         self.report.max_installed = ids.len();
         let t_all = Instant::now();
@@ -1100,11 +1153,11 @@ impl KernelPipes {
                         if at > d.start {
                             r.late_installs += 1;
                         }
-                        gate.open(d.index);
                         ids.insert(d.index, id);
                     }
                     r.pipes += (end - next) * 2;
                     r.max_installed = r.max_installed.max(ids.len());
+                    gate.open(due[next..end].iter().map(|d| d.index));
                     next = end;
                 }
             }
@@ -1495,14 +1548,79 @@ mod tests {
     fn a_pipe_gate_opens_per_connection_and_counts_the_syns_it_held() {
         let g = PipeGate::new(3);
         assert!(!g.is_open(0) && !g.is_open(2));
-        g.open(2);
+        g.open([2]);
         assert!(g.is_open(2) && !g.is_open(1));
         // an index the gate was not made for has no gate
         assert!(g.is_open(7));
-        g.open(7);
+        g.open([7]);
         g.held(Duration::from_micros(1_500));
         g.held(Duration::from_micros(900));
         assert_eq!(g.waits(), (2, Duration::from_micros(1_500)));
+        g.open_all();
+        assert!((0..3).all(|i| g.is_open(i)));
+    }
+
+    #[test]
+    fn a_held_syn_goes_when_its_gate_opens_not_at_the_next_poll() {
+        let g = std::sync::Arc::new(PipeGate::new(2));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let w = {
+                let g = g.clone();
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    g.wait(1, Duration::from_secs(30)).await;
+                    t.elapsed()
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            // another connection's gate: still held
+            g.open([0]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(!w.is_finished());
+            // opened from the scheduler's thread
+            let opener = std::thread::spawn({
+                let g = g.clone();
+                move || g.open([1])
+            });
+            let waited = tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("woken by the open, long before its 30 s poll")
+                .unwrap();
+            opener.join().unwrap();
+            assert!(waited >= Duration::from_millis(40), "{waited:?}");
+        });
+    }
+
+    #[test]
+    fn a_scheduler_that_fails_or_panics_lets_every_held_syn_go_and_stops_the_clients() {
+        // a panic inside the scheduler
+        let g = PipeGate::new(4);
+        let abort = AtomicBool::new(false);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _release = Release {
+                gate: &g,
+                abort: &abort,
+                ok: false,
+            };
+            panic!("the scheduler panicked");
+        }));
+        assert!(r.is_err());
+        assert!(abort.load(Ordering::Relaxed));
+        assert!((0..4).all(|i| g.is_open(i)));
+        // a scheduler that finished leaves the gates and the clients alone
+        let g = PipeGate::new(4);
+        let abort = AtomicBool::new(false);
+        drop(Release {
+            gate: &g,
+            abort: &abort,
+            ok: true,
+        });
+        assert!(!abort.load(Ordering::Relaxed));
+        assert!(!g.is_open(0));
     }
 
     #[test]

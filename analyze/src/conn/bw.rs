@@ -349,8 +349,24 @@ impl Bandwidth {
         // at once, which a train's span takes in)
         let coarse = self.acks > 0
             && (self.acks_on_grid * 2 >= self.acks || self.acks_bunched * 4 >= self.acks);
+        // trains that agree among themselves (within 30%) but not with the pairs (more than
+        // 15% apart): the pairs' spacings were blurred by something the two rules above do
+        // not see, such as a shaper's tick that is not the tap's millisecond
+        // (one train alone counts where it spans four times a train's least span)
+        let trains_outvote = match (train_bw, pair_bw) {
+            (Some(t), Some(p)) if (t / p - 1.0).abs() > 0.15 => match trains.as_slice() {
+                [one] => one.gap >= 4 * MIN_TRAIN_SPAN,
+                [] => false,
+                many => {
+                    let lo = many.iter().map(|x| x.bps).fold(f64::INFINITY, f64::min);
+                    let hi = many.iter().map(|x| x.bps).fold(0.0, f64::max);
+                    hi <= lo * 1.3
+                }
+            },
+            _ => false,
+        };
         let (bw, source) = match (train_bw, pair_bw) {
-            (Some(b), _) if coarse => (Some(b), BwSource::Trains),
+            (Some(b), _) if coarse || trains_outvote => (Some(b), BwSource::Trains),
             (_, Some(b)) => (Some(b), BwSource::Pairs),
             (Some(b), None) => (Some(b), BwSource::Trains),
             (None, None) => (None, BwSource::None),

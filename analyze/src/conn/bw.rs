@@ -34,7 +34,12 @@
 //! the trains (`BwSource::Trains`) where it is coarse (half of the ACKs stamped within 20 µs of
 //! a millisecond boundary: 4% by chance) or compressed (a quarter of them less than 100 µs
 //! after the previous one), and where no pair qualified. On fine timestamps a pair is the finer
-//! instrument (its median ignores the odd stretched or bunched spacing).
+//! instrument (its median ignores the odd stretched or bunched spacing). The trains also
+//! outvote the pairs where they agree among themselves (two or more within 30%, or one of at
+//! least four times the least span) and their median is more than 15% from the pairs': a
+//! shaper's tick that is not the tap's millisecond (a HZ=250 router releasing two or three
+//! packets every 4 ms, spread by its forwarding) blurs the pairs, and neither the grid nor the
+//! bunching test sees it.
 
 use std::collections::VecDeque;
 

@@ -384,6 +384,15 @@ fn exchanges_with_coarse_timestamps_and_compressed_acks() {
         "naive response delay {naive} is as good"
     );
 }
+/// The rates of one kind of bandwidth sample of a record.
+fn rates(r: &ConnectionRecord, kind: BwKind) -> Vec<f64> {
+    r.bw_samples
+        .iter()
+        .filter(|s| s.kind == kind)
+        .map(|s| s.bps)
+        .collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     assert!(!v.is_empty(), "no samples");
     v.sort_by(|a, b| a.total_cmp(b));
@@ -412,12 +421,7 @@ fn bandwidth_with_coarse_timestamps_and_compressed_acks() {
         assert!(!trains.is_empty() && trains.iter().all(|s| s.gap_us >= 10_000));
         // naive: the median of the packet pairs, whose one- or two-segment spacings the tick
         // and the compression distort by as much as the spacing itself
-        let pairs: Vec<f64> = r
-            .bw_samples
-            .iter()
-            .filter(|s| s.kind == BwKind::Pair)
-            .map(|s| s.bps)
-            .collect();
+        let pairs = rates(&r, BwKind::Pair);
         if pairs.is_empty() || !within(median(pairs), rate, 0.2) {
             naive_missed.push(rate);
         }
@@ -495,15 +499,8 @@ fn bandwidth_trains_and_pairs_agree_on_exact_timestamps() {
         let est = r.bw_bps.expect("an estimate");
         assert_eq!(r.bw_source, BwSource::Pairs);
         assert!(within(est, rate, 0.01), "{est} bit/s for {rate}");
-        let of = |kind: BwKind| -> Vec<f64> {
-            r.bw_samples
-                .iter()
-                .filter(|s| s.kind == kind)
-                .map(|s| s.bps)
-                .collect()
-        };
-        assert!(within(median(of(BwKind::Pair)), rate, 0.01));
-        assert!(within(median(of(BwKind::Train)), rate, 0.01));
+        assert!(within(median(rates(&r, BwKind::Pair)), rate, 0.01));
+        assert!(within(median(rates(&r, BwKind::Train)), rate, 0.01));
     }
 }
 
@@ -527,12 +524,7 @@ fn bandwidth_behind_a_shaper_tick_that_is_not_the_taps_millisecond() {
             };
             let r = download(&dl, 0);
             let est = r.bw_bps.expect("an estimate");
-            let pairs: Vec<f64> = r
-                .bw_samples
-                .iter()
-                .filter(|s| s.kind == BwKind::Pair)
-                .map(|s| s.bps)
-                .collect();
+            let pairs = rates(&r, BwKind::Pair);
             eprintln!(
                 "rate {rate} ack_every {ack_every}: {est} from {:?}; pairs' median {}",
                 r.bw_source,

@@ -145,8 +145,8 @@ impl GuestLab {
             .sum()
     }
 
-    /// `ping` from the client namespace; (sent, received, avg ms).
-    fn ping(&self, args: &[&str]) -> (u64, u64, f64) {
+    /// `ping` from the client namespace: probes sent and received, min and avg RTT (ms).
+    fn ping(&self, args: &[&str]) -> Ping {
         let o = netns::command(&self.info.ns_cli, "ping", args)
             .output()
             .unwrap();
@@ -160,15 +160,50 @@ impl GuestLab {
             .take(2)
             .map(|f| f.split_whitespace().next().unwrap().parse().unwrap())
             .collect();
-        let avg = text
+        let rtt: Vec<f64> = text
             .lines()
             .find(|l| l.starts_with("rtt"))
             .and_then(|l| l.split('=').nth(1))
-            .and_then(|v| v.trim().split('/').nth(1))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(f64::NAN);
+            .map(|v| {
+                v.split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .split('/')
+                    .map(|x| x.parse().unwrap_or(f64::NAN))
+                    .collect()
+            })
+            .unwrap_or_default();
         eprintln!("ping {args:?}: {}", text.lines().last().unwrap_or(""));
-        (nums[0], nums[1], avg)
+        Ping {
+            sent: nums[0],
+            got: nums[1],
+            min: rtt.first().copied().unwrap_or(f64::NAN),
+            avg: rtt.get(1).copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+/// One `ping -q` summary.
+struct Ping {
+    sent: u64,
+    got: u64,
+    min: f64,
+    avg: f64,
+}
+
+impl Ping {
+    /// Checks that a pipe adds `want` ms of round trip over `base`: the averages and the
+    /// minima (the probes the TCG guest disturbed least) each within 2 ms.
+    fn assert_adds(&self, base: &Ping, want: f64, what: &str) {
+        let (dmin, davg) = (self.min - base.min, self.avg - base.avg);
+        assert!(
+            (dmin - want).abs() <= 2.0 && (davg - want).abs() <= 2.0,
+            "{what}: min {} / avg {} ms against {} / {} ms, want {want} ms more (each within 2)",
+            self.min,
+            self.avg,
+            base.min,
+            base.avg
+        );
     }
 }
 
@@ -328,21 +363,34 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     // 0. The guest's own forwarding, before any pipe: what an emulated CPU adds to every
     // round trip (TCG: 0.6-2.6 ms on this project's VMs; about 0.05 ms on hardware) is not
     // netem's, so the delays below are judged on what the pipes add to it, with the same ping.
-    let (sent, got, base) = lab.ping(&["-c", "200", "-i", "0.02", "-q", "198.18.0.1"]);
-    assert_eq!(got, sent, "ping through the unshaped guest lost probes");
+    let base = lab.ping(&["-c", "200", "-i", "0.02", "-q", "198.18.0.1"]);
+    assert_eq!(
+        base.got, base.sent,
+        "ping through the unshaped guest lost probes"
+    );
     assert!(
-        base < 10.0,
-        "the guest forwards too slowly to judge netem's delays: unshaped ping avg {base} ms"
+        base.avg < 10.0,
+        "the guest forwards too slowly to judge netem's delays: unshaped ping avg {} ms",
+        base.avg
     );
 
-    // 1. 20 ms each way: ping average 40 ms ± 2 ms (over the guest's own).
-    lab.apply("[default]\nboth = \"delay=20ms\"\n");
-    let (sent, got, avg) = lab.ping(&["-c", "200", "-i", "0.02", "-q", "198.18.0.1"]);
-    assert_eq!(got, sent, "ping through 20 ms each way lost probes");
-    assert!(
-        (avg - base - 40.0).abs() <= 2.0,
-        "ping avg {avg} ms over the guest's own {base} ms, want 40 ± 2"
+    // A packet netem delays leaves on a timer, and a TCG guest's timers fire late, the more so
+    // on a loaded host: 20 and 30 ms each way measured 40.4-41.7 and 60.7-62.2 ms over the
+    // unshaped guest's average in nine CI-mode runs, and one CI run failed on 62.15. What every
+    // delayed round trip costs beyond its delays is measured with a pipe of 1 ms each way, and
+    // the pipes below are judged against it; unmatched traffic against the unshaped guest.
+    lab.apply("[default]\nboth = \"delay=1ms\"\n");
+    let timer = lab.ping(&["-c", "200", "-i", "0.02", "-q", "198.18.0.1"]);
+    assert_eq!(
+        timer.got, timer.sent,
+        "ping through 1 ms each way lost probes"
     );
+
+    // 1. 20 ms each way: ping average 40 ms ± 2 ms (38 over the 1 ms pipe).
+    lab.apply("[default]\nboth = \"delay=20ms\"\n");
+    let p = lab.ping(&["-c", "200", "-i", "0.02", "-q", "198.18.0.1"]);
+    assert_eq!(p.got, p.sent, "ping through 20 ms each way lost probes");
+    p.assert_adds(&timer, 38.0, "20 ms each way, against 1 ms each way");
 
     // 2. Applying the rendered script twice leaves the same `tc -j qdisc show`; two pipes
     // see only their own settings.
@@ -352,38 +400,20 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
     let first = lab.qdiscs();
     lab.apply(two);
     assert_eq!(lab.qdiscs(), first, "a second apply changed the qdiscs");
-    let (_, _, a1) = lab.ping(&[
-        "-c",
-        "100",
-        "-i",
-        "0.02",
-        "-q",
-        "-I",
-        "198.19.0.1",
-        "198.18.0.1",
-    ]);
-    let (_, _, a2) = lab.ping(&[
-        "-c",
-        "100",
-        "-i",
-        "0.02",
-        "-q",
-        "-I",
-        "198.19.0.2",
-        "198.18.0.1",
-    ]);
-    let (_, _, a0) = lab.ping(&["-c", "100", "-i", "0.02", "-q", "198.18.0.1"]);
+    let ping_from =
+        |src: &str| lab.ping(&["-c", "100", "-i", "0.02", "-q", "-I", src, "198.18.0.1"]);
+    ping_from("198.19.0.1").assert_adds(&timer, 18.0, "pipe 1 (10 ms each way), against 1 ms");
+    ping_from("198.19.0.2").assert_adds(&timer, 58.0, "pipe 2 (30 ms each way), against 1 ms");
+    let p0 = lab.ping(&["-c", "100", "-i", "0.02", "-q", "198.18.0.1"]);
+    // Against the unshaped guest: its minimum, and no more than 2 ms on the average (one-sided:
+    // the unshaped ping right after boot once averaged 2.4 ms with a 101 ms outlier).
     assert!(
-        (a1 - base - 20.0).abs() <= 2.0,
-        "pipe 1 (10 ms each way): avg {a1} ms over the guest's own {base} ms"
-    );
-    assert!(
-        (a2 - base - 60.0).abs() <= 2.0,
-        "pipe 2 (30 ms each way): avg {a2} ms over the guest's own {base} ms"
-    );
-    assert!(
-        a0 - base < 2.0,
-        "unmatched traffic is not shaped: avg {a0} ms over the guest's own {base} ms"
+        (p0.min - base.min).abs() <= 2.0 && p0.avg - base.avg < 2.0,
+        "unmatched traffic is not shaped: min {} / avg {} ms against the unshaped guest's {} / {}",
+        p0.min,
+        p0.avg,
+        base.min,
+        base.avg
     );
 
     // 3. 10 Mbit/s: iperf3 goodput within ±5% of rate × payload share (1448 of 1500 IP

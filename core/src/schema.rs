@@ -620,12 +620,14 @@ tables! {
         queue_down_full: Option<i64> => col(Unit::Flag).since(6),
         /// How much earlier than a store-and-forward link the downstream bottleneck delivered
         /// the server's packets that met a short queue, in units of each packet's own
-        /// serialization at bw_bps (the median over such packets, clamped to 0..1): near 0 a
-        /// link that serializes every packet, near 1 a token bucket (tc htb/tbf, a cable
-        /// modem) that lets each leave at the start of its slot. NULL without a rate, without
-        /// packets slow enough to measure (2 ms of serialization), and in rows written before
-        /// migration 7.
-        shaper_lead_down: Option<f64> => col(Unit::Fraction).since(7),
+        /// serialization at bw_bps (the median over the packets with at most one ahead in the
+        /// queue model, clamped to 0..8): near 0 a link that serializes every packet, near 1 a
+        /// token bucket (tc htb/tbf, a cable modem) that lets each leave at the start of its
+        /// slot; above 1 (since 2026-11-28) a bucket that many full-size packets deep, read
+        /// from the packets that met 2-7 ahead where at least 4 did. NULL without a rate,
+        /// without packets slow enough to measure (2 ms of serialization), and in rows written
+        /// before migration 7; rows written before 2026-11-28 stop at 1.
+        shaper_lead_down: Option<f64> => col(Unit::Packets).since(7),
     }
 
     /// One row per request/response exchange (an application data unit each way).

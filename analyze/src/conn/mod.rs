@@ -777,7 +777,7 @@ impl Conn {
         let shaper_lead = sv
             .shaper
             .finish(&sv.sends, &arrivals, bw, rtt.down_part)
-            .map(|(lead, _)| lead.clamp(0.0, 1.0));
+            .map(|(lead, _)| lead.clamp(0.0, shaper::MAX_LEAD));
 
         // termination
         let rst = [c.rst_t, sv.rst_t];

@@ -21,6 +21,18 @@
 //! is the median of its samples: an ACK the client's delayed-ACK timer held, or a queue
 //! elsewhere on the path, makes a sample's lead smaller, never larger, and the median of
 //! several ignores the odd one.
+//!
+//! A bucket deeper than one packet (htb's burst of one timer tick at the rate on a kernel
+//! with a coarse tick, a cable modem's burst) lets the first `b` packets of a busy period
+//! leave at once, and every later packet of it `b` serializations before a serializing link
+//! would deliver it: the packet with `k` packets ahead in the model's queue leads by
+//! `min(k + 1, b)`. Where the short-queue samples say "token bucket", the samples that met 2
+//! to [`DEEP_AHEAD_MAX`] packets ahead measure `b` (their median, where there are at least
+//! [`MIN_DEEP_SAMPLES`] and it is above the short-queue lead); a replay gives the pipe a
+//! bucket of that many full-size packets. Deep samples leading by [`DEEP_ALONE_LEAD`] or
+//! more say token bucket on their own. A rate estimate low by a tenth overstates a deep
+//! sample's lead by a tenth of its `k + 1`, which is why the deep samples stop at a few
+//! packets ahead.
 
 use mimic_core::time::dur;
 
@@ -28,7 +40,21 @@ use super::loss::Arrival;
 use super::{Send, NO_LOG};
 
 /// Samples kept per connection (the first ones that may qualify).
-const MAX_LEAD_SAMPLES: usize = 64;
+const MAX_LEAD_SAMPLES: usize = 128;
+/// The most packets ahead in the model's queue a sample may have met to measure a bucket's
+/// depth.
+const DEEP_AHEAD_MAX: u32 = 7;
+/// Deep samples needed before their median is read as the bucket's depth.
+const MIN_DEEP_SAMPLES: usize = 4;
+/// The short-queue lead from which the bottleneck is taken for a token bucket and its depth
+/// is measured (replay's `TOKEN_BUCKET_LEAD`).
+const BUCKET_LEAD: f64 = 0.5;
+/// The deep samples' lead that says token bucket on its own, whatever the short-queue
+/// samples say: a serializing link's deep samples lead by 0, by about 0.5 where the rate
+/// estimate is a tenth low.
+const DEEP_ALONE_LEAD: f64 = 1.5;
+/// The largest lead reported: a deep sample leads by at most `DEEP_AHEAD_MAX + 1`.
+pub(super) const MAX_LEAD: f64 = DEEP_AHEAD_MAX as f64 + 1.0;
 /// A packet whose serialization at the estimated rate is shorter than this says nothing (a
 /// millisecond of jitter at the tap or on the path would be most of it).
 const MIN_SERIALIZATION: i64 = 2 * dur::MS;
@@ -52,22 +78,27 @@ pub(super) struct Shaper {
 impl Shaper {
     /// Per-sample hook: a Karn-valid round trip `rtt` (ns) of the segment sent as transmission
     /// `log`, `len` payload bytes, with `flight` bytes in flight when it was sent (itself
-    /// included). Only a segment with at most one full-size packet's worth ahead of it in
-    /// flight can have met a short queue, so only those are kept.
+    /// included). Only a segment with at most [`DEEP_AHEAD_MAX`] full-size packets' worth
+    /// ahead of it in flight can have met a queue that short, so only those are kept.
     #[inline]
     pub fn on_sample(&mut self, rtt: i64, log: u32, len: i64, flight: u32) {
-        if log != NO_LOG && self.samples.len() < MAX_LEAD_SAMPLES && i64::from(flight) - len <= 1500
+        if log != NO_LOG
+            && self.samples.len() < MAX_LEAD_SAMPLES
+            && i64::from(flight) - len <= i64::from(DEEP_AHEAD_MAX) * 1500
         {
             self.samples.push(LeadSample { rtt, log });
         }
     }
 
-    /// Finish step, after the bandwidth: the median lead of the qualifying samples and how
-    /// many there were (`None` with none). `sends`: the direction's transmissions;
-    /// `arrivals`: the same fed through the bottleneck's queue model at `bw_bps`, the
-    /// estimated rate (`loss::Loss::arrivals`: how many packets each found ahead and how long
-    /// it waited); `base`: the round trip of the handshake's part on this side of the tap (the
-    /// SYN-ACK's to the client's ACK), or a data sample's where that was shorter.
+    /// Finish step, after the bandwidth: the connection's lead and how many samples it rests
+    /// on (`None` with no short-queue sample): the median lead of the samples that met at most
+    /// one packet ahead, or, where that says token bucket and enough samples met 2 to
+    /// [`DEEP_AHEAD_MAX`] ahead, their median lead where it is larger (the bucket's depth in
+    /// packets). `sends`: the direction's transmissions; `arrivals`: the same fed through the
+    /// bottleneck's queue model at `bw_bps`, the estimated rate (`loss::Loss::arrivals`: how
+    /// many packets each found ahead and how long it waited); `base`: the round trip of the
+    /// handshake's part on this side of the tap (the SYN-ACK's to the client's ACK), or a data
+    /// sample's where that was shorter.
     pub fn finish(
         &self,
         sends: &[Send],
@@ -80,32 +111,53 @@ impl Shaper {
             return None;
         }
         let ns_per_byte = 8e9 / bw;
-        let mut leads: Vec<f64> = Vec::with_capacity(self.samples.len());
+        let mut short: Vec<f64> = Vec::with_capacity(self.samples.len());
+        let mut deep: Vec<f64> = Vec::new();
         for w in &self.samples {
             let (Some(s), Some(a)) = (sends.get(w.log as usize), arrivals.get(w.log as usize))
             else {
                 continue;
             };
             let ser = s.wire as f64 * ns_per_byte;
-            if a.ahead <= 1 && ser >= MIN_SERIALIZATION as f64 {
-                // a serializing link: the handshake's round trip less the SYN-ACK's
-                // serialization, plus the wait and this packet's own serialization
-                let serial = base as f64 - SYNACK_WIRE * ns_per_byte + a.wait_ns + ser;
-                leads.push((serial - w.rtt as f64) / ser);
+            if a.ahead > DEEP_AHEAD_MAX || ser < MIN_SERIALIZATION as f64 {
+                continue;
+            }
+            // a serializing link: the handshake's round trip less the SYN-ACK's
+            // serialization, plus the wait and this packet's own serialization
+            let serial = base as f64 - SYNACK_WIRE * ns_per_byte + a.wait_ns + ser;
+            let lead = (serial - w.rtt as f64) / ser;
+            if a.ahead <= 1 {
+                short.push(lead);
+            } else {
+                deep.push(lead);
             }
         }
-        if leads.is_empty() {
-            return None;
+        let lead = median(&mut short)?;
+        if deep.len() >= MIN_DEEP_SAMPLES {
+            let depth = median(&mut deep).unwrap_or(lead);
+            // a bucket by the short-queue lead, or one so deep that the deep samples alone
+            // say so (a timer tick that holds each release up to a tick cuts the short-queue
+            // samples' lead more than a packet's: 0.33 of 1 on average at 4 ms and 4 Mbit/s)
+            if depth > lead && (lead >= BUCKET_LEAD || depth >= DEEP_ALONE_LEAD) {
+                return Some((depth, (short.len() + deep.len()) as u32));
+            }
         }
-        leads.sort_unstable_by(f64::total_cmp);
-        let n = leads.len();
-        let median = if n % 2 == 1 {
-            leads[n / 2]
-        } else {
-            (leads[n / 2 - 1] + leads[n / 2]) / 2.0
-        };
-        Some((median, n as u32))
+        Some((lead, short.len() as u32))
     }
+}
+
+/// The median of `v` (sorted in place); `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 #[cfg(test)]
@@ -228,12 +280,94 @@ mod tests {
         assert_eq!(lead_of(&sh, &[], Some(BW), Some(base)), None);
         // at 50 Mbit/s a full packet serializes in 240 µs: too short to measure
         assert_eq!(lead_of(&sh, &sends, Some(50e6), Some(base)), None);
-        // a segment sent behind more than one packet in flight is never kept
+        // a segment sent behind more than DEEP_AHEAD_MAX packets in flight is never kept
         let mut sh = Shaper::default();
-        sh.on_sample(200 * MS, 1, 1448, 3 * 1448);
+        sh.on_sample(200 * MS, 1, 1448, 9 * 1448);
         assert_eq!(lead_of(&sh, &sends, Some(BW), Some(base)), None);
         // nor one beyond the send log
         sh.on_sample(200 * MS, NO_LOG, 1448, 1448);
         assert!(sh.samples.is_empty());
+    }
+
+    /// `n` full-size segments sent back to back 10 ms after the handshake into an idle
+    /// bottleneck at [`BW`] that is a token bucket of `depth` full-size packets (0: a
+    /// serializing link), each ACKed at once.
+    fn busy_period(depth: f64, n: usize) -> (Vec<Send>, Shaper, i64) {
+        let mut sends = vec![send(at(0.0), 60)];
+        let mut sh = Shaper::default();
+        let full = ser(1500.0);
+        for j in 0..n {
+            let t = 10.0 + 0.01 * j as f64;
+            sends.push(send(at(t), 1500));
+            let delivered = 10.0 + (j as f64 + 1.0 - depth).max(0.0) * full;
+            let rtt = delivered + PROP - t;
+            sh.on_sample(
+                (rtt * 1e6) as i64,
+                j as u32 + 1,
+                1448,
+                (j as u32 + 1) * 1448,
+            );
+        }
+        let hs = PROP + if depth > 0.0 { 0.0 } else { ser(60.0) };
+        (sends, sh, (hs * 1e6) as i64)
+    }
+
+    #[test]
+    fn a_deeper_bucket_leads_by_its_depth_in_packets() {
+        for (depth, lo, hi) in [
+            (0.0, -0.1, 0.1),
+            (1.0, 0.9, 1.1),
+            (2.5, 2.3, 2.7),
+            (4.0, 3.8, 4.2),
+        ] {
+            let (sends, sh, base) = busy_period(depth, 10);
+            let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
+            assert!(
+                lead >= lo && lead <= hi,
+                "depth {depth}: lead {lead} ({n} samples)"
+            );
+            assert_eq!(lead >= TOKEN_BUCKET_LEAD, depth > 0.0, "depth {depth}");
+        }
+        // too few samples beyond one packet ahead: the short-queue lead alone (min(k + 1, 4)
+        // of the two samples with 0 and 1 ahead)
+        let (sends, sh, base) = busy_period(4.0, 5);
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
+        assert_eq!(n, 2);
+        assert!((lead - 1.5).abs() < 0.1, "lead {lead}");
+    }
+
+    #[test]
+    fn deep_samples_say_bucket_alone_where_the_short_queue_ones_were_held() {
+        // the two short-queue samples' ACKs came 1.2 serializations late (a release held to a
+        // timer tick): their lead says serializing link (median 0.3), the deep samples 2.5
+        let (sends, mut sh, base) = busy_period(2.5, 10);
+        let late = (1.2 * ser(1500.0) * 1e6) as i64;
+        for w in sh.samples.iter_mut().take(2) {
+            w.rtt += late;
+        }
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
+        assert_eq!(n, 8);
+        assert!((lead - 2.46).abs() < 0.1, "lead {lead}");
+        // deep samples leading by less than 1.5 do not overrule the short-queue ones
+        let (sends, mut sh, base) = busy_period(1.2, 10);
+        for w in sh.samples.iter_mut().take(2) {
+            w.rtt += late;
+        }
+        let (lead, n) = lead_of(&sh, &sends, Some(BW), Some(base)).expect("samples");
+        assert_eq!(n, 2);
+        assert!(lead < TOKEN_BUCKET_LEAD, "lead {lead}");
+    }
+
+    #[test]
+    fn a_rate_estimate_off_by_a_tenth_misreads_a_deep_bucket_by_less_than_a_packet() {
+        for bw in [BW * 0.9, BW * 1.1] {
+            let (sends, sh, base) = busy_period(4.0, 10);
+            let (lead, _) = lead_of(&sh, &sends, Some(bw), Some(base)).expect("samples");
+            assert!((lead - 4.0).abs() < 1.0, "bw {bw}: lead {lead}");
+            // and a serializing link stays one
+            let (sends, sh, base) = busy_period(0.0, 10);
+            let (lead, _) = lead_of(&sh, &sends, Some(bw), Some(base)).expect("samples");
+            assert!(lead < TOKEN_BUCKET_LEAD, "bw {bw}: lead {lead}");
+        }
     }
 }

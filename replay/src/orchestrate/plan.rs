@@ -81,8 +81,25 @@ impl std::fmt::Display for QueueOverride {
 /// IP bytes of a SYN-ACK with the usual options (20 + 20 + 20).
 const SYNACK_IP_BYTES: f64 = 60.0;
 
-/// Token bucket depth a connection shaped by a token bucket gets: one full-size packet.
+/// Token bucket depth a connection shaped by a token bucket gets at least: one full-size
+/// packet.
 pub const SHAPER_BURST_BYTES: u32 = 1500;
+
+/// The token bucket depth (bytes) of a connection's downstream pipe: none where
+/// [`token_bucket_evident`] says a serializing link; else the analyzer's lead in full-size
+/// packets (`shaper_lead_down` measures a deeper bucket's depth: the packets of a busy period
+/// that met 2-7 ahead lead by it), at least one packet.
+pub fn shaper_burst_bytes(c: &ConnSpec) -> u32 {
+    if !token_bucket_evident(c) {
+        return 0;
+    }
+    let lead = c.shaper_lead_down.filter(|l| l.is_finite()).unwrap_or(1.0);
+    ((lead.clamp(1.0, MAX_BURST_PACKETS) * SHAPER_BURST_BYTES as f64).round() as u32)
+        .max(SHAPER_BURST_BYTES)
+}
+
+/// The deepest bucket a replay gives, in full-size packets (the analyzer reports at most 8).
+const MAX_BURST_PACKETS: f64 = 8.0;
 
 /// Whether the connection's bottleneck was a token-bucket shaper rather than a
 /// store-and-forward link. A token bucket (tc htb/tbf, dummynet's burst, a cable modem) lets
@@ -100,8 +117,8 @@ pub const SHAPER_BURST_BYTES: u32 = 1500;
 /// * without propagation delay: a minimum RTT shorter than the SYN-ACK's serialization at the
 ///   estimated rate (the bucket let the idle link's first packet through at once).
 ///
-/// Such a connection's downstream pipe gets a bucket of one full-size packet. Where neither
-/// says so (a measured lead below one half, or nothing measured on a path with delay) the pipe
+/// Such a connection's downstream pipe gets a bucket ([`shaper_burst_bytes`]) of one
+/// full-size packet, or as many as the lead says. Where neither says so (a measured lead below one half, or nothing measured on a path with delay) the pipe
 /// stays a serializing link.
 pub fn token_bucket_evident(c: &ConnSpec) -> bool {
     if c.shaper_lead_down.is_some_and(|l| l >= TOKEN_BUCKET_LEAD) && c.bw_bps.is_some() {
@@ -263,11 +280,7 @@ pub fn pipes_for(c: &ConnSpec, seed: u64, queue: QueueOverride) -> (PipeConfig, 
     let down = PipeConfig {
         delay: owd_ns,
         rate_bps: c.bw_bps.map_or(0, |b| b.round().max(1.0) as u64),
-        burst: if token_bucket_evident(c) {
-            SHAPER_BURST_BYTES
-        } else {
-            0
-        },
+        burst: shaper_burst_bytes(c),
         queue: QueueLimit::Packets(q_down),
         loss: if c.loss_rate_down > 0.0 {
             LossModel::Iid(c.loss_rate_down)
@@ -525,6 +538,28 @@ mod tests {
         let mut c = conn(Some(128e3), 0.0, None);
         c.min_rtt_us = None;
         assert!(!token_bucket_evident(&c));
+    }
+
+    #[test]
+    fn a_deeper_lead_gets_a_bucket_that_many_packets_deep() {
+        let mut c = conn(Some(4e6), 0.0, None);
+        c.min_rtt_us = Some(40_000);
+        for (lead, burst) in [
+            (0.93, SHAPER_BURST_BYTES),
+            (1.0, 1500),
+            (2.46, 3690),
+            (8.0, 12_000),
+            (30.0, 12_000),
+        ] {
+            c.shaper_lead_down = Some(lead);
+            assert_eq!(shaper_burst_bytes(&c), burst, "lead {lead}");
+            assert_eq!(pipes_for(&c, 1, QueueOverride::default()).1.burst, burst);
+        }
+        // a serializing link's lead, or none: no bucket however the handshake went
+        for lead in [Some(0.3), None] {
+            c.shaper_lead_down = lead;
+            assert_eq!(shaper_burst_bytes(&c), 0, "lead {lead:?}");
+        }
     }
 
     #[test]

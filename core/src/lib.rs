@@ -12,6 +12,7 @@
 //! * [`testcap`] — pcap / pcapng files written from scripted TCP conversations (the tests' own captures).
 //! * [`schema`] — the data contract: one column list per table (name, SQL type, unit, doc), from
 //!   which the DDL, the writers' binds and the readers come.
+//! * [`stats`] — order statistics the estimators share (the median).
 //! * [`db`] — the versioned SQLite schema shared by analyze, replay and compare, and atomic output.
 
 pub mod community_id;
@@ -22,6 +23,7 @@ pub mod model;
 pub mod packet;
 pub mod schema;
 pub mod seq;
+pub mod stats;
 pub mod testcap;
 pub mod time;
 pub mod trace;

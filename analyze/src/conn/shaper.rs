@@ -34,6 +34,7 @@
 //! sample's lead by a tenth of its `k + 1`, which is why the deep samples stop at a few
 //! packets ahead.
 
+use mimic_core::stats::median;
 use mimic_core::time::dur;
 
 use super::loss::Arrival;
@@ -136,28 +137,14 @@ impl Shaper {
         if deep.len() >= MIN_DEEP_SAMPLES {
             let depth = median(&mut deep).unwrap_or(lead);
             // a bucket by the short-queue lead, or one so deep that the deep samples alone
-            // say so (a timer tick that holds each release up to a tick cuts the short-queue
-            // samples' lead more than a packet's: 0.33 of 1 on average at 4 ms and 4 Mbit/s)
+            // say so (a release held to the next timer tick cuts the short-queue samples'
+            // lead: from 1 to 0.33 on average at a 4 ms tick and 4 Mbit/s)
             if depth > lead && (lead >= BUCKET_LEAD || depth >= DEEP_ALONE_LEAD) {
                 return Some((depth, (short.len() + deep.len()) as u32));
             }
         }
         Some((lead, short.len() as u32))
     }
-}
-
-/// The median of `v` (sorted in place); `None` when empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 #[cfg(test)]

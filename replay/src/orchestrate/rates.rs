@@ -35,6 +35,7 @@
 
 use std::collections::HashMap;
 
+use mimic_core::stats::median;
 use serde::Serialize;
 
 use super::ReplayError;
@@ -265,19 +266,6 @@ pub fn rtt_class(min_rtt_us: Option<i64>) -> Option<usize> {
             .position(|b| r < *b)
             .unwrap_or(RTT_CLASS_BOUNDS_US.len()),
     )
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 fn has_estimate(c: &ConnSpec) -> bool {

@@ -10,6 +10,16 @@
 /// Relative estimation error within which a rate counts as a class boundary's rate.
 pub const CLASS_TOLERANCE: f64 = 0.02;
 
+/// The shaper lead (`connections.shaper_lead_down`, in full-size packets' serialization) at
+/// and above which a downstream bottleneck is taken for a token bucket: halfway between a
+/// serializing link's 0 and a one-packet bucket's 1. The analyzer measures a deeper bucket's
+/// depth only past it (or past a deep lead of its own); replay gives a bucket only past it.
+pub const TOKEN_BUCKET_LEAD: f64 = 0.5;
+
+/// The deepest token bucket, in full-size packets, the analyzer reports (its deep samples met
+/// at most one fewer ahead) and a replay gives.
+pub const MAX_BUCKET_PACKETS: u32 = 8;
+
 pub fn queue_packets(bw_bps: Option<f64>) -> (u32, u32) {
     match bw_bps {
         Some(b) if b < 56_000.0 * (1.0 - CLASS_TOLERANCE) => (5, 5),

@@ -34,6 +34,7 @@
 //! sample's lead by a tenth of its `k + 1`, which is why the deep samples stop at a few
 //! packets ahead.
 
+use mimic_core::model::{MAX_BUCKET_PACKETS, TOKEN_BUCKET_LEAD};
 use mimic_core::stats::median;
 use mimic_core::time::dur;
 
@@ -43,19 +44,16 @@ use super::{Send, NO_LOG};
 /// Samples kept per connection (the first ones that may qualify).
 const MAX_LEAD_SAMPLES: usize = 128;
 /// The most packets ahead in the model's queue a sample may have met to measure a bucket's
-/// depth.
-const DEEP_AHEAD_MAX: u32 = 7;
+/// depth (7: a deep sample leads by at most `DEEP_AHEAD_MAX + 1`, the deepest bucket).
+const DEEP_AHEAD_MAX: u32 = MAX_BUCKET_PACKETS - 1;
 /// Deep samples needed before their median is read as the bucket's depth.
 const MIN_DEEP_SAMPLES: usize = 4;
-/// The short-queue lead from which the bottleneck is taken for a token bucket and its depth
-/// is measured (replay's `TOKEN_BUCKET_LEAD`).
-const BUCKET_LEAD: f64 = 0.5;
 /// The deep samples' lead that says token bucket on its own, whatever the short-queue
 /// samples say: a serializing link's deep samples lead by 0, by about 0.5 where the rate
 /// estimate is a tenth low.
 const DEEP_ALONE_LEAD: f64 = 1.5;
 /// The largest lead reported: a deep sample leads by at most `DEEP_AHEAD_MAX + 1`.
-pub(super) const MAX_LEAD: f64 = DEEP_AHEAD_MAX as f64 + 1.0;
+pub(super) const MAX_LEAD: f64 = MAX_BUCKET_PACKETS as f64;
 /// A packet whose serialization at the estimated rate is shorter than this says nothing (a
 /// millisecond of jitter at the tap or on the path would be most of it).
 const MIN_SERIALIZATION: i64 = 2 * dur::MS;
@@ -139,7 +137,7 @@ impl Shaper {
             // a bucket by the short-queue lead, or one so deep that the deep samples alone
             // say so (a release held to the next timer tick cuts the short-queue samples'
             // lead: from 1 to 0.33 on average at a 4 ms tick and 4 Mbit/s)
-            if depth > lead && (lead >= BUCKET_LEAD || depth >= DEEP_ALONE_LEAD) {
+            if depth > lead && (lead >= TOKEN_BUCKET_LEAD || depth >= DEEP_ALONE_LEAD) {
                 return Some((depth, (short.len() + deep.len()) as u32));
             }
         }
@@ -172,8 +170,6 @@ mod tests {
     }
 
     const MS: i64 = dur::MS;
-    /// Where a replay takes the bottleneck for a token bucket (replay's `TOKEN_BUCKET_LEAD`).
-    const TOKEN_BUCKET_LEAD: f64 = 0.5;
 
     fn at(ms: f64) -> Timestamp {
         Timestamp::from_nanos((ms * 1e6) as i64)

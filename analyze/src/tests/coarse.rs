@@ -394,10 +394,7 @@ fn rates(r: &ConnectionRecord, kind: BwKind) -> Vec<f64> {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    assert!(!v.is_empty(), "no samples");
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    (v[(n - 1) / 2] + v[n / 2]) / 2.0
+    mimic_core::stats::median(&mut v).expect("no samples")
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mimic_core::model::MAX_BUCKET_PACKETS;
 use mimic_netemu::config::{AckPolicy, LossModel, PipeConfig, QueueLimit};
 use mimic_netemu::engine::FlowRule;
 use serde::Serialize;
@@ -94,12 +95,8 @@ pub fn shaper_burst_bytes(c: &ConnSpec) -> u32 {
         return 0;
     }
     let lead = c.shaper_lead_down.filter(|l| l.is_finite()).unwrap_or(1.0);
-    ((lead.clamp(1.0, MAX_BURST_PACKETS) * SHAPER_BURST_BYTES as f64).round() as u32)
-        .max(SHAPER_BURST_BYTES)
+    (lead.clamp(1.0, f64::from(MAX_BUCKET_PACKETS)) * f64::from(SHAPER_BURST_BYTES)).round() as u32
 }
-
-/// The deepest bucket a replay gives, in full-size packets (the analyzer reports at most 8).
-const MAX_BURST_PACKETS: f64 = 8.0;
 
 /// Whether the connection's bottleneck was a token-bucket shaper rather than a
 /// store-and-forward link. A token bucket (tc htb/tbf, dummynet's burst, a cable modem) lets
@@ -118,8 +115,9 @@ const MAX_BURST_PACKETS: f64 = 8.0;
 ///   estimated rate (the bucket let the idle link's first packet through at once).
 ///
 /// Such a connection's downstream pipe gets a bucket ([`shaper_burst_bytes`]) of one
-/// full-size packet, or as many as the lead says. Where neither says so (a measured lead below one half, or nothing measured on a path with delay) the pipe
-/// stays a serializing link.
+/// full-size packet, or as many as the lead says. Where neither says so (a measured lead
+/// below one half, or nothing measured on a path with delay) the pipe stays a serializing
+/// link.
 pub fn token_bucket_evident(c: &ConnSpec) -> bool {
     if c.shaper_lead_down.is_some_and(|l| l >= TOKEN_BUCKET_LEAD) && c.bw_bps.is_some() {
         return true;
@@ -133,8 +131,8 @@ pub fn token_bucket_evident(c: &ConnSpec) -> bool {
 }
 
 /// The `shaper_lead_down` at and above which the original's bottleneck is taken for a token
-/// bucket: halfway between a serializing link's 0 and a bucket's 1.
-pub const TOKEN_BUCKET_LEAD: f64 = 0.5;
+/// bucket (shared with the analyzer, which measures a deeper bucket's depth past it).
+pub use mimic_core::model::TOKEN_BUCKET_LEAD;
 
 /// The least extra wait of a handshake that the replay reproduces (below it the difference is
 /// the capture host's scheduling, not a queue).

@@ -285,13 +285,14 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 /// packet lost 12% of 25 Mbit/s and 24% of 50 Mbit/s to the TCG guest's late timers, so there
 /// they are shaped by netem's rate (a serializing link) with one client address each. The
 /// shaping check holds both within its tolerances, the truth and the check name the shaper,
-/// each class runs on one address, and the analyzer finds the configured RTT (with the base
-/// RTT the router had while each connection ran).
+/// each class runs on one address, and the analyzer finds the path's RTT: between the configured
+/// one and what ping measured through the class's shaper (each with what the router's own delay
+/// added while the connection ran).
 #[test]
 fn independent_testbed_fast_classes_in_a_netem_guest() {
     let tmp = tempdir();
     let out = tmp.path().join("ind");
-    let (_so, se) = run_guest_testbed(
+    let (so, se) = run_guest_testbed(
         &[
             "--classes",
             "cable-25m,fibre-50m",
@@ -301,6 +302,8 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         ],
         &out,
     );
+    // the tables (analyzer, shaping check, router load) go with a failure's output
+    println!("{so}");
     torn_down(&se);
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     // one address a class (--fast-addrs' default in the guest), netem's rate
@@ -321,21 +324,32 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         assert_eq!(c["rtt_ok"], true, "ping RTT off: {c}");
         assert_eq!(c["goodput_ok"], true, "goodput off: {c}");
     }
-    // On a 5 or 2 ms path a TCG router's own delay under the workload (0.3-1.5 ms here,
-    // measured by the unshaped path's pings) is as large as the 1 ms tolerance: the analyzer
-    // must find the configured RTT plus the base RTT those pings had while each connection ran,
-    // and the configured RTT itself within 1 ms at the median.
+    // On a 5 or 2 ms path two things the configuration does not hold are as large as the 1 ms
+    // tolerance: the TCG router's own delay under the workload (0.3-1.5 ms, measured by the
+    // unshaped path's pings) and netem's late timers (0.5-1.5 ms a round trip, measured by the
+    // shaping check's pings through the class's own shaper, later on an idle guest than under
+    // the workload: CI once found cable-25m 0.87 ms over 2 x delay + base at the median, with
+    // no router delay; a run here 0.49 ms over, with the check's pings 1.5 ms over). So the
+    // path's truth is a range, from 2 x delay + the router's delay then up to what ping
+    // measured through the shaper plus the same: the analyzer must fall within 1 ms (or 10%)
+    // of it for 90% of the connections and within 1 ms at the median; the shaping check above
+    // holds the range's top within its tolerance of the configuration.
     for class in ["cable-25m", "fibre-50m"] {
         let c = get(&t, &["analyzer", class]);
         assert_eq!(c["shaper"], "netem-rate", "{class}: {c}");
         assert_eq!(c["connections"], 10, "{class}: {c}");
-        let load = get(c, &["min_rtt_concurrent_base"]);
-        assert_eq!(load["n"], 10, "{class}: {c}");
-        assert!(load["share"].as_f64().unwrap() >= 0.9, "{class}: {c}");
-        let med = get(c, &["min_rtt", "median_error_ms"]).as_f64().unwrap();
+        assert_eq!(
+            get(c, &["min_rtt_concurrent_base", "n"]),
+            10,
+            "{class}: {c}"
+        );
+        let range = get(c, &["min_rtt_ping_range"]);
+        assert_eq!(range["n"], 10, "{class}: {c}");
+        assert!(range["share"].as_f64().unwrap() >= 0.9, "{class}: {c}");
+        let med = range["median_error_ms"].as_f64().unwrap();
         assert!(
             med.abs() <= 1.0,
-            "{class}: median min RTT error {med} ms: {c}"
+            "{class}: median min RTT {med} ms outside the path's range: {c}"
         );
     }
 }

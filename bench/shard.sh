@@ -7,22 +7,29 @@
 # every meta row but command / shards / merged_from / peak_connections (the merged peak is the
 # sum of the shards' peaks, an upper bound). Prints the counts, the wall-clock times and
 # MATCH or MISMATCH; exits 1 on a mismatch.
+# The last line, "scale: N P UNSHARDED_S SHARDS_S MERGE_S", is for bench/analyze-scale.sh.
 # Usage: bench/shard.sh [N] [P]    (defaults: 4 shards, 2 at a time: this machine has 2 cores)
+# With MIMIC=BIN (and GEN_TRACE=BIN, or TRACE=FILE already built) it builds and installs
+# nothing and runs those binaries: how it runs on a machine without Rust or the packages (the
+# trace is made from CAPTURES, default ../shared/traces/public/web; python3 does the check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-4}
 p=${2:-2}
-scripts/deps.sh test >/dev/null
-cargo build --release -q -p mimic -p mimic-bench
-out=bench/out
+if [ -z "${MIMIC:-}" ]; then
+  scripts/deps.sh test >/dev/null
+  cargo build --release -q -p mimic -p mimic-bench
+fi
+mimic=${MIMIC:-./target/release/mimic}
+out=${OUT:-bench/out}
 mkdir -p "$out"
-trace=$out/web-loop.pcap
+trace=${TRACE:-$out/web-loop.pcap}
 if [ ! -s "$trace" ]; then
-  ./target/release/gen-trace --out "$trace" --loops 19 ../shared/traces/public/web/*
+  "${GEN_TRACE:-./target/release/gen-trace}" --out "$trace" --loops 19 \
+    "${CAPTURES:-../shared/traces/public/web}"/*
 fi
 work=$(mktemp -d "$out/shard.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mimic=./target/release/mimic
 cat "$trace" > /dev/null   # warm the page cache
 
 now() { date +%s.%N; }
@@ -85,4 +92,5 @@ if bad:
         print("  " + b)
     sys.exit(1)
 print(f"MATCH: the {n} merged shards equal the unsharded run in every table and meta row compared")
+print(f"scale: {n} {p} {t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f}")
 PY

@@ -380,10 +380,12 @@ impl ParquetDataset {
                 })
             }
             Ok(_) => {}
-            Err(_) => {
-                std::fs::create_dir(dir).map_err(io(dir))?;
-                created_dir = true;
-            }
+            Err(_) => match std::fs::create_dir(dir) {
+                Ok(()) => created_dir = true,
+                // the shards of one run start at once: another one made it in between
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                Err(e) => return Err(io(dir)(e)),
+            },
         }
         for t in TABLES {
             let tdir = dir.join(format!("table={}", t.name));
@@ -813,6 +815,38 @@ mod tests {
         ds.table(1).push(&conn(1, true)).unwrap();
         drop(ds);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+
+    /// The shards of one run started at once all create the dataset's directory: each one
+    /// that finds it made by another in between goes on (a 16-shard run on 16 CPUs failed
+    /// with "File exists" before), and every shard's parts land.
+    #[test]
+    fn shards_started_at_once_share_the_new_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ds");
+        let n = 16u32;
+        let go = std::sync::Barrier::new(n as usize);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..=n)
+                .map(|k| {
+                    let (dir, go) = (&dir, &go);
+                    s.spawn(move || {
+                        go.wait();
+                        let mut ds = ParquetDataset::create(dir, k, n)?;
+                        ds.table(1).push(&conn(i64::from(k), true))?;
+                        ds.commit()
+                    })
+                })
+                .collect();
+            for (k, h) in handles.into_iter().enumerate() {
+                h.join()
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("shard {}: {e}", k + 1));
+            }
+        });
+        for k in 1..=n {
+            assert!(part_path(&dir, "connections", k).is_file(), "shard {k}");
+        }
     }
 
     /// A directory holding a shard beyond the run's count is another run's: refused.

@@ -286,8 +286,8 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 /// they are shaped by netem's rate (a serializing link) with one client address each. The
 /// shaping check holds both within its tolerances, the truth and the check name the shaper,
 /// each class runs on one address, and the analyzer finds the path's RTT: between the configured
-/// one and what ping measured through the class's shaper (each with what the router's own delay
-/// added while the connection ran).
+/// one and what a typical ping took through the class's shaper (each with what the router's own
+/// delay added while the connection ran).
 #[test]
 fn independent_testbed_fast_classes_in_a_netem_guest() {
     let tmp = tempdir();
@@ -326,14 +326,16 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
     }
     // On a 5 or 2 ms path two things the configuration does not hold are as large as the 1 ms
     // tolerance: the TCG router's own delay under the workload (0.3-1.5 ms, measured by the
-    // unshaped path's pings) and netem's late timers (0.5-1.5 ms a round trip, measured by the
-    // shaping check's pings through the class's own shaper, later on an idle guest than under
-    // the workload: CI once found cable-25m 0.87 ms over 2 x delay + base at the median, with
-    // no router delay; a run here 0.49 ms over, with the check's pings 1.5 ms over). So the
-    // path's truth is a range, from 2 x delay + the router's delay then up to what ping
-    // measured through the shaper plus the same: the analyzer must fall within 1 ms (or 10%)
-    // of it for 90% of the connections and within 1 ms at the median; the shaping check above
-    // holds the range's top within its tolerance of the configuration.
+    // unshaped path's pings) and netem's late timers, by a different amount for each packet
+    // (the shaping check's 20 pings through the class's own shaper: 0.06-3.0 ms late, 1.0-2.5
+    // ms on average). A connection's min RTT is the least of its few samples, each that late:
+    // CI found cable-25m 5/10 within 1 ms of 2 x delay + base (median 0.87 ms over, the router
+    // adding nothing), and, judged against the pings' minimum instead, fibre 8/10 where one
+    // ping of 20 came back 0.06 ms late and their average 1.83 ms. So the truth is a range,
+    // from 2 x delay + the router's delay then (netem is never early) up to what a typical
+    // packet took (the pings' average) plus the same: the analyzer must fall within 1 ms (or
+    // 10%) of it for 90% of the connections and within 1 ms at the median. An analyzer early
+    // by more than 1 ms, or late by more than the pings' average lateness and 1 ms, fails.
     for class in ["cable-25m", "fibre-50m"] {
         let c = get(&t, &["analyzer", class]);
         assert_eq!(c["shaper"], "netem-rate", "{class}: {c}");

@@ -61,8 +61,7 @@ for r in $(seq 1 "$runs"); do
     echo "$name|$(awk "BEGIN { print $t1 - $t0 }")" >> "$work/times"
   done
 done
-frames=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT value FROM meta WHERE key='frames'\").fetchone()[0])" "$work/a.db")
-conns=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM connections').fetchone()[0])" "$work/a.db")
+read -r frames conns < <(python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(\"SELECT value FROM meta WHERE key='frames'\").fetchone()[0], c.execute('SELECT count(*) FROM connections').fetchone()[0])" "$work/a.db")
 
 : > "$work/scale"
 for n in "${shards[@]}"; do

@@ -650,6 +650,15 @@ def concurrent_base_us(pings, t0, t1, base_rtt_us):
     return max(base_rtt_us, min(near)) if near else base_rtt_us
 
 
+def rtt_judged(rtt_us, lo_us, hi_us=None):
+    """A min RTT against its truth, one value or the range `lo_us`..`hi_us` (µs): right within
+    10% or 1 ms of it; the error (ms) is the distance to it, signed (0 inside a range)."""
+    hi_us = lo_us if hi_us is None else hi_us
+    ok = lo_us - max(0.1 * lo_us, 1000) <= rtt_us <= hi_us + max(0.1 * hi_us, 1000)
+    err = rtt_us - lo_us if rtt_us < lo_us else rtt_us - hi_us if rtt_us > hi_us else 0
+    return ok, err / 1000
+
+
 def cmd_report(a):
     d = a.dir
     truth = {}
@@ -711,27 +720,25 @@ def cmd_report(a):
         true_rtt = 1000 * (float(t["delay_down_ms"]) + float(t["delay_up_ms"])) + base_rtt_us
         rtt_ok = None
         if rtt is not None:
-            rtt_ok = abs(rtt - true_rtt) <= max(0.1 * true_rtt, 1000)
-            p["rtt"].append((rtt_ok, (rtt - true_rtt) / 1000))
+            rtt_ok, e = rtt_judged(rtt, true_rtt)
+            p["rtt"].append((rtt_ok, e))
         # the same, with the base RTT the unshaped path had while the connection ran (the
         # router's own delay then, measured by ping, not by mimic)
         load_base = concurrent_base_us(pings, t0, t1, base_rtt_us)
         true_rtt_load = true_rtt - base_rtt_us + load_base
         rtt_load_ok = None
         if rtt is not None:
-            rtt_load_ok = abs(rtt - true_rtt_load) <= max(0.1 * true_rtt_load, 1000)
-            p["rtt_load"].append((rtt_load_ok, (rtt - true_rtt_load) / 1000))
+            rtt_load_ok, e = rtt_judged(rtt, true_rtt_load)
+            p["rtt_load"].append((rtt_load_ok, e))
         # the same against a range: from that truth up to the class's path as ping measured it
         # through its shaper (the shaping check's average) plus what the router's own delay
-        # added while the connection ran; the error is the distance to the range (0 inside it)
+        # added while the connection ran
         true_rtt_path = rtt_path_ok = None
         if t["class"] in ping_path_us:
             true_rtt_path = max(true_rtt_load, ping_path_us[t["class"]] + load_base - base_rtt_us)
             if rtt is not None:
-                lo, hi = true_rtt_load, true_rtt_path
-                rtt_path_ok = (lo - max(0.1 * lo, 1000) <= rtt <= hi + max(0.1 * hi, 1000))
-                err = rtt - lo if rtt < lo else rtt - hi if rtt > hi else 0
-                p["rtt_path"].append((rtt_path_ok, err / 1000))
+                rtt_path_ok, e = rtt_judged(rtt, true_rtt_load, true_rtt_path)
+                p["rtt_path"].append((rtt_path_ok, e))
         ex = exch.get(cid, [])
         rq = reqs[t["conn"]]
         if len(ex) == len(rq):

@@ -175,6 +175,10 @@ pub struct Exchange {
     pub read_rate_bps: Option<f64>,
     /// What showed that read rate (`exchanges.read_rate_by`).
     pub read_rate_by: Option<ReadRateBy>,
+    /// The client's advertised window while this response had data outstanding, as (response
+    /// bytes acknowledged, window in bytes) points: the first, then each that moved by 1/8 or
+    /// more from the previous point (`exchanges.rwin_profile`).
+    pub rwin_profile: Vec<(u64, u64)>,
     /// The time (µs) the server had everything it had sent of this response acknowledged
     /// and sent nothing, before its last packet (its own pauses; not stored).
     #[serde(skip)]

@@ -154,15 +154,22 @@ pub fn exchange_row(conn_id: i64, e: &Exchange) -> ExchangeRow {
         zero_window_stalls: stalls_text(&e.zero_window_stalls),
         read_rate_bps: e.read_rate_bps,
         read_rate_by: e.read_rate_by.map(|b| Text::Borrowed(b.as_str())),
+        rwin_profile: pairs_text(&e.rwin_profile),
     }
 }
 
 /// `exchanges.zero_window_stalls`: `AT:US` pairs separated by spaces, NULL when none.
 fn stalls_text(stalls: &[(u64, i64)]) -> Option<Text> {
-    if stalls.is_empty() {
+    pairs_text(stalls)
+}
+
+/// `A:B` pairs separated by spaces (`exchanges.zero_window_stalls`, `exchanges.rwin_profile`),
+/// NULL when there are none.
+fn pairs_text<A: std::fmt::Display, B: std::fmt::Display>(pairs: &[(A, B)]) -> Option<Text> {
+    if pairs.is_empty() {
         return None;
     }
-    let v: Vec<String> = stalls.iter().map(|(at, us)| format!("{at}:{us}")).collect();
+    let v: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
     Some(Text::Owned(v.join(" ")))
 }
 

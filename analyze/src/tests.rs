@@ -591,6 +591,33 @@ fn several_stalls_in_one_response_are_each_recorded_where_they_happened() {
     assert!(e.read_rate_bps.is_some(), "{e:?}");
 }
 
+/// One response of 16 full segments, one every 10 ms as the client's ACKs let the server
+/// send: the ACK of segment k (1 ms after segment k + 1 left) advertises `win(k)` (raw); the
+/// request advertised `req_win`. Returns the connection's one exchange.
+fn sixteen_segments(req_win: u16, win: impl Fn(u32) -> u16) -> Exchange {
+    let mut w = Wire::new();
+    let t = w.handshake(0, 100 * US, 1000, 5000);
+    let mut req = p(true, 1001, 5001, PA, 100);
+    req.win = req_win;
+    w.send(t + MS, req);
+    let t0 = t + 2 * MS;
+    let seg = |k: u32| p(false, 5001 + k * 1460, 1101, A, 1460);
+    w.send(t0, seg(0));
+    for k in 0..16u32 {
+        let ts = t0 + k as i64 * 10 * MS;
+        // the ACK of segment k comes after segment k + 1 left
+        if k < 15 {
+            w.send(ts + 10 * MS, seg(k + 1));
+        }
+        let mut ack = p(true, 1101, 5001 + (k + 1) * 1460, A, 0);
+        ack.win = win(k);
+        w.send(ts + 11 * MS, ack);
+    }
+    let r = w.finish().remove(0);
+    assert_eq!(r.exchanges.len(), 1);
+    r.exchanges[0].clone()
+}
+
 /// A client that reads slower than its path without ever closing its window: the server
 /// sends a full segment every 10 ms as the window lets it, and each ACK (1 ms after the next
 /// segment left) advertises 3,500 bytes less, down to 7,500 of 60,000 (the buffer filling
@@ -609,31 +636,12 @@ fn a_client_that_reads_slowly_without_closing_its_window_gets_its_read_rate() {
         Grow,
     }
     fn run(mode: Win) -> Exchange {
-        let mut w = Wire::new();
-        let t = w.handshake(0, 100 * US, 1000, 5000);
-        let mut req = p(true, 1001, 5001, PA, 100);
-        req.win = if mode == Win::Grow { 7500 } else { 60000 };
-        w.send(t + MS, req);
-        let t0 = t + 2 * MS;
-        let seg = |k: u32| p(false, 5001 + k * 1460, 1101, A, 1460);
-        w.send(t0, seg(0));
-        for k in 0..16u32 {
-            let ts = t0 + k as i64 * 10 * MS;
-            // the ACK of segment k comes after segment k + 1 left
-            if k < 15 {
-                w.send(ts + 10 * MS, seg(k + 1));
-            }
-            let mut ack = p(true, 1101, 5001 + (k + 1) * 1460, A, 0);
-            ack.win = match mode {
-                Win::Drain => (60000 - k * 3500) as u16,
-                Win::Open => 60000,
-                Win::Grow => (7500 + k * 3500) as u16,
-            };
-            w.send(ts + 11 * MS, ack);
-        }
-        let r = w.finish().remove(0);
-        assert_eq!(r.exchanges.len(), 1);
-        r.exchanges[0].clone()
+        let req_win = if mode == Win::Grow { 7500 } else { 60000 };
+        sixteen_segments(req_win, |k| match mode {
+            Win::Drain => (60000 - k * 3500) as u16,
+            Win::Open => 60000,
+            Win::Grow => (7500 + k * 3500) as u16,
+        })
     }
     let slow = run(Win::Drain);
     assert_eq!(slow.resp_bytes, 16 * 1460);
@@ -1926,4 +1934,35 @@ fn a_token_bucket_is_told_from_a_serializing_link_behind_propagation_delay() {
     w.send(t + 5 * MS, p(false, 5001, 1101, A, 1000));
     w.send(t + 5 * MS + 200 * MS, p(true, 1101, 6001, A, 0));
     assert_eq!(w.finish()[0].shaper_lead_down, None);
+}
+
+/// A client whose window shrinks while it reads (from 60,000 by 2,000 an ACK to 42,000, then
+/// back up by 5,000 an ACK to 62,000; raw, before its window scale), the server sending a segment per ACK: the exchange's
+/// window profile has the first window and each that moved by 1/8 or more from the last
+/// point, at the response bytes acknowledged with it. The last ACK, with nothing left
+/// outstanding, adds none.
+#[test]
+fn a_window_that_shrinks_and_grows_within_a_response_is_its_profile() {
+    let e = sixteen_segments(60000, |k| {
+        let raw = if k < 10 {
+            60000 - k * 2000
+        } else {
+            (42000 + (k - 9) * 5000).min(62000)
+        };
+        raw as u16
+    });
+    // in bytes: the client's window scale is 7
+    let want: Vec<(u64, u64)> = [
+        (1460, 60000),
+        (7300, 52000),
+        (13140, 44000),
+        (17520, 52000),
+        (20440, 62000),
+    ]
+    .into_iter()
+    .map(|(at, w)| (at, w << 7))
+    .collect();
+    assert_eq!(e.rwin_profile, want);
+    // no read rate: the window never fell below a quarter of its largest
+    assert_eq!(e.read_rate_bps, None);
 }

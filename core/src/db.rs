@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (7, include_str!("../../schemas/0007_shaper_lead.sql")),
     (8, include_str!("../../schemas/0008_client_reading.sql")),
     (9, include_str!("../../schemas/0009_read_rate_by.sql")),
+    (10, include_str!("../../schemas/0010_rwin_profile.sql")),
 ];
 /// The migration level this build writes and brings older databases up to: the last file's.
 pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -28,7 +29,7 @@ pub const SCHEMA_LEVEL: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// reader checks. Migrations that only add indexes and views (0002) leave it alone, so a
 /// database migrated in place stays readable by older builds; neither does one that adds a
 /// nullable column at the end (0003, 0004, 0005, 0006, 0007, 0008,
-/// 0009), which readers naming their columns do not see.
+/// 0009, 0010), which readers naming their columns do not see.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -565,7 +566,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("9")
+            Some("10")
         );
         assert_eq!(schema_level(&c).unwrap(), SCHEMA_LEVEL);
         assert_eq!(index_statements().len(), 3);
@@ -635,7 +636,7 @@ mod tests {
         );
         assert_eq!(
             get_meta(&c, "schema_migration").unwrap().as_deref(),
-            Some("9")
+            Some("10")
         );
         assert_eq!(
             objects(&c),
@@ -723,6 +724,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(by, None);
+        // 0010's column, NULL too
+        let profile: Option<String> = c
+            .query_row(
+                "SELECT rwin_profile FROM exchanges WHERE conn_id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(profile, None);
         drop(c);
         // a second open finds nothing to do (and a second migrate applies nothing)
         let c = open_existing(&p).unwrap();

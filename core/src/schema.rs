@@ -687,6 +687,15 @@ tables! {
         /// loss to explain it: the client's ACKs fell behind its path). NULL where there is no
         /// read rate, and in rows written before migration 9.
         read_rate_by: Option<Text> => col(Unit::None).since(9),
+        /// The client's advertised receive window while the server had this response's data
+        /// outstanding, as `AT:BYTES` pairs separated by spaces: the response bytes the client
+        /// had acknowledged and the window (bytes, scaled) it advertised with them — the first
+        /// such window, then each that moved by 1/8 or more from the previous pair's (at most
+        /// 64; zero windows are in zero_window_stalls instead). A window that shrinks while
+        /// the client reads (a reader that lags without stopping, a receive buffer filled by
+        /// large packet buffers) holds the server back as the path does not. NULL where the
+        /// client acknowledged no response data, and in rows written before migration 10.
+        rwin_profile: Option<Text> => col(Unit::None).since(10),
     }
 
     /// Bandwidth samples: packet pairs (two consecutive client ACKs advancing over server
@@ -1114,6 +1123,7 @@ mod tests {
             zero_window_stalls: Some("1000:2000 3000:4000".into()),
             read_rate_bps: Some(13.5),
             read_rate_by: Some("window".into()),
+            rwin_profile: Some("0:64512 14480:40960".into()),
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);

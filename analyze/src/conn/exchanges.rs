@@ -14,6 +14,12 @@ use crate::record::{Exchange, ReadRateBy};
 /// connection in all.
 const ADU_SEGS: u32 = 256;
 const CONN_ADU_SEGS: usize = 1 << 16;
+/// Points of the client's window profile remembered per response, and per connection in all.
+const ADU_WIN_POINTS: u8 = 64;
+const CONN_WIN_POINTS: usize = 1 << 12;
+/// A window that moved by at least 1/this of the last point's is a new point of the profile:
+/// smaller moves (a segment's worth of a large window, rounding to the window scale) are not.
+const WIN_STEP: u32 = 8;
 
 /// A data unit's first transmission: time, sequence range, and when the other side's ACK
 /// covered it.
@@ -50,6 +56,9 @@ struct Adu {
     /// behind. Against the largest so far, not the connection's largest: a window that grows
     /// (receive-buffer autotuning) is not one that drained.
     drained: bool,
+    /// How many points of the other side's window profile this unit has in
+    /// `Exchanges::wins` (see [`Exchanges::on_window`]).
+    win_points: u8,
     /// Since when the other side had acknowledged everything this unit sent so far (the
     /// sender idle, not waiting on the path or the receiver), and the total of such intervals
     /// that more of this unit followed.
@@ -66,6 +75,9 @@ pub(super) struct Exchanges {
     /// The largest window (raw) each side advertised so far once the connection carried data,
     /// by the direction of the data it acknowledged.
     max_window: [u16; 2],
+    /// The other side's window profile of each data unit, in order: (the unit's index, the
+    /// unit's bytes acknowledged, the window advertised then, raw).
+    wins: Vec<(u32, u32, u16)>,
 }
 
 impl Exchanges {
@@ -120,6 +132,7 @@ impl Exchanges {
                 prefix,
                 prefix_len: n as u8,
                 drained: false,
+                win_points: 0,
                 idle_since: None,
                 idle_ns: 0,
             },
@@ -161,13 +174,34 @@ impl Exchanges {
     /// acknowledged up to `acked`; while the latest unit (of direction `d`) has data it has not
     /// acknowledged, a window below a quarter of the largest so far marks it drained (the
     /// receiver fell behind reading).
+    ///
+    /// The same windows, while the unit has data outstanding, make its window profile: a point
+    /// where the window is first seen, and where it moved by 1/[`WIN_STEP`] or more from the
+    /// last point (a zero window is a stall, kept apart; at most [`ADU_WIN_POINTS`] a unit).
     #[inline]
     pub fn on_window(&mut self, d: Dir, window: u16, acked: i64) {
         let max = &mut self.max_window[d as usize];
+        let n = self.adus.len();
         if let Some(a) = self.adus.last_mut() {
-            if a.dir == d && acked >= a.start && acked < a.end && (window as u32) * 4 < *max as u32
-            {
-                a.drained = true;
+            if a.dir == d && acked >= a.start && acked < a.end {
+                if (window as u32) * 4 < *max as u32 {
+                    a.drained = true;
+                }
+                let moved = match self.wins.last() {
+                    Some(&(i, _, w)) if a.win_points > 0 && i as usize == n - 1 => {
+                        (window as u32).abs_diff(w as u32) * WIN_STEP >= w as u32
+                    }
+                    _ => true,
+                };
+                if window > 0
+                    && moved
+                    && a.win_points < ADU_WIN_POINTS
+                    && self.wins.len() < CONN_WIN_POINTS
+                {
+                    let at = (acked - a.start).min(u32::MAX as i64) as u32;
+                    push_sized(&mut self.wins, ((n - 1) as u32, at, window), 8);
+                    a.win_points += 1;
+                }
             }
         }
         // the largest so far counts from the first data unit on, as the connection's largest
@@ -191,28 +225,35 @@ impl Exchanges {
     /// query-delay test. Think time is the client's pause before a request: after the previous
     /// response, or for the first request after the handshake completed (`connected`).
     /// `closed`: the intervals the client's window stayed at zero, in order.
+    /// `scale`: the client's window scale (0 where scaling is off), for the window profiles.
     pub fn finish(
         &self,
         client: Dir,
         mss: u32,
+        scale: u8,
         connected: Option<Timestamp>,
         closed: &[ZeroWindow],
     ) -> Vec<Exchange> {
         let adus = &self.adus;
+        let mut wins = self.wins.iter().peekable();
         let mut out: Vec<Exchange> = Vec::with_capacity(adus.len().div_ceil(2));
         let mut i = 0;
         let mut prev_resp_last: Option<Timestamp> = connected;
         while i < adus.len() {
             // data units alternate sides: a request is followed by its response, if any;
             // data the server sent first is a response without a request
-            let (req, resp) = if adus[i].dir == client {
-                let resp = adus.get(i + 1);
-                i += 1 + resp.is_some() as usize;
-                (Some(&adus[i - 1 - resp.is_some() as usize]), resp)
+            let (req, resp_idx) = if adus[i].dir == client {
+                let has_resp = i + 1 < adus.len();
+                i += 1 + has_resp as usize;
+                (
+                    Some(&adus[i - 1 - has_resp as usize]),
+                    has_resp.then_some(i - 1),
+                )
             } else {
                 i += 1;
-                (None, Some(&adus[i - 1]))
+                (None, Some(i - 1))
             };
+            let resp = resp_idx.map(|k| &adus[k]);
             let method = req.and_then(|r| http::request_method(&r.prefix[..r.prefix_len as usize]));
             let status =
                 resp.and_then(|r| http::response_status(&r.prefix[..r.prefix_len as usize]));
@@ -241,6 +282,19 @@ impl Exchanges {
                 None => (None, None),
             };
             let read_rate_bps = resp.and_then(|r| read_rate(r, closed, query_delay.unwrap_or(0)));
+            // the response's window profile: its unit's points, in bytes
+            let mut rwin_profile = Vec::new();
+            while let Some(&&(k, at, w)) = wins.peek() {
+                match resp_idx {
+                    Some(ri) if k as usize <= ri => {
+                        if k as usize == ri {
+                            rwin_profile.push((at as u64, (w as u64) << scale.min(14)));
+                        }
+                        wins.next();
+                    }
+                    _ => break,
+                }
+            }
             if let Some(r) = resp {
                 // the client had the response when it acknowledged the last byte (seen here
                 // after the same upstream delay as its next request), not when the server sent
@@ -273,6 +327,7 @@ impl Exchanges {
                 zero_window_stalls: stalls,
                 read_rate_bps,
                 read_rate_by: read_rate_bps.map(|_| ReadRateBy::Window),
+                rwin_profile,
                 server_idle_us: resp.map(|r| dur::ns_to_us(r.idle_ns)),
             });
         }
@@ -458,6 +513,7 @@ mod tests {
             zero_window_stalls: Vec::new(),
             read_rate_bps: None,
             read_rate_by: None,
+            rwin_profile: Vec::new(),
             server_idle_us: Some(0),
         }
     }

@@ -758,6 +758,7 @@ impl Conn {
         let mut exchanges = self.exchanges.finish(
             cd,
             mss_eff,
+            scale,
             if handshake { self.hs_ack } else { None },
             &closed,
         );

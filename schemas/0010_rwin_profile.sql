@@ -1,0 +1,23 @@
+-- mimic database schema, migration 10: the client's receive window across each response.
+--
+-- `exchanges.rwin_profile` is the window the client advertised while the server had the
+-- response's data outstanding, as `AT:BYTES` pairs separated by spaces: the response bytes the
+-- client had acknowledged and the window (bytes, after the window scale) it advertised with
+-- them. The first such window is a pair, then each that moved by 1/8 or more from the previous
+-- pair's; at most 64 a response. Zero windows are not pairs (they are the stalls of
+-- `exchanges.zero_window_stalls`).
+--
+-- A window can shrink while the client still reads: a reader that lags without stopping, or a
+-- receive buffer that large packet buffers fill faster than their payload (a Linux receiver
+-- offers what its buffer's free space holds at its recent payload-to-buffer ratio). Where the
+-- server's data in flight reaches that window, the window, not the path, sets the pace. A
+-- replay's client follows the profile (`mimic replay`, GUIDE.md "A client's window across a
+-- response"): at each point of the response it holds its advertised window at most at the
+-- original's there.
+--
+-- One nullable column added at the end: readers that name their columns are unaffected, so the
+-- data contract (meta `schema_version`) stays at 1. Rows written before this migration have
+-- NULL there (their clients replay as before).
+--
+-- The column itself is declared in core/src/schema.rs (`.since(10)`); its ALTER TABLE statement
+-- is generated from that list and runs before this file, which adds nothing else.

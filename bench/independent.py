@@ -1131,7 +1131,8 @@ def render(analyzer, replay, base_rtt_us, no_delay):
                        f"not held; {rs.get('paused_reads', 0)} clients pause their "
                        f"reads (zero window), {rs.get('paced_reads', 0)} read at the original's "
                        f"pace ({rs.get('paced_reads_ack_clock', 0)} of them on its ACK clock's "
-                       f"evidence, window open)")
+                       f"evidence, window open), {rs.get('window_profiles', 0)} hold their "
+                       f"window to the original's across a response")
             dl = rs.get("delack")
             if dl:
                 # where the ACK shaping's timeouts came from (mimic replay's orchestrate::delack)

@@ -135,6 +135,21 @@ fn stalls(spec: &ConnSpec) -> bool {
     spec.exchanges.iter().any(|e| !e.stalls.is_empty())
 }
 
+/// Whether the replay's client holds its window to the original's window profile during
+/// some response (`exchanges.rwin_profile`): where it neither stops nor paces its reads
+/// (those keep a receive buffer of the original's window, [`socket`]) and has a profile.
+pub(crate) fn follows_window(spec: &ConnSpec) -> bool {
+    !stalls(spec)
+        && !reads_slowly(spec)
+        && spec.exchanges.iter().any(|e| !e.rwin_profile.is_empty())
+}
+
+/// The clamp for a profile point's window: at least a small buffer's worth (Linux holds a
+/// clamp at half its smallest receive buffer anyway), at most what a window can be.
+fn profile_clamp(window_bytes: u64) -> u32 {
+    window_bytes.clamp(2048, 1 << 30) as u32
+}
+
 /// Whether the replay's client reads some response at a rate (`read_pace`).
 pub(crate) fn reads_slowly(spec: &ConnSpec) -> bool {
     let w = stall_window(spec);
@@ -257,8 +272,7 @@ async fn pause_reading(s: &TcpStream, remaining: u64, closed_for: Duration) -> D
 }
 
 /// TCP_WINDOW_CLAMP: the largest window the socket advertises.
-fn set_window_clamp(s: &socket2::Socket, bytes: u32) {
-    use std::os::fd::AsRawFd;
+fn set_window_clamp(s: &impl std::os::fd::AsRawFd, bytes: u32) {
     let v = bytes.min(i32::MAX as u32) as libc::c_int;
     let _ = crate::sys::setsockopt_int(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v);
 }
@@ -323,7 +337,25 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
     let mut buf = vec![0u8; 65536];
     let mut prev_done = connected;
     let mut first_req: Option<Instant> = None;
+    // the window profile: whether this client's clamp is one's now, and what it goes back to
+    // for a response without one (the clamp `socket` set, else none)
+    let follow = follows_window(spec);
+    let mut profile_clamped = false;
+    let unclamped = match spec.rwin_bytes.filter(|w| *w > 0) {
+        Some(w) if !window_grew(spec) => profile_clamp(w),
+        _ => 1 << 30,
+    };
     for (k, e) in spec.exchanges.iter().enumerate() {
+        // the original's window across this response, from its first point: set before the
+        // request, so that the server's first flight meets it
+        let profile = follow && !e.rwin_profile.is_empty();
+        if profile {
+            set_window_clamp(&s, profile_clamp(e.window_at(0).unwrap_or(0)));
+            profile_clamped = true;
+        } else if profile_clamped {
+            set_window_clamp(&s, unclamped);
+            profile_clamped = false;
+        }
         // the client's pause: after the handshake, then after each response; open loop, the
         // request's recorded time if that is later (the SYN left at `p.start` as recorded)
         let mut at = prev_done + Duration::from_micros(e.think_time_us);
@@ -402,6 +434,12 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
             }
             started.get_or_insert_with(Instant::now);
             left -= got as u64;
+            if profile {
+                // the original's window where this client now is; set after every read, as
+                // the kernel's receive-buffer autotuning raises the clamp when it reads
+                let at = e.resp_bytes - left;
+                set_window_clamp(&s, profile_clamp(e.window_at(at).unwrap_or(0)));
+            }
         }
         prev_done = Instant::now();
         out.exchanges_done = k + 1;
@@ -558,6 +596,83 @@ mod tests {
         c.exchanges[0].read_rate_bps = Some(24e6);
         c.exchanges[0].resp_bytes = 60_000;
         assert!(!reads_slowly(&c) && !reads_slowly_by_ack_clock(&c));
+    }
+
+    /// A client follows the original's window profile where some response has one and it
+    /// neither pauses nor paces its reads (those keep a receive buffer of the original's
+    /// window instead).
+    #[test]
+    fn a_client_with_a_window_profile_follows_it_unless_it_stalls_or_paces() {
+        use crate::workload::WindowPoint;
+        let mut e = ExchangeSpec::bare(300_000);
+        e.rwin_profile = vec![WindowPoint {
+            at_bytes: 1_448,
+            window_bytes: 40_960,
+        }];
+        let mut c = ConnSpec {
+            rwin_bytes: Some(64_512),
+            bw_bps: Some(4e6),
+            exchanges: vec![e],
+            ..ConnSpec::bare(1)
+        };
+        assert!(follows_window(&c));
+        c.exchanges[0].read_rate_bps = Some(1e6);
+        assert!(reads_slowly(&c) && !follows_window(&c));
+        c.exchanges[0].read_rate_bps = None;
+        c.exchanges[0].stalls = vec![Stall {
+            at_bytes: 100_000,
+            closed_us: 200_000,
+        }];
+        assert!(!follows_window(&c));
+        c.exchanges[0].stalls.clear();
+        c.exchanges[0].rwin_profile.clear();
+        assert!(!follows_window(&c));
+    }
+
+    /// The mechanism the profile relies on, on this kernel: TCP_WINDOW_CLAMP lowered on a
+    /// connection whose window already grew bounds the window it advertises from then on
+    /// (loopback; the clamp set again after each read, as the replay's client does, since
+    /// receive-buffer autotuning raises it).
+    #[test]
+    fn a_clamp_lowered_mid_connection_bounds_the_advertised_window() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let chunk = vec![7u8; 65_536];
+            for _ in 0..64 {
+                if s.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        let mut got = 0usize;
+        let mut max_after = 0u32;
+        while got < 64 * 65_536 {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0, "the sender stopped after {got} bytes");
+            got += n;
+            if got >= 1 << 20 {
+                set_window_clamp(&c, 20_000);
+                // the window the next segments met: bounded once the clamp took hold
+                if got >= (1 << 20) + (1 << 18) {
+                    let (w, _) = crate::sys::receive_window(c.as_raw_fd())
+                        .expect("tcp_info has no receive window: Linux 6.2 or later needed");
+                    max_after = max_after.max(w);
+                }
+            }
+        }
+        sender.join().unwrap();
+        assert!(max_after > 0, "no window read after the clamp");
+        // the window scale rounds the advertised window up to its unit
+        assert!(
+            max_after <= 20_000 + 1024,
+            "advertised {max_after} with the clamp at 20,000"
+        );
     }
 
     /// A window a few bytes short of a segment is closed (the server waits for its persist

@@ -135,6 +135,44 @@ pub struct ExchangeSpec {
     /// window. Replayed alike; counted apart.
     #[serde(default)]
     pub read_rate_by_ack_clock: bool,
+    /// The original client's advertised window across this response, in response order
+    /// (`exchanges.rwin_profile`): the replay's client holds its own at most at the
+    /// original's at each point. Empty: not recorded (left to the client's kernel).
+    #[serde(default)]
+    pub rwin_profile: Vec<WindowPoint>,
+}
+
+/// A point of the original client's window profile: from `at_bytes` of the response on (its
+/// bytes acknowledged), the client advertised `window_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct WindowPoint {
+    pub at_bytes: u64,
+    pub window_bytes: u64,
+}
+
+impl ExchangeSpec {
+    /// The window the original client advertised with `at` bytes of this response
+    /// acknowledged, as a bound for the replay's client: between two points of the profile
+    /// where it shrank, the straight line from one to the other (a window that shrinks as
+    /// the data comes); where it grew, the larger, next point's (a kernel raises its window
+    /// a little with each segment once the bound allows, so a bound that only rose at each
+    /// point would hold it below the original's all the way); the first point's before it,
+    /// the last's after. None without a profile.
+    pub fn window_at(&self, at: u64) -> Option<u64> {
+        let p = &self.rwin_profile;
+        let k = p.partition_point(|w| w.at_bytes <= at);
+        let a = p.get(k.saturating_sub(1))?;
+        let Some(b) = p.get(k).filter(|_| k > 0) else {
+            return Some(a.window_bytes);
+        };
+        if b.window_bytes >= a.window_bytes {
+            return Some(b.window_bytes);
+        }
+        let span = b.at_bytes.saturating_sub(a.at_bytes).max(1) as f64;
+        let f = (at.saturating_sub(a.at_bytes) as f64 / span).min(1.0);
+        let drop = (a.window_bytes - b.window_bytes) as f64 * f;
+        Some(a.window_bytes - drop as u64)
+    }
 }
 
 /// One interval the original client's window stayed closed during a response.
@@ -146,23 +184,39 @@ pub struct Stall {
     pub closed_us: u64,
 }
 
-/// Parses `exchanges.zero_window_stalls` (`AT:US` pairs separated by spaces).
-pub fn parse_stalls(text: &str) -> Result<Vec<Stall>, String> {
+/// Parses a list of `A:B` pairs of whole numbers separated by spaces (column `column`, whose
+/// pairs are named `form` in an error).
+fn parse_pairs(text: &str, column: &str, form: &str) -> Result<Vec<(u64, u64)>, String> {
     text.split_whitespace()
         .map(|pair| {
-            let (at, us) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("zero_window_stalls: {pair:?} is not AT:US"))?;
-            let num = |v: &str| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("zero_window_stalls: {pair:?} is not AT:US"))
-            };
-            Ok(Stall {
-                at_bytes: num(at)?,
-                closed_us: num(us)?,
-            })
+            let bad = || format!("{column}: {pair:?} is not {form}");
+            let (a, b) = pair.split_once(':').ok_or_else(bad)?;
+            let num = |v: &str| v.parse::<u64>().map_err(|_| bad());
+            Ok((num(a)?, num(b)?))
         })
         .collect()
+}
+
+/// Parses `exchanges.zero_window_stalls` (`AT:US` pairs separated by spaces).
+pub fn parse_stalls(text: &str) -> Result<Vec<Stall>, String> {
+    Ok(parse_pairs(text, "zero_window_stalls", "AT:US")?
+        .into_iter()
+        .map(|(at_bytes, closed_us)| Stall {
+            at_bytes,
+            closed_us,
+        })
+        .collect())
+}
+
+/// Parses `exchanges.rwin_profile` (`AT:BYTES` pairs separated by spaces).
+pub fn parse_window_profile(text: &str) -> Result<Vec<WindowPoint>, String> {
+    Ok(parse_pairs(text, "rwin_profile", "AT:BYTES")?
+        .into_iter()
+        .map(|(at_bytes, window_bytes)| WindowPoint {
+            at_bytes,
+            window_bytes,
+        })
+        .collect())
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
@@ -268,6 +322,7 @@ impl ExchangeSpec {
             stalls: Vec::new(),
             read_rate_bps: None,
             read_rate_by_ack_clock: false,
+            rwin_profile: Vec::new(),
         }
     }
 }
@@ -358,11 +413,17 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     if let Some(n) = limit {
         conns.truncate(n);
     }
-    let bad_stalls = load_exchanges(&c, &mut conns).map_err(sq)?;
+    let (bad_stalls, bad_profiles) = load_exchanges(&c, &mut conns).map_err(sq)?;
     if bad_stalls > 0 {
         tracing::warn!(
             "{p}: {bad_stalls} exchanges with an unreadable zero_window_stalls list (not AT:US \
              pairs), each replayed with its first stall only"
+        );
+    }
+    if bad_profiles > 0 {
+        tracing::warn!(
+            "{p}: {bad_profiles} exchanges with an unreadable rwin_profile (not AT:BYTES \
+             pairs), each replayed with its client's window left to its kernel"
         );
     }
     conns.retain(|c| !c.exchanges.is_empty());
@@ -380,13 +441,15 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
 
 /// Reads every connection's exchanges; returns how many had a `zero_window_stalls` list that
 /// is not `AT:US` pairs (each replayed with the one stall its two older columns give, and
-/// named in a warning).
-fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u64> {
+/// named in a warning), and how many an `rwin_profile` that is not `AT:BYTES` pairs (each
+/// replayed without one, named in a warning).
+fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<(u64, u64)> {
     let mut st = c.prepare(&format!(
         "{} WHERE conn_id = ?1 ORDER BY seq",
         ExchangeRow::TABLE.select_sql()
     ))?;
     let mut bad_stalls = 0u64;
+    let mut bad_profiles = 0u64;
     for conn in conns.iter_mut() {
         let t0 = conn.t_start_us;
         let rows = st.query_map([conn.orig_id], |r| {
@@ -396,6 +459,15 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u6
             if let Some(why) = &bad {
                 tracing::warn!(
                     "exchange {} of connection {}: {why}; replayed with its first stall only",
+                    e.seq,
+                    e.conn_id
+                );
+            }
+            let (rwin_profile, bad_profile) = exchange_profile(&e);
+            if let Some(why) = &bad_profile {
+                tracing::warn!(
+                    "exchange {} of connection {}: {why}; its client's window is left to its \
+                     kernel",
                     e.seq,
                     e.conn_id
                 );
@@ -415,14 +487,17 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u6
                     stalls,
                     read_rate_bps: e.read_rate_bps.filter(|r| r.is_finite() && *r > 0.0),
                     read_rate_by_ack_clock: e.read_rate_by.as_deref() == Some("ack_clock"),
+                    rwin_profile,
                 },
                 bad.is_some(),
+                bad_profile.is_some(),
             ))
         })?;
         conn.exchanges = Vec::new();
         for row in rows {
-            let (e, bad) = row?;
+            let (e, bad, bad_profile) = row?;
             bad_stalls += u64::from(bad);
+            bad_profiles += u64::from(bad_profile);
             conn.exchanges.push(e);
         }
         for e in &mut conn.exchanges {
@@ -430,12 +505,27 @@ fn load_exchanges(c: &Connection, conns: &mut [ConnSpec]) -> rusqlite::Result<u6
             e.zero_window_at_bytes = e.zero_window_at_bytes.min(e.resp_bytes);
             let resp = e.resp_bytes;
             e.stalls.retain(|s| s.closed_us > 0 && s.at_bytes < resp);
+            // a profile's points in response order, inside the response, each an open window
+            e.rwin_profile
+                .retain(|w| w.window_bytes > 0 && w.at_bytes < resp);
+            e.rwin_profile.sort_by_key(|w| w.at_bytes);
             if e.header_bytes == e.resp_bytes {
                 e.query_delay_us = 0;
             }
         }
     }
-    Ok(bad_stalls)
+    Ok((bad_stalls, bad_profiles))
+}
+
+/// An exchange's window profile: its `rwin_profile` pairs; none where it has none, or where
+/// they are not `AT:BYTES` pairs (then with why: a corrupt record, counted, and its client's
+/// window left to its kernel as in a database before migration 10).
+fn exchange_profile(e: &ExchangeRow) -> (Vec<WindowPoint>, Option<String>) {
+    match e.rwin_profile.as_deref().map(parse_window_profile) {
+        Some(Ok(points)) => (points, None),
+        Some(Err(why)) => (Vec::new(), Some(why)),
+        None => (Vec::new(), None),
+    }
 }
 
 /// An exchange's stalls: its `zero_window_stalls` list; else — in a database before migration
@@ -506,5 +596,63 @@ mod tests {
         assert_eq!(exchange_stalls(&row(None)), (first, None));
         let (stalls, bad) = exchange_stalls(&row(Some("78058:250000 158922:360000")));
         assert_eq!((stalls.len(), bad), (2, None));
+    }
+
+    fn points(list: &[(u64, u64)]) -> Vec<WindowPoint> {
+        list.iter()
+            .map(|&(at_bytes, window_bytes)| WindowPoint {
+                at_bytes,
+                window_bytes,
+            })
+            .collect()
+    }
+
+    /// `exchanges.rwin_profile` is read back as written; a list that is not `AT:BYTES` pairs
+    /// is named, and its exchange replays without a profile (the rest of the row as it is).
+    #[test]
+    fn window_profiles_are_parsed_and_bad_ones_named() {
+        assert_eq!(
+            parse_window_profile("258:64512 11842:56320").unwrap(),
+            points(&[(258, 64_512), (11_842, 56_320)])
+        );
+        for bad in ["258", "258:x", "-1:5", "1:2:3"] {
+            let e = parse_window_profile(bad).unwrap_err();
+            assert!(e.contains("rwin_profile") && e.contains(bad), "{e}");
+        }
+        let row = |list: Option<&'static str>| ExchangeRow {
+            rwin_profile: list.map(Into::into),
+            ..ExchangeRow::default()
+        };
+        let (p, bad) = exchange_profile(&row(Some("258:64512 11842:x")));
+        assert!(p.is_empty());
+        assert!(bad.is_some_and(|w| w.contains("11842:x")));
+        assert_eq!(exchange_profile(&row(None)), (Vec::new(), None));
+        let (p, bad) = exchange_profile(&row(Some("258:64512 11842:56320")));
+        assert_eq!((p.len(), bad), (2, None));
+    }
+
+    /// The bound a replay's client takes from a profile: the first point's window before it;
+    /// where the window shrank, the straight line between two points; where it grew, the next
+    /// point's at once; the last point's after it. No profile, no bound.
+    #[test]
+    fn the_window_bound_follows_the_profile() {
+        let mut e = ExchangeSpec::bare(200_000);
+        assert_eq!(e.window_at(0), None);
+        e.rwin_profile = points(&[
+            (1_000, 64_000),
+            (11_000, 44_000),
+            (21_000, 54_000),
+            (31_000, 80_000),
+        ]);
+        assert_eq!(e.window_at(0), Some(64_000));
+        assert_eq!(e.window_at(1_000), Some(64_000));
+        // shrinking: halfway from 64,000 to 44,000
+        assert_eq!(e.window_at(6_000), Some(54_000));
+        assert_eq!(e.window_at(11_000), Some(54_000));
+        // growing: the next point's
+        assert_eq!(e.window_at(11_001), Some(54_000));
+        assert_eq!(e.window_at(21_000), Some(80_000));
+        assert_eq!(e.window_at(31_000), Some(80_000));
+        assert_eq!(e.window_at(150_000), Some(80_000));
     }
 }

@@ -124,6 +124,9 @@ pub struct RateSources {
     /// Of those, the clients paced on the evidence of the original's ACK clock (its window
     /// stayed open but its ACKs fell behind its path: `exchanges.read_rate_by` `ack_clock`).
     pub paced_reads_ack_clock: u64,
+    /// Connections whose client holds its window to the original's across some response
+    /// (`exchanges.rwin_profile`; not those that pause or pace their reads).
+    pub window_profiles: u64,
     /// Where each connection's downstream queue came from (`super::queues`).
     pub queues: super::queues::QueueSources,
     /// Where each connection's downstream shaper came from (`super::shapers`).
@@ -171,6 +174,7 @@ impl RateSources {
                 "clients_reading_slowly_ack_clock",
                 self.paced_reads_ack_clock.to_string(),
             ),
+            ("clients_following_window", self.window_profiles.to_string()),
             ("queue_own_overflow", self.queues.own_overflow.to_string()),
             (
                 "queue_client_overflow",
@@ -194,7 +198,7 @@ impl RateSources {
     /// One line for the text summary.
     pub fn describe(&self) -> String {
         format!(
-            "rates (--unestimated {}): {} estimated{}, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}{}",
+            "rates (--unestimated {}): {} estimated{}, {} pooled by client, {} pooled by RTT class, {} unshaped, {} left out (no estimate to pool){}{}{}{}",
             self.unestimated,
             self.estimated,
             if self.overruled_by_client > 0 {
@@ -230,6 +234,14 @@ impl RateSources {
                     "; {} clients read at the original's pace, slower than their path ({} of \
                      them shown by its ACK clock, its window open)",
                     self.paced_reads, self.paced_reads_ack_clock
+                )
+            } else {
+                String::new()
+            },
+            if self.window_profiles > 0 {
+                format!(
+                    "; {} clients hold their window to the original's across a response",
+                    self.window_profiles
                 )
             } else {
                 String::new()
@@ -391,6 +403,7 @@ pub fn assign(wl: &mut Workload, mode: Unestimated) -> Result<RateSources, Repla
             counts.paced_reads += 1;
             counts.paced_reads_ack_clock += crate::client::reads_slowly_by_ack_clock(&c) as u64;
         }
+        counts.window_profiles += crate::client::follows_window(&c) as u64;
         wl.conns.push(c);
     }
     // the queues after the rates: pooled ones are matched by rate too

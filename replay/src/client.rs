@@ -109,12 +109,11 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
         // the first window kept replays from filling the queues their originals overflowed;
         // one the largest window's size from the start opened the window at once and
         // overflowed more than the originals (autotuning overrides a clamp as it grows).
-    } else if let Some(rwin) = p.spec.rwin_bytes.filter(|w| *w > 0) {
+    } else if let Some(rwin) = recorded_clamp(&p.spec) {
         // the window this client advertises: a receive buffer big enough for it, and the
         // window clamped to the recorded size
-        let rwin = rwin.clamp(2048, 64 << 20);
         let _ = s.set_recv_buffer_size((rwin * 2) as usize);
-        set_window_clamp(&s, rwin as u32);
+        set_window_clamp(&s, rwin);
     }
     let _ = s.set_tcp_nodelay(true);
     s.bind(&SocketAddr::V4(p.local).into())
@@ -128,6 +127,19 @@ fn socket(p: &Planned) -> Result<socket2::Socket, Failure> {
 /// request (`rwin_max_bytes` over `rwin_bytes`): its stack tunes its receive buffer.
 fn window_grew(spec: &ConnSpec) -> bool {
     matches!((spec.rwin_bytes, spec.rwin_max_bytes), (Some(first), Some(max)) if max > first)
+}
+
+/// The clamp a client that neither stops nor paces its reads gets for the whole connection:
+/// the window recorded with its first request, where the original's never grew past it
+/// (`socket`; a response without a window profile goes back to it). None: its kernel tunes
+/// its own window.
+fn recorded_clamp(spec: &ConnSpec) -> Option<u32> {
+    if window_grew(spec) {
+        return None;
+    }
+    spec.rwin_bytes
+        .filter(|w| *w > 0)
+        .map(|w| w.clamp(2048, 64 << 20) as u32)
 }
 
 /// Whether the original client stopped reading during a response (its window closed).
@@ -341,10 +353,7 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
     // for a response without one (the clamp `socket` set, else none)
     let follow = follows_window(spec);
     let mut profile_clamped = false;
-    let unclamped = match spec.rwin_bytes.filter(|w| *w > 0) {
-        Some(w) if !window_grew(spec) => profile_clamp(w),
-        _ => 1 << 30,
-    };
+    let unclamped = recorded_clamp(spec).unwrap_or(1 << 30);
     for (k, e) in spec.exchanges.iter().enumerate() {
         // the original's window across this response, from its first point: set before the
         // request, so that the server's first flight meets it

@@ -187,8 +187,10 @@ impl Exchanges {
                 if (window as u32) * 4 < *max as u32 {
                     a.drained = true;
                 }
+                // a unit with points of its own has the last one (only the latest unit
+                // gets points)
                 let moved = match self.wins.last() {
-                    Some(&(i, _, w)) if a.win_points > 0 && i as usize == n - 1 => {
+                    Some(&(_, _, w)) if a.win_points > 0 => {
                         (window as u32).abs_diff(w as u32) * WIN_STEP >= w as u32
                     }
                     _ => true,

@@ -289,6 +289,31 @@ fn set_window_clamp(s: &impl std::os::fd::AsRawFd, bytes: u32) {
     let _ = crate::sys::setsockopt_int(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v);
 }
 
+/// Gives `s` a receive buffer that offers a window of `window_bytes` with room to spare: twice
+/// that asked for (Linux doubles it again for its packet buffers' overhead), past
+/// `net.core.rmem_max` where the process may (SO_RCVBUFFORCE, as root). A buffer set by hand
+/// is no longer tuned by the kernel: the window clamp alone bounds the window from then on.
+fn hold_receive_buffer(s: &impl std::os::fd::AsRawFd, window_bytes: u64) {
+    let v = window_bytes.saturating_mul(2).min(i32::MAX as u64 / 2) as libc::c_int;
+    let fd = s.as_raw_fd();
+    if crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_err() {
+        let _ = crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
+    }
+}
+
+/// The window a client following `e`'s profile has its receive buffer hold from the point
+/// where the profile's window `w` has grown past the response's first window and past what
+/// the buffer set earlier holds (`held`; 0: the kernel's own buffer): the profile's largest.
+/// None: the buffer stays as it is. The kernel grows its own buffer by what the reader took
+/// in a round trip, which the clamp held back: on the rate-only testbed the replay's window
+/// stayed at the default buffer's 81,920 bytes from 60 to 170 KB into responses whose
+/// original's window grew to 150-325 KB.
+fn buffer_window(e: &ExchangeSpec, w: u64, held: u64) -> Option<u64> {
+    let first = e.window_at(0)?;
+    let largest = e.rwin_profile.iter().map(|p| p.window_bytes).max()?;
+    (w > held && w > first).then_some(largest.max(w))
+}
+
 /// Replays one connection. Call it a little before `p.start`: the socket is made and bound
 /// at once, and the timer thread sends the SYN at `p.start`.
 pub async fn run(p: Planned, timer: &HrTimer) -> Outcome {
@@ -354,6 +379,8 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
     let follow = follows_window(spec);
     let mut profile_clamped = false;
     let unclamped = recorded_clamp(spec).unwrap_or(1 << 30);
+    // the window the receive buffer this client set holds (0: the kernel's own, tuned by it)
+    let mut held = 0u64;
     for (k, e) in spec.exchanges.iter().enumerate() {
         // the original's window across this response, from its first point: set before the
         // request, so that the server's first flight meets it
@@ -447,7 +474,12 @@ async fn body(p: &Planned, timer: &HrTimer, out: &mut Outcome) -> Result<(), Fai
                 // the original's window where this client now is; set after every read, as
                 // the kernel's receive-buffer autotuning raises the clamp when it reads
                 let at = e.resp_bytes - left;
-                set_window_clamp(&s, profile_clamp(e.window_at(at).unwrap_or(0)));
+                let w = e.window_at(at).unwrap_or(0);
+                set_window_clamp(&s, profile_clamp(w));
+                if let Some(b) = buffer_window(e, w, held) {
+                    hold_receive_buffer(&s, b);
+                    held = b;
+                }
             }
         }
         prev_done = Instant::now();
@@ -636,6 +668,64 @@ mod tests {
         c.exchanges[0].stalls.clear();
         c.exchanges[0].rwin_profile.clear();
         assert!(!follows_window(&c));
+    }
+
+    /// Where the profile's window grows past its first (and past a buffer set before), the
+    /// client's receive buffer is set for the profile's largest window, once; a window that
+    /// shrinks or stays below the first leaves the kernel's own buffer alone.
+    #[test]
+    fn a_profile_that_grows_past_its_first_window_gets_a_buffer_for_its_largest() {
+        use crate::workload::WindowPoint;
+        let mut e = ExchangeSpec::bare(400_000);
+        assert_eq!(buffer_window(&e, 100_000, 0), None, "no profile");
+        e.rwin_profile = [
+            (1_448, 64_512),
+            (30_000, 40_960),
+            (60_000, 81_920),
+            (90_000, 250_000),
+        ]
+        .iter()
+        .map(|&(at_bytes, window_bytes)| WindowPoint {
+            at_bytes,
+            window_bytes,
+        })
+        .collect();
+        assert_eq!(buffer_window(&e, 64_512, 0), None, "the first window");
+        assert_eq!(buffer_window(&e, 40_960, 0), None, "shrunk");
+        assert_eq!(buffer_window(&e, 81_920, 0), Some(250_000));
+        assert_eq!(buffer_window(&e, 250_000, 250_000), None, "held already");
+        // a buffer set for an earlier response's smaller profile is raised again
+        assert_eq!(buffer_window(&e, 81_920, 70_000), Some(250_000));
+    }
+
+    /// The buffer is set past `net.core.rmem_max` when the process may (as root: the replay
+    /// and CI run so), at twice what was asked for (Linux doubles it again).
+    #[test]
+    fn a_held_receive_buffer_offers_the_window_asked_for() {
+        let s = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .unwrap();
+        let window = 4u64 << 20;
+        hold_receive_buffer(&s, window);
+        let got = s.recv_buffer_size().unwrap() as u64;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let want = if root {
+            2 * window
+        } else {
+            (2 * window).min(2 * rmem_max)
+        };
+        assert!(
+            got >= want,
+            "receive buffer {got} bytes, wanted {want} (root: {root})"
+        );
     }
 
     /// The mechanism the profile relies on, on this kernel: TCP_WINDOW_CLAMP lowered on a

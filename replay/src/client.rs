@@ -309,9 +309,12 @@ fn hold_receive_buffer(s: &impl std::os::fd::AsRawFd, window_bytes: u64) {
 /// stayed at the default buffer's 81,920 bytes from 60 to 170 KB into responses whose
 /// original's window grew to 150-325 KB.
 fn buffer_window(e: &ExchangeSpec, w: u64, held: u64) -> Option<u64> {
-    let first = e.window_at(0)?;
-    let largest = e.rwin_profile.iter().map(|p| p.window_bytes).max()?;
-    (w > held && w > first).then_some(largest.max(w))
+    // called after every read: the profile is walked only where the buffer is to be set
+    // (`window_at` gives a point's window or one between two, never more than the largest)
+    if w <= held || w <= e.window_at(0)? {
+        return None;
+    }
+    e.rwin_profile.iter().map(|p| p.window_bytes).max()
 }
 
 /// Replays one connection. Call it a little before `p.start`: the socket is made and bound

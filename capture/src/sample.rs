@@ -244,13 +244,23 @@ mod tests {
             prop_assert_eq!(s.keep(v, 6, a, b), s.keep(v, 6, b, a));
             prop_assert_eq!(s.conn_hash(v, 6, a, b), s.conn_hash(v, 6, b, a));
         }
+    }
 
-        #[test]
-        fn keeps_close_to_one_in_n(n in 2u64..100, seed in any::<u8>()) {
-            // 20,000 random connections: the kept count is binomial(20000, 1/n); allow 5 sigma
+    /// Every rate 1/2 .. 1/99 under four keys, over 20,000 connections each: the kept count is
+    /// binomial(20000, 1/n); allow 5 sigma. A fixed set of cases, not proptest's: over all
+    /// 25,088 (n, key) pairs the chance that some pair lies past 5 sigma is about 1.6%, and a
+    /// proptest drawing 256 fresh pairs a run would then fail at random about once in 100 runs.
+    #[test]
+    fn keeps_close_to_one_in_n() {
+        for (n, seed) in (2u64..100).flat_map(|n| (0u8..4).map(move |s| (n, s))) {
             let s = Sampler::new(Rate { keep: 1, of: n }, Rule::Keyed, key(seed));
             let mut rng = (seed as u64).wrapping_mul(0x9e3779b97f4a7c15) | 1;
-            let mut next = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
             let total = 20_000u64;
             let mut kept = 0u64;
             for _ in 0..total {
@@ -262,7 +272,14 @@ mod tests {
             let p = 1.0 / n as f64;
             let mean = total as f64 * p;
             let sd = (total as f64 * p * (1.0 - p)).sqrt();
-            prop_assert!((kept as f64 - mean).abs() <= 5.0 * sd + 1.0, "kept {} of {} at 1/{}", kept, total, n);
+            assert!(
+                (kept as f64 - mean).abs() <= 5.0 * sd + 1.0,
+                "kept {} of {} at 1/{}, key {}",
+                kept,
+                total,
+                n,
+                seed
+            );
         }
     }
 

@@ -12,12 +12,15 @@ use mimic_replay::preamble::{self, After, Preamble};
 use crate::common::mimic;
 use crate::prom::{scrape, wait_for};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two distinct free loopback ports: both listeners are held until both ports are known (a
+/// port just released is handed out again by the next bind about once in 7,000).
+fn two_free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 /// Kills the child on drop (a failed test leaves no server behind).
@@ -64,8 +67,9 @@ fn http(addr: SocketAddr, req: &str) -> String {
 
 #[test]
 fn serve_metrics_count_what_was_served_and_match_the_exit_statistics() {
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let maddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (p_listen, p_metrics) = two_free_ports();
+    let listen: SocketAddr = format!("127.0.0.1:{p_listen}").parse().unwrap();
+    let maddr: SocketAddr = format!("127.0.0.1:{p_metrics}").parse().unwrap();
     let url = format!("http://{maddr}/metrics");
     let child = mimic()
         .args(["serve", "--json", "--listen"])

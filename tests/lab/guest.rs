@@ -482,25 +482,36 @@ fn guest_lab_runs_mimics_netem_pipes_on_debians_kernel() {
         "goodput {bps} vs {expect}"
     );
 
-    // 4. 1% loss over 20,000 probes loses 0.8–1.2%, and netem counted every loss.
+    // 4. 1% loss over 20,000 probes loses 0.8–1.2%, and netem counted every loss. netem's
+    // draws take no seed on this kernel, so the count lost is binomial(20000, 0.01): sd 14.1,
+    // and 0.8–1.2% (160–240) is 2.84 sd, outside which a right 1% falls once in 250 runs. A
+    // second, independent 20,000 then decides (both outside: once in 60,000 runs); it must
+    // be inside, and netem must have counted every loss of both.
     lab.apply("[default]\nup = \"loss=1%\"\ndown = \"delay=0ms\"\n");
-    let drops0 = lab.netem_drops();
     let n = 20_000u32;
-    let got = udp_probe(
-        &info,
-        Ipv4Addr::new(198, 19, 0, 9),
-        9001,
-        n,
-        100,
-        2,
-        Duration::from_secs(1),
-    );
-    let lost = n as usize - got.len();
-    let share = lost as f64 / n as f64 * 100.0;
-    let counted = lab.netem_drops() - drops0;
-    eprintln!("1% loss: {lost} of {n} lost ({share:.2}%), netem counted {counted}");
-    assert!((0.8..=1.2).contains(&share), "lost {share:.2}%");
-    assert_eq!(counted as usize, lost, "losses that netem did not make");
+    for round in 1..=2 {
+        let drops0 = lab.netem_drops();
+        let got = udp_probe(
+            &info,
+            Ipv4Addr::new(198, 19, 0, 9),
+            9001,
+            n,
+            100,
+            2,
+            Duration::from_secs(1),
+        );
+        let lost = n as usize - got.len();
+        let share = lost as f64 / n as f64 * 100.0;
+        let counted = lab.netem_drops() - drops0;
+        eprintln!(
+            "1% loss, round {round}: {lost} of {n} lost ({share:.2}%), netem counted {counted}"
+        );
+        assert_eq!(counted as usize, lost, "losses that netem did not make");
+        if (0.8..=1.2).contains(&share) {
+            break;
+        }
+        assert!(round < 2, "lost {share:.2}% in a second round too");
+    }
 
     // 5. A burst larger than the queue drops the excess: 100 datagrams at once into a
     // 30-packet queue. At 100 kbit/s (netem's own rate) a 1028-byte datagram leaves every

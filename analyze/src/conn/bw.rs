@@ -2,14 +2,16 @@
 //!
 //! * Packet pairs: two ACKs that advanced over this direction's data, only over segments sent
 //!   in one burst, none retransmitted, spaced wider than they were sent, and not a lone
-//!   delayed-ACK tail. Combined by `--bw-method` (`crate::bandwidth`). ACKs that come less
-//!   than `BUNCHED` (100 µs) after a pair's first ACK are bunched with it, not spaced by the
-//!   bottleneck: a late timer in the emulator (the testbed's QEMU router guest releases
-//!   packets 60-170 µs late, four or five at a time at 50 Mbit/s), interrupt coalescing, GRO
-//!   or ACK compression let several through back to back, then a gap. They are folded into
-//!   the pair, which then reads the rate from the first ACK of one bunch to the first ACK of a
-//!   later one (the bytes of every ACK after the first over the time between). Read pair by
-//!   pair, the ACKs inside a bunch gave 1-5 Gbit/s and the gap after it too little: on the
+//!   delayed-ACK tail; the second one covers at least one segment (a bare FIN's ACK, which
+//!   comes a round trip of the close later, ends no pair). Combined by `--bw-method`
+//!   (`crate::bandwidth`). ACKs that come less than `BUNCHED` (100 µs) after a pair's first
+//!   ACK are bunched with it, not spaced by the bottleneck: a late timer in the emulator
+//!   (the testbed's QEMU router guest releases packets 60-170 µs late, four or five at a
+//!   time at 50 Mbit/s), interrupt coalescing, GRO or ACK compression let several through
+//!   back to back, then a gap. They are folded into the pair, which then reads the rate from
+//!   the first ACK of one bunch to the first ACK of a later one (the bytes of every ACK after
+//!   the first over the time between). Read pair by pair, the ACKs inside a bunch gave
+//!   1-5 Gbit/s and the gap after it too little: on the
 //!   testbed's fibre-50m class (h-gfast-3) 86 of 250 estimates were more than 20% high
 //!   (median of the misses ~1.5 Gbit/s); folded, 3 high and 34 low. A pair's resolution is
 //!   thereby 100 µs: above 120 Mbit/s (1500 bytes in 100 µs) a pair spans several segments.
@@ -193,6 +195,16 @@ impl Bandwidth {
         // reads the rate from the first ACK of one bunch to the first ACK of a later one
         if let Some(st) = self.start {
             let from = from_prev.unwrap_or(x.upto);
+            if from >= x.upto {
+                // it covered no segment (a bare FIN's ACK, or one into the middle of a
+                // segment): its spacing is not the bottleneck's, so the pair stays open for
+                // the next ACK that covers data. Closed here, a bunch's bytes read over the
+                // round trip of the close gave 0.3-7 Mbit/s for 34-157 Mbit/s (the TCG guest's
+                // replays, where a short response's ACKs all come in one bunch).
+                self.adv = Some(here);
+                self.follow_train(cfg, x, from_prev);
+                return;
+            }
             let acc = self.acc.get_or_insert(Pending {
                 wire: 0,
                 clean: st.pure && st.seg_t.is_some(),

@@ -291,13 +291,13 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     // gaps were within 20% of it at 20 Mbit/s (600 us), 52% at 60 Mbit/s, 14% at 150 Mbit/s
     // (while the average rate stayed right: iperf3 at 99-100% of 50 and 150 Mbit/s). On TCG
     // the 80% is asserted on the estimates of connections below 25 Mbit/s (measured:
-    // 97.5-99.2% of 119-121 in four replays; all estimates 81.4-88.5% of 165-167, at 25
+    // 97.5-99.2% of 117-121 in five replays; all estimates 81.4-88.5% of 164-167, at 25
     // Mbit/s and up 40-61% of 46-48, printed above: with a binomial spread of 3 points at
     // 167, 80% on all of them would fail about one run in five); with KVM on all estimates.
     assert!(n.replayed >= 0.95, "netem: replayed {}", pct(n.replayed));
     assert!(n.rtt_ok >= 0.90, "netem: min RTT {n:?}");
     assert!(n.delay_ok >= 0.90, "netem: response delays {n:?}");
-    // estimates for most connections: 165-167 of 200 in four runs. The rest are responses of one
+    // estimates for most connections: 164-167 of 200 in five runs. The rest are responses of one
     // or two segments, and short ones at 34 Mbit/s and up whose ACKs all come in one bunch
     // (no pair: 176-179 before, when the ACK of the server's bare FIN ended such a bunch's
     // pair and read 1-3% of the rate)

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use mimic_core::schema::{ReplayMapRow, TableRow};
+use mimic_core::schema::{ConnectionRow, ExchangeRow, ReplayMapRow, TableRow};
 use rusqlite::Connection;
 
 use crate::CompareError;
@@ -88,24 +88,25 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let mut connections = 0u64;
     {
         let mut stmt = conn
-            .prepare(
-                "SELECT id, response_time_us, min_rtt_us, bw_bps, loss_rate_down, exchanges, prune_reason, termination,
-                        data_bytes_down
-                 FROM connections",
-            )
+            .prepare(ConnectionRow::TABLE.select_sql().as_str())
             .map_err(q)?;
         let mut rows = stmt.query([]).map_err(q)?;
         while let Some(r) = rows.next().map_err(q)? {
             connections += 1;
-            let id: i64 = r.get(0).map_err(q)?;
-            let rt: Option<i64> = r.get(1).map_err(q)?;
-            let rtt: Option<i64> = r.get(2).map_err(q)?;
-            let bps: Option<f64> = r.get(3).map_err(q)?;
-            let lr: Option<f64> = r.get(4).map_err(q)?;
-            let exchanges: i64 = r.get(5).map_err(q)?;
-            let prune: Option<String> = r.get(6).map_err(q)?;
-            let termination: String = r.get(7).map_err(q)?;
-            let bytes_down: i64 = r.get(8).map_err(q)?;
+            let c = ConnectionRow::read(r).map_err(q)?;
+            let (id, rt, rtt, bps, lr) = (
+                c.id,
+                c.response_time_us,
+                c.min_rtt_us,
+                c.bw_bps,
+                c.loss_rate_down,
+            );
+            let (exchanges, prune, termination, bytes_down) = (
+                c.exchanges,
+                c.prune_reason,
+                c.termination,
+                c.data_bytes_down,
+            );
             // A negative response time would be a writer's bug; count it as unusable.
             let rt = rt.filter(|&v| v >= 0).map(|v| v as f64);
             match rt {
@@ -145,13 +146,13 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let mut exchanges = 0u64;
     if table_exists(&conn, "exchanges").map_err(q)? {
         let mut stmt = conn
-            .prepare("SELECT response_delay_us, query_delay_us FROM exchanges")
+            .prepare(ExchangeRow::TABLE.select_sql().as_str())
             .map_err(q)?;
         let mut rows = stmt.query([]).map_err(q)?;
         while let Some(r) = rows.next().map_err(q)? {
             exchanges += 1;
-            let a: Option<i64> = r.get(0).map_err(q)?;
-            let b: Option<i64> = r.get(1).map_err(q)?;
+            let e = ExchangeRow::read(r).map_err(q)?;
+            let (a, b) = (e.response_delay_us, e.query_delay_us);
             push(&mut rd, a.filter(|&v| v >= 0).map(|v| v as f64));
             push(&mut qd, b.filter(|&v| v >= 0).map(|v| v as f64));
         }

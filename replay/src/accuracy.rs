@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mimic_core::db::{open_existing, DbError};
+use mimic_core::schema::{ConnectionRow, ExchangeRow, ReplayMapRow, ReplayPipeRow, TableRow};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -231,116 +232,67 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         source,
     };
 
-    let mut truths: HashMap<i64, Truth> = HashMap::new();
-    {
-        let mut st = t
-            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, coalesce(loss_random_down, loss_rate_down, 0) FROM connections")
-            .map_err(sqt)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    Truth {
-                        rtt: row.get(1)?,
-                        bw: row.get(2)?,
-                        delack: row.get(3)?,
-                        rwin: row.get(4)?,
-                        loss_random: row.get(5)?,
-                        ex: Vec::new(),
-                    },
-                ))
-            })
-            .map_err(sqt)?;
-        for row in rows {
-            let (id, tr) = row.map_err(sqt)?;
-            truths.insert(id, tr);
-        }
-        let mut st = t.prepare("SELECT conn_id, coalesce(response_delay_us, 0), coalesce(query_delay_us, 0) FROM exchanges ORDER BY conn_id, seq").map_err(sqt)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, i64>(2)?,
-                ))
-            })
-            .map_err(sqt)?;
-        for row in rows {
-            let (id, rd, qd) = row.map_err(sqt)?;
-            if let Some(tr) = truths.get_mut(&id) {
-                tr.ex.push((rd, qd));
-            }
+    // every table is read through its one column list (mimic_core::schema)
+    let mut truths: HashMap<i64, Truth> = ConnectionRow::read_all(&t, "id")
+        .map_err(sqt)?
+        .into_iter()
+        .map(|c| {
+            (
+                c.id,
+                Truth {
+                    rtt: c.min_rtt_us,
+                    bw: c.bw_bps,
+                    delack: c.delack_policy.into_owned(),
+                    rwin: c.rwin_bytes,
+                    loss_random: c.loss_random_down.or(c.loss_rate_down).unwrap_or(0.0),
+                    ex: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    for e in ExchangeRow::read_all(&t, "conn_id, seq").map_err(sqt)? {
+        if let Some(tr) = truths.get_mut(&e.conn_id) {
+            tr.ex.push((
+                e.response_delay_us.unwrap_or(0),
+                e.query_delay_us.unwrap_or(0),
+            ));
         }
     }
 
     let mut pairs: Vec<(i64, i64)> = Vec::new();
     let mut failed = 0u64;
-    {
-        let mut st = r
-            .prepare("SELECT orig_conn_id, replay_conn_id, status FROM replay_map")
-            .map_err(sqr)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Option<i64>>(1)?,
-                    row.get::<_, String>(2)?,
-                ))
-            })
-            .map_err(sqr)?;
-        for row in rows {
-            let (o, rid, status) = row.map_err(sqr)?;
-            match (status.as_str(), rid) {
-                ("ok", Some(rid)) => pairs.push((o, rid)),
-                _ => failed += 1,
-            }
+    for m in ReplayMapRow::read_all(&r, "orig_conn_id").map_err(sqr)? {
+        match (m.status.as_ref(), m.replay_conn_id) {
+            ("ok", Some(rid)) => pairs.push((m.orig_conn_id, rid)),
+            _ => failed += 1,
         }
     }
     if pairs.is_empty() && failed == 0 {
         return Err(AccuracyError::NotReplay(rp));
     }
 
-    let mut inferred: HashMap<i64, Inferred> = HashMap::new();
-    {
-        let mut st = r
-            .prepare("SELECT id, min_rtt_us, bw_bps, delack_policy, rwin_bytes, data_pkts_down, retx_down - spurious_retx_down, coalesce(loss_random_down, 0) FROM connections")
-            .map_err(sqr)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    Inferred {
-                        rtt: row.get(1)?,
-                        bw: row.get(2)?,
-                        delack: row.get(3)?,
-                        rwin: row.get(4)?,
-                        data_pkts: row.get(5)?,
-                        losses: row.get(6)?,
-                        loss_random: row.get(7)?,
-                        ex: Vec::new(),
-                    },
-                ))
-            })
-            .map_err(sqr)?;
-        for row in rows {
-            let (id, inf) = row.map_err(sqr)?;
-            inferred.insert(id, inf);
-        }
-        let mut st = r.prepare("SELECT conn_id, response_delay_us, query_delay_us FROM exchanges ORDER BY conn_id, seq").map_err(sqr)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Option<i64>>(1)?,
-                    row.get::<_, Option<i64>>(2)?,
-                ))
-            })
-            .map_err(sqr)?;
-        for row in rows {
-            let (id, rd, qd) = row.map_err(sqr)?;
-            if let Some(inf) = inferred.get_mut(&id) {
-                inf.ex.push((rd, qd));
-            }
+    let mut inferred: HashMap<i64, Inferred> = ConnectionRow::read_all(&r, "id")
+        .map_err(sqr)?
+        .into_iter()
+        .map(|c| {
+            (
+                c.id,
+                Inferred {
+                    rtt: c.min_rtt_us,
+                    bw: c.bw_bps,
+                    delack: c.delack_policy.into_owned(),
+                    rwin: c.rwin_bytes,
+                    data_pkts: c.data_pkts_down,
+                    losses: c.retx_down - c.spurious_retx_down,
+                    loss_random: c.loss_random_down.unwrap_or(0.0),
+                    ex: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    for e in ExchangeRow::read_all(&r, "conn_id, seq").map_err(sqr)? {
+        if let Some(inf) = inferred.get_mut(&e.conn_id) {
+            inf.ex.push((e.response_delay_us, e.query_delay_us));
         }
     }
 
@@ -354,25 +306,17 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         )
         .map_err(sqr)?;
     if has_pipes {
-        let mut st = r
-            .prepare("SELECT orig_conn_id, down_loss, coalesce(down_packets, 0), coalesce(down_loss_drops, 0) + coalesce(down_queue_drops, 0), coalesce(down_loss_drops, 0) FROM replay_pipes")
-            .map_err(sqr)?;
-        let rows = st
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    (
-                        row.get::<_, f64>(1)?,
-                        row.get::<_, i64>(2)?,
-                        row.get::<_, i64>(3)?,
-                        row.get::<_, i64>(4)?,
-                    ),
-                ))
-            })
-            .map_err(sqr)?;
-        for row in rows {
-            let (o, v) = row.map_err(sqr)?;
-            emulated.insert(o, v);
+        for p in ReplayPipeRow::read_all(&r, "orig_conn_id").map_err(sqr)? {
+            let loss_drops = p.down_loss_drops.unwrap_or(0);
+            emulated.insert(
+                p.orig_conn_id,
+                (
+                    p.down_loss,
+                    p.down_packets.unwrap_or(0),
+                    loss_drops + p.down_queue_drops.unwrap_or(0),
+                    loss_drops,
+                ),
+            );
         }
     }
 

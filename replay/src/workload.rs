@@ -1,10 +1,11 @@
 //! A workload to replay: the connections of a mimic database (an analysis of production
 //! traffic, a synthetic workload, or an earlier replay) with what the replay needs of each.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use mimic_core::db::{get_meta, open_existing, DbError};
-use mimic_core::schema::{ExchangeRow, TableRow};
+use mimic_core::schema::{ConnectionRow, ExchangeRow, TableRow};
 use rusqlite::Connection;
 use serde::Serialize;
 
@@ -355,59 +356,19 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
         Select::Complete => "WHERE complete = 1 AND exchanges > 0",
         Select::All => "WHERE exchanges > 0",
     };
+    // the columns come from the contract's one list (ConnectionRow); only the largest data
+    // RTT sample is an aggregate of its own
+    let max_data_rtt = max_data_rtts(&c).map_err(sq)?;
     let mut st = c
         .prepare(&format!(
-            "SELECT id, coalesce(t_syn, t_first), min_rtt_us, bw_bps, coalesce(loss_random_down, loss_rate_down, 0), delack_policy,
-             delack_timeout_us, rwin_bytes, mss_client, server_port, termination, closed_by, client_ip,
-             (SELECT max(s.rtt_us) FROM rtt_samples s WHERE s.conn_id = connections.id AND s.kind = 'data'),
-             rwin_max_bytes, queue_down_pkts, queue_down_full, shaper_lead_down,
-             CASE WHEN syn_retx = 0 AND synack_retx = 0 THEN hs_rtt_us END, bw_samples
-             FROM connections {filter} ORDER BY coalesce(t_syn, t_first), id"
+            "{} {filter} ORDER BY coalesce(t_syn, t_first), id",
+            ConnectionRow::TABLE.select_sql()
         ))
         .map_err(sq)?;
     let mut conns: Vec<ConnSpec> = st
-        .query_map([], |r| {
-            let policy: String = r.get(5)?;
-            let termination: String = r.get(10)?;
-            let closed_by: Option<String> = r.get(11)?;
-            let close = match (termination.as_str(), closed_by.as_deref()) {
-                ("rst_after_response" | "rst_abort", Some("server")) => Close::ServerRst,
-                ("rst_after_response" | "rst_abort", _) => Close::ClientRst,
-                ("fin", Some("server")) => Close::ServerFin,
-                _ => Close::ClientFin,
-            };
-            Ok(ConnSpec {
-                orig_id: r.get(0)?,
-                client_ip: r.get(12)?,
-                t_start_us: r.get(1)?,
-                min_rtt_us: r.get(2)?,
-                hs_rtt_us: r.get(18)?,
-                max_rtt_us: r.get(13)?,
-                bw_bps: r.get(3)?,
-                bw_samples: r
-                    .get::<_, Option<i64>>(19)?
-                    .and_then(|v| u32::try_from(v).ok())
-                    .unwrap_or(0),
-                loss_rate_down: r.get::<_, f64>(4)?.clamp(0.0, 1.0),
-                delack_every: (policy == "delayed").then_some(2),
-                delack_timeout_us: r.get(6)?,
-                rwin_bytes: r.get::<_, Option<i64>>(7)?.map(|v| v.max(0) as u64),
-                rwin_max_bytes: r.get::<_, Option<i64>>(14)?.map(|v| v.max(0) as u64),
-                queue_down_pkts: r
-                    .get::<_, Option<i64>>(15)?
-                    .and_then(|v| u32::try_from(v).ok())
-                    .filter(|v| *v > 0),
-                queue_down_full: r.get::<_, Option<i64>>(16)? == Some(1),
-                shaper_lead_down: r.get::<_, Option<f64>>(17)?.filter(|v| v.is_finite()),
-                mss_client: r
-                    .get::<_, Option<i64>>(8)?
-                    .and_then(|v| u16::try_from(v).ok()),
-                server_port: r.get::<_, i64>(9)? as u16,
-                close,
-                exchanges: Vec::new(),
-            })
-        })
+        .query_map([], ConnectionRow::read)
         .map_err(sq)?
+        .map(|row| row.map(|r| conn_spec(r, &max_data_rtt)))
         .collect::<Result<_, _>>()
         .map_err(sq)?;
     if let Some(n) = limit {
@@ -437,6 +398,58 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
         conns,
         skipped,
     })
+}
+
+/// The largest `data` RTT sample of each connection that has one.
+fn max_data_rtts(c: &Connection) -> rusqlite::Result<HashMap<i64, i64>> {
+    let mut st = c.prepare(
+        "SELECT conn_id, max(rtt_us) FROM rtt_samples WHERE kind = 'data' GROUP BY conn_id",
+    )?;
+    let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?)))?;
+    rows.filter_map(|r| r.map(|(id, max)| max.map(|m| (id, m))).transpose())
+        .collect()
+}
+
+/// A connection of the database as the replay plays it (its exchanges come later).
+fn conn_spec(r: ConnectionRow, max_data_rtt: &HashMap<i64, i64>) -> ConnSpec {
+    let close = match (r.termination.as_ref(), r.closed_by.as_deref()) {
+        ("rst_after_response" | "rst_abort", Some("server")) => Close::ServerRst,
+        ("rst_after_response" | "rst_abort", _) => Close::ClientRst,
+        ("fin", Some("server")) => Close::ServerFin,
+        _ => Close::ClientFin,
+    };
+    ConnSpec {
+        orig_id: r.id,
+        client_ip: Some(r.client_ip.into_owned()),
+        t_start_us: r.t_syn.unwrap_or(r.t_first),
+        min_rtt_us: r.min_rtt_us,
+        // a handshake RTT counts only where neither side resent its SYN
+        hs_rtt_us: r
+            .hs_rtt_us
+            .filter(|_| r.syn_retx == 0 && r.synack_retx == 0),
+        max_rtt_us: max_data_rtt.get(&r.id).copied(),
+        bw_bps: r.bw_bps,
+        bw_samples: u32::try_from(r.bw_samples).unwrap_or(0),
+        loss_rate_down: r
+            .loss_random_down
+            .or(r.loss_rate_down)
+            .unwrap_or(0.0)
+            .clamp(0.0, 1.0),
+        delack_every: (r.delack_policy == "delayed").then_some(2),
+        delack_timeout_us: r.delack_timeout_us,
+        rwin_bytes: r.rwin_bytes.map(|v| v.max(0) as u64),
+        rwin_max_bytes: r.rwin_max_bytes.map(|v| v.max(0) as u64),
+        queue_down_pkts: r
+            .queue_down_pkts
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|v| *v > 0),
+        queue_down_full: r.queue_down_full == Some(1),
+        shaper_lead_down: r.shaper_lead_down.filter(|v| v.is_finite()),
+        mss_client: r.mss_client.and_then(|v| u16::try_from(v).ok()),
+        server_port: r.server_port as u16,
+        close,
+        exchanges: Vec::new(),
+    }
 }
 
 /// Reads every connection's exchanges; returns how many had a `zero_window_stalls` list that

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use mimic_core::schema::{ConnectionRow, TableRow};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, Row};
 
@@ -353,39 +354,29 @@ fn write_zeek(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
         names.join("\t"),
         types.join("\t")
     )?;
-    let mut st = conn.prepare(
-        "SELECT c.id, c.t_first, c.t_end, c.client_ip, c.client_port, c.server_ip, c.server_port,
-                c.data_bytes_up, c.data_bytes_down, c.t_syn IS NOT NULL, c.prune_reason, c.termination,
-                c.closed_by,
-                EXISTS (SELECT 1 FROM exchanges e WHERE e.conn_id = c.id AND e.method IS NOT NULL)
-         FROM connections c ORDER BY c.id",
-    )?;
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        let (t_first, t_end): (i64, i64) = (r.get(1)?, r.get(2)?);
-        let prune: Option<String> = r.get(10)?;
-        let termination: String = r.get(11)?;
-        let closed_by: Option<String> = r.get(12)?;
+    // the connections through the contract's column list; which carried HTTP, from exchanges
+    let mut st = conn.prepare("SELECT DISTINCT conn_id FROM exchanges WHERE method IS NOT NULL")?;
+    let http: std::collections::HashSet<i64> =
+        st.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    for c in ConnectionRow::read_all(conn, "id")? {
         let state = conn_state(
-            r.get(9)?,
-            prune.as_deref(),
-            &termination,
-            closed_by.as_deref(),
+            c.t_syn.is_some(),
+            c.prune_reason.as_deref(),
+            &c.termination,
+            c.closed_by.as_deref(),
         );
-        let http: bool = r.get(13)?;
         let fields = [
-            zeek_seconds(t_first),
-            format!("C{id}"),
-            r.get::<_, String>(3)?,
-            r.get::<_, i64>(4)?.to_string(),
-            r.get::<_, String>(5)?,
-            r.get::<_, i64>(6)?.to_string(),
+            zeek_seconds(c.t_first),
+            format!("C{}", c.id),
+            c.client_ip.to_string(),
+            c.client_port.to_string(),
+            c.server_ip.to_string(),
+            c.server_port.to_string(),
             "tcp".into(),
-            if http { "http" } else { "-" }.into(),
-            zeek_seconds(t_end - t_first),
-            r.get::<_, i64>(7)?.to_string(),
-            r.get::<_, i64>(8)?.to_string(),
+            if http.contains(&c.id) { "http" } else { "-" }.into(),
+            zeek_seconds(c.t_end - c.t_first),
+            c.data_bytes_up.to_string(),
+            c.data_bytes_down.to_string(),
             state.into(),
         ];
         // local_orig .. tunnel_parents: mimic does not record them

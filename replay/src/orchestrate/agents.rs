@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use mimic_core::community_id::Shard;
 use mimic_core::flow::Endpoint;
+use mimic_core::schema::{ConnectionRow, TableRow};
 use mimic_netemu::control::ControlAddr;
 use mimic_netemu::lab::{self, LabInfo};
 use mimic_netemu::netns;
@@ -403,31 +404,19 @@ fn tail(p: &Path) -> String {
 fn shards_of(wl: &Workload, input: &Path, n: u32) -> Result<Vec<usize>, ReplayError> {
     let c = mimic_core::db::open_existing(input)?;
     let sq = |e: rusqlite::Error| ReplayError::Invalid(format!("{}: {e}", input.display()));
-    let mut st = c
-        .prepare("SELECT id, client_ip, client_port, server_ip, server_port FROM connections")
-        .map_err(sq)?;
     let mut flows: HashMap<i64, (Endpoint, Endpoint)> = HashMap::new();
-    let rows = st
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, Option<String>>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<i64>>(4)?,
-            ))
-        })
-        .map_err(sq)?;
-    for row in rows {
-        let (id, cip, cport, sip, sport) = row.map_err(sq)?;
-        let ep = |ip: Option<String>, port: Option<i64>| -> Option<Endpoint> {
+    for row in ConnectionRow::read_all(&c, "id").map_err(sq)? {
+        let ep = |ip: &str, port: i64| -> Option<Endpoint> {
             Some(Endpoint::new(
-                ip?.parse::<IpAddr>().ok()?,
-                u16::try_from(port?).ok()?,
+                ip.parse::<IpAddr>().ok()?,
+                u16::try_from(port).ok()?,
             ))
         };
-        if let (Some(a), Some(b)) = (ep(cip, cport), ep(sip, sport)) {
-            flows.insert(id, (a, b));
+        if let (Some(a), Some(b)) = (
+            ep(&row.client_ip, row.client_port),
+            ep(&row.server_ip, row.server_port),
+        ) {
+            flows.insert(row.id, (a, b));
         }
     }
     Ok(wl

@@ -90,6 +90,15 @@ pub enum SpinRule {
     /// Up to half of the window, less as the rest of the machine gets busy ([`MachineLoad`];
     /// [`SpinBudget`] has the thresholds).
     FollowLoad,
+    /// Busy-polls all the time, never sleeps (the way a DPDK router keeps its cores): for a
+    /// datapath on a CPU of its own (`--cpu N`), where its spinning takes nobody's time. It
+    /// costs that whole CPU even while idle, and runs at normal priority whatever
+    /// `rt_priority` asks: the kernel throttles a real-time thread that never sleeps (for 50
+    /// ms of each second at its default `sched_rt_runtime_us`), which would stall every
+    /// departure of that time. Under dense traffic the half-window budgets leave the other
+    /// half of the departures to timed sleeps, whose wake-ups on a VM run tens of µs late
+    /// (netemu/README.md, "Busy-polling a CPU of its own").
+    Always,
 }
 
 impl SpinRule {
@@ -103,7 +112,7 @@ impl SpinRule {
     /// machine's load.
     pub fn headroom(self, sample: &LoadSample) -> f64 {
         match self {
-            SpinRule::Fixed => SpinBudget::ROOM_FULL,
+            SpinRule::Fixed | SpinRule::Always => SpinBudget::ROOM_FULL,
             SpinRule::FollowLoad => sample.headroom,
         }
     }
@@ -115,7 +124,10 @@ impl std::str::FromStr for SpinRule {
         match s {
             "fixed" => Ok(SpinRule::Fixed),
             "load" => Ok(SpinRule::FollowLoad),
-            other => Err(format!("unknown spin rule `{other}` (fixed or load)")),
+            "always" => Ok(SpinRule::Always),
+            other => Err(format!(
+                "unknown spin rule `{other}` (fixed, load or always)"
+            )),
         }
     }
 }
@@ -125,6 +137,7 @@ impl std::fmt::Display for SpinRule {
         f.write_str(match self {
             SpinRule::Fixed => "fixed",
             SpinRule::FollowLoad => "load",
+            SpinRule::Always => "always",
         })
     }
 }
@@ -303,7 +316,13 @@ impl Spinner {
     fn new(rule: SpinRule, load: MachineLoad) -> Spinner {
         Spinner {
             rule,
-            budget: SpinBudget::new(SPIN_WINDOW_NS, SPIN_WINDOW_NS / 2),
+            budget: SpinBudget::new(
+                SPIN_WINDOW_NS,
+                match rule {
+                    SpinRule::Always => SPIN_WINDOW_NS,
+                    SpinRule::Fixed | SpinRule::FollowLoad => SPIN_WINDOW_NS / 2,
+                },
+            ),
             load,
             spinning_since: None,
             samples: 0,
@@ -722,7 +741,10 @@ impl Datapath {
         waker: Waker,
         signal_fd: Option<RawFd>,
     ) -> Finished {
-        if let Some(w) = tune_thread(self.cfg.rt_priority, self.cfg.cpu) {
+        let always = self.cfg.spin_rule == SpinRule::Always;
+        // a thread that never sleeps stays at normal priority (see SpinRule::Always)
+        let rt = self.cfg.rt_priority.filter(|_| !always);
+        if let Some(w) = tune_thread(rt, self.cfg.cpu) {
             tracing::warn!("{w}");
         }
         let rings = self.rings;
@@ -854,6 +876,11 @@ impl Datapath {
             }
             let timeout = match engine.next_deadline() {
                 Some(d) if d <= now => continue,
+                // busy-polling: a zero-timeout ppoll below still sees a stop signal or a job
+                _ if always => {
+                    spinner.spin_from(now);
+                    Some(0)
+                }
                 Some(d) if d <= now + spin && spinner.may_spin() => {
                     spinner.spin_from(now);
                     continue;
@@ -899,7 +926,9 @@ impl Datapath {
                 )
             };
             if let (0, Some(t)) = (ready, timeout) {
-                stats.record_wake(mono_now().saturating_sub(slept_at + t));
+                if t > 0 {
+                    stats.record_wake(mono_now().saturating_sub(slept_at + t));
+                }
             }
             if fds[2].revents != 0 {
                 waker.drain();
@@ -1049,13 +1078,30 @@ mod tests {
         }
     }
 
+    /// A datapath on a CPU of its own busy-polls the whole window, whatever the machine does.
+    #[test]
+    fn a_busy_polling_datapath_keeps_the_whole_window() {
+        for (busy, spun) in [(0.2, 0.2), (1.9, 0.0), (2.0, 1.0)] {
+            let mut s = Spinner::new(SpinRule::Always, MachineLoad::with(2, 100));
+            assert_eq!(
+                budget_after(&mut s, busy, spun),
+                SPIN_WINDOW_NS,
+                "busy {busy}, spun {spun}"
+            );
+        }
+    }
+
     #[test]
     fn spin_rules_parse_and_print_as_the_command_line_has_them() {
-        for r in [SpinRule::Fixed, SpinRule::FollowLoad] {
+        for r in [SpinRule::Fixed, SpinRule::FollowLoad, SpinRule::Always] {
             assert_eq!(r.to_string().parse::<SpinRule>(), Ok(r));
         }
         assert_eq!("load".parse::<SpinRule>(), Ok(SpinRule::FollowLoad));
-        let e = "always".parse::<SpinRule>().unwrap_err();
-        assert!(e.contains("`always`") && e.contains("fixed or load"), "{e}");
+        assert_eq!("always".parse::<SpinRule>(), Ok(SpinRule::Always));
+        let e = "never".parse::<SpinRule>().unwrap_err();
+        assert!(
+            e.contains("`never`") && e.contains("fixed, load or always"),
+            "{e}"
+        );
     }
 }

@@ -110,11 +110,12 @@ pub struct RunArgs {
     /// Busy-wait this many microseconds before each departure instead of sleeping.
     #[arg(long, default_value_t = spec::DEFAULT_SPIN_US)]
     spin_us: u64,
-    /// What limits the busy-waiting (at most half of every 10 ms either way): `fixed`, for a
-    /// router that only forwards, or `load`, less as the rest of the machine gets busy, for a
-    /// datapath sharing its machine with emulated clients and servers (`mimic replay --lab`
-    /// starts its router so).
-    #[arg(long, default_value_t = SpinRule::ROUTER, value_name = "fixed|load")]
+    /// What limits the busy-waiting: `fixed`, at most half of every 10 ms, for a router that
+    /// only forwards; `load`, less as the rest of the machine gets busy, for a datapath
+    /// sharing its machine with emulated clients and servers (`mimic replay --lab` starts its
+    /// router so); `always`, busy-polling without a break at normal priority, for a datapath
+    /// given a CPU of its own (`--cpu N`), which it then keeps fully busy.
+    #[arg(long, default_value_t = SpinRule::ROUTER, value_name = "fixed|load|always")]
     spin_rule: SpinRule,
     /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
     #[arg(long, default_value_t = spec::DEFAULT_RT_PRIORITY)]

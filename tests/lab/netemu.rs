@@ -436,6 +436,88 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
     );
 }
 
+/// `--spin-rule always` (a datapath on a CPU of its own, busy-polling at normal priority)
+/// forwards with the configured delay, still stops at once on SIGTERM (its polls do not
+/// block, so the signal is seen between them) and reports that its thread kept its CPU busy.
+#[test]
+fn a_busy_polling_datapath_delays_exactly_and_stops_on_sigterm() {
+    require_tool("ping");
+    let mut lab = Lab::up();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let last = (cpus - 1).to_string();
+    let mut args = vec!["--default", "delay=20ms", "--spin-rule", "always"];
+    if cpus > 1 {
+        args.extend(["--cpu", last.as_str()]);
+    }
+    let _c = lab.run_emulator(&args);
+    let o = lab.ping(&["-c", "100", "-i", "0.01", "-q", "198.18.0.1"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "ping failed: {text}");
+    let stats = text
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .unwrap_or_else(|| panic!("no rtt line: {text}"));
+    let min: f64 = stats
+        .split('=')
+        .nth(1)
+        .and_then(|v| v.trim().split('/').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no min RTT in {stats}"));
+    eprintln!("busy-polling, 20 ms each way: {stats}");
+    assert!(
+        (min - 40.0).abs() <= 0.3,
+        "min RTT {min} ms not within 40 ± 0.3 ms ({stats})"
+    );
+    let mut child = lab.emu.take().unwrap();
+    // every thread at normal scheduling: a real-time thread that never sleeps is throttled
+    let policies: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .map(|st| {
+            // policy is field 41 of proc(5)'s stat, the 39th after the command's ')'
+            let rest = &st[st.rfind(')').unwrap() + 2..];
+            rest.split(' ').nth(38).unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(!policies.is_empty());
+    assert!(
+        policies.iter().all(|&p| p == 0),
+        "thread policies {policies:?} (0 = SCHED_OTHER, 1 = SCHED_FIFO)"
+    );
+    let asked = Instant::now();
+    // SAFETY: signalling the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if asked.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a busy-polling datapath did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = std::fs::read_to_string(lab.dir.path().join("netemu.out")).unwrap_or_default();
+    let err = std::fs::read_to_string(lab.dir.path().join("netemu.err")).unwrap_or_default();
+    assert!(status.success(), "netemu run exited {status}: {err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("spin rule always:"))
+        .unwrap_or_else(|| panic!("no spin-rule line in its output: {out}{err}"));
+    // "... the datapath thread 0.99 (busy-waiting 0.98)": it never slept
+    let busy: f64 = line
+        .split("the datapath thread ")
+        .nth(1)
+        .and_then(|v| v.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no datapath share in {line}"));
+    assert!(
+        busy > 0.8,
+        "a busy-polling datapath used {busy} of its CPU: {line}"
+    );
+}
+
 #[test]
 fn iperf3_bulk_through_10mbit_reaches_rate_times_payload_share() {
     require_tool("iperf3");

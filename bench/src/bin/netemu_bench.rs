@@ -31,6 +31,8 @@
 //!   lab router does, beside its clients and servers). Each row's notes give, per phase, the
 //!   windows in which the budget was cut and what the machine used meanwhile: all CPUs' busy
 //!   time, the datapath thread's CPU time, and its busy-waiting (cores).
+//!   `always` (not run unless asked: `--spin-rule fixed,always --layout split`) busy-polls
+//!   without a break at normal priority, for a datapath on a CPU of its own.
 //! * layout (`--layout shared,split`, both by default where there are two CPUs, alternating
 //!   within each spin rule; only `shared` on one CPU, as in bench/netem-delay.sh's guest):
 //!   every thread where the scheduler puts it, or the datapath alone on the last CPU and the
@@ -767,6 +769,15 @@ fn kernel_redirect(info: &LabInfo, on: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!(
+            "netemu-bench: mimic's datapath beside kernel forwarding and tbf (needs root; builds a lab)\n\
+             usage: netemu-bench [--seconds S] [--pipes 1,1000,65536] [--load-pps N] \
+             [--spin-rule load,fixed,always] [--layout shared,split] [--netem] [--out FILE]\n\
+             bench/netemu.sh runs it; the doc comment of bench/src/bin/netemu_bench.rs says what each phase measures"
+        );
+        return;
+    }
     let get = |k: &str| {
         args.iter()
             .position(|a| a == k)
@@ -824,9 +835,10 @@ fn main() {
         spin_rules.push(match r {
             "load" => ("spin follows load, the replay's", SpinRule::FollowLoad),
             "fixed" => ("fixed spin budget, the default", SpinRule::Fixed),
+            "always" => ("busy-polls always, at normal priority", SpinRule::Always),
             x => {
                 eprintln!(
-                    "netemu-bench: --spin-rule {x}: expected load, fixed or both (load,fixed)"
+                    "netemu-bench: --spin-rule {x}: expected load, fixed, always or a list (load,fixed)"
                 );
                 std::process::exit(2);
             }

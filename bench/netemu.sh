@@ -12,9 +12,9 @@
 # Goals (issue 3): 65,536 pipes with p99 delay error <= 50 us and >= 50% of kernel
 # forwarding's packet rate. Other work on the machine (2 cores) disturbs both figures: each
 # row gives its phases' host load and CPU pressure, and names other processes' real-time
-# threads that ran meanwhile (also warned on stderr). mimic's datapath runs with both spin
-# rules (the fixed budget, `mimic netemu run`'s default, and the load-following one the
-# replay's lab router uses), alternating per pipe count.
+# threads that ran meanwhile (also warned on stderr). mimic's datapath runs with three spin
+# rules (the fixed budget, `mimic netemu run`'s default; the load-following one the replay's
+# lab router uses; and busy-polling, `always`, on a CPU of its own), alternating per pipe count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/netemu.sh needs root (namespaces, AF_PACKET)" >&2; exit 1; }

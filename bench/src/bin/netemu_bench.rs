@@ -25,14 +25,14 @@
 //!   the server-side veth behind the mirred redirect, shared by all flows; its delay error
 //!   beside mimic's in the same run (bench/netem-delay.sh runs it in a router guest).
 //!
-//! * spin rule (`--spin-rule load,fixed`, both by default, alternating at each pipe count):
+//! * spin rule (`--spin-rule load,fixed,always`, all three by default, alternating at each pipe count):
 //!   mimic's datapath with the fixed half-window busy-wait budget (what `mimic netemu run`
 //!   does by default) and with the budget following the machine's load (what the replay's
 //!   lab router does, beside its clients and servers). Each row's notes give, per phase, the
 //!   windows in which the budget was cut and what the machine used meanwhile: all CPUs' busy
 //!   time, the datapath thread's CPU time, and its busy-waiting (cores).
-//!   `always` (not run unless asked: `--spin-rule fixed,always --layout split`) busy-polls
-//!   without a break at normal priority, for a datapath on a CPU of its own.
+//!   The third rule, `always` (in the default list too), busy-polls without a break at
+//!   normal priority, for a datapath on a CPU of its own: it runs in the split layout only.
 //! * layout (`--layout shared,split`, both by default where there are two CPUs, alternating
 //!   within each spin rule; only `shared` on one CPU, as in bench/netem-delay.sh's guest):
 //!   every thread where the scheduler puts it, or the datapath alone on the last CPU and the
@@ -46,7 +46,7 @@
 //!   during a phase, with their CPU time (a TCG guest's QEMU at FIFO 20 preempts the datapath;
 //!   a warning on stderr too): such figures measure the machine, not the datapath.
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed] [--netem] [--layout shared,split]
+//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::collections::BTreeMap;
@@ -829,7 +829,7 @@ fn main() {
     let mut spin_rules = Vec::new();
     for r in get("--spin-rule")
         .as_deref()
-        .unwrap_or("load,fixed")
+        .unwrap_or("load,fixed,always")
         .split(',')
     {
         spin_rules.push(match r {
@@ -955,6 +955,9 @@ fn main() {
         for (&(rule_name, spin_rule), &layout) in spin_rules
             .iter()
             .flat_map(|r| layouts.iter().map(move |l| (r, l)))
+            // busy-polling is for a CPU of its own: shared, it would take the traffic
+            // threads' CPU for good
+            .filter(|&((_, r), l)| *r != SpinRule::Always || *l == Layout::Split)
         {
             SPLIT_NOW.store(layout == Layout::Split, Ordering::Relaxed);
             let where_ = match (layout, CPU_SPLIT.get()) {

@@ -392,6 +392,26 @@ fn lab_up_twice_status_stack_and_down_leaves_nothing_behind() {
     ok_text(&["lab", "down", &name]);
 }
 
+/// ping's `rtt min/avg/max/mdev = ...` line of `text`, and its minimum and average in ms.
+fn ping_min_avg(text: &str) -> (&str, f64, f64) {
+    let stats = text
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .unwrap_or_else(|| panic!("no rtt line: {text}"));
+    let nums: Vec<f64> = stats
+        .split('=')
+        .nth(1)
+        .and_then(|v| v.trim().split(' ').next())
+        .unwrap_or_else(|| panic!("no figures in {stats}"))
+        .split('/')
+        .map(|x| {
+            x.parse()
+                .unwrap_or_else(|_| panic!("not a number in {stats}"))
+        })
+        .collect();
+    (stats, nums[0], nums[1])
+}
+
 #[test]
 fn ping_through_20ms_each_way_is_40ms_rtt() {
     require_tool("ping");
@@ -409,22 +429,7 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
     let text = stdout(&o);
     assert!(o.status.success(), "ping failed: {text}");
     assert!(text.contains(" 0% packet loss"), "{text}");
-    let stats = text
-        .lines()
-        .find(|l| l.contains("min/avg/max"))
-        .unwrap_or_else(|| panic!("no rtt line: {text}"));
-    let nums: Vec<f64> = stats
-        .split('=')
-        .nth(1)
-        .unwrap()
-        .trim()
-        .split(' ')
-        .next()
-        .unwrap()
-        .split('/')
-        .map(|x| x.parse().unwrap())
-        .collect();
-    let (min, avg) = (nums[0], nums[1]);
+    let (stats, min, avg) = ping_min_avg(&text);
     eprintln!("ping through 20 ms each way: {stats}");
     assert!(
         (min - 40.0).abs() <= 0.3,
@@ -453,16 +458,7 @@ fn a_busy_polling_datapath_delays_exactly_and_stops_on_sigterm() {
     let o = lab.ping(&["-c", "100", "-i", "0.01", "-q", "198.18.0.1"]);
     let text = stdout(&o);
     assert!(o.status.success(), "ping failed: {text}");
-    let stats = text
-        .lines()
-        .find(|l| l.contains("min/avg/max"))
-        .unwrap_or_else(|| panic!("no rtt line: {text}"));
-    let min: f64 = stats
-        .split('=')
-        .nth(1)
-        .and_then(|v| v.trim().split('/').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no min RTT in {stats}"));
+    let (stats, min, _) = ping_min_avg(&text);
     eprintln!("busy-polling, 20 ms each way: {stats}");
     assert!(
         (min - 40.0).abs() <= 0.3,

@@ -295,6 +295,15 @@ fn clock(id: libc::clockid_t) -> Nanos {
 const FRAME_SIZE: u32 = 2048;
 const SPIN_WINDOW_NS: u64 = 10_000_000;
 
+/// What [`Spinner::next_wait`] tells the datapath to do next.
+#[derive(Debug, PartialEq, Eq)]
+enum Wait {
+    /// Another pass at once.
+    Pass,
+    /// `ppoll` with this timeout (None: no timeout).
+    Poll(Option<Nanos>),
+}
+
 /// The datapath's busy-wait budget under its [`SpinRule`]: at most half of each 10 ms window
 /// (so that a SCHED_FIFO datapath under dense traffic never runs into the kernel's RT
 /// throttling, which would stall it for 50 ms a second), and under [`SpinRule::FollowLoad`]
@@ -316,13 +325,7 @@ impl Spinner {
     fn new(rule: SpinRule, load: MachineLoad) -> Spinner {
         Spinner {
             rule,
-            budget: SpinBudget::new(
-                SPIN_WINDOW_NS,
-                match rule {
-                    SpinRule::Always => SPIN_WINDOW_NS,
-                    SpinRule::Fixed | SpinRule::FollowLoad => SPIN_WINDOW_NS / 2,
-                },
-            ),
+            budget: SpinBudget::new(SPIN_WINDOW_NS, SPIN_WINDOW_NS / 2),
             load,
             spinning_since: None,
             samples: 0,
@@ -352,13 +355,33 @@ impl Spinner {
         self.spun_sum += s.spun_cores;
     }
 
-    fn may_spin(&self) -> bool {
-        self.budget.may_spin()
-    }
-
     /// The datapath busy-waits from `now` until its next pass.
     fn spin_from(&mut self, now: Nanos) {
         self.spinning_since = Some(now);
+    }
+
+    /// What the datapath does at `now` after a pass that received nothing, with its next
+    /// departure due at `deadline`: another pass at once (busy-waiting from `now` until the
+    /// next call counts against the budget), or a `ppoll` with this timeout (None: until a
+    /// frame, a job or a signal). It sleeps to `margin` before a departure and busy-waits the
+    /// rest while the budget lasts, past it to the departure itself; under
+    /// [`SpinRule::Always`] it never blocks, and polls with a zero timeout so that a stop
+    /// signal or a job is still seen.
+    fn next_wait(&mut self, now: Nanos, deadline: Option<Nanos>, margin: Nanos) -> Wait {
+        match deadline {
+            Some(d) if d <= now => Wait::Pass,
+            _ if self.rule == SpinRule::Always => {
+                self.spin_from(now);
+                Wait::Poll(Some(0))
+            }
+            Some(d) if d <= now + margin && self.budget.may_spin() => {
+                self.spin_from(now);
+                Wait::Pass
+            }
+            Some(d) if d <= now + margin => Wait::Poll(Some(d - now)),
+            Some(d) => Wait::Poll(Some(d - now - margin)),
+            None => Wait::Poll(None),
+        }
     }
 
     /// The load figures of the run, into the statistics.
@@ -741,9 +764,11 @@ impl Datapath {
         waker: Waker,
         signal_fd: Option<RawFd>,
     ) -> Finished {
-        let always = self.cfg.spin_rule == SpinRule::Always;
         // a thread that never sleeps stays at normal priority (see SpinRule::Always)
-        let rt = self.cfg.rt_priority.filter(|_| !always);
+        let rt = self
+            .cfg
+            .rt_priority
+            .filter(|_| self.cfg.spin_rule != SpinRule::Always);
         if let Some(w) = tune_thread(rt, self.cfg.cpu) {
             tracing::warn!("{w}");
         }
@@ -874,20 +899,9 @@ impl Datapath {
             if spinner.update(now) {
                 stats.spin_reduced_windows += 1;
             }
-            let timeout = match engine.next_deadline() {
-                Some(d) if d <= now => continue,
-                // busy-polling: a zero-timeout ppoll below still sees a stop signal or a job
-                _ if always => {
-                    spinner.spin_from(now);
-                    Some(0)
-                }
-                Some(d) if d <= now + spin && spinner.may_spin() => {
-                    spinner.spin_from(now);
-                    continue;
-                }
-                Some(d) if d <= now + spin => Some(d - now),
-                Some(d) => Some(d - now - spin),
-                None => None,
+            let timeout = match spinner.next_wait(now, engine.next_deadline(), spin) {
+                Wait::Pass => continue,
+                Wait::Poll(t) => t,
             };
             let mut fds = [
                 libc::pollfd {
@@ -1078,16 +1092,37 @@ mod tests {
         }
     }
 
-    /// A datapath on a CPU of its own busy-polls the whole window, whatever the machine does.
+    /// The wait after an idle pass: busy-waiting within the margin while the budget lasts,
+    /// sleeping to the margin before a departure or to the departure itself past the budget;
+    /// a busy-polling datapath never blocks, whatever the machine does.
     #[test]
-    fn a_busy_polling_datapath_keeps_the_whole_window() {
-        for (busy, spun) in [(0.2, 0.2), (1.9, 0.0), (2.0, 1.0)] {
+    fn each_rule_waits_for_a_departure_as_it_says() {
+        const M: Nanos = 100_000;
+        let t0 = 3 * SPIN_WINDOW_NS; // the start of a window
+        let mut s = Spinner::new(SpinRule::Fixed, MachineLoad::with(2, 100));
+        s.update(t0);
+        assert_eq!(s.next_wait(t0, Some(t0), M), Wait::Pass);
+        assert_eq!(s.next_wait(t0, Some(t0 + 40_000), M), Wait::Pass);
+        assert_eq!(
+            s.next_wait(t0, Some(t0 + 300_000), M),
+            Wait::Poll(Some(200_000))
+        );
+        assert_eq!(s.next_wait(t0, None, M), Wait::Poll(None));
+        // half the window spun: past the budget it sleeps to the departure itself
+        s.update(t0 + FULL);
+        assert_eq!(
+            s.next_wait(t0 + FULL, Some(t0 + FULL + 40_000), M),
+            Wait::Poll(Some(40_000))
+        );
+        for (busy, spun) in [(0.2, 0.2), (2.0, 1.0)] {
             let mut s = Spinner::new(SpinRule::Always, MachineLoad::with(2, 100));
-            assert_eq!(
-                budget_after(&mut s, busy, spun),
-                SPIN_WINDOW_NS,
-                "busy {busy}, spun {spun}"
-            );
+            budget_after(&mut s, busy, spun);
+            let now = 7 * SPIN_WINDOW_NS;
+            for d in [Some(now + 300_000), Some(now + 40_000), None] {
+                assert_eq!(s.next_wait(now, d, M), Wait::Poll(Some(0)), "{d:?}");
+                s.update(now + SPIN_WINDOW_NS / 2 + 1);
+            }
+            assert_eq!(s.next_wait(now, Some(now), M), Wait::Pass);
         }
     }
 

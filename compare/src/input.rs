@@ -94,43 +94,34 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
         while let Some(r) = rows.next().map_err(q)? {
             connections += 1;
             let c = ConnectionRow::read(r).map_err(q)?;
-            let (id, rt, rtt, bps, lr) = (
-                c.id,
-                c.response_time_us,
-                c.min_rtt_us,
-                c.bw_bps,
-                c.loss_rate_down,
-            );
-            let (exchanges, prune, termination, bytes_down) = (
-                c.exchanges,
-                c.prune_reason,
-                c.termination,
-                c.data_bytes_down,
-            );
             // A negative response time would be a writer's bug; count it as unusable.
-            let rt = rt.filter(|&v| v >= 0).map(|v| v as f64);
+            let rt = c.response_time_us.filter(|&v| v >= 0).map(|v| v as f64);
             match rt {
                 Some(v) => rts.push(v),
                 None => {
                     *excluded
-                        .entry(exclusion_reason(exchanges, prune.as_deref(), &termination))
+                        .entry(exclusion_reason(
+                            c.exchanges,
+                            c.prune_reason.as_deref(),
+                            &c.termination,
+                        ))
                         .or_default() += 1
                 }
             }
-            let rtt = rtt.filter(|&v| v >= 0).map(|v| v as f64);
-            let bps = bps.filter(|v| v.is_finite() && *v > 0.0);
-            let lr = lr.filter(|v| v.is_finite() && *v >= 0.0);
+            let rtt = c.min_rtt_us.filter(|&v| v >= 0).map(|v| v as f64);
+            let bps = c.bw_bps.filter(|v| v.is_finite() && *v > 0.0);
+            let lr = c.loss_rate_down.filter(|v| v.is_finite() && *v >= 0.0);
             push(&mut min_rtt, rtt);
             push(&mut bw, bps);
             push(&mut loss, lr);
             by_id.insert(
-                id,
+                c.id,
                 ConnFacts {
                     response_time_us: rt,
                     bw_bps: bps,
                     min_rtt_us: rtt,
-                    exchanges,
-                    bytes_down,
+                    exchanges: c.exchanges,
+                    bytes_down: c.data_bytes_down,
                 },
             );
         }

@@ -280,6 +280,55 @@ pub fn set_realtime(priority: Option<i32>) -> io::Result<()> {
     Ok(())
 }
 
+/// A thread as `/proc/PID/task/TID/stat` shows it: its name, whether it is a kernel thread,
+/// its scheduling policy (`libc::SCHED_OTHER`, `SCHED_FIFO`, ...) and real-time priority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadStat {
+    pub comm: String,
+    pub kernel_thread: bool,
+    pub policy: i32,
+    pub rt_priority: i32,
+}
+
+impl ThreadStat {
+    /// Parses one stat line; None for a line that does not have the fields of proc(5).
+    pub fn parse(stat: &str) -> Option<ThreadStat> {
+        let open = stat.find('(')?;
+        // the name may hold spaces and parentheses: it ends at the last ')'
+        let (head, rest) = stat.rsplit_once(')')?;
+        // the fields after the name start at field 3 (state): flags is field 9, rt_priority
+        // field 40, policy field 41
+        let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok());
+        const PF_KTHREAD: i64 = 0x0020_0000;
+        let (flags, prio, policy) = (num(6)?, num(37)?, num(38)?);
+        Some(ThreadStat {
+            comm: head.get(open + 1..)?.to_string(),
+            kernel_thread: flags & PF_KTHREAD != 0,
+            policy: i32::try_from(policy).ok()?,
+            rt_priority: i32::try_from(prio).ok()?,
+        })
+    }
+
+    /// The threads of process `pid` by thread id (those whose stat cannot be read, having
+    /// exited meanwhile, are left out).
+    pub fn of_process(pid: u32) -> io::Result<Vec<(u32, ThreadStat)>> {
+        let mut out = Vec::new();
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Some(st) = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|s| ThreadStat::parse(&s))
+            {
+                out.push((tid, st));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Samples, every `INTERVAL`, how many cores the machine used apart from the caller's
 /// busy-waiting: all CPUs' busy time (`/proc/stat`) less the time the caller spent spinning.
 /// The caller's real work counts as load (the datapath's syscalls, for one, carry the veth
@@ -390,6 +439,40 @@ fn busy_ticks(stat: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // a TCG guest's QEMU vCPU thread at SCHED_FIFO 20, as /proc showed it
+    const QEMU: &str = "1347 (qemu-system-x86) S 1 1341 1341 0 -1 138412224 13094 0 5 0 1213 183 0 0 -21 0 3 0 3393228 2352021504 96989 18446744073709551615 94012161396736 94012167257173 140727290332864 0 0 0 2147220087 3674112 16451 1 0 0 -1 0 20 1 0 0 0 94012170369272 94012175573424 94013173366784 140727290341146 140727290342085 140727290342085 140727290343388 0";
+
+    #[test]
+    fn thread_stat_lines_give_name_policy_and_priority() {
+        let t = ThreadStat::parse(QEMU).unwrap();
+        assert_eq!(
+            (t.comm.as_str(), t.kernel_thread, t.policy, t.rt_priority),
+            ("qemu-system-x86", false, libc::SCHED_FIFO, 20)
+        );
+        // a name with spaces and parentheses; normal policy
+        let odd = QEMU
+            .replace("(qemu-system-x86)", "(a (b) c)")
+            .replace(" 20 1 0 0 0 ", " 0 0 0 0 0 ");
+        let t = ThreadStat::parse(&odd).unwrap();
+        assert_eq!((t.comm.as_str(), t.policy), ("a (b) c", libc::SCHED_OTHER));
+        // a kernel thread (PF_KTHREAD), and what does not parse
+        let kthread = QEMU.replace(" 138412224 ", " 2129984 ");
+        assert!(ThreadStat::parse(&kthread).unwrap().kernel_thread);
+        assert!(ThreadStat::parse("1 (x) S 1 2").is_none());
+        assert!(ThreadStat::parse("").is_none());
+    }
+
+    #[test]
+    fn this_process_has_a_thread_at_normal_scheduling() {
+        let threads = ThreadStat::of_process(std::process::id()).unwrap();
+        let main = threads
+            .iter()
+            .find(|(tid, _)| *tid == std::process::id())
+            .expect("the main thread");
+        assert_eq!(main.1.policy, libc::SCHED_OTHER);
+        assert!(!main.1.kernel_thread);
+    }
 
     #[test]
     fn lists_parse_and_format_like_taskset() {

@@ -466,14 +466,10 @@ fn a_busy_polling_datapath_delays_exactly_and_stops_on_sigterm() {
     );
     let mut child = lab.emu.take().unwrap();
     // every thread at normal scheduling: a real-time thread that never sleeps is throttled
-    let policies: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+    let policies: Vec<i32> = mimic_core::cpu::ThreadStat::of_process(child.id())
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-        .map(|st| {
-            // policy is field 41 of proc(5)'s stat, the 39th after the command's ')'
-            let rest = &st[st.rfind(')').unwrap() + 2..];
-            rest.split(' ').nth(38).unwrap().parse().unwrap()
-        })
+        .into_iter()
+        .map(|(_, t)| t.policy)
         .collect();
     assert!(!policies.is_empty());
     assert!(

@@ -57,6 +57,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use mimic_core::cpu::ThreadStat;
 use mimic_netemu::datapath::{
     Datapath, DatapathConfig, DatapathStats, Finished, Job, SpinRule, Waker,
 };
@@ -431,25 +432,15 @@ fn other_threads() -> BTreeMap<(i32, i32), Thread> {
 /// A user-space thread from its `/proc/PID/task/TID/stat` line (CPU time left at 0); None for
 /// a kernel thread or a line that does not parse.
 fn parse_thread_stat(stat: &str) -> Option<Thread> {
-    let open = stat.find('(')?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    // the fields after the command name start at field 3 (state): flags is field 9,
-    // rt_priority field 40, policy field 41 (proc(5))
-    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|x| x.parse::<i64>().ok());
-    const PF_KTHREAD: i64 = 0x0020_0000;
-    let (flags, prio, policy) = (num(6)?, num(37)?, num(38)?);
-    if flags & PF_KTHREAD != 0 {
-        return None;
-    }
+    let t = ThreadStat::parse(stat).filter(|t| !t.kernel_thread)?;
     Some(Thread {
-        comm: head.get(open + 1..)?.to_string(),
-        policy: match policy as i32 {
+        comm: t.comm,
+        policy: match t.policy {
             libc::SCHED_FIFO => Some("FIFO"),
             libc::SCHED_RR => Some("RR"),
             _ => None,
         },
-        priority: prio as i32,
+        priority: t.rt_priority,
         cpu_ns: 0,
     })
 }
@@ -1062,27 +1053,29 @@ fn main() {
 mod tests {
     use super::*;
 
-    // a TCG guest's QEMU vCPU thread at SCHED_FIFO 20, as /proc showed it
-    const QEMU: &str = "1347 (qemu-system-x86) S 1 1341 1341 0 -1 138412224 13094 0 5 0 1213 183 0 0 -21 0 3 0 3393228 2352021504 96989 18446744073709551615 94012161396736 94012167257173 140727290332864 0 0 0 2147220087 3674112 16451 1 0 0 -1 0 20 1 0 0 0 94012170369272 94012175573424 94013173366784 140727290341146 140727290342085 140727290342085 140727290343388 0";
+    /// A stat line with `flags`, real-time priority and policy set, every other field 0
+    /// (mimic_core::cpu::ThreadStat's tests parse real ones).
+    fn stat_line(comm: &str, flags: u64, priority: i32, policy: i32) -> String {
+        let mut f = vec!["0".to_string(); 50];
+        f[6] = flags.to_string();
+        f[37] = priority.to_string();
+        f[38] = policy.to_string();
+        format!("1347 ({comm}) S {}", f[1..].join(" "))
+    }
 
     #[test]
-    fn thread_stat_lines_give_name_policy_and_priority() {
-        let t = parse_thread_stat(QEMU).unwrap();
+    fn user_threads_are_named_with_their_policy_and_kernel_threads_left_out() {
+        let t = parse_thread_stat(&stat_line("qemu-system-x86", 0x40_0140, 20, 1)).unwrap();
         assert_eq!(
             (t.comm.as_str(), t.policy, t.priority),
             ("qemu-system-x86", Some("FIFO"), 20)
         );
-        // a name with spaces and parentheses; normal policy
-        let odd = QEMU
-            .replace("(qemu-system-x86)", "(a (b) c)")
-            .replace(" 20 1 0 0 0 ", " 0 0 0 0 0 ");
-        let t = parse_thread_stat(&odd).unwrap();
+        let t = parse_thread_stat(&stat_line("rr", 0, 5, 2)).unwrap();
+        assert_eq!(t.policy, Some("RR"));
+        let t = parse_thread_stat(&stat_line("a (b) c", 0, 0, 0)).unwrap();
         assert_eq!((t.comm.as_str(), t.policy), ("a (b) c", None));
-        // kernel threads (PF_KTHREAD) are left out, and so is what does not parse
-        let kthread = QEMU.replace(" 138412224 ", " 2129984 ");
-        assert!(parse_thread_stat(&kthread).is_none());
+        assert!(parse_thread_stat(&stat_line("kworker/0:1", 0x0020_0040, 0, 0)).is_none());
         assert!(parse_thread_stat("1 (x) S 1 2").is_none());
-        assert!(parse_thread_stat("").is_none());
     }
 
     #[test]

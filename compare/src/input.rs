@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use mimic_core::schema::{ConnectionRow, ExchangeRow, ReplayMapRow, TableRow};
+use mimic_core::schema::{ConnectionRow, ExchangeRow, ReplayMapRow, TableRow, Value};
 use rusqlite::Connection;
 
 use crate::CompareError;
@@ -136,14 +136,14 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let (mut rd, mut qd) = (Metric::default(), Metric::default());
     let mut exchanges = 0u64;
     if table_exists(&conn, "exchanges").map_err(q)? {
-        let mut stmt = conn
-            .prepare(ExchangeRow::TABLE.select_sql().as_str())
-            .map_err(q)?;
+        // two columns of the largest table mimic writes (one row per exchange), not its rows
+        let sql = ExchangeRow::TABLE.select_columns_sql(&["response_delay_us", "query_delay_us"]);
+        let mut stmt = conn.prepare(&sql).map_err(q)?;
         let mut rows = stmt.query([]).map_err(q)?;
         while let Some(r) = rows.next().map_err(q)? {
             exchanges += 1;
-            let e = ExchangeRow::read(r).map_err(q)?;
-            let (a, b) = (e.response_delay_us, e.query_delay_us);
+            let a: Option<i64> = Value::read(r, 0).map_err(q)?;
+            let b: Option<i64> = Value::read(r, 1).map_err(q)?;
             push(&mut rd, a.filter(|&v| v >= 0).map(|v| v as f64));
             push(&mut qd, b.filter(|&v| v >= 0).map(|v| v as f64));
         }

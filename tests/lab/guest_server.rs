@@ -102,17 +102,23 @@ fn meta(db: &Path, key: &str) -> String {
     .unwrap_or_else(|e| panic!("{}: meta {key}: {e}", db.display()))
 }
 
-#[test]
-fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
-    require_guest_tools("the server guest test", &[]);
+/// Debian's stock kernel image and its release (`vmlinuz-RELEASE`), what the guest's
+/// `uname -r` and the replays' `server_kernel` meta must say.
+fn debian_kernel_and_version() -> (PathBuf, String) {
     let kernel = debian_kernel();
     let version = kernel
         .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_start_matches("vmlinuz-")
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.strip_prefix("vmlinuz-"))
+        .unwrap_or_else(|| panic!("{}: not named vmlinuz-RELEASE", kernel.display()))
         .to_string();
+    (kernel, version)
+}
+
+#[test]
+fn replay_against_a_server_guest_shows_initcwnd_10_faster_than_3() {
+    require_guest_tools("the server guest test", &[]);
+    let (kernel, version) = debian_kernel_and_version();
     let name = format!("gs{}", std::process::id() % 100_000);
     let _guard = LabDown(name.clone());
     let tmp = tempdir();
@@ -309,14 +315,7 @@ fn assert_lab_gone(name: &str) {
 #[test]
 fn demo_with_a_server_kernel_runs_every_stage_against_the_guest_and_removes_it() {
     require_guest_tools("the demo's server guest test", &[]);
-    let kernel = debian_kernel();
-    let version = kernel
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_start_matches("vmlinuz-")
-        .to_string();
+    let (kernel, version) = debian_kernel_and_version();
     let name = format!("gd{}", std::process::id() % 100_000);
     let _g = LabDown(name.clone());
     let d = tempdir();

@@ -21,6 +21,20 @@ fn preflight() {
     }
 }
 
+/// CPU time the hypervisor took from this machine's vCPUs so far, all of them together
+/// (`steal` of /proc/stat's `cpu` line), in ms.
+fn steal_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_ascii_whitespace().nth(8)?.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1000 / hz
+}
+
 /// synth (all client classes) → replay in a lab the replay builds and removes → analysis of
 /// the server-side capture; the inferred parameters must match the truth. Then the capture,
 /// analyzed as an "original", is replayed again and compared (Monkey §5.1 fidelity).
@@ -52,17 +66,38 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     }
     let name = lab_name("rp");
     let _down = LabDown(name.clone());
-    let r = json(&ok(&[
-        "replay",
-        &p("synth.db"),
-        "-o",
-        &p("replay.db"),
-        "--lab",
-        &name,
-        "--keep-capture",
-        &p("cap"),
-        "--json",
-    ]));
+    // The replay judges its own timing (replay/src/orchestrate/health.rs). A run it calls
+    // distorted is run once more, as GUIDE tells an operator to, and the second must be
+    // healthy: on this project's VMs the hypervisor stops a vCPU for milliseconds now and
+    // then (a CI-mode run of 2026-12-01 at load 0.3: starts, departures and server delays
+    // all p99 3.9-5.2 ms late, where the same test alone gave p99 61-111 us), which no part
+    // of mimic can undo, while a regression in any part is late in both runs.
+    let replay = || {
+        let _ = std::fs::remove_dir_all(d.join("cap"));
+        let steal0 = steal_ms();
+        let r = json(&ok(&[
+            "replay",
+            &p("synth.db"),
+            "-o",
+            &p("replay.db"),
+            "--lab",
+            &name,
+            "--keep-capture",
+            &p("cap"),
+            "--json",
+        ]));
+        (r, steal_ms().saturating_sub(steal0))
+    };
+    let (mut r, mut stolen) = replay();
+    if r["timing"]["verdict"] != "ok" {
+        eprintln!(
+            "timing health of the first replay: {} (the hypervisor stole {stolen} ms of CPU \
+             during it); replaying once more",
+            r["timing"]
+        );
+        (r, stolen) = replay();
+    }
+    eprintln!("the hypervisor stole {stolen} ms of CPU during the replay");
     assert_eq!(r["connections"].as_u64(), Some(320));
     assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
     assert_eq!(r["missing"].as_u64(), Some(0));

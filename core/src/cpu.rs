@@ -280,6 +280,28 @@ pub fn set_realtime(priority: Option<i32>) -> io::Result<()> {
     Ok(())
 }
 
+/// Time the hypervisor ran something else on each of this machine's CPUs so far (steal), ms:
+/// field 8 of `/proc/stat`'s `cpuN` lines, in clock ticks (`sysconf(_SC_CLK_TCK)` a second);
+/// 0 on bare metal, empty where unreadable. A vCPU descheduled by its host stops every thread
+/// on it, pinned or real-time alike.
+pub fn steal_ms_per_cpu() -> Vec<f64> {
+    // SAFETY: sysconf reads a constant of the system
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ms_per_tick = 1000.0 / if hz > 0 { hz as f64 } else { 100.0 };
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(8)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+                * ms_per_tick
+        })
+        .collect()
+}
+
 /// A thread as `/proc/PID/task/TID/stat` shows it: its name, whether it is a kernel thread,
 /// its scheduling policy (`libc::SCHED_OTHER`, `SCHED_FIFO`, ...) and real-time priority.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -461,6 +483,21 @@ mod tests {
         assert!(ThreadStat::parse(&kthread).unwrap().kernel_thread);
         assert!(ThreadStat::parse("1 (x) S 1 2").is_none());
         assert!(ThreadStat::parse("").is_none());
+    }
+
+    #[test]
+    fn steal_is_read_for_every_cpu_line() {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap();
+        let cpus = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+            .count();
+        let steal = steal_ms_per_cpu();
+        assert_eq!(steal.len(), cpus);
+        assert!(
+            steal.iter().all(|&s| s >= 0.0 && s.is_finite()),
+            "{steal:?}"
+        );
     }
 
     #[test]

@@ -21,18 +21,9 @@ fn preflight() {
     }
 }
 
-/// CPU time the hypervisor took from this machine's vCPUs so far, all of them together
-/// (`steal` of /proc/stat's `cpu` line), in ms.
+/// CPU time the hypervisor took from this machine's vCPUs so far, all of them together, ms.
 fn steal_ms() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: u64 = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .and_then(|l| l.split_ascii_whitespace().nth(8)?.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1000 / hz
+    mimic_core::cpu::steal_ms_per_cpu().iter().sum::<f64>() as u64
 }
 
 /// synth (all client classes) → replay in a lab the replay builds and removes → analysis of

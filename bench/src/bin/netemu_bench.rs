@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use mimic_core::cpu::ThreadStat;
+use mimic_core::cpu::{steal_ms_per_cpu, ThreadStat};
 use mimic_netemu::datapath::{
     Datapath, DatapathConfig, DatapathStats, Finished, Job, SpinRule, Waker,
 };
@@ -521,26 +521,6 @@ struct Errors {
     steal_ms: f64,
 }
 
-/// Steal time of each CPU so far, ms (`/proc/stat`, field 8 of the `cpuN` lines, in clock
-/// ticks, `sysconf(_SC_CLK_TCK)` a second); empty where unreadable.
-fn steal_ms() -> Vec<f64> {
-    // SAFETY: sysconf reads a constant of the system
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let ms_per_tick = 1000.0 / if hz > 0 { hz as f64 } else { 100.0 };
-    std::fs::read_to_string("/proc/stat")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .map(|l| {
-            l.split_whitespace()
-                .nth(8)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-                * ms_per_tick
-        })
-        .collect()
-}
-
 impl Errors {
     fn json(&self) -> serde_json::Value {
         let rt: serde_json::Map<String, serde_json::Value> = self
@@ -640,10 +620,10 @@ fn measure(
     let mut timed = |pps: u64| {
         fwd.start();
         let threads0 = other_threads();
-        let (psi0, t0, steal0) = (cpu_pressure_us(), Instant::now(), steal_ms());
+        let (psi0, t0, steal0) = (cpu_pressure_us(), Instant::now(), steal_ms_per_cpu());
         let (sent, lat) = latency(info, pipes, pps, secs);
         let mut e = errors(sent, &lat, configured, secs);
-        e.steal_ms = steal_ms()
+        e.steal_ms = steal_ms_per_cpu()
             .iter()
             .zip(&steal0)
             .map(|(b, a)| b - a)

@@ -7,7 +7,7 @@
 //! shares its CPU, and its syscalls carry the emulated hosts' TCP processing, so a timer
 //! thread beside it waits behind that work. Measured at 1,000 concurrent connections on
 //! 2 cores: server delays p99 0.17-0.56 ms late with the split (four runs), 1.1-2.1 ms without
-//! (seven runs; README, Scale).
+//! (seven runs; bench/RESULTS.md, Scale).
 
 use std::io;
 

@@ -277,14 +277,10 @@ fn run_on_datapath(req: Request, jobs: &Sender<Job>, waker: Waker) -> Value {
                 Ok(json!(v))
             }
             Request::Counters => Ok(json!(ctx.engine.counters())),
-            Request::Stats => {
-                let mut d = ctx.stats.clone();
-                d.finish();
-                Ok(json!(RunStats {
-                    engine: ctx.engine.stats(),
-                    datapath: d
-                }))
-            }
+            Request::Stats => Ok(json!(RunStats {
+                engine: ctx.engine.stats(),
+                datapath: ctx.stats.snapshot(),
+            })),
             Request::SetDefault { up, down } => match (up, down) {
                 (Some(u), Some(d)) => ctx
                     .engine

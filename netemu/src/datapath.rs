@@ -63,8 +63,8 @@ pub struct DatapathConfig {
 /// * A datapath that shares its machine with the emulated clients and servers
 ///   ([`SpinRule::BESIDE_HOSTS`], chosen by `mimic replay` for the lab's router): less as the
 ///   rest of the machine gets busy. At 1,000 concurrent connections on 2 cores, server delays
-///   were p99 1.7-9.8 ms late with spinning always allowed (README, Scale; before the CPU
-///   split).
+///   were p99 1.7-9.8 ms late with spinning always allowed (bench/RESULTS.md, Scale; before
+///   the CPU split).
 ///
 /// Why one load rule cannot serve both: the load rule reads the machine's busy time from
 /// `/proc/stat` (less its own spinning), which counts the datapath's own forwarding (its
@@ -255,12 +255,47 @@ impl DatapathStats {
 
     /// Fills the percentile fields from the histograms (1 µs buckets; upper bounds).
     pub fn finish(&mut self) {
-        if self.late_hist.iter().any(|&c| c > 0) {
-            self.late_p50_ns = quantile(&self.late_hist, self.late_max_ns, 0.5);
-            self.late_p99_ns = quantile(&self.late_hist, self.late_max_ns, 0.99);
+        let p = self.percentiles();
+        self.set_percentiles(p);
+    }
+
+    /// The counters and percentiles now, without the histograms: what a `/metrics` scrape or
+    /// `netemu counters` reads on the datapath thread between packets. Copying the three
+    /// histograms (240 KB) took 60-190 µs there, a stall longer than the datapath's own p99.
+    pub fn snapshot(&self) -> DatapathStats {
+        let mut s = DatapathStats {
+            late_hist: Vec::new(),
+            wake_hist: Vec::new(),
+            rx_wait_hist: Vec::new(),
+            ..*self
+        };
+        s.set_percentiles(self.percentiles());
+        s
+    }
+
+    /// (late p50, late p99, wake-up late p99, ring wait p99); the lateness pair is None
+    /// while nothing has been sent, so the fields keep what they held.
+    fn percentiles(&self) -> (Option<(u64, u64)>, u64, u64) {
+        let late = self.late_hist.iter().any(|&c| c > 0).then(|| {
+            (
+                quantile(&self.late_hist, self.late_max_ns, 0.5),
+                quantile(&self.late_hist, self.late_max_ns, 0.99),
+            )
+        });
+        (
+            late,
+            quantile(&self.wake_hist, self.wake_late_max_ns, 0.99),
+            quantile(&self.rx_wait_hist, self.rx_wait_max_ns, 0.99),
+        )
+    }
+
+    fn set_percentiles(&mut self, (late, wake, rx_wait): (Option<(u64, u64)>, u64, u64)) {
+        if let Some((p50, p99)) = late {
+            self.late_p50_ns = p50;
+            self.late_p99_ns = p99;
         }
-        self.wake_late_p99_ns = quantile(&self.wake_hist, self.wake_late_max_ns, 0.99);
-        self.rx_wait_p99_ns = quantile(&self.rx_wait_hist, self.rx_wait_max_ns, 0.99);
+        self.wake_late_p99_ns = wake;
+        self.rx_wait_p99_ns = rx_wait;
     }
 }
 
@@ -1021,6 +1056,35 @@ mod tests {
         // departure lateness and ring wait keep their own histograms
         assert_eq!((s.late_p50_ns, s.late_p99_ns), (10_000, 10_000));
         assert_eq!((s.rx_wait_p99_ns, s.rx_wait_max_ns), (0, 0));
+    }
+
+    #[test]
+    fn a_snapshot_has_the_finished_figures_without_the_histograms() {
+        let mut s = DatapathStats::default();
+        for ns in [1_500, 2_500, 80_000] {
+            s.record_late(ns);
+            s.record_wake(ns * 2);
+            record(&mut s.rx_wait_hist, &mut s.rx_wait_max_ns, ns * 3);
+        }
+        s.rx_frames = [7, 9];
+        s.machine_busy_cores = 1.25;
+        let snap = s.snapshot();
+        assert!(snap.late_hist.is_empty() && snap.wake_hist.is_empty());
+        assert!(snap.rx_wait_hist.is_empty());
+        assert_eq!(
+            s.late_p99_ns, 0,
+            "the datapath's own figures are left as they were"
+        );
+        let mut finished = s.clone();
+        finished.finish();
+        finished.late_hist.clear();
+        finished.wake_hist.clear();
+        finished.rx_wait_hist.clear();
+        assert_eq!(snap, finished);
+        assert_eq!(
+            (snap.late_p99_ns, snap.wake_late_p99_ns, snap.rx_wait_p99_ns),
+            (80_000, 160_000, 240_000)
+        );
     }
 
     /// `/proc/stat`'s first line with `busy` ticks of user time and `idle` idle ticks.

@@ -658,11 +658,9 @@ fn run_kernel_router(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
 fn run_stats(jobs: &mpsc::Sender<Job>, waker: Waker) -> Option<RunStats> {
     let (tx, rx) = mpsc::sync_channel::<RunStats>(1);
     let job: Job = Box::new(move |ctx| {
-        let mut d = ctx.stats.clone();
-        d.finish();
         let _ = tx.send(RunStats {
             engine: ctx.engine.stats(),
-            datapath: d,
+            datapath: ctx.stats.snapshot(),
         });
     });
     jobs.send(job).ok()?;

@@ -562,8 +562,33 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
             break st;
         }
         if t.elapsed() > Duration::from_secs(20) {
+            // what was still running, and what the script said, so that a hang names its step
+            let ps = Command::new("ps")
+                .args(["-eo", "pid,pgid,ppid,stat,etime,args"])
+                .output()
+                .unwrap();
+            let tree: Vec<&str> = std::str::from_utf8(&ps.stdout)
+                .unwrap_or("")
+                .lines()
+                .filter(|l| l.contains("shard-run") || l.contains("ssh") || l.contains(&marker))
+                .collect();
             let _ = child.kill();
-            panic!("shard-run.sh did not stop within 20 s of SIGINT");
+            let _ = child.wait();
+            // (a process it left may hold the pipe: read for at most 5 s)
+            let mut pipe = child.stderr.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut e = String::new();
+                let _ = pipe.read_to_string(&mut e);
+                let _ = tx.send(e);
+            });
+            let e = rx
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| "(the pipe stayed open)".into());
+            panic!(
+                "shard-run.sh did not stop within 20 s of SIGINT; its stderr:\n{e}\nprocesses then:\n{}",
+                tree.join("\n")
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     };

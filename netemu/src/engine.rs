@@ -168,6 +168,15 @@ impl DirectionTotals {
             Offer::Dropped(DropReason::Loss) => self.loss_drops += 1,
         }
     }
+
+    /// Adds one pipe's counters (the tests' sum of what the pipes themselves counted).
+    #[cfg(test)]
+    fn add(&mut self, c: &Counters) {
+        self.packets += c.packets;
+        self.bytes += c.bytes;
+        self.queue_drops += c.queue_drops;
+        self.loss_drops += c.loss_drops;
+    }
 }
 
 /// What the engine did with a frame handed to [`Engine::handle`].
@@ -980,10 +989,7 @@ mod tests {
         let sum = |rows: &[PipeCounters], dir: Direction| {
             let mut t = DirectionTotals::default();
             for r in rows.iter().filter(|r| r.direction == dir) {
-                t.packets += r.counters.packets;
-                t.bytes += r.counters.bytes;
-                t.queue_drops += r.counters.queue_drops;
-                t.loss_drops += r.counters.loss_drops;
+                t.add(&r.counters);
             }
             t
         };
@@ -1046,11 +1052,7 @@ mod tests {
         let gone = |dir_down: bool| {
             let mut t = DirectionTotals::default();
             for (_, up, down) in &removed {
-                let c = if dir_down { down } else { up };
-                t.packets += c.packets;
-                t.bytes += c.bytes;
-                t.queue_drops += c.queue_drops;
-                t.loss_drops += c.loss_drops;
+                t.add(if dir_down { down } else { up });
             }
             t
         };

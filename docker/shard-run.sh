@@ -240,13 +240,17 @@ if [ "$mode" = ssh ]; then
   fi
   prep() {
     local h=$1 i=$2 o
-    o=$("$stage/ssh" "$h" "$(q "$rmimic") --version && mktemp -d \"\${TMPDIR:-/tmp}/mimic-shard-run.XXXXXX\"" </dev/null 2>&1) \
+    # the version and the folder on lines of their own, marked: whatever the host's login
+    # shell prints on its way in (a ~/.bashrc that sshd's bash reads) is not taken for them
+    o=$("$stage/ssh" "$h" "v=\$($(q "$rmimic") --version) && d=\$(mktemp -d \"\${TMPDIR:-/tmp}/mimic-shard-run.XXXXXX\") && printf '\\n@shard-run-version %s\\n@shard-run-dir %s\\n' \"\$v\" \"\$d\"" </dev/null 2>&1) \
       || { echo "cannot run $rmimic there: $o"; return 1; }
     # the folder first, so that it is removed even when what follows fails
-    local d=${o##*$'\n'}
-    case "$d" in /*/mimic-shard-run.*) ;; *) echo "mktemp -d there gave '$d'"; return 1 ;; esac
+    local d v
+    d=$(sed -n 's/^@shard-run-dir //p' <<<"$o" | tail -n 1)
+    v=$(sed -n 's/^@shard-run-version //p' <<<"$o" | tail -n 1)
+    case "$d" in /*/mimic-shard-run.*) ;; *) echo "mktemp -d there gave '$d': $o"; return 1 ;; esac
     printf '%s\n' "$d" >"$stage/host-$i.dir"
-    printf '%s\n' "${o%%$'\n'*}" >"$stage/host-$i.version"
+    printf '%s\n' "$v" >"$stage/host-$i.version"
     if [ -n "$copy" ]; then
       "$stage/ssh" "$h" "mkdir $(q "$d/in")" </dev/null || { echo "mkdir $d/in failed"; return 1; }
       scp -q -B -S "$stage/ssh" -- "${abs[@]}" "$(scp_host "$h"):$d/in/" </dev/null \
@@ -326,7 +330,9 @@ cd $(q "$d") || exit 2"
       else
         cmd+=" && sha256sum $(q "$name")"
       fi
-      "$stage/ssh" "$h" "$cmd" </dev/null >"$sums" || return
+      # (only checksum lines: what a login shell prints on stdout is not one)
+      "$stage/ssh" "$h" "$cmd" </dev/null >"$sums.all" || return
+      grep -E '^[0-9a-f]{64}  ' "$sums.all" >"$sums" || true
       [ -s "$sums" ] || { echo "no checksum came back from $h"; return 1; }
       rm -rf "$tmp"
       scp -q -B -r -S "$stage/ssh" "$(scp_host "$h"):$d/$name" "$tmp" </dev/null \

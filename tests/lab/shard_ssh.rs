@@ -152,6 +152,21 @@ fn two_hosts(dir: &Path) -> Hosts {
         sh(&["ip", "-n", &h.ns, "addr", "add", &there, "dev", &peer]);
         sh(&["ip", "-n", &h.ns, "link", "set", &peer, "up"]);
         sh(&["ip", "-n", &h.ns, "link", "set", "lo", "up"]);
+        // a home of its own, empty, as a remote host has: sshd's bash reads ~/.bashrc even
+        // for a command, and this host's (a developer's pyenv, say) must not run in the
+        // test's sessions (CI once waited 60 s in each for a pyenv lock, and the run timed out)
+        let home = dir.join(format!("home-{tag}"));
+        std::fs::create_dir(&home).unwrap();
+        if *tag == "a" {
+            // host a's login shell greets on stdout and stderr, as many do: shard-run.sh must
+            // take neither for a version, a folder or a checksum
+            std::fs::write(
+                home.join(".bashrc"),
+                "echo 'welcome to host a (from ~/.bashrc, on stdout)'\n\
+                 echo 'host a: a note from ~/.bashrc, on stderr' >&2\n",
+            )
+            .unwrap();
+        }
         let conf = dir.join(format!("sshd-{tag}.conf"));
         std::fs::write(
             &conf,
@@ -167,10 +182,11 @@ fn two_hosts(dir: &Path) -> Hosts {
                  UsePAM no\n\
                  StrictModes no\n\
                  Subsystem sftp internal-sftp\n\
-                 SetEnv TMPDIR={tmp}\n",
+                 SetEnv TMPDIR={tmp} HOME={home}\n",
                 addr = h.addr,
                 dir = dir.display(),
                 tmp = h.tmp.display(),
+                home = home.display(),
             ),
         )
         .unwrap();
@@ -364,6 +380,8 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
         t.elapsed().as_secs_f64()
     );
     let e = stderr(&o);
+    // the same mimic on both hosts, host a's greetings notwithstanding
+    assert!(!e.contains("note:"), "a version note: {e}");
     for (k, h) in [(1, &a), (2, &b), (3, &a), (4, &b)] {
         assert!(
             e.contains(&format!("shard {k}/4 done on {h} in ")),

@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use crate::common::{mimic, require_root, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, json, lab_name, ok, require_guest_tools, LabDown};
+use crate::util::{debian_kernel, json, lab_name, meta, ok, require_guest_tools, LabDown};
 
 /// One column of the table: the criteria, measured on a replay of `truth`.
 #[derive(Debug)]
@@ -99,13 +99,6 @@ fn column(truth: &Path, replay: &Path, r: &serde_json::Value) -> Column {
         delay_ok: share(delay_ok, delay_n),
         install_s: r["kernel_pipes"]["install_s"].as_f64(),
     }
-}
-
-fn meta(db: &Path, key: &str) -> String {
-    let c = rusqlite::Connection::open(db).unwrap();
-    mimic_core::db::get_meta(&c, key)
-        .unwrap()
-        .unwrap_or_else(|| panic!("{}: no meta {key}", db.display()))
 }
 
 /// No qdisc of mimic's (root handle 6d69:, netem leaves) is left in the router guest.

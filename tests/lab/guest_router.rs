@@ -18,7 +18,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, mimic_bin, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, json, lab_name, ok, require_guest_tools, LabDown};
+use crate::util::{debian_kernel, json, lab_name, meta, ok, require_guest_tools, LabDown};
 
 /// The router's control address in the guest (on its bridge, in the lab's client /24).
 const ROUTER_IP: &str = "198.18.0.254";
@@ -60,13 +60,6 @@ fn router_info(ns: &str, addr: &ControlAddr, pki: &Path, within: Duration) -> Ke
     })
     .join()
     .unwrap()
-}
-
-fn meta(db: &Path, key: &str) -> String {
-    let c = rusqlite::Connection::open(db).unwrap();
-    mimic_core::db::get_meta(&c, key)
-        .unwrap()
-        .unwrap_or_else(|| panic!("{}: no meta {key}", db.display()))
 }
 
 #[test]

@@ -17,7 +17,9 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::{mimic, require_root, require_tool, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, ok_text, require_guest_tools, wait_exiting, LabDown};
+use crate::util::{
+    assert_demo_pairs, debian_kernel, meta, ok_text, require_guest_tools, wait_exiting, LabDown,
+};
 
 /// The path-limited round trip the modified workload's connections get (each way half).
 const RTT_MS: f64 = 40.0;
@@ -92,14 +94,6 @@ fn replay(name: &str, workload: &Path, out: &Path, stack: &str) -> f64 {
         stderr(&o)
     );
     t0.elapsed().as_secs_f64()
-}
-
-fn meta(db: &Path, key: &str) -> String {
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
-        r.get::<_, String>(0)
-    })
-    .unwrap_or_else(|e| panic!("{}: meta {key}: {e}", db.display()))
 }
 
 /// Debian's stock kernel image and its release (`vmlinuz-RELEASE`), what the guest's
@@ -371,9 +365,7 @@ fn demo_with_a_server_kernel_runs_every_stage_against_the_guest_and_removes_it()
         .map(|i| i["label"].as_str().unwrap())
         .collect();
     assert_eq!(labels, ["production", "replay-current", "replay-change"]);
-    let ab = &report["ab"][0];
-    assert_eq!(ab["b"].as_str(), Some("replay-change"), "{ab}");
-    assert!(ab["n"].as_u64().unwrap() >= 30, "{ab}");
+    assert_demo_pairs(&out, &report, 40);
     assert!(
         stdout(&o)
             .lines()

@@ -58,14 +58,25 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     let name = lab_name("rp");
     let _down = LabDown(name.clone());
     // The replay judges its own timing (replay/src/orchestrate/health.rs). A run it calls
-    // distorted is run once more, as GUIDE tells an operator to, and the second must be
-    // healthy: on this project's VMs the hypervisor stops a vCPU for milliseconds now and
-    // then (a CI-mode run of 2026-12-01 at load 0.3: starts, departures and server delays
-    // all p99 3.9-5.2 ms late, where the same test alone gave p99 61-111 us), which no part
-    // of mimic can undo, while a regression in any part is late in both runs.
+    // distorted is run again, as GUIDE tells an operator to, up to three runs in all, and the
+    // last must be healthy: on this project's VMs the hypervisor stops a vCPU for
+    // milliseconds now and then (a CI-mode run of 2026-12-01 at load 0.3: starts, departures
+    // and server delays all p99 3.9-5.2 ms late, where the same test alone gave p99 61-111
+    // us), which no part of mimic can undo, while a regression in any part is late in every
+    // run. Only where the hypervisor took at least STOLEN_MAX of the machine's CPU during
+    // each of the three is the timing not held against mimic: then the replay must have
+    // called itself distorted, with its reasons (what an operator would be told), and every
+    // check below that is not about timing still holds. Measured: healthy runs had 0.01-1.2%
+    // stolen (10 and 930 ms in 42 s on 2 CPUs, 2026-12-01); on 2026-12-02 every run of this
+    // build and of 34cd14a (the last that passed CI) was distorted, with 3.6-8.4% stolen
+    // (3,060-7,060 ms a run), where a busy loop on both CPUs lost 0.9%.
+    const RUNS: usize = 3;
+    const STOLEN_MAX: f64 = 0.025;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let replay = || {
         let _ = std::fs::remove_dir_all(d.join("cap"));
         let steal0 = steal_ms();
+        let t0 = Instant::now();
         let r = json(&ok(&[
             "replay",
             &p("synth.db"),
@@ -77,18 +88,27 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
             &p("cap"),
             "--json",
         ]));
-        (r, steal_ms().saturating_sub(steal0))
-    };
-    let (mut r, mut stolen) = replay();
-    if r["timing"]["verdict"] != "ok" {
+        let stolen = steal_ms().saturating_sub(steal0);
+        let share = stolen as f64 / (t0.elapsed().as_secs_f64() * 1e3 * cpus as f64);
         eprintln!(
-            "timing health of the first replay: {} (the hypervisor stole {stolen} ms of CPU \
-             during it); replaying once more",
+            "the hypervisor stole {stolen} ms of CPU during the replay ({:.2}% of {cpus} CPUs' \
+             time); its timing health: {}",
+            share * 100.0,
             r["timing"]
         );
-        (r, stolen) = replay();
+        (r, share)
+    };
+    let (mut r, share) = replay();
+    let mut all_stolen = share >= STOLEN_MAX;
+    for run in 2..=RUNS {
+        if r["timing"]["verdict"] == "ok" {
+            break;
+        }
+        eprintln!("replay {} of at most {RUNS} was distorted: replaying once more", run - 1);
+        let (again, share) = replay();
+        r = again;
+        all_stolen &= share >= STOLEN_MAX;
     }
-    eprintln!("the hypervisor stole {stolen} ms of CPU during the replay");
     assert_eq!(r["connections"].as_u64(), Some(320));
     assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
     assert_eq!(r["missing"].as_u64(), Some(0));
@@ -101,9 +121,25 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     // the replay judged its own timing (replay/src/orchestrate/health.rs): every pipe's delay
     // was measured back in the connections' min RTT, and no part ran late; the verdict and its
     // figures are in meta, for `mimic compare` to warn about
-    eprintln!("timing health: {}", r["timing"]);
     let t = &r["timing"];
-    assert_eq!(t["verdict"], "ok", "{t}");
+    let timing_judged = t["verdict"] == "ok" || !all_stolen;
+    if timing_judged {
+        assert_eq!(t["verdict"], "ok", "{t}");
+    } else {
+        eprintln!(
+            "TIMING NOT JUDGED: all {RUNS} replays distorted while the hypervisor took at \
+             least {:.1}% of the CPU during each; the replay said so: {t}",
+            STOLEN_MAX * 100.0
+        );
+        assert_eq!(t["verdict"], "distorted", "{t}");
+        let reasons = t["reasons"].as_array().unwrap();
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.as_str().unwrap().contains("late (at most")),
+            "a distorted replay names what ran late: {t}"
+        );
+    }
     assert!(t["rtt_judged"].as_u64().unwrap() >= 300, "{t}");
     assert!(t["rtt_agree"].as_f64().unwrap() >= 0.9, "{t}");
     assert!(t["departure_late_p99_us"].as_u64().is_some(), "{t}");
@@ -112,7 +148,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         c.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
             .unwrap_or_else(|e| panic!("meta {k}: {e}"))
     };
-    assert_eq!(meta("timing_health"), "ok");
+    assert_eq!(meta("timing_health"), t["verdict"].as_str().unwrap());
     let detail: serde_json::Value = serde_json::from_str(&meta("timing_health_detail")).unwrap();
     assert_eq!(&detail, t);
     drop(c);
@@ -139,6 +175,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     // 1% over 1 ms, then query p99 1.48 ms, then 21 of 897 over 1 ms (2.3%; response p99 1.64
     // ms, max 3.0 ms) while the client's starts and the emulator's departures were as late
     // (p99 1.6-1.8 ms): the host, not the server's timers.
+    // (the medians hold on any host; the tails only where the timing is judged, above)
     let (mut over, mut count) = (0, 0);
     for kind in ["response_delay_error", "query_delay_error"] {
         let e = &r["server"][kind];
@@ -146,19 +183,18 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         assert!(get("count") > 0, "{kind}: {e}");
         assert!(get("p50_us") < 100, "{kind}: {e}");
         assert!(
-            get("p99_us") < mimic_replay::orchestrate::health::LATE_P99_MAX_US,
+            !timing_judged || get("p99_us") < mimic_replay::orchestrate::health::LATE_P99_MAX_US,
             "{kind}: {e}"
         );
         over += get("over_1ms");
         count += get("count");
     }
     assert!(
-        over * 100 <= count * 3,
+        !timing_judged || over * 100 <= count * 3,
         "{over} of {count} server delays more than 1 ms off: {}",
         r["server"]
     );
     // with two CPUs or more the datapath runs on the last one alone, the timers elsewhere
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus >= 2 {
         let split = &r["cpu_split"];
         let dp = split["datapath"]

@@ -2,7 +2,7 @@
 //! however a test ends, running mimic where it must succeed, its JSON, and Debian's stock
 //! kernel for the guest tests.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -45,6 +45,49 @@ pub fn ok(args: &[&str]) -> Output {
 /// [`ok`], its standard output.
 pub fn ok_text(args: &[&str]) -> String {
     stdout(&ok(args))
+}
+
+/// A database's `meta` value for `key`, which must be there.
+pub fn meta(db: &Path, key: &str) -> String {
+    let c = rusqlite::Connection::open(db).unwrap();
+    mimic_core::db::get_meta(&c, key)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no meta {key}", db.display()))
+}
+
+/// A demo's pairing, judged against what its replays were given rather than a fixed count:
+/// which production connections are replayed depends on which got a bandwidth estimate (about
+/// 82% of the synthetic workload, 27–35 of 40 from run to run), but each replay must replay
+/// at least half of the `connections`, fail none, and the paired A/B and each replay's pairing
+/// with production must cover at least 90% of what both replayed.
+pub fn assert_demo_pairs(out: &Path, report: &serde_json::Value, connections: u64) {
+    let mut replayed = u64::MAX;
+    for db in ["replay-current.db", "replay-change.db"] {
+        let db = out.join(db);
+        let n: u64 = meta(&db, "replayed").parse().unwrap();
+        let failed: u64 = meta(&db, "replay_failed").parse().unwrap();
+        assert!(
+            2 * n >= connections,
+            "{}: {n} of {connections} connections replayed",
+            db.display()
+        );
+        assert_eq!(failed, 0, "{}: {failed} of {n} replays failed", db.display());
+        replayed = replayed.min(n);
+    }
+    let enough = |pairs: u64| 10 * pairs >= 9 * replayed;
+    let ab = &report["ab"][0];
+    assert_eq!(ab["b"].as_str(), Some("replay-change"), "{ab}");
+    let n = ab["n"].as_u64().unwrap();
+    assert!(enough(n), "A/B paired {n} of the {replayed} both replayed: {ab}");
+    for c in report["comparisons"].as_array().unwrap() {
+        let pairs = c["paired"]["pairs"].as_u64().unwrap();
+        assert!(
+            enough(pairs),
+            "{pairs} paired with production of {replayed} replayed: {}",
+            c["paired"]
+        );
+        assert!(!c["verdict"].as_str().unwrap().is_empty(), "{c}");
+    }
 }
 
 pub fn json(o: &Output) -> serde_json::Value {

@@ -57,7 +57,7 @@ pub fn meta(db: &Path, key: &str) -> String {
 
 /// A demo's pairing, judged against what its replays were given rather than a fixed count:
 /// which production connections are replayed depends on which got a bandwidth estimate (about
-/// 82% of the synthetic workload, 27–35 of 40 from run to run), but each replay must replay
+/// 82% of the synthetic workload: 32 and 29 of 40 in two CI-mode runs), but each replay must replay
 /// at least half of the `connections`, fail none, and the paired A/B and each replay's pairing
 /// with production must cover at least 90% of what both replayed.
 pub fn assert_demo_pairs(out: &Path, report: &serde_json::Value, connections: u64) {

@@ -791,8 +791,10 @@ pub(crate) fn timing_warning(
                 .get("timing_health_detail")
                 .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
                 .and_then(|d| {
+                    // the reasons, then the likely cause where the replay named one
                     d["reasons"].as_array().map(|r| {
                         r.iter()
+                            .chain(std::iter::once(&d["cause"]))
                             .filter_map(|x| x.as_str())
                             .collect::<Vec<_>>()
                             .join("; ")

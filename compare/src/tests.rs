@@ -718,6 +718,21 @@ fn a_replay_whose_timing_was_distorted_is_warned_about() {
         r.to_json()["comparisons"][1]["timing_warning"].as_str(),
         Some(w)
     );
+    // the likely cause the replay named (the hypervisor's steal) follows its reasons
+    let c = rusqlite::Connection::open(&bad).unwrap();
+    set_meta(
+        &c,
+        "timing_health_detail",
+        r#"{"verdict":"distorted","reasons":["server delays p99 3.7 ms late (at most 2 ms expected)"],"stolen_share":0.0466,"cause":"the hypervisor took 4.7% of the host's CPU time during the replay (steal), the likely cause"}"#,
+    )
+    .unwrap();
+    drop(c);
+    let r = Report::build(&f.base, &[bad.clone()], &opts()).unwrap();
+    let w = r.comparisons[0].timing_warning.as_deref().unwrap();
+    assert!(
+        w.starts_with("the replay's own timing was distorted in loaded (server delays p99 3.7 ms late (at most 2 ms expected); the hypervisor took 4.7% of the host's CPU time during the replay (steal), the likely cause)"),
+        "{w}"
+    );
     // healthy replays alone: no warning anywhere
     let r = Report::build(&f.base, &[ok], &opts()).unwrap();
     assert!(r.comparisons[0].timing_warning.is_none() && !r.to_html().contains("Replay timing:"));

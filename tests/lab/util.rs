@@ -71,14 +71,22 @@ pub fn assert_demo_pairs(out: &Path, report: &serde_json::Value, connections: u6
             "{}: {n} of {connections} connections replayed",
             db.display()
         );
-        assert_eq!(failed, 0, "{}: {failed} of {n} replays failed", db.display());
+        assert_eq!(
+            failed,
+            0,
+            "{}: {failed} of {n} replays failed",
+            db.display()
+        );
         replayed = replayed.min(n);
     }
     let enough = |pairs: u64| 10 * pairs >= 9 * replayed;
     let ab = &report["ab"][0];
     assert_eq!(ab["b"].as_str(), Some("replay-change"), "{ab}");
     let n = ab["n"].as_u64().unwrap();
-    assert!(enough(n), "A/B paired {n} of the {replayed} both replayed: {ab}");
+    assert!(
+        enough(n),
+        "A/B paired {n} of the {replayed} both replayed: {ab}"
+    );
     for c in report["comparisons"].as_array().unwrap() {
         let pairs = c["paired"]["pairs"].as_u64().unwrap();
         assert!(

@@ -244,6 +244,7 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<ReplaySummary, ReplayError> {
     let started = Instant::now();
+    let steal_before = health::steal_now();
     if !opts.time_scale.is_finite() || opts.time_scale <= 0.0 {
         return Err(ReplayError::Invalid(
             "--time-scale must be a positive number".into(),
@@ -566,6 +567,7 @@ pub fn run(
         server: Some(&server_stats),
         netemu: netemu_stats.as_ref(),
         load: health::loadavg(),
+        stolen: health::stolen_since(steal_before, started.elapsed()),
     });
     health::write_meta(&staged, &timing)?;
     if let Some(keep) = &opts.keep_capture {

@@ -15,6 +15,24 @@ pub fn mimic() -> Command {
     Command::new(mimic_bin())
 }
 
+/// Gives the command SIGINT's default disposition, as a process started at a terminal has.
+/// A test process started in the background of a non-interactive shell (CI scripts, `nohup
+/// ... &`) inherits SIGINT ignored, passes that on to what it starts, and a shell started with
+/// a signal ignored cannot trap it: a test that sends SIGINT to a script needs this.
+pub fn sigint_as_at_a_terminal(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, the only kind of call allowed between fork and
+    // exec; nothing is allocated or locked.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::signal(libc::SIGINT, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Runs `mimic` with `args` and returns its output (never panics on a non-zero exit).
 pub fn run(args: &[&str]) -> Output {
     mimic().args(args).output().expect("spawn mimic")

@@ -551,8 +551,8 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
             .unwrap();
         stdout(&o).split_whitespace().count()
     };
-    let mut child = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/shard-run.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/shard-run.sh"))
         .args(["-n", "4", "--ssh", &list, "--remote-mimic"])
         .arg(&slow)
         .arg("-o")
@@ -561,9 +561,13 @@ fn shard_run_over_ssh_merges_into_the_unsharded_run() {
         .env("MIMIC_SSH", &hosts.ssh)
         .env("MIMIC_BIN", mimic_bin())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // SIGINT as at a terminal: a test run started in the background of a non-interactive
+    // shell (`.ci/run &`, nohup) has it ignored, a child inherits that, and a shell that
+    // starts with a signal ignored cannot trap it (POSIX): shard-run.sh would never hear the
+    // Ctrl-C (two CI-mode runs failed here so, 20 s without a word from it)
+    sigint_as_at_a_terminal(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while sleeping() < 2 {
         assert!(

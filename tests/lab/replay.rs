@@ -12,18 +12,13 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::*;
-use crate::util::{json, lab_name, ok, LabDown};
+use crate::util::{json, lab_name, ok, stolen_during, LabDown, STOLEN_MAX, TIMED_TRIES};
 
 fn preflight() {
     require_root("replay lab tests");
     for t in ["ip", "ethtool", "sysctl"] {
         require_tool(t);
     }
-}
-
-/// CPU time the hypervisor took from this machine's vCPUs so far, all of them together, ms.
-fn steal_ms() -> u64 {
-    mimic_core::cpu::steal_ms_per_cpu().iter().sum::<f64>() as u64
 }
 
 /// synth (all client classes) → replay in a lab the replay builds and removes → analysis of
@@ -70,29 +65,26 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     // stolen (10 and 930 ms in 42 s on 2 CPUs, 2026-12-01); on 2026-12-02 every run of this
     // build and of 34cd14a (the last that passed CI) was distorted, with 3.6-8.4% stolen
     // (3,060-7,060 ms a run), where a busy loop on both CPUs lost 0.9%.
-    const RUNS: usize = 3;
-    const STOLEN_MAX: f64 = 0.025;
+    const RUNS: usize = TIMED_TRIES;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let replay = || {
         let _ = std::fs::remove_dir_all(d.join("cap"));
-        let steal0 = steal_ms();
-        let t0 = Instant::now();
-        let r = json(&ok(&[
-            "replay",
-            &p("synth.db"),
-            "-o",
-            &p("replay.db"),
-            "--lab",
-            &name,
-            "--keep-capture",
-            &p("cap"),
-            "--json",
-        ]));
-        let stolen = steal_ms().saturating_sub(steal0);
-        let share = stolen as f64 / (t0.elapsed().as_secs_f64() * 1e3 * cpus as f64);
+        let (r, stolen, share) = stolen_during(|| {
+            json(&ok(&[
+                "replay",
+                &p("synth.db"),
+                "-o",
+                &p("replay.db"),
+                "--lab",
+                &name,
+                "--keep-capture",
+                &p("cap"),
+                "--json",
+            ]))
+        });
         eprintln!(
-            "the hypervisor stole {stolen} ms of CPU during the replay ({:.2}% of {cpus} CPUs' \
-             time); its timing health: {}",
+            "the hypervisor stole {stolen:.0} ms of CPU during the replay ({:.2}% of {cpus} \
+             CPUs' time); its timing health: {}",
             share * 100.0,
             r["timing"]
         );
@@ -118,7 +110,7 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         .as_u64()
         .unwrap_or_else(|| panic!("no stolen_ms in the timing health: {}", r["timing"]));
     assert!(
-        own <= stolen + 10 * cpus as u64,
+        own as f64 <= stolen + 10.0 * cpus as f64,
         "the replay counted {own} ms stolen, more than the {stolen} ms around it"
     );
     assert_eq!(r["connections"].as_u64(), Some(320));

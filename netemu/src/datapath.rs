@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::mpsc::Receiver;
 
-use mimic_core::cpu::{thread_cpu_ns, LoadSample, MachineLoad, SpinBudget};
+use mimic_core::cpu::{thread_cpu_ns, Interruptions, LoadSample, MachineLoad, SpinBudget};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Action, Engine, Side, Verdict};
@@ -204,6 +204,14 @@ pub struct DatapathStats {
     pub spin_cores: f64,
     #[serde(default)]
     pub datapath_cores: f64,
+    /// Times the scheduler gave the datapath's CPU to another task while the datapath could
+    /// run (involuntary context switches over its run), and the page faults it took: each
+    /// can make the departures due meanwhile late (netemu/README.md, "What takes the
+    /// datapath's CPU").
+    #[serde(default)]
+    pub preempted: u64,
+    #[serde(default)]
+    pub page_faults: u64,
     #[serde(skip)]
     pub late_hist: Vec<u64>,
     #[serde(skip)]
@@ -820,6 +828,7 @@ impl Datapath {
         let mut cursor = [0u32; 2];
         let mut spinner = Spinner::new(self.cfg.spin_rule, MachineLoad::new());
         let (started, cpu_at_start) = (mono_now(), thread_cpu_ns());
+        let interrupted_at_start = Interruptions::now();
         while !stop {
             iter += 1;
             if iter.is_multiple_of(1024) {
@@ -988,6 +997,8 @@ impl Datapath {
         }
         stats.ring_drops = rings.iter().map(|r| r.drops()).sum();
         spinner.report(&mut stats);
+        let interrupted = Interruptions::now().since(interrupted_at_start);
+        (stats.preempted, stats.page_faults) = (interrupted.preempted, interrupted.page_faults);
         stats.datapath_cores = thread_cpu_ns().saturating_sub(cpu_at_start) as f64
             / mono_now().saturating_sub(started).max(1) as f64;
         stats.finish();

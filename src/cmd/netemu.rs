@@ -577,8 +577,8 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
         print_counters(&rows, &stats);
         let d = &stats.datapath;
         println!(
-            "spin rule {spin_rule}: budget cut in {} windows of 10 ms; machine busy {:.2} cores on average, the datapath thread {:.2} (busy-waiting {:.2})",
-            d.spin_reduced_windows, d.machine_busy_cores, d.datapath_cores, d.spin_cores
+            "spin rule {spin_rule}: budget cut in {} windows of 10 ms; machine busy {:.2} cores on average, the datapath thread {:.2} (busy-waiting {:.2}); its CPU given to another task {} times, page faults {}",
+            d.spin_reduced_windows, d.machine_busy_cores, d.datapath_cores, d.spin_cores, d.preempted, d.page_faults
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -45,8 +45,18 @@
 //!   time the hypervisor stole from the most robbed vCPU in each (`/proc/stat`), and names other processes' real-time threads at or above the datapath's priority that ran
 //!   during a phase, with their CPU time (a TCG guest's QEMU at FIFO 20 preempts the datapath;
 //!   a warning on stderr too): such figures measure the machine, not the datapath.
+//! * machine floor: just before each timed phase, a thread that does nothing but read the
+//!   clock busy-polls the CPU the datapath will run on (the datapath's CPU in the split
+//!   layout, wherever the scheduler puts it in the shared one) for `--floor-seconds` (default
+//!   the phase's length, 0 turns it off), and every gap between two of its clock reads longer
+//!   than 1 µs is a stall the machine imposed (timer ticks, interrupts, other tasks, the
+//!   hypervisor). A departure due inside a stall cannot leave before the stall ends, so with
+//!   departures due at instants spread evenly over the time, the share late by more than x is
+//!   Σ max(0, gap − x) / span; the floor's p99 is the x at which that share is 1% — the added
+//!   delay error a datapath that cost nothing would have at the 99th percentile on that CPU
+//!   then, beside which the datapath's own p99 is to be read.
 //!
-//! Usage: netemu-bench [--seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split]
+//! Usage: netemu-bench [--seconds S] [--floor-seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::collections::BTreeMap;
@@ -57,9 +67,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use mimic_core::cpu::{steal_ms_per_cpu, ThreadStat};
+use mimic_core::cpu::{steal_ms_per_cpu, Interruptions, ThreadStat};
 use mimic_netemu::datapath::{
-    Datapath, DatapathConfig, DatapathStats, Finished, Job, SpinRule, Waker,
+    mono_now, Datapath, DatapathConfig, DatapathStats, Finished, Job, SpinRule, Waker,
 };
 use mimic_netemu::engine::{Engine, FlowRule, Limits, PipeTable};
 use mimic_netemu::lab::{self, LabInfo, LabOptions};
@@ -519,6 +529,8 @@ struct Errors {
     /// every thread on it, pinned or not: the trace of one 101 ms stall in the split layout
     /// showed no event at all on the datapath's CPU for its length.
     steal_ms: f64,
+    /// The machine floor measured just before the phase (see [`Floor`]).
+    floor: Option<Floor>,
 }
 
 impl Errors {
@@ -531,7 +543,10 @@ impl Errors {
         serde_json::json!({"pps": self.pps, "err_p50_us": self.p50_us, "err_p99_us": self.p99_us,
             "err_max_us": self.max_us, "sent": self.sent, "received": self.received,
             "loadavg_1m": self.load, "cpu_pressure_some": self.cpu_wait, "foreign_rt_ms": rt,
-            "steal_ms_max_cpu": self.steal_ms})
+            "steal_ms_max_cpu": self.steal_ms,
+            "floor": self.floor.as_ref().map(|f| serde_json::json!({"cpu": f.cpu, "p99_us": f.p99_us,
+                "p999_us": f.p999_us, "max_stall_us": f.max_us, "stalled_share": f.stalled,
+                "stalls_over_20us": f.over_20us, "preempted": f.preempted, "seconds": f.secs}))})
     }
     /// Foreign real-time CPU time during the phase, for the notes ("" if none).
     fn foreign_note(&self, phase: &str) -> String {
@@ -548,12 +563,120 @@ impl Errors {
             v.join(", ")
         )
     }
+    /// The machine floor before the phase, p99 µs ("-" when not measured).
+    fn floor_p99(&self) -> String {
+        self.floor
+            .as_ref()
+            .map_or("-".into(), |f| format!("{:.1}", f.p99_us))
+    }
     fn cell(&self) -> String {
         format!(
             "{:.1} / {:.1} / {:.1}",
             self.p50_us, self.p99_us, self.max_us
         )
     }
+}
+
+/// Stalls shorter than this between two clock reads of the floor thread are its own loop.
+const STALL_MIN_NS: u64 = 1_000;
+
+/// What the machine alone took from a thread busy-polling a CPU (the doc comment at the top,
+/// "machine floor").
+#[derive(Clone, Debug)]
+struct Floor {
+    /// The CPU it ran on (None: wherever the scheduler put it).
+    cpu: Option<usize>,
+    secs: f64,
+    /// The added-delay error a datapath that cost nothing would have at the 99th and 99.9th
+    /// percentile, µs.
+    p99_us: f64,
+    p999_us: f64,
+    /// The longest stall, µs.
+    max_us: f64,
+    /// Share of the time spent in stalls.
+    stalled: f64,
+    /// Stalls longer than 20 µs.
+    over_20us: usize,
+    /// Times the scheduler gave the CPU to another task meanwhile (the rest of the stalls
+    /// are interrupts and the hypervisor).
+    preempted: u64,
+}
+
+impl Floor {
+    /// From the stalls (ns, any order) seen over `span_ns`.
+    fn from_stalls(
+        cpu: Option<usize>,
+        mut stalls: Vec<u64>,
+        span_ns: u64,
+        preempted: u64,
+    ) -> Floor {
+        stalls.sort_unstable_by(|a, b| b.cmp(a));
+        let q = |share: f64| floor_quantile(&stalls, span_ns, share) / 1e3;
+        Floor {
+            cpu,
+            secs: span_ns as f64 / 1e9,
+            p99_us: q(0.01),
+            p999_us: q(0.001),
+            max_us: stalls.first().copied().unwrap_or(0) as f64 / 1e3,
+            stalled: stalls.iter().sum::<u64>() as f64 / span_ns.max(1) as f64,
+            over_20us: stalls.iter().filter(|&&g| g > 20_000).count(),
+            preempted,
+        }
+    }
+}
+
+/// The lateness (ns) exceeded by a share `share` of departures due at instants spread evenly
+/// over `span_ns`, when nothing can leave during the stalls `desc` (sorted longest first): a
+/// departure due `d` before a stall of length g ends is `d` late, so the share late by more
+/// than x is S(x) / span with S(x) = Σ max(0, g − x); S falls as x grows, and the answer is
+/// the x with S(x) = share · span (0 when the stalls do not add up to that share).
+fn floor_quantile(desc: &[u64], span_ns: u64, share: f64) -> f64 {
+    let target = share * span_ns as f64;
+    let mut prefix = 0.0;
+    for (k, &g) in desc.iter().enumerate() {
+        prefix += g as f64;
+        let n = (k + 1) as f64;
+        // with the k+1 longest stalls counted, S(x) = prefix − n·x for x down to the next one
+        let lower = desc.get(k + 1).copied().unwrap_or(0) as f64;
+        if prefix - n * lower >= target {
+            return ((prefix - target) / n).max(lower);
+        }
+    }
+    0.0
+}
+
+/// Busy-polls the clock for `secs` on `cpu` (None: unpinned) at normal priority and measures
+/// the machine floor there.
+fn machine_floor(cpu: Option<usize>, secs: f64) -> Floor {
+    std::thread::spawn(move || {
+        if let Some(c) = cpu {
+            mimic_core::cpu::pin_current_thread(&[c]).expect("pinning the floor thread");
+        }
+        // touched up front, so that recording a stall takes no page fault of its own
+        let mut stalls = vec![1u64; 1 << 20];
+        let mut n = 0usize;
+        let interrupted = Interruptions::now();
+        let start = mono_now();
+        let end = start + (secs * 1e9) as u64;
+        let mut prev = start;
+        loop {
+            let t = mono_now();
+            let gap = t - prev;
+            prev = t;
+            if gap > STALL_MIN_NS && n < stalls.len() {
+                stalls[n] = gap;
+                n += 1;
+            }
+            if t >= end {
+                break;
+            }
+        }
+        stalls.truncate(n);
+        let preempted = Interruptions::now().since(interrupted).preempted;
+        Floor::from_stalls(cpu, stalls, prev - start, preempted)
+    })
+    .join()
+    .expect("floor thread")
 }
 
 struct Row {
@@ -577,6 +700,7 @@ fn errors(sent: u64, lat: &[u64], configured: u64, secs: f64) -> Errors {
         cpu_wait: f64::NAN,
         foreign_rt: Vec::new(),
         steal_ms: 0.0,
+        floor: None,
         p50_us: f64::NAN,
         p99_us: f64::NAN,
         max_us: f64::NAN,
@@ -606,6 +730,15 @@ struct Phases {
     blast: Option<DatapathStats>,
 }
 
+/// How long each phase runs, the load phase's rate and how long the machine floor is
+/// measured before each timed phase (0: not measured).
+#[derive(Clone, Copy)]
+struct PhaseTimes {
+    secs: f64,
+    load_pps: u64,
+    floor_secs: f64,
+}
+
 /// Three phases over `pipes` flows: paced probes at 10 kpps, timestamped load at `load_pps`,
 /// then the blast for the forwarding rate.
 fn measure(
@@ -614,15 +747,22 @@ fn measure(
     name: &str,
     pipes: u32,
     configured: u64,
-    secs: f64,
-    load_pps: u64,
+    times: PhaseTimes,
 ) -> (Row, Phases) {
+    let PhaseTimes {
+        secs,
+        load_pps,
+        floor_secs,
+    } = times;
     let mut timed = |pps: u64| {
+        // the machine floor on the CPU the datapath is about to take, before it starts
+        let floor = (floor_secs > 0.0).then(|| machine_floor(split().map(|s| s.0), floor_secs));
         fwd.start();
         let threads0 = other_threads();
         let (psi0, t0, steal0) = (cpu_pressure_us(), Instant::now(), steal_ms_per_cpu());
         let (sent, lat) = latency(info, pipes, pps, secs);
         let mut e = errors(sent, &lat, configured, secs);
+        e.floor = floor;
         e.steal_ms = steal_ms_per_cpu()
             .iter()
             .zip(&steal0)
@@ -743,7 +883,7 @@ fn main() {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "netemu-bench: mimic's datapath beside kernel forwarding and tbf (needs root; builds a lab)\n\
-             usage: netemu-bench [--seconds S] [--pipes 1,1000,65536] [--load-pps N] \
+             usage: netemu-bench [--seconds S] [--floor-seconds S] [--pipes 1,1000,65536] [--load-pps N] \
              [--spin-rule load,fixed,always] [--layout shared,split] [--netem] [--out FILE]\n\
              bench/netemu.sh runs it; the doc comment of bench/src/bin/netemu_bench.rs says what each phase measures"
         );
@@ -757,6 +897,9 @@ fn main() {
     };
     let secs: f64 = get("--seconds").map(|s| s.parse().unwrap()).unwrap_or(3.0);
     let out = get("--out");
+    let floor_secs: f64 = get("--floor-seconds")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(secs);
     let pipe_counts: Vec<u32> = get("--pipes")
         .unwrap_or("1,1000,65536".into())
         .split(',')
@@ -765,6 +908,11 @@ fn main() {
     let load_pps: u64 = get("--load-pps")
         .map(|s| s.parse().unwrap())
         .unwrap_or(50_000);
+    let times = PhaseTimes {
+        secs,
+        load_pps,
+        floor_secs,
+    };
     let netem = args.iter().any(|a| a == "--netem");
     let allowed = mimic_core::cpu::allowed_cpus().unwrap_or_else(|e| {
         eprintln!("netemu-bench: the CPUs this process may use: {e}");
@@ -841,8 +989,7 @@ fn main() {
             "kernel forwarding (tc mirred)",
             n,
             0,
-            secs,
-            load_pps,
+            times,
         );
         row.note = "flows, no pipes".into();
         rows.push(row);
@@ -864,8 +1011,7 @@ fn main() {
             "kernel tbf 10gbit + mirred",
             n,
             0,
-            secs,
-            load_pps,
+            times,
         );
         row.note = "flows through one shared tbf, no delay".into();
         rows.push(row);
@@ -893,8 +1039,7 @@ fn main() {
                 "kernel netem delay=5ms + mirred",
                 n,
                 DELAY_NS,
-                secs,
-                load_pps,
+                times,
             );
             row.note = "flows through one shared netem".into();
             rows.push(row);
@@ -953,13 +1098,12 @@ fn main() {
                 &format!("mimic netemu (delay=5ms per pipe, {rule_name}{where_})"),
                 n,
                 DELAY_NS,
-                secs,
-                load_pps,
+                times,
             );
             let late = |s: &Option<DatapathStats>| {
                 let s = s.as_ref().unwrap();
                 format!(
-                    "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, machine busy {:.2} cores (datapath {:.2}, spinning {:.2}), ring drops {}, no-buffer {}",
+                    "lateness p99/max {:.0}/{:.0} µs, ring wait p99/max {:.0}/{:.0} µs, wake-up late p99/max {:.0}/{:.0} µs of {} timed sleeps, spin cut in {} of 10 ms windows, machine busy {:.2} cores (datapath {:.2}, spinning {:.2}), its CPU given to another task {} times, page faults {}, ring drops {}, no-buffer {}",
                     s.late_p99_ns as f64 / 1e3,
                     s.late_max_ns as f64 / 1e3,
                     s.rx_wait_p99_ns as f64 / 1e3,
@@ -971,6 +1115,8 @@ fn main() {
                     s.machine_busy_cores,
                     s.datapath_cores,
                     s.spin_cores,
+                    s.preempted,
+                    s.page_faults,
                     s.ring_drops,
                     s.no_buffer
                 )
@@ -993,12 +1139,12 @@ fn main() {
             .unwrap_or(&rows[0])
             .rx_pps
     };
-    println!("Delay error = |actual - configured| one-way, µs, p50 / p99 / max. paced: 10 kpps, one probe per flow round robin; load: all frames timestamped at {load_pps} pps round robin over all flows; blast: forwarding rate, no timestamps. vs kernel fwd: forwarded pps / kernel forwarding's with the same number of flows.\n");
+    println!("Delay error = |actual - configured| one-way, µs, p50 / p99 / max. paced: 10 kpps, one probe per flow round robin; load: all frames timestamped at {load_pps} pps round robin over all flows; blast: forwarding rate, no timestamps. vs kernel fwd: forwarded pps / kernel forwarding's with the same number of flows. floor p99: the error a datapath that cost nothing would have had at the 99th percentile, from the stalls a thread busy-polling the datapath's CPU (any CPU in the shared layout) met just before the phase (bench/src/bin/netemu_bench.rs, \"machine floor\").\n");
     println!("| datapath | active pipes | blast offered pps | forwarded pps | vs kernel fwd | error, paced 10 kpps | error under load (achieved pps) | received / sent under load | host load (paced / load) | notes |");
     println!("|---|---:|---:|---:|---:|---|---|---:|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {:.2} / {:.2} (CPU wait {:.0}% / {:.0}%, steal {:.0} / {:.0} ms) | {}{}{} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0}% | {} | {} ({:.0}) | {} / {} | {:.2} / {:.2} (CPU wait {:.0}% / {:.0}%, steal {:.0} / {:.0} ms, floor p99 {} / {} µs) | {}{}{} |",
             r.name,
             r.pipes,
             r.sent_pps,
@@ -1015,6 +1161,8 @@ fn main() {
             100.0 * r.loaded.cpu_wait,
             r.paced.steal_ms,
             r.loaded.steal_ms,
+            r.paced.floor_p99(),
+            r.loaded.floor_p99(),
             r.note,
             r.paced.foreign_note("paced"),
             r.loaded.foreign_note("load")
@@ -1092,5 +1240,79 @@ mod tests {
             ]
         );
         assert!(foreign_rt_ran(&after, &after, 10).is_empty());
+    }
+    /// S(x) = Σ max(0, g − x), the time in which a departure due would be late by more than x.
+    fn late_time(stalls: &[u64], x: f64) -> f64 {
+        stalls.iter().map(|&g| (g as f64 - x).max(0.0)).sum()
+    }
+
+    #[test]
+    fn the_floor_is_the_lateness_a_share_of_evenly_spread_departures_exceeds() {
+        // no stalls, or too few to make up the share: nothing need be late
+        assert_eq!(floor_quantile(&[], 1_000_000_000, 0.01), 0.0);
+        assert_eq!(floor_quantile(&[100_000], 1_000_000_000, 0.01), 0.0);
+        // one 1 ms stall in 10 ms: 1% of the departures (0.1 ms of due times) fall in its
+        // first 0.1 ms and are late by 0.9 ms or more
+        assert_eq!(floor_quantile(&[1_000_000], 10_000_000, 0.01), 900_000.0);
+        // 300 and 100 µs in 10 ms (sorted longest first)
+        let d = [300_000, 100_000];
+        assert_eq!(floor_quantile(&d, 10_000_000, 0.01), 200_000.0);
+        assert_eq!(floor_quantile(&d, 10_000_000, 0.02), 100_000.0);
+        assert_eq!(floor_quantile(&d, 10_000_000, 0.03), 50_000.0);
+        // random stalls: the answer makes up exactly the share, and the floor grows as the
+        // share shrinks
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..200 {
+            let n = 1 + round % 50;
+            let mut stalls: Vec<u64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    1_000 + x % 2_000_000
+                })
+                .collect();
+            stalls.sort_unstable_by(|a, b| b.cmp(a));
+            let span = 100_000_000;
+            let mut last = 0.0;
+            for share in [0.05, 0.01, 0.001] {
+                let f = floor_quantile(&stalls, span, share);
+                let want = share * span as f64;
+                if f > 0.0 {
+                    assert!(
+                        (late_time(&stalls, f) - want).abs() < 1e-3 * want,
+                        "{stalls:?} {share}"
+                    );
+                } else {
+                    assert!(late_time(&stalls, 0.0) <= want);
+                }
+                assert!(f >= last && f <= stalls[0] as f64);
+                last = f;
+            }
+        }
+    }
+
+    #[test]
+    fn a_floor_sums_up_its_stalls() {
+        let f = Floor::from_stalls(
+            Some(1),
+            vec![5_000, 40_000, 2_000, 1_000_000],
+            2_000_000_000,
+            3,
+        );
+        assert_eq!(f.preempted, 3);
+        assert_eq!(f.cpu, Some(1));
+        assert_eq!(f.secs, 2.0);
+        assert_eq!(f.max_us, 1_000.0);
+        assert_eq!(f.over_20us, 2);
+        assert!((f.stalled - 1_047_000.0 / 2e9).abs() < 1e-12);
+        // 1% of 2 s is 20 ms, more than all the stalls: a free datapath would be on time
+        assert_eq!(f.p99_us, 0.0);
+        // 0.1% is 2 ms: still more than the stalls; 0.01% of 2 s (0.2 ms) would not be
+        assert_eq!(f.p999_us, 0.0);
+        assert_eq!(
+            floor_quantile(&[1_000_000, 40_000, 5_000, 2_000], 2_000_000_000, 0.0001),
+            800_000.0
+        );
     }
 }

@@ -12,7 +12,9 @@
 use std::path::Path;
 
 use crate::common::{mimic, require_root, stderr, stdout, tempdir};
-use crate::util::{debian_kernel, json, lab_name, meta, ok, require_guest_tools, LabDown};
+use crate::util::{
+    debian_kernel, json, lab_name, meta, ok, require_guest_tools, timed_check, LabDown,
+};
 
 /// One column of the table: the issue's criteria, measured on a replay of `truth`.
 #[derive(Debug)]
@@ -40,6 +42,58 @@ fn share(ok: u64, n: u64) -> f64 {
     } else {
         ok as f64 / n as f64
     }
+}
+
+/// What the netem column misses of issue 22's criteria (None: it meets them all).
+///
+/// Bandwidth: the analyzer's packet pairs read the spacing of the data (and of the client's
+/// ACKs) that the guest's netem released; netem's `rate` computes each departure exactly
+/// (netemu/README.md, "netem rate"), but a TCG guest's timers fire 60-170 us late with as
+/// much jitter, so a pair's spacing is right only where a packet's serialization time is
+/// well above that: in a steady stream through one pipe in this guest, 96% of the data
+/// gaps were within 20% of it at 20 Mbit/s (600 us), 52% at 60 Mbit/s, 14% at 150 Mbit/s
+/// (while the average rate stayed right: iperf3 at 99-100% of 50 and 150 Mbit/s). On TCG
+/// the issue's 80% is asserted on the estimates of connections below 25 Mbit/s (measured:
+/// 97.5-99.2% of 117-121 in five replays; all estimates 81.4-88.5% of 164-167, at 25
+/// Mbit/s and up 40-61% of 46-48, printed above: with a binomial spread of 3 points at
+/// 167, 80% on all of them would fail about one run in five); with KVM on all estimates.
+/// Estimates come for most connections: 164-167 of 200 in five runs. The rest are responses
+/// of one or two segments, and short ones at 34 Mbit/s and up whose ACKs all come in one
+/// bunch (no pair: 176-179 before, when the ACK of the server's bare FIN ended such a
+/// bunch's pair and read 1-3% of the rate).
+fn netem_column_misses(n: &Column, tcg: bool) -> Option<String> {
+    let mut miss = Vec::new();
+    if n.replayed < 0.95 {
+        miss.push(format!("replayed {:.1}% (< 95%)", 100.0 * n.replayed));
+    }
+    if n.rtt_ok < 0.90 {
+        miss.push(format!("min RTT {:.1}% (< 90%)", 100.0 * n.rtt_ok));
+    }
+    if n.delay_ok < 0.90 {
+        miss.push(format!(
+            "response delays {:.1}% (< 90%)",
+            100.0 * n.delay_ok
+        ));
+    }
+    if (n.bw_n as f64) < 0.75 * n.connections as f64 {
+        miss.push(format!(
+            "bandwidth estimates for {} of {} connections (< 75%)",
+            n.bw_n, n.connections
+        ));
+    }
+    if tcg && n.bw_slow_ok < 0.80 {
+        miss.push(format!(
+            "bandwidth below 25 Mbit/s within 20% {:.1}% (< 80%, TCG guest)",
+            100.0 * n.bw_slow_ok
+        ));
+    }
+    if !tcg && n.bw_ok < 0.80 {
+        miss.push(format!(
+            "bandwidth within 20% {:.1}% (< 80%)",
+            100.0 * n.bw_ok
+        ));
+    }
+    (!miss.is_empty()).then(|| format!("netem: {} ({n:?})", miss.join(", ")))
 }
 
 /// The issue's criteria: connections replayed (found in the capture), min RTT within 10% or
@@ -139,32 +193,14 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     // "router host NAME-emu is a tcg guest on kernel ..."
     let tcg = format!("{}{}", stdout(&up), stderr(&up)).contains(" is a tcg guest");
 
-    // 1. Through netem pipes installed with tc in the guest.
-    let o = mimic()
-        .args([
-            "replay",
-            &p("synth.db"),
-            "-o",
-            &p("netem.db"),
-            "--lab",
-            &name,
-        ])
-        .args(["--keep-lab", "--emulator", "netem", "--json"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    let rn = json(&o);
-    eprintln!("netem replay: kernel pipes {}", rn["kernel_pipes"]);
-    assert_eq!(rn["connections"].as_u64(), Some(200), "{rn}");
-    assert_eq!(rn["emulator"], "netem");
-    assert_eq!(
-        rn["netemu"],
-        serde_json::Value::Null,
-        "no mimic datapath ran"
-    );
-    assert_eq!(rn["kernel_pipes"]["pipes"].as_u64(), Some(400), "{rn}");
+    // 1. Through netem pipes installed with tc in the guest. A TCG guest's timers are the
+    // host's CPU time: a replay during which the hypervisor took STOLEN_MAX (1.5%) or more of it and that
+    // misses a timing criterion is replayed again (util::timed_check; without steal a miss
+    // fails at once).
+    let truth = d.join("synth.db");
+    let netem_db = d.join("netem.db");
     // the workload's delayed-ACK connections: warned about, counted in meta
-    let delayed: i64 = rusqlite::Connection::open(d.join("synth.db"))
+    let delayed: i64 = rusqlite::Connection::open(&truth)
         .unwrap()
         .query_row(
             "SELECT count(*) FROM connections WHERE delack_policy = 'delayed' AND complete = 1",
@@ -173,19 +209,46 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
         )
         .unwrap();
     assert!(delayed > 0, "the workload has no delayed-ACK connection");
-    assert!(
-        stderr(&o).contains("WITHOUT their delayed-ACK shaping"),
-        "no warning: {}",
-        stderr(&o)
-    );
-    let netem_db = d.join("netem.db");
-    assert_eq!(meta(&netem_db, "emulator"), "netem");
-    assert_eq!(
-        meta(&netem_db, "emulator_unsupported"),
-        format!("delack:{delayed} connections")
-    );
-    assert!(meta(&netem_db, "emulator_router").contains(&format!("{name}-emu")));
-    assert_no_kernel_pipes(&name);
+    let (rn, n) = timed_check("replay through netem pipes in the router guest", |_| {
+        let _ = std::fs::remove_file(&netem_db);
+        let o = mimic()
+            .args([
+                "replay",
+                &p("synth.db"),
+                "-o",
+                &p("netem.db"),
+                "--lab",
+                &name,
+            ])
+            .args(["--keep-lab", "--emulator", "netem", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        let rn = json(&o);
+        eprintln!("netem replay: kernel pipes {}", rn["kernel_pipes"]);
+        assert_eq!(rn["connections"].as_u64(), Some(200), "{rn}");
+        assert_eq!(rn["emulator"], "netem");
+        assert_eq!(
+            rn["netemu"],
+            serde_json::Value::Null,
+            "no mimic datapath ran"
+        );
+        assert_eq!(rn["kernel_pipes"]["pipes"].as_u64(), Some(400), "{rn}");
+        assert!(
+            stderr(&o).contains("WITHOUT their delayed-ACK shaping"),
+            "no warning: {}",
+            stderr(&o)
+        );
+        assert_eq!(meta(&netem_db, "emulator"), "netem");
+        assert_eq!(
+            meta(&netem_db, "emulator_unsupported"),
+            format!("delack:{delayed} connections")
+        );
+        assert!(meta(&netem_db, "emulator_router").contains(&format!("{name}-emu")));
+        assert_no_kernel_pipes(&name);
+        let n = column(&truth, &netem_db, &rn);
+        netem_column_misses(&n, tcg).map_or(Ok((rn, n)), Err)
+    });
 
     // 2. The same workload through mimic's own emulator, running in the same guest.
     let o = mimic()
@@ -223,8 +286,6 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
     }
     ok(&["lab", "down", &name]);
 
-    let truth = d.join("synth.db");
-    let n = column(&truth, &netem_db, &rn);
     let m = column(&truth, &mimic_db, &rm);
     let pct = |x: f64| format!("{:.1}%", x * 100.0);
     eprintln!(
@@ -275,37 +336,7 @@ fn a_synth_workload_replays_through_netem_pipes_and_mimics_emulator_in_one_route
         dp["discarded"]
     );
 
-    // The netem column: the issue's thresholds for replayed, min RTT and response delays.
-    // Bandwidth: the analyzer's packet pairs read the spacing of the data (and of the client's
-    // ACKs) that the guest's netem released; netem's `rate` computes each departure exactly
-    // (netemu/README.md, "netem rate"), but a TCG guest's timers fire 60-170 us late with as
-    // much jitter, so a pair's spacing is right only where a packet's serialization time is
-    // well above that: in a steady stream through one pipe in this guest, 96% of the data
-    // gaps were within 20% of it at 20 Mbit/s (600 us), 52% at 60 Mbit/s, 14% at 150 Mbit/s
-    // (while the average rate stayed right: iperf3 at 99-100% of 50 and 150 Mbit/s). On TCG
-    // the issue's 80% is asserted on the estimates of connections below 25 Mbit/s (measured:
-    // 97.5-99.2% of 117-121 in five replays; all estimates 81.4-88.5% of 164-167, at 25
-    // Mbit/s and up 40-61% of 46-48, printed above: with a binomial spread of 3 points at
-    // 167, 80% on all of them would fail about one run in five); with KVM on all estimates.
-    assert!(n.replayed >= 0.95, "netem: replayed {}", pct(n.replayed));
-    assert!(n.rtt_ok >= 0.90, "netem: min RTT {n:?}");
-    assert!(n.delay_ok >= 0.90, "netem: response delays {n:?}");
-    // estimates for most connections: 164-167 of 200 in five runs. The rest are responses of one
-    // or two segments, and short ones at 34 Mbit/s and up whose ACKs all come in one bunch
-    // (no pair: 176-179 before, when the ACK of the server's bare FIN ended such a bunch's
-    // pair and read 1-3% of the rate)
-    assert!(
-        n.bw_n as f64 >= 0.75 * n.connections as f64,
-        "netem: bandwidth estimates for too few connections {n:?}"
-    );
-    if tcg {
-        assert!(
-            n.bw_slow_ok >= 0.80,
-            "netem: bandwidth below 25 Mbit/s within 20% (TCG guest) {n:?}"
-        );
-    } else {
-        assert!(n.bw_ok >= 0.80, "netem: bandwidth {n:?}");
-    }
+    // The netem column was judged where it was replayed (netem_column_misses).
     // mimic's emulator in the guest: its datapath is a userspace thread sharing the guest's
     // one TCG vCPU with the guest kernel's packet handling, at normal priority (a SCHED_FIFO
     // spinner would starve that kernel): on this loaded machine its departures run late by

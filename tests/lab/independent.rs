@@ -219,8 +219,27 @@ fn independent_testbed_predict_quick_run() {
 #[test]
 fn independent_testbed_delay_classes_in_a_netem_guest() {
     let tmp = tempdir();
-    let out = tmp.path().join("ind");
-    let (so, se) = run_guest_testbed(&["--quick", "--connections", "20"], &out);
+    // the shaping check times the guest's netem and htb, whose timers are the host's CPU
+    // time: a run that misses it while the hypervisor took STOLEN_MAX (1.5%) or more of the CPU is run
+    // again (util::timed_check; a CI-mode run with 5-14% stolen got dsl-4m's goodput 25.7%
+    // low); everything else is judged on the run that passed it
+    let (out, so, se, t) = crate::util::timed_check("the testbed's shaping check", |n| {
+        let out = tmp.path().join(format!("ind{n}"));
+        let (so, se) = run_guest_testbed(&["--quick", "--connections", "20"], &out);
+        let t = table(&out);
+        let off: Vec<String> = get(&t, &["shaping_check", "classes"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["rtt_ok"] != true || c["goodput_ok"] != true)
+            .map(|c| c.to_string())
+            .collect();
+        if off.is_empty() {
+            Ok((out, so, se, t))
+        } else {
+            Err(format!("shaping check off: {}", off.join("; ")))
+        }
+    });
     let tag = torn_down(&se);
     let ps = Command::new("pgrep")
         .args(["-f", &format!("mimic-{tag}-emu")])
@@ -233,7 +252,6 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
     );
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     assert!(se.contains("0 packets dropped by kernel"), "{se}");
-    let t = table(&out);
     let router = t["router"].as_str().unwrap_or_default();
     assert!(
         router.contains("QEMU guest") && router.contains("netem"),

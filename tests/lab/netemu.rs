@@ -425,18 +425,34 @@ fn ping_through_20ms_each_way_is_40ms_rtt() {
         "warm-up ping failed: {}",
         stdout(&warm)
     );
+    // Judged on the median round trip (a pipe that delays wrongly moves it; a stall of the
+    // host delays a few pings by ms and moves the average, not the median), with the average
+    // held to issue 22's 40 ± 2 ms.
     timed_check("ping through 20 ms each way", |_| {
-        let o = lab.ping(&["-c", "500", "-i", "0.01", "-q", "198.18.0.1"]);
+        let o = lab.ping(&["-c", "500", "-i", "0.01", "198.18.0.1"]);
         let text = stdout(&o);
         assert!(o.status.success(), "ping failed: {text}");
         assert!(text.contains(" 0% packet loss"), "{text}");
         let (stats, min, avg) = ping_min_avg(&text);
-        eprintln!("ping through 20 ms each way: {stats}");
+        let mut rtts: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split(" time=").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(rtts.len(), 500, "one time= per reply: {text}");
+        rtts.sort_by(f64::total_cmp);
+        let median = (rtts[249] + rtts[250]) / 2.0;
+        let p90 = rtts[449];
+        eprintln!("ping through 20 ms each way: {stats}; median {median:.3} ms, p90 {p90:.3} ms");
         if (min - 40.0).abs() > 0.3 {
             return Err(format!("min RTT {min} ms not within 40 ± 0.3 ms ({stats})"));
         }
-        if (avg - 40.0).abs() > 0.3 {
-            return Err(format!("avg RTT {avg} ms not within 40 ± 0.3 ms ({stats})"));
+        if (median - 40.0).abs() > 0.3 {
+            return Err(format!(
+                "median RTT {median:.3} ms not within 40 ± 0.3 ms ({stats})"
+            ));
+        }
+        if (avg - 40.0).abs() > 2.0 {
+            return Err(format!("avg RTT {avg} ms not within 40 ± 2 ms ({stats})"));
         }
         Ok(())
     });

@@ -186,13 +186,18 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
     // 1% over 1 ms, then query p99 1.48 ms, then 21 of 897 over 1 ms (2.3%; response p99 1.64
     // ms, max 3.0 ms) while the client's starts and the emulator's departures were as late
     // (p99 1.6-1.8 ms): the host, not the server's timers.
-    // (the medians hold on any host; the tails only where the timing is judged, above)
+    // (the medians hold to 100 µs on any host but one whose hypervisor keeps taking the CPU;
+    // the tails only where the timing is judged, above)
     let (mut over, mut count) = (0, 0);
     for kind in ["response_delay_error", "query_delay_error"] {
         let e = &r["server"][kind];
         let get = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{kind}.{k}: {e}"));
         assert!(get("count") > 0, "{kind}: {e}");
-        assert!(get("p50_us") < 100, "{kind}: {e}");
+        // (a replay whose timing is not judged ran while the hypervisor took STOLEN_MAX (1.5%) or more of
+        // the CPU in each try: its median need only be within the server's 1 ms; a CI-mode
+        // run with 14% stolen had a query-delay median of 117 µs)
+        let p50_max = if timing_judged { 100 } else { 1_000 };
+        assert!(get("p50_us") < p50_max, "{kind}: {e}");
         assert!(
             !timing_judged || get("p99_us") < mimic_replay::orchestrate::health::LATE_P99_MAX_US,
             "{kind}: {e}"

@@ -49,9 +49,11 @@ pub fn ok_text(args: &[&str]) -> String {
 
 /// Share of this machine's CPU time its hypervisor may take during a timed check before a
 /// failure of the check is put down to the host and the check run again. On this project's
-/// 2-core VMs healthy replays had 0.01-1.2% stolen, distorted ones 3.5-8.4% (2026-12-01/02:
-/// a descheduled vCPU stops every thread on it, pinned and real-time alike).
-pub const STOLEN_MAX: f64 = 0.025;
+/// 2-core VMs healthy replays had 0.01-1.2% stolen, distorted ones 3.5-8.4% (2026-12-01) and
+/// 1.53-14.3% (2026-12-02: a replay with 1.53% stolen had server delays p99 2.4 ms late; the
+/// steal comes in bursts, and a descheduled vCPU stops every thread on it, pinned and
+/// real-time alike). 2.5% until that run.
+pub const STOLEN_MAX: f64 = 0.015;
 /// How many times a timed check is tried at most (see [`timed_check`]).
 pub const TIMED_TRIES: usize = 3;
 

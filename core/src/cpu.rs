@@ -491,9 +491,11 @@ fn busy_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_thread_counts_its_own_page_faults() {
-        let before = super::Interruptions::now();
+        let before = Interruptions::now();
         // 64 fresh pages of our own, each written once: a fault each, in this thread only
         let n = 64 * 4096;
         // SAFETY: an anonymous private mapping we own, written within its length, then unmapped.
@@ -512,17 +514,15 @@ mod tests {
             }
             libc::munmap(p as *mut libc::c_void, n);
         }
-        let d = super::Interruptions::now().since(before);
+        let d = Interruptions::now().since(before);
         assert!(d.page_faults >= 64, "{d:?}");
         // another thread's faults are not ours
-        let before = super::Interruptions::now();
+        let before = Interruptions::now();
         std::thread::spawn(|| vec![1u8; 1 << 22].iter().map(|&b| b as u64).sum::<u64>())
             .join()
             .unwrap();
-        assert!(super::Interruptions::now().since(before).page_faults < 64);
+        assert!(Interruptions::now().since(before).page_faults < 64);
     }
-
-    use super::*;
 
     // a TCG guest's QEMU vCPU thread at SCHED_FIFO 20, as /proc showed it
     const QEMU: &str = "1347 (qemu-system-x86) S 1 1341 1341 0 -1 138412224 13094 0 5 0 1213 183 0 0 -21 0 3 0 3393228 2352021504 96989 18446744073709551615 94012161396736 94012167257173 140727290332864 0 0 0 2147220087 3674112 16451 1 0 0 -1 0 20 1 0 0 0 94012170369272 94012175573424 94013173366784 140727290341146 140727290342085 140727290342085 140727290343388 0";

@@ -268,9 +268,10 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         let waits = k["syn_waits"].as_u64().unwrap();
         if late > 24 {
             return Err(format!(
-            "{late} of 240 installs came after their SYN was due (lead {} ms, slowest batch {} ms)",
-            k["lead_ms"], k["batch_max_ms"]
-        ));
+                "{late} of 240 installs came after their SYN was due \
+                 (lead {} ms, slowest batch {} ms)",
+                k["lead_ms"], k["batch_max_ms"]
+            ));
         }
         assert!(k["router"].as_str().unwrap().contains(&control), "{k}");
         let db = d.join("per.db");

@@ -65,8 +65,12 @@ pub fn steal_ms() -> f64 {
 /// Runs `f`; with its result, what the hypervisor took from this machine meanwhile: ms, and
 /// the share of all its CPUs' time.
 pub fn stolen_during<T>(f: impl FnOnce() -> T) -> (T, f64, f64) {
-    let cpus = mimic_core::cpu::steal_ms_per_cpu().len().max(1);
-    let (s0, t0) = (steal_ms(), std::time::Instant::now());
+    let before = mimic_core::cpu::steal_ms_per_cpu();
+    let (cpus, s0, t0) = (
+        before.len().max(1),
+        before.iter().sum::<f64>(),
+        std::time::Instant::now(),
+    );
     let r = f();
     let ms = (steal_ms() - s0).max(0.0);
     let span = t0.elapsed().as_secs_f64() * 1e3 * cpus as f64;

@@ -544,9 +544,7 @@ impl Errors {
             "err_max_us": self.max_us, "sent": self.sent, "received": self.received,
             "loadavg_1m": self.load, "cpu_pressure_some": self.cpu_wait, "foreign_rt_ms": rt,
             "steal_ms_max_cpu": self.steal_ms,
-            "floor": self.floor.as_ref().map(|f| serde_json::json!({"cpu": f.cpu, "p99_us": f.p99_us,
-                "p999_us": f.p999_us, "max_stall_us": f.max_us, "stalled_share": f.stalled,
-                "stalls_over_20us": f.over_20us, "preempted": f.preempted, "seconds": f.secs}))})
+            "floor": self.floor})
     }
     /// Foreign real-time CPU time during the phase, for the notes ("" if none).
     fn foreign_note(&self, phase: &str) -> String {
@@ -582,21 +580,21 @@ const STALL_MIN_NS: u64 = 1_000;
 
 /// What the machine alone took from a thread busy-polling a CPU (the doc comment at the top,
 /// "machine floor").
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 struct Floor {
     /// The CPU it ran on (None: wherever the scheduler put it).
     cpu: Option<usize>,
-    secs: f64,
+    seconds: f64,
     /// The added-delay error a datapath that cost nothing would have at the 99th and 99.9th
     /// percentile, µs.
     p99_us: f64,
     p999_us: f64,
     /// The longest stall, µs.
-    max_us: f64,
+    max_stall_us: f64,
     /// Share of the time spent in stalls.
-    stalled: f64,
+    stalled_share: f64,
     /// Stalls longer than 20 µs.
-    over_20us: usize,
+    stalls_over_20us: usize,
     /// Times the scheduler gave the CPU to another task meanwhile (the rest of the stalls
     /// are interrupts and the hypervisor).
     preempted: u64,
@@ -614,12 +612,12 @@ impl Floor {
         let q = |share: f64| floor_quantile(&stalls, span_ns, share) / 1e3;
         Floor {
             cpu,
-            secs: span_ns as f64 / 1e9,
+            seconds: span_ns as f64 / 1e9,
             p99_us: q(0.01),
             p999_us: q(0.001),
-            max_us: stalls.first().copied().unwrap_or(0) as f64 / 1e3,
-            stalled: stalls.iter().sum::<u64>() as f64 / span_ns.max(1) as f64,
-            over_20us: stalls.iter().filter(|&&g| g > 20_000).count(),
+            max_stall_us: stalls.first().copied().unwrap_or(0) as f64 / 1e3,
+            stalled_share: stalls.iter().sum::<u64>() as f64 / span_ns.max(1) as f64,
+            stalls_over_20us: stalls.iter().filter(|&&g| g > 20_000).count(),
             preempted,
         }
     }
@@ -1302,10 +1300,10 @@ mod tests {
         );
         assert_eq!(f.preempted, 3);
         assert_eq!(f.cpu, Some(1));
-        assert_eq!(f.secs, 2.0);
-        assert_eq!(f.max_us, 1_000.0);
-        assert_eq!(f.over_20us, 2);
-        assert!((f.stalled - 1_047_000.0 / 2e9).abs() < 1e-12);
+        assert_eq!(f.seconds, 2.0);
+        assert_eq!(f.max_stall_us, 1_000.0);
+        assert_eq!(f.stalls_over_20us, 2);
+        assert!((f.stalled_share - 1_047_000.0 / 2e9).abs() < 1e-12);
         // 1% of 2 s is 20 ms, more than all the stalls: a free datapath would be on time
         assert_eq!(f.p99_us, 0.0);
         // 0.1% is 2 ms: still more than the stalls; 0.01% of 2 s (0.2 ms) would not be

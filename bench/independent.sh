@@ -176,6 +176,7 @@ if [ "$predict" = 1 ]; then
   export MIMIC=$m
   tag=ind$$
   trap '"$m" lab down "$tag" >/dev/null 2>&1 || true' EXIT
+  export MIMIC_LAB_OWNER=$$   # killed before the trap runs: `mimic lab sweep` removes the lab
   for iw in "$iw_from" "$iw_to"; do
     echo "independent: --predict: the workload with the server at initcwnd $iw" >&2
     run_args=("${pass[@]}" --server-initcwnd "$iw" --out "$out/iw$iw")
@@ -301,6 +302,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+export MIMIC_LAB_OWNER=$$   # killed before the trap runs: `mimic lab sweep` removes its guest lab
 # a long step runs in the background and is waited for, so Ctrl-C or a TERM reaches the trap
 # at once (not when the step ends) and the cleanup stops the step
 run() { "$@" & fg_pid=$!; wait "$fg_pid"; fg_pid=""; }

@@ -20,6 +20,7 @@ mimic="$dir/release/mimic"
 kernel=$("$mimic" lab fetch-kernel | tail -1)
 name="nd$$"
 trap '"$mimic" lab down "$name" >/dev/null 2>&1 || true' EXIT
+export MIMIC_LAB_OWNER=$$   # killed before the trap runs: `mimic lab sweep` removes the lab
 "$mimic" lab up "$name" --kernel "$kernel" >&2
 "$mimic" lab exec "$name" emu -- uname -r >&2
 "$mimic" lab exec "$name" emu -- "$dir/release/netemu-bench" --netem \

@@ -16,6 +16,7 @@ out=bench/out/prediction
 rm -rf "$out"; mkdir -p "$out"
 lab=pred$$
 trap '$m lab down $lab >/dev/null 2>&1 || true' EXIT
+export MIMIC_LAB_OWNER=$$   # killed before the trap runs: \`mimic lab sweep\` removes the lab
 $m lab up $lab >/dev/null
 $m synth --connections "$n" --rate 20 --seed "$seed" -o "$out/workload.db"
 echo "running the workload under initcwnd=3 (captured) ..."

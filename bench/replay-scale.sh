@@ -87,6 +87,7 @@ lab=${LAB:-ks$$}
 [ -z "${LAB:-}" ] || KEEP=1
 down() { [ -n "${KEEP:-}" ] || $m -q lab down "$lab" >/dev/null 2>&1 || true; }
 trap down EXIT
+[ -n "${KEEP:-}" ] || export MIMIC_LAB_OWNER=$$   # killed before the trap runs: `mimic lab sweep` removes the lab
 trap 'exit 130' INT TERM
 $m synth --connections "$n" --rate "$rate" --seed 5 --max-response 50000 -o "$out/workload.db" > /dev/null
 [ -n "${LAB:-}" ] || $m -q lab up "$lab" --kernel "$kernel"

@@ -63,6 +63,131 @@ pub enum LabError {
 pub struct LabOptions {
     /// Applied to the server namespace after the lab is built (or, when it already is, again).
     pub stack: Option<StackProfile>,
+    /// The process the lab belongs to: once it has exited, [`sweep`] takes the lab down (a
+    /// test, bench or replay that builds a lab and is killed before its own teardown). None:
+    /// the lab stays until `mimic lab down` (and an owner recorded earlier is kept).
+    pub owner: Option<Owner>,
+}
+
+/// A process that owns a lab, named by its pid and its start time (clock ticks after boot,
+/// field 22 of `/proc/PID/stat`), so that a pid the kernel has since given to another process
+/// does not keep a lab alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Owner {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
+/// The file in a lab's runtime directory that names its owner (`PID START_TICKS`).
+const OWNER_FILE: &str = "owner";
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        Owner::of(std::process::id() as i32).expect("this process has a /proc entry")
+    }
+
+    /// The running process `pid` (an error names it when there is none).
+    pub fn of(pid: i32) -> Result<Owner, LabError> {
+        match proc_start(pid) {
+            Some((start_ticks, false)) => Ok(Owner { pid, start_ticks }),
+            _ => Err(LabError::Io(format!(
+                "no running process {pid} to own the lab (an owner must be running when the lab is built)"
+            ))),
+        }
+    }
+
+    /// Whether the process still runs (the same pid with the same start time, not a zombie).
+    pub fn running(&self) -> bool {
+        proc_start(self.pid) == Some((self.start_ticks, false))
+    }
+
+    fn parse(text: &str) -> Option<Owner> {
+        let mut w = text.split_whitespace();
+        let owner = Owner {
+            pid: w.next()?.parse().ok().filter(|&p: &i32| p > 0)?,
+            start_ticks: w.next()?.parse().ok()?,
+        };
+        w.next().is_none().then_some(owner)
+    }
+}
+
+/// A process's start time (clock ticks after boot) and whether it is a zombie (exited, not
+/// yet reaped by its parent); None when there is no such process.
+fn proc_start(pid: i32) -> Option<(u64, bool)> {
+    if pid <= 0 {
+        return None;
+    }
+    parse_proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `/proc/PID/stat`: `PID (COMM) STATE …`, the start time the 22nd field. COMM may hold
+/// spaces and parentheses, so the fields are counted from the last `)`.
+fn parse_proc_stat(stat: &str) -> Option<(u64, bool)> {
+    let mut w = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = w.next()?;
+    let start = w.nth(18)?.parse().ok()?;
+    Some((start, state == "Z" || state == "X"))
+}
+
+fn write_owner(info: &LabInfo, owner: &Owner) -> Result<(), LabError> {
+    std::fs::create_dir_all(&info.runtime_dir)
+        .map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
+    let path = info.runtime_dir.join(OWNER_FILE);
+    let tmp = info
+        .runtime_dir
+        .join(format!(".{OWNER_FILE}.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{} {}\n", owner.pid, owner.start_ticks))
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| LabError::Io(format!("{}: {e}", path.display())))
+}
+
+/// What a lab's runtime directory says of its owner.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Ownership {
+    /// No owner recorded: the lab stays until `mimic lab down`.
+    None,
+    Running {
+        pid: i32,
+        start_ticks: u64,
+    },
+    /// The owner has exited: [`sweep`] takes the lab down.
+    Exited {
+        pid: i32,
+        start_ticks: u64,
+    },
+    /// The owner file cannot be read as one: the lab is left alone.
+    Unreadable {
+        why: String,
+    },
+}
+
+fn ownership(info: &LabInfo) -> Ownership {
+    let path = info.runtime_dir.join(OWNER_FILE);
+    match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ownership::None,
+        Err(e) => Ownership::Unreadable {
+            why: format!("{}: {e}", path.display()),
+        },
+        Ok(text) => match Owner::parse(&text) {
+            Some(o) if o.running() => Ownership::Running {
+                pid: o.pid,
+                start_ticks: o.start_ticks,
+            },
+            Some(o) => Ownership::Exited {
+                pid: o.pid,
+                start_ticks: o.start_ticks,
+            },
+            None => Ownership::Unreadable {
+                why: format!(
+                    "{}: not `PID START_TICKS`: {:?}",
+                    path.display(),
+                    text.trim()
+                ),
+            },
+        },
+    }
 }
 
 /// Lab hosts to run as QEMU guests (see [`crate::guest`]) instead of namespaces.
@@ -357,6 +482,10 @@ pub fn up_with_guests(
         || (want_srv.is_some() && image("srv") != want_srv);
     if !complete(&info) || stale {
         down(name)?;
+        // the owner first: a lab half built when its owner is killed is swept like any other
+        if let Some(o) = &opts.owner {
+            write_owner(&info, o)?;
+        }
         let built = build(&info)
             .and_then(|_| match &guests.router_kernel {
                 Some(k) => boot_router(&info, k, guests),
@@ -381,6 +510,9 @@ pub fn up_with_guests(
                 r.accel, r.kernel.version, r.boot_secs, r.accel_why
             ));
         }
+    }
+    if let Some(o) = &opts.owner {
+        write_owner(&info, o)?;
     }
     if let Some(p) = &opts.stack {
         notes.extend(stack::apply(name, p)?);
@@ -1042,6 +1174,111 @@ pub fn down(name: &str) -> Result<DownReport, LabError> {
     Ok(report)
 }
 
+/// One lab on this host, as `mimic lab list` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LabEntry {
+    pub name: String,
+    pub owner: Ownership,
+    /// Its namespaces that exist (client hosts included).
+    pub namespaces: Vec<String>,
+    /// QEMU processes of its guests that run (role, pid).
+    pub guests: Vec<(String, i32)>,
+    /// Whether its runtime directory (`/run/mimic/NAME`) exists.
+    pub runtime_dir: bool,
+}
+
+/// The lab a namespace name belongs to, if it is named like a lab host's (`NAME-cli`,
+/// `NAME-emu`, `NAME-srv`, `NAME-cliK`).
+fn lab_of_namespace(ns: &str) -> Option<&str> {
+    let (name, host) = ns.rsplit_once('-')?;
+    let client_k = host
+        .strip_prefix("cli")
+        .and_then(|k| k.parse::<u32>().ok())
+        .is_some_and(|k| (2..=MAX_CLIENTS).contains(&k));
+    (matches!(host, "cli" | "emu" | "srv") || client_k)
+        .then_some(name)
+        .filter(|n| validate_name(n).is_ok())
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every lab on this host: the runtime directories under `/run/mimic` and the namespaces
+/// named like a lab host's (a lab whose directory is gone still shows), by name.
+pub fn list() -> Vec<LabEntry> {
+    let mut names: Vec<String> = dir_names(Path::new("/run/mimic"))
+        .into_iter()
+        .filter(|n| validate_name(n).is_ok() && runtime_dir(n).is_dir())
+        .chain(
+            dir_names(Path::new("/run/netns"))
+                .iter()
+                .filter_map(|ns| lab_of_namespace(ns).map(String::from)),
+        )
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|n| LabInfo::for_name(&n).ok())
+        .map(|info| {
+            let namespaces = (2..=MAX_CLIENTS)
+                .filter_map(|k| info.client_host(k).map(|h| h.ns))
+                .chain(info.namespaces().iter().map(|n| n.to_string()))
+                .filter(|ns| exists_ns(ns))
+                .collect();
+            let guests = ["emu", "srv"]
+                .iter()
+                .filter_map(|role| {
+                    crate::guest::load_record(&info.runtime_dir, role)
+                        .filter(|r| crate::guest::alive(r.pid))
+                        .map(|r| (role.to_string(), r.pid))
+                })
+                .collect();
+            LabEntry {
+                owner: ownership(&info),
+                namespaces,
+                guests,
+                runtime_dir: info.runtime_dir.is_dir(),
+                name: info.name,
+            }
+        })
+        .collect()
+}
+
+/// A lab [`sweep`] took down (or, on a dry run, would).
+#[derive(Clone, Debug, Serialize)]
+pub struct Swept {
+    pub lab: LabEntry,
+    /// What `down` removed (None on a dry run).
+    pub down: Option<DownReport>,
+}
+
+/// Takes down every lab whose owner has exited ([`LabOptions::owner`]): what a test, bench or
+/// replay killed before its own teardown left behind. Labs without an owner, or whose owner
+/// runs, are left alone. `dry_run`: only says which.
+pub fn sweep(dry_run: bool) -> Result<Vec<Swept>, LabError> {
+    let mut out = Vec::new();
+    for lab in list() {
+        if !matches!(lab.owner, Ownership::Exited { .. }) {
+            continue;
+        }
+        let down = if dry_run {
+            None
+        } else {
+            Some(down(&lab.name)?)
+        };
+        out.push(Swept { lab, down });
+    }
+    Ok(out)
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct InterfaceStatus {
     pub namespace: String,
@@ -1068,6 +1305,8 @@ pub struct LabStatus {
     pub stack: Option<StackProfile>,
     /// Pid of a `mimic netemu run --lab NAME` that is running, if any.
     pub netemu_pid: Option<i32>,
+    /// The process the lab belongs to ([`LabOptions::owner`]).
+    pub owner: Ownership,
     pub processes: Vec<i32>,
     /// Each host: namespace or guest, and its kernel.
     pub hosts: Vec<HostStatus>,
@@ -1223,6 +1462,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         client_pool: info.client_pool,
         stack,
         netemu_pid,
+        owner: ownership(&info),
         processes,
         hosts,
         info,
@@ -1232,6 +1472,64 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_is_its_pid_and_start_time_and_a_zombie_has_exited() {
+        // the command name may hold spaces and parentheses: fields count from the last `)`
+        let stat =
+            "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_proc_stat(stat), Some((987654, false)));
+        assert_eq!(
+            parse_proc_stat(&stat.replace(") S ", ") Z ")),
+            Some((987654, true))
+        );
+        assert_eq!(parse_proc_stat("4242 (a) S 1 2"), None);
+        assert_eq!(parse_proc_stat("garbage"), None);
+
+        let me = Owner::current();
+        assert!(me.running());
+        assert_eq!(
+            Owner::parse(&format!("{} {}\n", me.pid, me.start_ticks)),
+            Some(me)
+        );
+        for bad in ["", "12", "x 1", "0 5", "-3 5", "1 2 3", "1 y"] {
+            assert_eq!(Owner::parse(bad), None, "{bad:?}");
+        }
+        // the same pid started at another time is another process
+        let other = Owner {
+            start_ticks: me.start_ticks + 1,
+            ..me
+        };
+        assert!(!other.running());
+        assert!(Owner::of(i32::MAX).is_err());
+
+        // a child that has exited but is not reaped yet (a zombie) no longer owns anything
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let owner = Owner::of(child.id() as i32).ok();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proc_start(child.id() as i32).is_some_and(|(_, z)| !z) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(o) = owner {
+            assert!(!o.running(), "a zombie counts as exited");
+        }
+        assert!(Owner::of(child.id() as i32).is_err());
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn namespaces_are_traced_to_their_lab() {
+        assert_eq!(lab_of_namespace("rp123x4-cli"), Some("rp123x4"));
+        assert_eq!(lab_of_namespace("a-b-emu"), Some("a-b"));
+        assert_eq!(lab_of_namespace("lab-srv"), Some("lab"));
+        assert_eq!(lab_of_namespace("lab-cli2"), Some("lab"));
+        assert_eq!(lab_of_namespace("lab-cli8"), Some("lab"));
+        for no in [
+            "lab-cli9", "lab-cli1", "lab-cli0", "lab-web", "lab", "-cli", "9lab-cli",
+        ] {
+            assert_eq!(lab_of_namespace(no), None, "{no}");
+        }
+    }
 
     #[test]
     fn names_are_checked_and_interface_names_fit() {

@@ -195,6 +195,8 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         &a.lab,
         &lab::LabOptions {
             stack: Some(a.current.clone()),
+            // this run takes it down when it ends; `lab sweep` if it is killed first
+            owner: Some(lab::Owner::current()),
         },
         &lab::GuestOptions {
             server_kernel,

@@ -69,6 +69,12 @@ enum Cmd {
         /// for `mimic replay --agents cli,cli2`.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=lab::MAX_CLIENTS as i64))]
         clients: u32,
+        /// The process the lab belongs to (a running pid): once it has exited, `mimic lab
+        /// sweep` takes the lab down. For scripts and test harnesses that build a lab and
+        /// tear it down themselves, so that one killed first leaves nothing for long. Without
+        /// it the lab stays until `mimic lab down` (an owner recorded before is kept).
+        #[arg(long, value_name = "PID", env = "MIMIC_LAB_OWNER")]
+        owner: Option<i32>,
     },
     /// Run a command on a lab host — a namespace (`ip netns exec`) or a guest (its command
     /// channel) alike — with its exit status; a guest's stdout and stderr come back when it ends.
@@ -97,6 +103,24 @@ enum Cmd {
     /// Kill every process in the lab's namespaces and remove the namespaces, veths and
     /// runtime files (also after a crash, and for half-built labs).
     Down { name: String },
+    /// List the labs on this host (runtime directories under /run/mimic, namespaces named
+    /// like a lab host's): owner, namespaces, guests.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take down every lab whose owner (`lab up --owner`) has exited, with its guests,
+    /// processes, namespaces and runtime files; labs without an owner, or whose owner runs,
+    /// are left alone.
+    Sweep {
+        /// Only list what would be taken down.
+        #[arg(long)]
+        dry_run: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the namespaces, interfaces, addresses and the server's stack profile in force.
     Status {
         name: String,
@@ -122,7 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             guest_memory,
             guest_priority,
             clients,
+            owner,
         } => {
+            let owner = owner
+                .map(lab::Owner::of)
+                .transpose()
+                .context("--owner (or MIMIC_LAB_OWNER)")?;
             if modules.is_some() && kernel.is_none() && server_kernel.is_none() {
                 anyhow::bail!(
                     "--modules names the modules of --kernel or --server-kernel; give one of them"
@@ -150,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 fifo_priority: (guest_priority > 0).then_some(guest_priority),
                 cmdline,
             };
-            let (info, notes) = lab::up_with_guests(&name, &LabOptions { stack }, &guests)
+            let (info, notes) = lab::up_with_guests(&name, &LabOptions { stack, owner }, &guests)
                 .with_context(|| format!("building lab {name}"))?;
             for n in &notes {
                 eprintln!("mimic: note: {n}");
@@ -234,12 +263,49 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        Cmd::List { json } => {
+            let labs = lab::list();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&labs)?);
+            } else if labs.is_empty() {
+                println!("no labs on this host");
+            } else {
+                for l in &labs {
+                    println!("{}", describe(l));
+                }
+            }
+        }
+        Cmd::Sweep { dry_run, json } => {
+            let swept = lab::sweep(dry_run).context("sweeping labs whose owner has exited")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&swept)?);
+            } else if swept.is_empty() {
+                println!("no lab whose owner has exited");
+            } else {
+                for s in &swept {
+                    match &s.down {
+                        None => println!("would take down {}", describe(&s.lab)),
+                        Some(r) => println!(
+                            "took down {} ({} processes stopped, {} guests killed)",
+                            describe(&s.lab),
+                            r.killed.len(),
+                            r.guests.len()
+                        ),
+                    }
+                }
+            }
+        }
         Cmd::Status { name, json } => {
             let st = lab::status(&name)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&st)?);
             } else {
-                println!("lab {}: {}", st.name, if st.up { "up" } else { "not up" });
+                println!(
+                    "lab {}: {}, {}",
+                    st.name,
+                    if st.up { "up" } else { "not up" },
+                    owner_text(&st.owner)
+                );
                 for (ns, present) in &st.namespaces {
                     println!(
                         "  namespace {ns}: {}",
@@ -330,4 +396,38 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
         return Err("must be longer than 0".into());
     }
     Ok(Duration::from_nanos(ns))
+}
+
+fn owner_text(o: &lab::Ownership) -> String {
+    match o {
+        lab::Ownership::None => "no owner (stays until lab down)".to_string(),
+        lab::Ownership::Running { pid, .. } => format!("owner {pid} running"),
+        lab::Ownership::Exited { pid, .. } => format!("owner {pid} exited (lab sweep removes it)"),
+        lab::Ownership::Unreadable { why } => format!("owner unreadable ({why})"),
+    }
+}
+
+/// One line of `lab list` and `lab sweep`: the name, the owner, what exists.
+fn describe(l: &lab::LabEntry) -> String {
+    let owner = owner_text(&l.owner);
+    let guests = if l.guests.is_empty() {
+        String::new()
+    } else {
+        let g: Vec<String> = l
+            .guests
+            .iter()
+            .map(|(role, pid)| format!("{role} {pid}"))
+            .collect();
+        format!(", guests {}", g.join(", "))
+    };
+    format!(
+        "{}: {owner}, {} namespaces{guests}{}",
+        l.name,
+        l.namespaces.len(),
+        if l.runtime_dir {
+            ""
+        } else {
+            ", no runtime directory"
+        }
+    )
 }

@@ -11,8 +11,13 @@ pub fn mimic_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_mimic"))
 }
 
+/// The binary, with this test process as the owner of every lab a `lab up` of it builds
+/// (`MIMIC_LAB_OWNER`): a test binary killed before its guards run leaves labs that the next
+/// run's `lab sweep` takes down.
 pub fn mimic() -> Command {
-    Command::new(mimic_bin())
+    let mut c = Command::new(mimic_bin());
+    c.env("MIMIC_LAB_OWNER", std::process::id().to_string());
+    c
 }
 
 /// Gives the command SIGINT's default disposition, as a process started at a terminal has.

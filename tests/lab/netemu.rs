@@ -1879,3 +1879,189 @@ fn lab_stack_reads_back_every_key_and_congestion_controls_beyond_reno() {
         "the profile changed the host's stack"
     );
 }
+
+/// The `lab list --json` entry of lab `name` (Null when it is not listed).
+fn listed(name: &str) -> serde_json::Value {
+    let o = mimic().args(["lab", "list", "--json"]).output().unwrap();
+    assert!(o.status.success(), "lab list: {}", stderr(&o));
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// The names `lab sweep [--dry-run] --json` took down (or would).
+fn swept(dry_run: bool) -> (Vec<String>, serde_json::Value) {
+    let mut args = vec!["lab", "sweep", "--json"];
+    if dry_run {
+        args.push("--dry-run");
+    }
+    let o = mimic().args(&args).output().unwrap();
+    assert!(o.status.success(), "lab sweep: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["lab"]["name"].as_str().unwrap().to_string())
+        .collect();
+    (names, v)
+}
+
+/// Kills a child with SIGKILL (no teardown of its own) and reaps it.
+fn kill_owner(mut c: Child) {
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+#[test]
+fn labs_whose_owner_was_killed_are_swept_and_no_other() {
+    require_root("netemu lab tests");
+    for t in ["ip", "ethtool", "sysctl", "sleep"] {
+        require_tool(t);
+    }
+    use std::os::unix::process::CommandExt;
+    let orphaned = lab_name("sw");
+    let unowned = lab_name("sw");
+    let mine = lab_name("sw");
+    let half = lab_name("sw");
+    let _down: Vec<DownOnDrop> = [&orphaned, &unowned, &mine, &half]
+        .iter()
+        .map(|n| DownOnDrop(n.to_string()))
+        .collect();
+    let sleeper = || Command::new("sleep").arg("600").spawn().unwrap();
+
+    // A lab owned by a process that will be killed (a test harness or script standing in),
+    // with a server it started still running inside; one without an owner (a user's); one
+    // owned by this test.
+    let owner = sleeper();
+    let owner_pid = owner.id() as i64;
+    ok_text(&["lab", "up", &orphaned, "--owner", &owner_pid.to_string()]);
+    let info = LabInfo::for_name(&orphaned).unwrap();
+    let server = netns::command(&info.ns_srv, "sleep", ["600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let o = mimic()
+        .env_remove("MIMIC_LAB_OWNER")
+        .args(["lab", "up", &unowned])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    ok_text(&[
+        "lab",
+        "up",
+        &mine,
+        "--owner",
+        &std::process::id().to_string(),
+    ]);
+
+    let l = listed(&orphaned);
+    assert_eq!(l["owner"]["state"], "running", "{l}");
+    assert_eq!(l["owner"]["pid"], owner_pid, "{l}");
+    assert_eq!(l["namespaces"].as_array().unwrap().len(), 3, "{l}");
+    assert_eq!(listed(&unowned)["owner"]["state"], "none");
+    assert_eq!(listed(&mine)["owner"]["pid"], std::process::id() as i64);
+    let ours = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| [&orphaned, &unowned, &mine].contains(n))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        ours(&swept(true).0),
+        Vec::<String>::new(),
+        "every owner runs"
+    );
+
+    // The owner is killed before its teardown: the dry run names its lab and removes nothing.
+    kill_owner(owner);
+    assert_eq!(listed(&orphaned)["owner"]["state"], "exited");
+    assert_eq!(ours(&swept(true).0), vec![orphaned.clone()]);
+    assert!(netns::exists(&info.ns_srv), "a dry run took the lab down");
+
+    let inodes = lab_netns_inodes(&info);
+    let (names, report) = swept(false);
+    assert_eq!(ours(&names), vec![orphaned.clone()], "{report:#}");
+    let entry = report
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["lab"]["name"] == orphaned.as_str())
+        .unwrap();
+    let killed: Vec<i64> = entry["down"]["killed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_i64().unwrap())
+        .collect();
+    assert!(
+        killed.contains(&(server.id() as i64)),
+        "the server left in the lab was not stopped: {entry:#}"
+    );
+    let _ = { server }.wait();
+    assert_nothing_left(&info, &inodes);
+    assert_eq!(listed(&orphaned), serde_json::Value::Null);
+
+    // The others stay as they were; `lab up` of a complete lab without --owner keeps the
+    // recorded owner.
+    for n in [&unowned, &mine] {
+        let (_, st) = status_json(n);
+        assert_eq!(st["up"], true, "{n}: {st}");
+    }
+    let o = mimic()
+        .env_remove("MIMIC_LAB_OWNER")
+        .args(["lab", "up", &mine])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(listed(&mine)["owner"]["state"], "running");
+    assert_eq!(listed(&mine)["owner"]["pid"], std::process::id() as i64);
+
+    // A `lab up` killed midway together with its owner leaves a half-built lab that is swept
+    // all the same (the owner is recorded before anything is built).
+    let owner = sleeper();
+    let mut up = mimic()
+        .args(["lab", "up", &half, "--owner", &owner.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let half_info = LabInfo::for_name(&half).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !netns::exists(&half_info.ns_cli) {
+        assert!(Instant::now() < deadline, "lab up built nothing in 30 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: SIGKILL to the process group of the `mimic lab up` spawned above.
+    unsafe { libc::kill(-(up.id() as i32), libc::SIGKILL) };
+    let _ = up.wait();
+    kill_owner(owner);
+    let inodes = lab_netns_inodes(&half_info);
+    assert_eq!(listed(&half)["owner"]["state"], "exited");
+    let (names, report) = swept(false);
+    assert!(names.contains(&half), "{report:#}");
+    assert_nothing_left(&half_info, &inodes);
+
+    // An owner that is no running process is refused before anything is built.
+    let bogus = lab_name("sw");
+    let o = mimic()
+        .args(["lab", "up", &bogus, "--owner", "2147483647"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no running process 2147483647"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(listed(&bogus), serde_json::Value::Null);
+}

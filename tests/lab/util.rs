@@ -9,10 +9,25 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::common::{mimic, stderr, stdout};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+static SWEEP: std::sync::Once = std::sync::Once::new();
 
 /// A lab name unique to this run and test: `PREFIX`, the pid (mod 100,000), `x`, a sequence
 /// number (lab names are at most 12 characters: keep the prefix to two or three).
+///
+/// The first call of a run takes down the labs of earlier runs killed before their guards
+/// ran (`mimic lab sweep`: labs whose owner has exited; `mimic()` makes each test process
+/// the owner of the labs it builds), so that their guests and processes do not take the CPU
+/// this run's timing needs.
 pub fn lab_name(prefix: &str) -> String {
+    SWEEP.call_once(|| {
+        let o = mimic().args(["lab", "sweep"]).output().unwrap();
+        let out = stdout(&o);
+        if !o.status.success() {
+            eprintln!("lab tests: mimic lab sweep failed: {}", stderr(&o));
+        } else if !out.starts_with("no lab") {
+            eprintln!("lab tests: labs of an earlier run swept:\n{out}");
+        }
+    });
     format!(
         "{prefix}{}x{}",
         std::process::id() % 100_000,

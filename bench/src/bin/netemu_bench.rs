@@ -968,7 +968,14 @@ fn main() {
         }
     }
     let name = format!("nb{}", std::process::id() % 100_000);
-    let (info, _) = lab::up(&name, &LabOptions::default()).expect("lab up (needs root)");
+    let (info, _) = lab::up(
+        &name,
+        &LabOptions {
+            owner: Some(lab::Owner::current()),
+            ..Default::default()
+        },
+    )
+    .expect("lab up (needs root)");
     struct Down(String);
     impl Drop for Down {
         fn drop(&mut self) {

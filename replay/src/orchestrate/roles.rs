@@ -143,6 +143,9 @@ impl Roles {
                         name,
                         &LabOptions {
                             stack: opts.stack.clone(),
+                            // a lab this replay takes down at its end is swept if the
+                            // replay is killed first; a kept one stays
+                            owner: (!keep).then(lab::Owner::current),
                         },
                     )?;
                     for n in notes {

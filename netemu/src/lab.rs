@@ -63,9 +63,10 @@ pub enum LabError {
 pub struct LabOptions {
     /// Applied to the server namespace after the lab is built (or, when it already is, again).
     pub stack: Option<StackProfile>,
-    /// The process the lab belongs to: once it has exited, [`sweep`] takes the lab down (a
-    /// test, bench or replay that builds a lab and is killed before its own teardown). None:
-    /// the lab stays until `mimic lab down` (and an owner recorded earlier is kept).
+    /// A process the lab belongs to: once every owner has exited, [`sweep`] takes the lab
+    /// down (a test, bench or replay that builds a lab and is killed before its own teardown).
+    /// A lab this call builds gets it as its only owner; one already built with owners gets
+    /// it as one more; one built without an owner keeps none. None: owners stay as they are.
     pub owner: Option<Owner>,
 }
 
@@ -78,7 +79,7 @@ pub struct Owner {
     pub start_ticks: u64,
 }
 
-/// The file in a lab's runtime directory that names its owner (`PID START_TICKS`).
+/// The file in a lab's runtime directory that names its owners (`PID START_TICKS` a line).
 const OWNER_FILE: &str = "owner";
 
 impl Owner {
@@ -102,8 +103,18 @@ impl Owner {
         proc_start(self.pid) == Some((self.start_ticks, false))
     }
 
-    fn parse(text: &str) -> Option<Owner> {
-        let mut w = text.split_whitespace();
+    /// The owner file's text: one owner a line, at least one.
+    fn parse_all(text: &str) -> Option<Vec<Owner>> {
+        let owners: Option<Vec<Owner>> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(Owner::parse)
+            .collect();
+        owners.filter(|o| !o.is_empty())
+    }
+
+    fn parse(line: &str) -> Option<Owner> {
+        let mut w = line.split_whitespace();
         let owner = Owner {
             pid: w.next()?.parse().ok().filter(|&p: &i32| p > 0)?,
             start_ticks: w.next()?.parse().ok()?,
@@ -130,64 +141,105 @@ fn parse_proc_stat(stat: &str) -> Option<(u64, bool)> {
     Some((start, state == "Z" || state == "X"))
 }
 
-fn write_owner(info: &LabInfo, owner: &Owner) -> Result<(), LabError> {
+/// Replaces the lab's owner file (written aside and renamed: a reader sees the old list or
+/// the new one).
+fn write_owners(info: &LabInfo, owners: &[Owner]) -> Result<(), LabError> {
     std::fs::create_dir_all(&info.runtime_dir)
         .map_err(|e| LabError::Io(format!("{}: {e}", info.runtime_dir.display())))?;
     let path = info.runtime_dir.join(OWNER_FILE);
     let tmp = info
         .runtime_dir
         .join(format!(".{OWNER_FILE}.{}", std::process::id()));
-    std::fs::write(&tmp, format!("{} {}\n", owner.pid, owner.start_ticks))
+    let text: String = owners
+        .iter()
+        .map(|o| format!("{} {}\n", o.pid, o.start_ticks))
+        .collect();
+    std::fs::write(&tmp, text)
         .and_then(|_| std::fs::rename(&tmp, &path))
         .map_err(|e| LabError::Io(format!("{}: {e}", path.display())))
 }
 
-/// What a lab's runtime directory says of its owner.
+/// The owners recorded for the lab: None when it has no owner file; an error saying what is
+/// wrong with one that cannot be read as a list of owners.
+fn read_owners(info: &LabInfo) -> Result<Option<Vec<Owner>>, String> {
+    let path = info.runtime_dir.join(OWNER_FILE);
+    match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(text) => Owner::parse_all(&text).map(Some).ok_or_else(|| {
+            format!(
+                "{}: not lines of `PID START_TICKS`: {:?}",
+                path.display(),
+                text.trim()
+            )
+        }),
+    }
+}
+
+/// One recorded owner of a lab and whether it runs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OwnerState {
+    pub pid: i32,
+    pub start_ticks: u64,
+    pub running: bool,
+}
+
+/// What a lab's runtime directory says of its owners.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Ownership {
     /// No owner recorded: the lab stays until `mimic lab down`.
     None,
-    Running {
-        pid: i32,
-        start_ticks: u64,
-    },
-    /// The owner has exited: [`sweep`] takes the lab down.
-    Exited {
-        pid: i32,
-        start_ticks: u64,
-    },
-    /// The owner file cannot be read as one: the lab is left alone.
-    Unreadable {
-        why: String,
-    },
+    /// At least one owner runs.
+    Running { owners: Vec<OwnerState> },
+    /// Every owner has exited: [`sweep`] takes the lab down.
+    Exited { owners: Vec<OwnerState> },
+    /// The owner file cannot be read as a list of owners: the lab is left alone.
+    Unreadable { why: String },
 }
 
 fn ownership(info: &LabInfo) -> Ownership {
-    let path = info.runtime_dir.join(OWNER_FILE);
-    match std::fs::read_to_string(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ownership::None,
-        Err(e) => Ownership::Unreadable {
-            why: format!("{}: {e}", path.display()),
-        },
-        Ok(text) => match Owner::parse(&text) {
-            Some(o) if o.running() => Ownership::Running {
-                pid: o.pid,
-                start_ticks: o.start_ticks,
-            },
-            Some(o) => Ownership::Exited {
-                pid: o.pid,
-                start_ticks: o.start_ticks,
-            },
-            None => Ownership::Unreadable {
-                why: format!(
-                    "{}: not `PID START_TICKS`: {:?}",
-                    path.display(),
-                    text.trim()
-                ),
-            },
-        },
+    match read_owners(info) {
+        Ok(None) => Ownership::None,
+        Err(why) => Ownership::Unreadable { why },
+        Ok(Some(list)) => {
+            let owners: Vec<OwnerState> = list
+                .iter()
+                .map(|o| OwnerState {
+                    pid: o.pid,
+                    start_ticks: o.start_ticks,
+                    running: o.running(),
+                })
+                .collect();
+            if owners.iter().any(|o| o.running) {
+                Ownership::Running { owners }
+            } else {
+                Ownership::Exited { owners }
+            }
+        }
     }
+}
+
+/// Adds `owner` to a complete lab's owners: one built without an owner keeps none (a note
+/// says so), one whose owner file is unreadable is left as it is (likewise).
+fn add_owner(info: &LabInfo, owner: &Owner, notes: &mut Vec<String>) -> Result<(), LabError> {
+    match read_owners(info) {
+        Ok(Some(mut owners)) => {
+            if !owners.contains(owner) {
+                owners.push(*owner);
+                write_owners(info, &owners)?;
+            }
+        }
+        Ok(None) => notes.push(format!(
+            "lab {} was built without an owner and keeps none (`lab sweep` leaves it; `lab down` removes it)",
+            info.name
+        )),
+        Err(why) => notes.push(format!(
+            "lab {}: its owners are not recorded ({why}); `lab sweep` leaves it",
+            info.name
+        )),
+    }
+    Ok(())
 }
 
 /// Lab hosts to run as QEMU guests (see [`crate::guest`]) instead of namespaces.
@@ -480,11 +532,12 @@ pub fn up_with_guests(
     // running emulator: only a kernel asked for and not running rebuilds.
     let stale = (want_emu.is_some() && image("emu") != want_emu)
         || (want_srv.is_some() && image("srv") != want_srv);
-    if !complete(&info) || stale {
+    let rebuild = !complete(&info) || stale;
+    if rebuild {
         down(name)?;
         // the owner first: a lab half built when its owner is killed is swept like any other
         if let Some(o) = &opts.owner {
-            write_owner(&info, o)?;
+            write_owners(&info, &[*o])?;
         }
         let built = build(&info)
             .and_then(|_| match &guests.router_kernel {
@@ -511,8 +564,8 @@ pub fn up_with_guests(
             ));
         }
     }
-    if let Some(o) = &opts.owner {
-        write_owner(&info, o)?;
+    if let Some(o) = opts.owner.as_ref().filter(|_| !rebuild) {
+        add_owner(&info, o, &mut notes)?;
     }
     if let Some(p) = &opts.stack {
         notes.extend(stack::apply(name, p)?);
@@ -1494,7 +1547,22 @@ mod tests {
         );
         for bad in ["", "12", "x 1", "0 5", "-3 5", "1 2 3", "1 y"] {
             assert_eq!(Owner::parse(bad), None, "{bad:?}");
+            assert_eq!(Owner::parse_all(bad), None, "{bad:?}");
         }
+        assert_eq!(
+            Owner::parse_all("7 70\n\n8 80\n"),
+            Some(vec![
+                Owner {
+                    pid: 7,
+                    start_ticks: 70
+                },
+                Owner {
+                    pid: 8,
+                    start_ticks: 80
+                }
+            ])
+        );
+        assert_eq!(Owner::parse_all("7 70\nnot one\n"), None);
         // the same pid started at another time is another process
         let other = Owner {
             start_ticks: me.start_ticks + 1,

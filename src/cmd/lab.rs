@@ -69,10 +69,11 @@ enum Cmd {
         /// for `mimic replay --agents cli,cli2`.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=lab::MAX_CLIENTS as i64))]
         clients: u32,
-        /// The process the lab belongs to (a running pid): once it has exited, `mimic lab
-        /// sweep` takes the lab down. For scripts and test harnesses that build a lab and
-        /// tear it down themselves, so that one killed first leaves nothing for long. Without
-        /// it the lab stays until `mimic lab down` (an owner recorded before is kept).
+        /// A process the lab belongs to (a running pid): once every owner has exited, `mimic
+        /// lab sweep` takes the lab down. For scripts and test harnesses that build a lab and
+        /// tear it down themselves, so that one killed first leaves nothing for long. A lab
+        /// this call builds gets it as its only owner, one already built with owners one more;
+        /// one built without an owner keeps none and stays until `mimic lab down`.
         #[arg(long, value_name = "PID", env = "MIMIC_LAB_OWNER")]
         owner: Option<i32>,
     },
@@ -110,7 +111,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Take down every lab whose owner (`lab up --owner`) has exited, with its guests,
+    /// Take down every lab whose owners (`lab up --owner`) have all exited, with its guests,
     /// processes, namespaces and runtime files; labs without an owner, or whose owner runs,
     /// are left alone.
     Sweep {
@@ -401,8 +402,22 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
 fn owner_text(o: &lab::Ownership) -> String {
     match o {
         lab::Ownership::None => "no owner (stays until lab down)".to_string(),
-        lab::Ownership::Running { pid, .. } => format!("owner {pid} running"),
-        lab::Ownership::Exited { pid, .. } => format!("owner {pid} exited (lab sweep removes it)"),
+        lab::Ownership::Running { owners } | lab::Ownership::Exited { owners } => {
+            let each: Vec<String> = owners
+                .iter()
+                .map(|o| format!("{} {}", o.pid, if o.running { "running" } else { "exited" }))
+                .collect();
+            let swept = if owners.iter().any(|o| o.running) {
+                ""
+            } else {
+                " (lab sweep removes it)"
+            };
+            format!(
+                "owner{} {}{swept}",
+                if owners.len() > 1 { "s" } else { "" },
+                each.join(", ")
+            )
+        }
         lab::Ownership::Unreadable { why } => format!("owner unreadable ({why})"),
     }
 }

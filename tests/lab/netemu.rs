@@ -1964,10 +1964,13 @@ fn labs_whose_owner_was_killed_are_swept_and_no_other() {
 
     let l = listed(&orphaned);
     assert_eq!(l["owner"]["state"], "running", "{l}");
-    assert_eq!(l["owner"]["pid"], owner_pid, "{l}");
+    assert_eq!(l["owner"]["owners"][0]["pid"], owner_pid, "{l}");
     assert_eq!(l["namespaces"].as_array().unwrap().len(), 3, "{l}");
     assert_eq!(listed(&unowned)["owner"]["state"], "none");
-    assert_eq!(listed(&mine)["owner"]["pid"], std::process::id() as i64);
+    assert_eq!(
+        listed(&mine)["owner"]["owners"][0]["pid"],
+        std::process::id() as i64
+    );
     let ours = |names: &[String]| -> Vec<String> {
         names
             .iter()
@@ -2023,7 +2026,37 @@ fn labs_whose_owner_was_killed_are_swept_and_no_other() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(listed(&mine)["owner"]["state"], "running");
-    assert_eq!(listed(&mine)["owner"]["pid"], std::process::id() as i64);
+    assert_eq!(
+        listed(&mine)["owner"]["owners"][0]["pid"],
+        std::process::id() as i64
+    );
+    // A second process that uses the lab becomes one more owner: the lab stays while either
+    // runs. A lab built without an owner does not get one from a later `lab up --owner`.
+    let second = sleeper();
+    let out = ok_text(&["lab", "up", &mine, "--owner", &second.id().to_string()]);
+    assert!(out.contains("is up"), "{out}");
+    let l = listed(&mine);
+    assert_eq!(l["owner"]["owners"].as_array().unwrap().len(), 2, "{l}");
+    kill_owner(second);
+    assert_eq!(listed(&mine)["owner"]["state"], "running");
+    assert!(!ours(&swept(true).0).contains(&mine));
+    let o = mimic()
+        .args([
+            "lab",
+            "up",
+            &unowned,
+            "--owner",
+            &std::process::id().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("built without an owner and keeps none"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(listed(&unowned)["owner"]["state"], "none");
 
     // A `lab up` killed midway together with its owner leaves a half-built lab that is swept
     // all the same (the owner is recorded before anything is built).

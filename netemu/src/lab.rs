@@ -1309,27 +1309,31 @@ pub fn list() -> Vec<LabEntry> {
 #[derive(Clone, Debug, Serialize)]
 pub struct Swept {
     pub lab: LabEntry,
-    /// What `down` removed (None on a dry run).
+    /// What `down` removed (None on a dry run or when it failed).
     pub down: Option<DownReport>,
+    /// Why `down` failed (the other labs are swept all the same).
+    pub error: Option<String>,
 }
 
-/// Takes down every lab whose owner has exited ([`LabOptions::owner`]): what a test, bench or
-/// replay killed before its own teardown left behind. Labs without an owner, or whose owner
-/// runs, are left alone. `dry_run`: only says which.
-pub fn sweep(dry_run: bool) -> Result<Vec<Swept>, LabError> {
-    let mut out = Vec::new();
-    for lab in list() {
-        if !matches!(lab.owner, Ownership::Exited { .. }) {
-            continue;
-        }
-        let down = if dry_run {
-            None
-        } else {
-            Some(down(&lab.name)?)
-        };
-        out.push(Swept { lab, down });
-    }
-    Ok(out)
+/// Takes down every lab whose owners have all exited ([`LabOptions::owner`]): what a test,
+/// bench or replay killed before its own teardown left behind. Labs without an owner, or with
+/// one that runs, are left alone. `dry_run`: only says which. A lab that cannot be taken down
+/// is reported with its error, and the others are swept all the same.
+pub fn sweep(dry_run: bool) -> Vec<Swept> {
+    list()
+        .into_iter()
+        .filter(|lab| matches!(lab.owner, Ownership::Exited { .. }))
+        .map(|lab| {
+            let (down, error) = match dry_run {
+                true => (None, None),
+                false => match down(&lab.name) {
+                    Ok(r) => (Some(r), None),
+                    Err(e) => (None, Some(e.to_string())),
+                },
+            };
+            Swept { lab, down, error }
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -277,16 +277,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Cmd::Sweep { dry_run, json } => {
-            let swept = lab::sweep(dry_run).context("sweeping labs whose owner has exited")?;
+            let swept = lab::sweep(dry_run);
             if json {
                 println!("{}", serde_json::to_string_pretty(&swept)?);
             } else if swept.is_empty() {
                 println!("no lab whose owner has exited");
             } else {
                 for s in &swept {
-                    match &s.down {
-                        None => println!("would take down {}", describe(&s.lab)),
-                        Some(r) => println!(
+                    match (&s.down, &s.error) {
+                        (_, Some(e)) => eprintln!(
+                            "mimic: error: could not take down {}: {e}",
+                            describe(&s.lab)
+                        ),
+                        (None, None) => println!("would take down {}", describe(&s.lab)),
+                        (Some(r), None) => println!(
                             "took down {} ({} processes stopped, {} guests killed)",
                             describe(&s.lab),
                             r.killed.len(),
@@ -294,6 +298,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         ),
                     }
                 }
+            }
+            if swept.iter().any(|s| s.error.is_some()) {
+                return Ok(ExitCode::FAILURE);
             }
         }
         Cmd::Status { name, json } => {

@@ -105,6 +105,23 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
     if opts.days == 0 {
         return Err(PkiError::Invalid("--days must be at least 1".into()));
     }
+    let now = time::OffsetDateTime::now_utc();
+    // a little slack for hosts whose clocks run behind the one that made the PKI
+    let not_before = now - time::Duration::hours(1);
+    // X.509 writes times up to the year 9999 (GeneralizedTime)
+    let not_after = now
+        .checked_add(time::Duration::days(opts.days.into()))
+        .filter(|t| t.year() <= 9999)
+        .ok_or_else(|| {
+            PkiError::Invalid(format!(
+                "--days {}: the certificates would expire after the year 9999, the last an X.509 certificate can name (at most {} days from today)",
+                opts.days,
+                (time::Date::from_calendar_date(9999, time::Month::December, 31)
+                    .expect("a valid date")
+                    - now.date())
+                .whole_days()
+            ))
+        })?;
     let mut stems = vec![CONTROLLER.to_string()];
     stems.extend(roles.iter().cloned());
     let mut files = vec![dir.join("ca.crt")];
@@ -126,6 +143,18 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
             )));
         }
     }
+    // a path that is there but is no file (a directory, say) would fail its rename halfway
+    // through and leave old and new files mixed: refused before anything is written
+    for f in &files {
+        if let Ok(m) = std::fs::symlink_metadata(f) {
+            if !m.file_type().is_file() {
+                return Err(file_err(
+                    f,
+                    "is there but is not a regular file; nothing was written",
+                ));
+            }
+        }
+    }
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -135,10 +164,6 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
     }
 
     let gen = |e: rcgen::Error| PkiError::Invalid(format!("making a certificate: {e}"));
-    let now = time::OffsetDateTime::now_utc();
-    // a little slack for hosts whose clocks run behind the one that made the PKI
-    let not_before = now - time::Duration::hours(1);
-    let not_after = now + time::Duration::days(opts.days.into());
 
     let ca_key = KeyPair::generate().map_err(gen)?;
     let mut ca = CertificateParams::default();
@@ -178,15 +203,44 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
         out.push((dir.join(format!("{stem}.crt")), cert.pem(), 0o644));
         out.push((dir.join(format!("{stem}.key")), key.serialize_pem(), 0o600));
     }
+    // every file written aside first, then all renamed: a failure while writing (a full
+    // disk, say) replaces nothing, and the renames are what is left to fail
+    let mut written: Vec<(PathBuf, &Path)> = Vec::new();
     for (path, text, mode) in &out {
-        write_atomic(path, text.as_bytes(), *mode)?;
+        match write_aside(path, text.as_bytes(), *mode) {
+            Ok(tmp) => written.push((tmp, path)),
+            Err(e) => {
+                for (tmp, _) in &written {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                return Err(e);
+            }
+        }
+    }
+    for (i, (tmp, path)) in written.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            for (t, _) in &written[i..] {
+                let _ = std::fs::remove_file(t);
+            }
+            return Err(file_err(
+                path,
+                format!(
+                    "{e} (the {i} files before it in this list were replaced: {})",
+                    written[..i]
+                        .iter()
+                        .map(|(_, p)| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
     }
     Ok(out.into_iter().map(|(p, _, _)| p).collect())
 }
 
-/// Writes `path` through a temporary file in the same directory (created with `mode`,
-/// synced) and a rename, so a reader never sees half a key.
-fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), PkiError> {
+/// Writes `data` to a temporary file beside `path` (created with `mode`, synced) and returns
+/// its name, for a rename into place, so a reader never sees half a key.
+fn write_aside(path: &Path, data: &[u8], mode: u32) -> Result<PathBuf, PkiError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -200,14 +254,13 @@ fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), PkiError> {
             .mode(mode)
             .open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        f.sync_all()
     })();
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
         return Err(file_err(path, e));
     }
-    Ok(())
+    Ok(tmp)
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

@@ -191,6 +191,75 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite() {
 }
 
 #[test]
+fn a_forced_init_that_cannot_finish_replaces_nothing_and_days_stop_at_9999() {
+    let d = tempfile::Builder::new()
+        .prefix("mimic-pki-")
+        .tempdir()
+        .unwrap();
+    let dir = d.path().join("pki");
+    let opts = InitOptions::default();
+    pki::init(&dir, &opts).unwrap();
+    let before: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    // one of the files is a directory now: a forced init refuses before writing anything
+    std::fs::remove_file(dir.join("serve.key")).unwrap();
+    std::fs::create_dir(dir.join("serve.key")).unwrap();
+    let forced = InitOptions {
+        force: true,
+        ..opts.clone()
+    };
+    let e = pki::init(&dir, &forced).unwrap_err().to_string();
+    assert!(
+        e.contains("serve.key") && e.contains("not a regular file"),
+        "{e}"
+    );
+    for (name, bytes) in &before {
+        if name != "serve.key" {
+            assert_eq!(
+                &std::fs::read(dir.join(name)).unwrap(),
+                bytes,
+                "{name} replaced"
+            );
+        }
+    }
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains(".tmp")));
+
+    // a validity past the year 9999 is refused before the directory is made
+    let far = d.path().join("far");
+    let e = pki::init(
+        &far,
+        &InitOptions {
+            days: 3_000_000,
+            ..InitOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("9999") && e.contains("3000000"), "{e}");
+    assert!(!far.exists(), "a refused init made its directory");
+    pki::init(
+        &far,
+        &InitOptions {
+            days: 365 * 100,
+            ..InitOptions::default()
+        },
+    )
+    .unwrap();
+}
+
+#[test]
 fn loading_names_the_missing_or_unsafe_file() {
     let d = pki_dir();
     std::fs::remove_file(d.path().join("serve.key")).unwrap();

@@ -275,11 +275,64 @@ fn unsupported(what: &str, why: &str) -> RenderError {
     }
 }
 
+/// Checks an interface name the scripts will carry: what Linux accepts as one (1 to 15
+/// bytes, not `.` or `..`, no `/`, `:` or white space) and only characters no shell reads as
+/// anything but themselves (letters, digits, `-`, `_`, `.`, `@`, `+`), so that a rendered
+/// script run as root does what it says.
+pub fn check_interface(dev: &str) -> Result<(), RenderError> {
+    let bad = |why: &str| {
+        Err(RenderError::Interface {
+            dev: format!("interface name {dev:?}"),
+            why: why.into(),
+        })
+    };
+    if dev.is_empty() {
+        return bad("it is empty");
+    }
+    if dev.len() > 15 {
+        return bad("longer than Linux's 15 bytes");
+    }
+    if dev == "." || dev == ".." {
+        return bad("not a name Linux allows");
+    }
+    if let Some(c) = dev
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.@+".contains(*c)))
+    {
+        return bad(&format!(
+            "{c:?} is not allowed (letters, digits, `-`, `_`, `.`, `@` and `+` are)"
+        ));
+    }
+    Ok(())
+}
+
+/// A flow or prefix rule whose client and server are of different address families matches
+/// no packet, and no backend can write a filter for it.
+fn check_families(table: &PipeTable) -> Result<(), RenderError> {
+    for (p, m, _) in pipes(table) {
+        let mixed = match m {
+            Match::Flow { src, dst } => src.is_ipv4() != dst.is_ipv4(),
+            Match::Prefix { src, dst } => src.addr.is_ipv4() != dst.addr.is_ipv4(),
+            Match::Default => false,
+        };
+        if mixed {
+            return Err(unsupported(
+                &p.what,
+                "its client and server are of different address families (IPv4 and IPv6): no packet matches it",
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn render(
     backend: Backend,
     table: &PipeTable,
     opts: &RenderOptions,
 ) -> Result<Script, RenderError> {
+    check_interface(&opts.client_if)?;
+    check_interface(&opts.server_if)?;
+    check_families(table)?;
     match backend {
         Backend::Netem => render_netem(table, opts),
         Backend::Dummynet => render_dummynet(table, opts),
@@ -294,6 +347,8 @@ pub fn teardown(
     table: Option<&PipeTable>,
     opts: &RenderOptions,
 ) -> Result<Script, RenderError> {
+    check_interface(&opts.client_if)?;
+    check_interface(&opts.server_if)?;
     let mut s = Script::default();
     match backend {
         Backend::Netem => {
@@ -1341,6 +1396,90 @@ mod tests {
             default: Some((up.parse().unwrap(), down.parse().unwrap())),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn interface_names_a_shell_could_misread_are_refused() {
+        let t = default_table("delay=1ms", "delay=1ms");
+        for bad in [
+            "eth0; touch /tmp/pwned",
+            "",
+            "a-name-of-16-chr",
+            "eth 0",
+            "$(id)",
+            "eth0`x`",
+            "a/b",
+            "a:b",
+            "..",
+            "eth0\n",
+        ] {
+            for (c, s) in [(bad, "eth1"), ("eth0", bad)] {
+                let o = RenderOptions::new(c, s);
+                for b in [Backend::Netem, Backend::Dummynet] {
+                    let e = render(b, &t, &o).unwrap_err().to_string();
+                    assert!(e.contains("interface name"), "{bad:?}: {e}");
+                }
+                let e = teardown(Backend::Netem, None, &o).unwrap_err().to_string();
+                assert!(e.contains("interface name"), "{bad:?}: {e}");
+            }
+        }
+        for good in [
+            "eth0",
+            "veth-a_b.10",
+            "wlp3s0",
+            "bond0.100",
+            "a@b",
+            "x+",
+            "abcdefghijklmno",
+        ] {
+            render(Backend::Netem, &t, &RenderOptions::new(good, "eth1"))
+                .unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+    }
+
+    #[test]
+    fn rules_across_address_families_are_refused_not_rendered() {
+        let flow = |client: &str, server: &str| PipeTable {
+            flows: vec![FlowRule {
+                client: client.parse().unwrap(),
+                server: server.parse().unwrap(),
+                up: "delay=1ms".parse().unwrap(),
+                down: "delay=1ms".parse().unwrap(),
+            }],
+            ..Default::default()
+        };
+        for t in [
+            flow("[2001:db8::1]:40000", "198.18.0.1:80"),
+            flow("198.19.0.7:40000", "[2001:db8::2]:80"),
+        ] {
+            for b in [Backend::Netem, Backend::Dummynet] {
+                let e = render(b, &t, &opts()).unwrap_err().to_string();
+                assert!(
+                    e.contains("flow #1") && e.contains("different address families"),
+                    "{e}"
+                );
+            }
+        }
+        let t = PipeTable {
+            prefixes: vec![crate::engine::PrefixRule {
+                client: "198.19.0.0/24".parse().unwrap(),
+                server: "2001:db8::/64".parse().unwrap(),
+                up: "delay=1ms".parse().unwrap(),
+                down: "delay=1ms".parse().unwrap(),
+            }],
+            ..Default::default()
+        };
+        let e = render(Backend::Netem, &t, &opts()).unwrap_err().to_string();
+        assert!(
+            e.contains("prefix #1") && e.contains("different address families"),
+            "{e}"
+        );
+        render(
+            Backend::Netem,
+            &flow("[2001:db8::1]:40000", "[2001:db8::2]:80"),
+            &opts(),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -121,6 +121,13 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
             up,
             down,
         });
+        let r = t.prefixes.last().unwrap();
+        if r.client.addr.is_ipv4() != r.server.addr.is_ipv4() {
+            return Err(err(format!(
+                "{what}: client {} and server {} are of different address families (IPv4 and IPv6): no packet matches it",
+                r.client, r.server
+            )));
+        }
     }
     for (i, fl) in f.flow.into_iter().enumerate() {
         let what = format!("[[flow]] #{}", i + 1);
@@ -137,6 +144,13 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
             up,
             down,
         });
+        let r = t.flows.last().unwrap();
+        if r.client.is_ipv4() != r.server.is_ipv4() {
+            return Err(err(format!(
+                "{what}: client {} and server {} are of different address families (IPv4 and IPv6): no packet matches it",
+                r.client, r.server
+            )));
+        }
     }
     Ok(t)
 }
@@ -200,5 +214,23 @@ down = "delay=10ms,rate=10mbit,queue=30"
         assert!(e.contains("[default]") && e.contains("bogus"), "{e}");
         let e = parse("[defaults]\n", "p.toml").unwrap_err().to_string();
         assert!(e.contains("p.toml"), "{e}");
+        for (entry, client, server) in [
+            ("flow", "[2001:db8::1]:40000", "198.18.0.1:80"),
+            ("flow", "198.19.0.7:40000", "[2001:db8::2]:80"),
+            ("prefix", "198.19.0.0/24", "2001:db8::/64"),
+        ] {
+            let e = parse(
+                &format!("[[{entry}]]\nclient = \"{client}\"\nserver = \"{server}\"\nboth = \"delay=1ms\"\n"),
+                "p.toml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("p.toml")
+                    && e.contains(&format!("[[{entry}]] #1"))
+                    && e.contains("different address families"),
+                "{e}"
+            );
+        }
     }
 }

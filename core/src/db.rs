@@ -198,6 +198,10 @@ impl AtomicDb {
                 source: std::io::Error::other("not a regular file (a database needs one)"),
             });
         }
+        check_output_dir(&dest).map_err(|source| DbError::Io {
+            path: dest.clone(),
+            source,
+        })?;
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
         let sq = |source| DbError::Sqlite {
@@ -334,11 +338,29 @@ pub fn is_special_file(dest: &Path) -> bool {
     std::fs::metadata(dest).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
+/// Checks that the directory an output goes into exists: before a run's work, so that it does
+/// not fail at its end, or after writing its other outputs, naming a temporary file.
+pub fn check_output_dir(dest: &Path) -> std::io::Result<()> {
+    let parent = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no such directory: {}", parent.display()),
+        ))
+    }
+}
+
 /// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO
 /// ([`is_special_file`]) is written in place instead.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dest = dest.as_ref();
+    check_output_dir(dest)?;
     if is_special_file(dest) {
         return std::fs::OpenOptions::new()
             .write(true)

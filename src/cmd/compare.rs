@@ -50,12 +50,29 @@ pub struct Args {
     /// interval lies beyond the threshold. Also the level of the report's intervals.
     #[arg(long, value_name = "LEVEL", value_parser = parse_confidence)]
     pub confidence: Option<f64>,
-    /// Bootstrap resamples per input for the confidence intervals.
-    #[arg(long, value_name = "N", default_value_t = Options::default().bootstrap_replicates)]
+    /// Bootstrap resamples per input for the confidence intervals (at most 1,000,000: each
+    /// keeps its statistics in memory, and past a few thousand the intervals no longer move).
+    #[arg(long, value_name = "N", default_value_t = Options::default().bootstrap_replicates, value_parser = parse_bootstrap)]
     pub bootstrap: usize,
     /// Seed of the bootstrap: the same inputs and seed give the same report.
     #[arg(long, value_name = "N", default_value_t = Options::default().seed)]
     pub seed: u64,
+}
+
+/// The most bootstrap resamples `--bootstrap` takes.
+const MAX_BOOTSTRAP: usize = 1_000_000;
+
+fn parse_bootstrap(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a whole number of resamples, e.g. 2000"))?;
+    if !(1..=MAX_BOOTSTRAP).contains(&n) {
+        return Err(format!(
+            "{n} resamples: give 1 to {MAX_BOOTSTRAP} (the default 2000 resolves a 95% interval; each resample is kept in memory)"
+        ));
+    }
+    Ok(n)
 }
 
 /// "95", "95%" or "99.9" → 0.95, 0.95, 0.999: a level in percent, above 50 and below 100.
@@ -78,6 +95,7 @@ fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> anyhow::Result<()>
     if path.as_os_str() == "-" {
         return Ok(());
     }
+    mimic_core::db::check_output_dir(path).with_context(|| format!("{flag} {}", path.display()))?;
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

@@ -321,7 +321,16 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
     if let Some(db) = &a.from {
         let mut wl = mimic_replay::workload::load(db, a.select, a.limit)?;
         // the rates a replay with the same --unestimated would give
-        orchestrate::rates::assign(&mut wl, a.unestimated)?;
+        let rates = orchestrate::rates::assign(&mut wl, a.unestimated)?;
+        if rates.left_out > 0 {
+            // a replay would leave them out too, and say so: a render must not drop them unsaid
+            eprintln!(
+                "mimic netemu render: {}: {} connections left out: no bandwidth estimate of their own and none to pool under --unestimated {} (--unestimated unshaped renders them without a rate)",
+                db.display(),
+                rates.left_out,
+                a.unestimated
+            );
+        }
         let addrs: Vec<Ipv4Addr> = if a.client_addr.is_empty() {
             let info = LabInfo::for_name("render")?;
             (0..info.pool_len())

@@ -712,6 +712,37 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
     let o = run(&["compare", s(&f.base), s(&f.replay), "--json"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--json <FILE>"), "{}", stderr(&o));
+    // an output whose directory is missing fails before any output is written: the HTML
+    // report of an earlier run stays as it was
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    std::fs::write(&html, "the earlier report").unwrap();
+    let missing = dir.path().join("nodir").join("r.json");
+    let o = run(&[
+        "compare",
+        s(&f.base),
+        s(&f.replay),
+        "--html",
+        s(&html),
+        "--json",
+        s(&missing),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--json") && stderr(&o).contains("no such directory"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&html).unwrap(),
+        "the earlier report"
+    );
+    // the resamples are bounded (99,999,999,999 ran out of memory)
+    for n in ["0", "99999999999", "many"] {
+        let o = run(&["compare", s(&f.base), s(&f.replay), "--bootstrap", n]);
+        assert_eq!(o.status.code(), Some(2), "{n}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--bootstrap"), "{}", stderr(&o));
+    }
 }
 
 /// `--confidence`: the condition is judged on the interval's bound, the line shows the

@@ -110,6 +110,39 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         ),
         "{sh}"
     );
+    // a connection a replay would leave out (no estimate of its own, no peer of its client
+    // to pool one from) is left out of the render too, and said to be
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute(
+            "UPDATE connections SET bw_bps = NULL, bw_samples = 0, client_ip = '203.0.113.99' \
+             WHERE id = (SELECT min(id) FROM connections)",
+            [],
+        )
+        .unwrap();
+    }
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        db_s,
+        "--unestimated",
+        "skip",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).matches("/32 match ip dst 198.18.0.1/32").count(),
+        5,
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("synth.db: 1 connections left out: no bandwidth estimate"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

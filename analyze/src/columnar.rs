@@ -18,9 +18,11 @@
 //! doc and the schema version as key/value metadata.
 //!
 //! A run writes every file into a hidden temporary directory inside DIR
-//! (`.mimic-tmp-shard=K-PID-…`, which no reader looks at) and renames each into its place only
-//! when all are complete ([`ParquetDataset::commit`]); a run that fails or is interrupted
-//! removes the temporary directory and leaves the previous files, or none, never a part of one.
+//! (`.mimic-tmp-shard=K-PID-NANOS-HOST`, which no reader looks at) and renames each into its
+//! place only when all are complete ([`ParquetDataset::commit`]), the shard's earlier parts
+//! moved aside first and put back if a rename fails; a run that fails or is interrupted
+//! removes the temporary directory and leaves the shard's previous tables, or none, never some
+//! of one run's and some of another's. A later run removes what a killed one left there.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -365,6 +367,55 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> ColumnarError + '_ {
     }
 }
 
+/// The prefix of a run's temporary directory inside the dataset's
+/// (`.mimic-tmp-shard=K-PID-NANOS-HOST`).
+const TMP_PREFIX: &str = ".mimic-tmp-shard=";
+
+/// This host's name, as the temporary directories carry it (`/proc/sys/kernel/hostname`; a
+/// container has its own).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().replace(['/', '-'], "_"))
+        .unwrap_or_default()
+}
+
+/// Removes the temporary directories that killed runs left in `dir`: one made on this host
+/// by a process that no longer runs, and any not touched for a week (the shards of a run may
+/// write into one directory from several hosts, whose pids mean nothing here).
+fn remove_dead_runs_temp_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = host_name();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TMP_PREFIX)) else {
+            continue;
+        };
+        // SHARD-PID-NANOS-HOST
+        let parts: Vec<&str> = rest.splitn(4, '-').collect();
+        let dead_here = match parts.as_slice() {
+            [_, pid, _, host] if !me.is_empty() && *host == me => pid
+                .parse::<u32>()
+                .is_ok_and(|p| !Path::new(&format!("/proc/{p}")).exists()),
+            _ => false,
+        };
+        let week_old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(7 * 24 * 3600));
+        if dead_here || week_old {
+            tracing::info!(
+                "{}: removing the temporary directory of a run that was killed",
+                e.path().display()
+            );
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 impl ParquetDataset {
     /// Starts shard `shard` of `count` of a dataset in `dir` (created if missing; its parent
     /// must exist). Refuses a directory that holds a shard beyond `count` (another run's).
@@ -408,12 +459,14 @@ impl ParquetDataset {
                 }
             }
         }
+        remove_dead_runs_temp_dirs(dir);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let tmp = dir.join(format!(
-            ".mimic-tmp-shard={shard}-{}-{nanos}",
-            std::process::id()
+            "{TMP_PREFIX}{shard}-{}-{nanos}-{}",
+            std::process::id(),
+            host_name()
         ));
         std::fs::create_dir(&tmp).map_err(io(&tmp))?;
         let mut ds = ParquetDataset {
@@ -458,12 +511,71 @@ impl ParquetDataset {
             w.sync()?;
         }
         let t2 = std::time::Instant::now();
-        for w in &self.tables {
-            let dest = part_path(&self.dir, w.table.name, self.shard);
+        let dests: Vec<PathBuf> = self
+            .tables
+            .iter()
+            .map(|w| part_path(&self.dir, w.table.name, self.shard))
+            .collect();
+        // what is in a part's place must be a file to replace: refused before any rename
+        for dest in &dests {
+            if let Ok(m) = std::fs::symlink_metadata(dest) {
+                if !m.file_type().is_file() {
+                    return Err(ColumnarError::Io {
+                        path: dest.clone(),
+                        source: std::io::Error::other(
+                            "is in the place of this shard's part and is not a file; nothing was replaced",
+                        ),
+                    });
+                }
+            }
+        }
+        // The earlier parts are moved aside (into the temporary directory) before the new ones
+        // take their places; a rename that fails puts every earlier part back, so the shard is
+        // all this run's or all the earlier one's, never a mix of tables from both.
+        let mut done: Vec<(usize, Option<PathBuf>)> = Vec::new();
+        let mut failed = None;
+        for (i, (w, dest)) in self.tables.iter().zip(&dests).enumerate() {
             let parent = dest.parent().expect("a part has a directory");
-            std::fs::create_dir_all(parent).map_err(io(parent))?;
-            std::fs::rename(&w.path, &dest).map_err(io(&dest))?;
-            // the rename itself reaches the disk with its directory
+            let aside = self.tmp.join(format!("earlier-{}.parquet", w.table.name));
+            let step = (|| -> Result<Option<PathBuf>, ColumnarError> {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+                let earlier = match std::fs::rename(dest, &aside) {
+                    Ok(()) => Some(aside.clone()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(io(dest)(e)),
+                };
+                if let Err(e) = std::fs::rename(&w.path, dest) {
+                    if let Some(a) = &earlier {
+                        let _ = std::fs::rename(a, dest);
+                    }
+                    return Err(io(dest)(e));
+                }
+                Ok(earlier)
+            })();
+            match step {
+                Ok(earlier) => done.push((i, earlier)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            for (i, earlier) in done.into_iter().rev() {
+                match earlier {
+                    Some(a) => {
+                        let _ = std::fs::rename(&a, &dests[i]);
+                    }
+                    None => {
+                        let _ = std::fs::remove_file(&dests[i]);
+                    }
+                }
+            }
+            return Err(e);
+        }
+        // the renames themselves reach the disk with their directories
+        for dest in &dests {
+            let parent = dest.parent().expect("a part has a directory");
             File::open(parent)
                 .and_then(|d| d.sync_all())
                 .map_err(io(parent))?;
@@ -815,6 +927,75 @@ mod tests {
         ds.table(1).push(&conn(1, true)).unwrap();
         drop(ds);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+
+    /// A commit that cannot put one table in its place replaces none of the shard's earlier
+    /// tables (an audit found a run that failed on its last rename with the other tables
+    /// already the new run's), and a killed run's temporary directory is removed by the next.
+    #[test]
+    fn a_failed_commit_keeps_every_earlier_table_and_killed_runs_leave_nothing_for_long() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ds");
+        let write = |id: i64| {
+            let mut ds = ParquetDataset::create(&dir, 1, 1)?;
+            ds.table(1).push(&conn(id, true)).unwrap();
+            ds.commit()
+        };
+        write(1).unwrap();
+        let snapshot = || -> Vec<(PathBuf, Vec<u8>)> {
+            let mut v: Vec<(PathBuf, Vec<u8>)> = TABLES
+                .iter()
+                .map(|t| part_path(&dir, t.name, 1))
+                .filter(|p| p.is_file())
+                .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+                .collect();
+            v.sort();
+            v
+        };
+        let before = snapshot();
+        assert_eq!(before.len(), TABLES.len());
+        // the last table's part is a directory now: nothing is replaced
+        let last = part_path(&dir, TABLES.last().unwrap().name, 1);
+        std::fs::remove_file(&last).unwrap();
+        std::fs::create_dir_all(last.join("x")).unwrap();
+        let without_last = || -> Vec<(PathBuf, Vec<u8>)> {
+            before.iter().filter(|(p, _)| *p != last).cloned().collect()
+        };
+        let e = write(2).unwrap_err().to_string();
+        assert!(
+            e.contains("not a file") && e.contains("nothing was replaced"),
+            "{e}"
+        );
+        assert_eq!(
+            snapshot(),
+            without_last(),
+            "a refused commit replaced some tables"
+        );
+        // a rename that fails midway (the last table's shard directory is a file): the tables
+        // already renamed get their earlier parts back
+        let shard_dir = last.parent().unwrap().to_path_buf();
+        std::fs::remove_dir_all(&shard_dir).unwrap();
+        std::fs::write(&shard_dir, b"not a directory").unwrap();
+        assert!(write(3).is_err());
+        assert_eq!(
+            snapshot(),
+            without_last(),
+            "a failed commit replaced some tables"
+        );
+        std::fs::remove_file(&shard_dir).unwrap();
+        write(4).unwrap();
+        // a killed run's temporary directory (this host, a pid that no longer runs) goes at
+        // the next run; one of another host stays unless a week old
+        let dead = dir.join(format!("{TMP_PREFIX}1-999999999-5-{}", host_name()));
+        let other = dir.join(format!("{TMP_PREFIX}1-999999999-5-another_host"));
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        write(5).unwrap();
+        assert!(!dead.exists(), "a dead run's temporary directory stayed");
+        assert!(
+            other.exists(),
+            "another host's run's temporary directory was removed"
+        );
     }
 
     /// The shards of one run started at once all create the dataset's directory: each one

@@ -59,6 +59,17 @@ pub enum DbError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A value of a type its column does not take (a database changed by hand, or damaged):
+    /// every reader would otherwise take it differently (SQL arithmetic reads text as 0).
+    #[error("{path}: table {table}, row {row}: {column} holds {found}, where the data contract has {expected}; the database was changed outside mimic or is damaged (fix or delete that row)")]
+    BadValue {
+        path: PathBuf,
+        table: &'static str,
+        row: String,
+        column: String,
+        found: String,
+        expected: String,
+    },
 }
 
 /// Applies every migration to an empty database and records the version.
@@ -442,7 +453,11 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
         source,
     })?;
     match version.as_deref() {
-        Some(v) if v == SCHEMA_VERSION.to_string() => bring_up_to_date(conn, &path),
+        Some(v) if v == SCHEMA_VERSION.to_string() => {
+            let conn = bring_up_to_date(conn, &path)?;
+            check_value_types(&conn, &path)?;
+            Ok(conn)
+        }
         Some(v) => Err(DbError::SchemaVersion {
             path,
             found: v.to_string(),
@@ -454,6 +469,107 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
             supported: SCHEMA_VERSION,
         }),
     }
+}
+
+/// Checks that every value of every table of the data contract has its column's type (REAL
+/// columns take integers too), and NULL only where the column allows it: one scan of each
+/// table, stopping at the first row that does not. The first bad row is named by its key.
+pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> {
+    use crate::schema::{SqlType, TABLES};
+    let sq = |source| DbError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
+    for t in TABLES {
+        let present: Vec<String> = {
+            let mut st = conn
+                .prepare("SELECT name FROM pragma_table_info(?1)")
+                .map_err(sq)?;
+            let rows = st.query_map([t.name], |r| r.get(0)).map_err(sq)?;
+            rows.collect::<Result<_, _>>().map_err(sq)?
+        };
+        let cols: Vec<_> = t
+            .columns
+            .iter()
+            .filter(|c| present.iter().any(|p| p == c.name))
+            .collect();
+        if cols.is_empty() {
+            continue;
+        }
+        let allowed = |c: &crate::schema::Column| {
+            let mut a = match c.sql_type {
+                SqlType::Integer => vec!["'integer'"],
+                SqlType::Real => vec!["'real'", "'integer'"],
+                SqlType::Text => vec!["'text'"],
+            };
+            if c.nullable() {
+                a.push("'null'");
+            }
+            a.join(", ")
+        };
+        let ok: Vec<String> = cols
+            .iter()
+            .map(|c| format!("typeof({}) IN ({})", c.name, allowed(c)))
+            .collect();
+        let which: String = cols
+            .iter()
+            .zip(&ok)
+            .map(|(c, ok)| format!(" WHEN NOT ({ok}) THEN '{}'", c.name))
+            .collect();
+        let value: String = cols
+            .iter()
+            .zip(&ok)
+            .map(|(c, ok)| {
+                format!(
+                    " WHEN NOT ({ok}) THEN typeof({0}) || ' ' || substr(quote({0}), 1, 40)",
+                    c.name
+                )
+            })
+            .collect();
+        // the row's key: its id, or its first two columns (conn_id, seq)
+        let key: Vec<&str> = if cols[0].name == "id" {
+            vec![cols[0].name]
+        } else {
+            cols.iter().take(2).map(|c| c.name).collect()
+        };
+        let key_sql: Vec<String> = key
+            .iter()
+            .map(|k| format!("'{k}=' || quote({k})"))
+            .collect();
+        let sql = format!(
+            "SELECT {}, CASE{which} END, CASE{value} END FROM {} WHERE NOT ({}) LIMIT 1",
+            key_sql.join(" || ', ' || "),
+            t.name,
+            ok.join(" AND ")
+        );
+        let bad: Option<(String, String, String)> = conn
+            .query_row(&sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+            .map_err(sq)?;
+        if let Some((row, column, found)) = bad {
+            let c = cols
+                .iter()
+                .find(|c| c.name == column)
+                .expect("a checked column");
+            return Err(DbError::BadValue {
+                path: path.to_path_buf(),
+                table: t.name,
+                row,
+                column,
+                found,
+                expected: format!(
+                    "{}{}",
+                    c.sql_type.as_str(),
+                    if c.nullable() {
+                        " or NULL"
+                    } else {
+                        " (never NULL)"
+                    }
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A database's migration level: `PRAGMA user_version` (set by every writer since the first

@@ -1159,6 +1159,51 @@ mod tests {
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);
+
+        // every value has its column's type: a hand-changed one is named by table, row and
+        // column (SQL arithmetic would read text as 0, and `get` would fail without a row)
+        let path = std::path::Path::new("x.db");
+        crate::db::check_value_types(&c, path).unwrap();
+        for (set, row, what) in [
+            (
+                "connections SET response_time_us = 'hello' WHERE id = 2",
+                "id=2",
+                "response_time_us holds text 'hello'",
+            ),
+            (
+                "connections SET response_time_us = 3.5 WHERE id = 3",
+                "id=3",
+                "response_time_us holds real 3.5",
+            ),
+            (
+                "connections SET bw_bps = 'fast' WHERE id = 1",
+                "id=1",
+                "bw_bps holds text 'fast'",
+            ),
+            (
+                "connections SET client_ip = x'2a' WHERE id = 1",
+                "id=1",
+                "client_ip holds blob",
+            ),
+            (
+                "exchanges SET req_bytes = x'00' WHERE seq = 0",
+                "conn_id=1, seq=0",
+                "req_bytes holds blob",
+            ),
+        ] {
+            c.execute_batch(&format!("SAVEPOINT s; UPDATE {set};"))
+                .unwrap();
+            let e = crate::db::check_value_types(&c, path)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(row) && e.contains(what), "{set}: {e}");
+            c.execute_batch("ROLLBACK TO s; RELEASE s;").unwrap();
+        }
+        crate::db::check_value_types(&c, path).unwrap();
+        // a REAL column takes integers (SQLite's own affinity stores them as they come)
+        c.execute("UPDATE connections SET bw_bps = 1500000 WHERE id = 1", [])
+            .unwrap();
+        crate::db::check_value_types(&c, path).unwrap();
         // the contract's NOT NULL holds through the generated DDL
         ExchangeRow {
             conn_id: 1,

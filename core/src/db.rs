@@ -61,15 +61,20 @@ pub enum DbError {
     },
     /// A value of a type its column does not take (a database changed by hand, or damaged):
     /// every reader would otherwise take it differently (SQL arithmetic reads text as 0).
-    #[error("{path}: table {table}, row {row}: {column} holds {found}, where the data contract has {expected}; the database was changed outside mimic or is damaged (fix or delete that row)")]
-    BadValue {
-        path: PathBuf,
-        table: &'static str,
-        row: String,
-        column: String,
-        found: String,
-        expected: String,
-    },
+    #[error("{0}")]
+    BadValue(Box<BadValue>),
+}
+
+/// A value of a type its column does not take ([`DbError::BadValue`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: table {table}, row {row}: {column} holds {found}, where the data contract has {expected}; the database was changed outside mimic or is damaged (fix or delete that row)")]
+pub struct BadValue {
+    pub path: PathBuf,
+    pub table: &'static str,
+    pub row: String,
+    pub column: String,
+    pub found: String,
+    pub expected: String,
 }
 
 /// Applies every migration to an empty database and records the version.
@@ -551,7 +556,7 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
                 .iter()
                 .find(|c| c.name == column)
                 .expect("a checked column");
-            return Err(DbError::BadValue {
+            return Err(DbError::BadValue(Box::new(BadValue {
                 path: path.to_path_buf(),
                 table: t.name,
                 row,
@@ -566,7 +571,7 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
                         " (never NULL)"
                     }
                 ),
-            });
+            })));
         }
     }
     Ok(())

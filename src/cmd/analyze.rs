@@ -20,7 +20,7 @@ pub struct Args {
     /// The database to write (replaced atomically when the run succeeds); with `--format
     /// parquet`, the dataset directory (created if missing) that gets
     /// `table=NAME/shard=K/part-0.parquet` per table (K of `--shard K/N`, 1 unsharded).
-    #[arg(short, long, value_name = "FILE|DIR")]
+    #[arg(short, long, value_name = "FILE|DIR", value_parser = super::file_output)]
     pub output: PathBuf,
     /// Output format: `sqlite` (one database) or `parquet` (a Hive-partitioned directory
     /// that DuckDB, Spark and Trino read as one table per name, the shards of one run

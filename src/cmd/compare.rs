@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(value_name = "OTHER.db", required = true)]
     pub others: Vec<PathBuf>,
     /// Write the report as one self-contained HTML file (inline SVG plots, no external fetches).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::file_output)]
     pub html: Option<PathBuf>,
     /// Write every plot of the report as a PNG file into DIR (created if missing).
     #[arg(long, value_name = "DIR")]

@@ -35,8 +35,8 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Write to FILE (atomically: complete or not at all) instead of standard output; with
-    /// `--format parquet`, the dataset directory (required).
+    /// Write to FILE (atomically: complete or not at all) instead of standard output (`-o -`
+    /// is standard output too); with `--format parquet`, the dataset directory (required).
     #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
 }
@@ -50,7 +50,15 @@ pub enum Format {
     Parquet,
 }
 
-pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
+    if a.output.as_deref().is_some_and(|o| o.as_os_str() == "-") {
+        if a.format == Format::Parquet {
+            anyhow::bail!(
+                "--format parquet writes a directory of files: name it with -o DIR (not `-`)"
+            );
+        }
+        a.output = None;
+    }
     if let Some(out) = &a.output {
         if same_file(out, &a.db) {
             anyhow::bail!(

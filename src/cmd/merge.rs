@@ -13,7 +13,7 @@ pub struct Args {
     #[arg(required = true, value_name = "SHARD_DB")]
     pub inputs: Vec<PathBuf>,
     /// The database to write (replaced atomically when the merge succeeds).
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = super::file_output)]
     pub output: PathBuf,
     /// Print the summary as JSON on stdout instead of text.
     #[arg(long)]

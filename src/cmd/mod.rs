@@ -24,6 +24,17 @@ pub(crate) fn positive_number(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Value parser for an output that must be a file (a database, a Parquet directory, an HTML
+/// report): `-` is refused rather than written as a file named `-` (where `-` means standard
+/// output elsewhere, as in `--json -`).
+pub(crate) fn file_output(s: &str) -> Result<std::path::PathBuf, String> {
+    match s {
+        "" => Err("give a file name".into()),
+        "-" => Err("this output cannot go to standard output (`-`): give a file name".into()),
+        _ => Ok(s.into()),
+    }
+}
+
 /// Value parser for a control-channel address (`tcp:HOST:PORT` or `unix:PATH`).
 pub(crate) fn parse_control(s: &str) -> Result<mimic_netemu::control::ControlAddr, String> {
     s.parse()

@@ -26,7 +26,7 @@ pub struct Args {
     /// The workload: a database from mimic analyze, mimic synth or an earlier replay.
     pub input: PathBuf,
     /// The replay database to write (same schema, role replay, with replay_map).
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = super::file_output)]
     pub output: PathBuf,
     /// Replay in this lab (built for the replay and torn down after unless it exists already).
     #[arg(long, value_name = "NAME", required_unless_present = "server")]

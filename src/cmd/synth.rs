@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// The database to write.
-    #[arg(short, long, value_name = "FILE", required = false)]
+    #[arg(short, long, value_name = "FILE", required = false, value_parser = super::file_output)]
     output: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]

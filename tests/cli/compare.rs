@@ -1013,3 +1013,31 @@ fn compare_bad_inputs_name_the_file_and_the_problem() {
         .unwrap();
     assert!(stdout(&o).contains("itself a replay"), "{}", stdout(&o));
 }
+
+/// An output that must be a file refuses `-` (standard output elsewhere, as in `--json -`)
+/// rather than writing a file named `-`; the exports, text, take `-o -` as standard output.
+#[test]
+fn outputs_that_must_be_files_refuse_dash() {
+    let f = fixture();
+    for args in [
+        vec!["analyze", "x.pcap", "-o", "-"],
+        vec!["merge", s(&f.base), "-o", "-"],
+        vec!["synth", "-o", "-"],
+        vec!["replay", s(&f.base), "-o", "-"],
+        vec!["compare", s(&f.base), s(&f.replay), "--html", "-"],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot go to standard output"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = run(&["export", s(&f.base), "--format", "csv", "-o", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("id,client,server"), "{}", stdout(&o));
+    assert!(!std::path::Path::new("-").exists(), "a file named - was written");
+    let o = run(&["export", s(&f.base), "--format", "parquet", "-o", "-"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

@@ -409,6 +409,12 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if empty {
+        if let Some(p) = &a.tables.pipes {
+            bail!(
+                "{}: holds no pipes (a [default] table, [[prefix]] or [[flow]] entries; netemu/README.md has the format)",
+                p.display()
+            );
+        }
         bail!("no pipes to render: give --pipes FILE, --default PIPE, --default-up/--default-down, or --from FLOWS_DB");
     }
     let script = render::render(a.backend, &table, &opts)?;

@@ -190,6 +190,24 @@ fn teardown_prints_the_removal_of_mimics_pipes_only() {
 
 #[test]
 fn bad_render_requests_are_clear_errors() {
+    // a pipe table without pipes is named
+    let dir = tempdir();
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "# nothing yet\n").unwrap();
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--pipes",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("empty.toml: holds no pipes"),
+        "{}",
+        stderr(&o)
+    );
     // --apply never picks interfaces by itself
     let o = run(&[
         "netemu",

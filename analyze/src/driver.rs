@@ -76,8 +76,13 @@ pub struct InputIssue {
     pub file: String,
     pub reason: &'static str,
     pub message: String,
-    /// Frames read from this input before the problem (0: none could be read).
+    /// Frames read from this input before the problem (0: none could be read); where the
+    /// reading went on after it (`resumed`), the frames read from the whole input.
     pub frames_before: u64,
+    /// The reader went on after the problem: corrupt records skipped (the message says how
+    /// many, where, and where it resumed), or a damaged container (a gzip trailer) whose
+    /// content was all read.
+    pub resumed: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -300,13 +305,37 @@ impl FrameSource {
             // standard input ends where an interrupt stopped it: not a problem of the input
             return;
         }
-        *self.unreadable.skipped.entry(e.reason()).or_default() += 1;
+        // corrupt records the reader skipped, going on after them, come as one report at the
+        // end of the input (it names the first, counts the others)
+        let skipped = self.readers[i].stats.corrupt_records;
+        let resumed = matches!(e, TraceError::Corrupt { .. }) && skipped > 0;
+        *self.unreadable.skipped.entry(e.reason()).or_default() +=
+            if resumed { skipped } else { 1 };
         self.issues.push(InputIssue {
             file: e.path().display().to_string(),
             reason: e.reason(),
             message: e.to_string(),
             frames_before: self.records_read(i),
+            resumed,
         });
+    }
+
+    /// What the readers noted of damage they read past without losing a frame (a gzip
+    /// member's trailer that does not match its content, bytes after the gzip stream).
+    fn note_warnings(&mut self) {
+        for i in 0..self.readers.len() {
+            let frames = self.records_read(i);
+            let path = self.readers[i].path().display().to_string();
+            for w in self.readers[i].warnings().to_vec() {
+                self.issues.push(InputIssue {
+                    file: path.clone(),
+                    reason: "damaged_container",
+                    message: w,
+                    frames_before: frames,
+                    resumed: true,
+                });
+            }
+        }
     }
 
     fn run(&mut self, mut sink: impl FnMut(u64, Timestamp, LinkType, &[u8])) {
@@ -340,6 +369,7 @@ impl FrameSource {
                 }
             }
             self.report_progress(0);
+            self.note_warnings();
             return;
         }
         let mut heap = BinaryHeap::new();
@@ -372,6 +402,7 @@ impl FrameSource {
         for i in 0..self.readers.len() {
             self.report_progress(i);
         }
+        self.note_warnings();
     }
 
     fn pull(&mut self, i: usize) -> Option<Owned> {

@@ -181,7 +181,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for i in &summary.input_issues {
-        if i.frames_before == 0 {
+        if i.resumed {
+            eprintln!(
+                "mimic: warning: {} (reading went on: {} frames of the file analyzed)",
+                i.message,
+                group(i.frames_before)
+            );
+        } else if i.frames_before == 0 {
             eprintln!(
                 "mimic: warning: {} (no frame of it could be read)",
                 i.message

@@ -1181,3 +1181,106 @@ fn a_syn_scan_costs_little_memory_per_connection() {
         200_000
     );
 }
+
+/// Where each record of a classic pcap starts (`be`: its byte order), or each enhanced packet
+/// block of a pcapng, with the block's length (one section, as the public captures used here).
+fn record_offsets(bytes: &[u8]) -> (bool, bool, Vec<(usize, usize)>) {
+    let word = |at: usize, be: bool| {
+        let b: [u8; 4] = bytes[at..at + 4].try_into().unwrap();
+        (if be {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        }) as usize
+    };
+    let mut out = Vec::new();
+    if bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+        let be = bytes[8..12] == [0x1a, 0x2b, 0x3c, 0x4d];
+        let mut at = 0;
+        while at + 12 <= bytes.len() {
+            let len = word(at + 4, be);
+            if word(at, be) == 6 {
+                out.push((at, len));
+            }
+            at += len;
+        }
+        (true, be, out)
+    } else {
+        let be = bytes[..4] == [0xa1, 0xb2, 0xc3, 0xd4] || bytes[..4] == [0xa1, 0xb2, 0x3c, 0x4d];
+        let mut at = 24;
+        while at + 16 <= bytes.len() {
+            let len = 16 + word(at + 8, be);
+            out.push((at, len));
+            at += len;
+        }
+        (false, be, out)
+    }
+}
+
+/// A corrupt record in the middle of a capture ended its reading there (the audit's
+/// huge_len.pcap: 100 of 655 frames analyzed, exit 0). The record is skipped and counted, the
+/// rest analyzed (as many connections as the whole capture gives, or one fewer: the one the
+/// record belonged to), and the warning names the file, the record's offset and the skip. A
+/// classic pcap record whose length is impossible, and a pcapng block whose trailing length
+/// differs from its leading one.
+#[test]
+fn a_corrupt_record_is_skipped_and_the_rest_analyzed() {
+    let tmp = tempdir();
+    for rel in [
+        "web/zeek_http_bro.org.pcap",
+        "web/chrissanders_http_espn.pcapng",
+    ] {
+        let whole = std::fs::read(trace(rel)).unwrap();
+        let (ng, be, recs) = record_offsets(&whole);
+        assert!(recs.len() >= 10, "{rel}: {} records", recs.len());
+        let (at, len) = recs[recs.len() / 2];
+        let mut bytes = whole.clone();
+        let put = |b: &mut [u8], at: usize, x: u32| {
+            b[at..at + 4].copy_from_slice(&if be { x.to_be_bytes() } else { x.to_le_bytes() })
+        };
+        if ng {
+            put(&mut bytes, at + len - 4, len as u32 + 4);
+        } else {
+            put(&mut bytes, at + 8, 0xffff_fff0);
+        }
+        let name = std::path::Path::new(rel)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let good = tmp.path().join(name);
+        let bad = tmp.path().join(format!("corrupt-{name}"));
+        std::fs::write(&good, &whole).unwrap();
+        std::fs::write(&bad, &bytes).unwrap();
+        let o = analyze(&good, &tmp.path().join("good.db"), &[]);
+        assert!(o.status.success(), "{rel}: {}", stderr(&o));
+        let want = summary(&o);
+        let o = analyze(&bad, &tmp.path().join("bad.db"), &[]);
+        assert!(o.status.success(), "{rel}: {}", stderr(&o));
+        let got = summary(&o);
+        let err = stderr(&o);
+        let frames = |s: &serde_json::Value| s["frames"].as_u64().unwrap();
+        let conns = |s: &serde_json::Value| s["connections"].as_u64().unwrap();
+        assert_eq!(frames(&got), frames(&want) - 1, "{rel}: {got}");
+        assert!(
+            conns(&got) + 1 >= conns(&want) && conns(&got) <= conns(&want),
+            "{rel}: {} connections, {} in the whole capture",
+            conns(&got),
+            conns(&want)
+        );
+        assert_eq!(got["skipped"]["corrupt_record"], 1, "{rel}: {got}");
+        let issues = got["input_issues"].as_array().unwrap();
+        assert_eq!(issues.len(), 1, "{rel}: {got}");
+        assert_eq!(issues[0]["reason"], "corrupt_record");
+        let warning = format!(
+            "mimic: warning: {}: corrupt record at byte {at}: ",
+            bad.display()
+        );
+        let skip = format!("skipped {len} bytes, reading resumed at byte {}", at + len);
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&warning) && l.contains(&skip)),
+            "{rel}: {err}"
+        );
+    }
+}

@@ -1037,7 +1037,10 @@ fn outputs_that_must_be_files_refuse_dash() {
     let o = run(&["export", s(&f.base), "--format", "csv", "-o", "-"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("id,client,server"), "{}", stdout(&o));
-    assert!(!std::path::Path::new("-").exists(), "a file named - was written");
+    assert!(
+        !std::path::Path::new("-").exists(),
+        "a file named - was written"
+    );
     let o = run(&["export", s(&f.base), "--format", "parquet", "-o", "-"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -1,6 +1,8 @@
 //! `pcap:FILE`: re-sampling an existing capture (pcap, pcapng, gzip), with the file's own
-//! timestamps. One queue; reading stops at the end of the file or at the first unreadable
-//! record (reported, frames before it kept).
+//! timestamps. One queue; reading stops at the end of the file. A corrupt record is skipped and
+//! the reading goes on; the reader reports the skips (how many, where, where it resumed) as
+//! the input's error once the file has ended. A file cut short ends it there (reported, frames
+//! before it kept).
 
 use std::path::Path;
 
@@ -49,6 +51,9 @@ impl Queue for FileSource {
                 }
                 Ok(None) => {
                     self.done = true;
+                    for w in self.reader.warnings() {
+                        eprintln!("mimic capture: warning: {w}");
+                    }
                     break;
                 }
                 Err(e) => {

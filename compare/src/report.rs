@@ -349,7 +349,10 @@ impl Report {
         if options.bootstrap_replicates < needed {
             return Err(CompareError::Options(format!(
                 "at least {needed} bootstrap replicates are needed for a {}% interval (2.5 in each tail), not {}",
-                fmt::sig3(options.confidence * 100.0),
+                // every digit the level was given with (99.99999 is not a 100% interval)
+                format!("{:.10}", options.confidence * 100.0)
+                    .trim_end_matches('0')
+                    .trim_end_matches('.'),
                 options.bootstrap_replicates
             )));
         }

@@ -727,7 +727,7 @@ fn a_replay_whose_timing_was_distorted_is_warned_about() {
     )
     .unwrap();
     drop(c);
-    let r = Report::build(&f.base, &[bad.clone()], &opts()).unwrap();
+    let r = Report::build(&f.base, std::slice::from_ref(&bad), &opts()).unwrap();
     let w = r.comparisons[0].timing_warning.as_deref().unwrap();
     assert!(
         w.starts_with("the replay's own timing was distorted in loaded (server delays p99 3.7 ms late (at most 2 ms expected); the hypervisor took 4.7% of the host's CPU time during the replay (steal), the likely cause)"),

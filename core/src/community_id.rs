@@ -142,8 +142,20 @@ impl std::str::FromStr for Shard {
     fn from_str(s: &str) -> Result<Shard, String> {
         let bad = || format!("'{s}': a shard is K/N, shard K (1..=N) of N, such as 1/4");
         let (k, n) = s.split_once('/').ok_or_else(bad)?;
-        let k: u32 = k.trim().parse().map_err(|_| bad())?;
-        let n: u32 = n.trim().parse().map_err(|_| bad())?;
+        let (k, n) = (k.trim(), n.trim());
+        let whole = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+        if !whole(k) || !whole(n) {
+            return Err(bad());
+        }
+        // a whole number too large for u32 is out of range, not malformed
+        let (Ok(k), Ok(n)) = (
+            u32::try_from(k.parse::<u128>().unwrap_or(u128::MAX)),
+            u32::try_from(n.parse::<u128>().unwrap_or(u128::MAX)),
+        ) else {
+            return Err(format!(
+                "'{s}': out of range (the shard count must be 1..={MAX_SHARDS}, the shard number 1..=count)"
+            ));
+        };
         Shard::new(k, n)
     }
 }
@@ -301,8 +313,15 @@ mod tests {
     fn parses_k_of_n() {
         assert_eq!("2/4".parse::<Shard>().unwrap(), Shard::new(2, 4).unwrap());
         assert_eq!(Shard::new(1, 1).unwrap().to_string(), "1/1");
-        for bad in ["0/4", "5/4", "1/0", "4", "a/b", "1/4/2", "-1/4", "1/70000"] {
+        for bad in [
+            "0/4", "5/4", "1/0", "4", "a/b", "1/4/2", "-1/4", "1/70000", "+1/4",
+        ] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+        // too large is out of range, not malformed
+        for big in ["1/4294967296", "99999999999999999999/4", "1/70000"] {
+            let e = big.parse::<Shard>().unwrap_err();
+            assert!(!e.contains("a shard is K/N"), "{big}: {e}");
         }
     }
 }

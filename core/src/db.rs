@@ -63,6 +63,13 @@ pub enum DbError {
     /// every reader would otherwise take it differently (SQL arithmetic reads text as 0).
     #[error("{0}")]
     BadValue(Box<BadValue>),
+    #[error("{path}: table {table} has no column {column}, which the data contract has at this database's schema level ({level}); the database was changed outside mimic or is damaged")]
+    MissingColumn {
+        path: PathBuf,
+        table: &'static str,
+        column: &'static str,
+        level: u32,
+    },
 }
 
 /// A value of a type its column does not take ([`DbError::BadValue`]).
@@ -214,10 +221,13 @@ impl AtomicDb {
                 source: std::io::Error::other("not a regular file (a database needs one)"),
             });
         }
-        check_output_dir(&dest).map_err(|source| DbError::Io {
-            path: dest.clone(),
-            source,
-        })?;
+        check_output_dir(&dest)
+            .and_then(|_| refuse_replacing_a_capture(&dest))
+            .map_err(|source| DbError::Io {
+                path: dest.clone(),
+                source,
+            })?;
+        remove_stale_temp_siblings(&dest);
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
         let sq = |source| DbError::Sqlite {
@@ -344,6 +354,75 @@ pub fn temp_sibling(dest: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Refuses to replace a capture file (pcap, pcapng, gzip) with a database: `-o` given a
+/// trace's name by mistake would otherwise destroy the trace.
+fn refuse_replacing_a_capture(dest: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let Ok(mut f) = std::fs::File::open(dest) else {
+        return Ok(());
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) || f.read_exact(&mut head).is_err() {
+        return Ok(());
+    }
+    let capture = matches!(
+        head,
+        [0xa1, 0xb2, 0xc3, 0xd4]
+            | [0xd4, 0xc3, 0xb2, 0xa1]
+            | [0xa1, 0xb2, 0x3c, 0x4d]
+            | [0x4d, 0x3c, 0xb2, 0xa1]
+            | [0x0a, 0x0d, 0x0d, 0x0a]
+    ) || head[..2] == [0x1f, 0x8b];
+    if capture {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "is a capture file (pcap, pcapng or gzip), not replacing it with a database: name the database to write",
+        ));
+    }
+    Ok(())
+}
+
+/// Removes the temporary siblings of `dest` ([`temp_sibling`]) that killed runs left: made by
+/// a process that no longer runs here and not written to for ten minutes (a run on another
+/// host writing into a shared directory keeps its file fresh).
+fn remove_stale_temp_siblings(dest: &Path) {
+    let Some(name) = dest.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let running = Path::new(&format!("/proc/{pid}")).exists();
+        let quiet = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(600));
+        if !running && quiet && e.file_type().is_ok_and(|t| t.is_file()) {
+            tracing::info!(
+                "{}: removing a killed run's temporary file",
+                e.path().display()
+            );
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Whether `dest` exists and is neither a regular file nor a directory: a device such as
@@ -478,13 +557,15 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
 
 /// Checks that every value of every table of the data contract has its column's type (REAL
 /// columns take integers too), and NULL only where the column allows it: one scan of each
-/// table, stopping at the first row that does not. The first bad row is named by its key.
+/// table, stopping at the first row that does not. The first bad row is named by its key. Every
+/// table and column the contract has at the database's schema level must be there.
 pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> {
     use crate::schema::{SqlType, TABLES};
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
         source,
     };
+    let level = schema_level(conn).map_err(sq)?;
     for t in TABLES {
         let present: Vec<String> = {
             let mut st = conn
@@ -493,6 +574,28 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
             let rows = st.query_map([t.name], |r| r.get(0)).map_err(sq)?;
             rows.collect::<Result<_, _>>().map_err(sq)?
         };
+        // what the contract has at the database's level must be there (a table or column
+        // dropped or renamed by hand fails every reader differently otherwise)
+        if t.since <= level {
+            if present.is_empty() {
+                return Err(DbError::NotMimic {
+                    path: path.to_path_buf(),
+                    missing: t.name,
+                });
+            }
+            if let Some(c) = t
+                .columns
+                .iter()
+                .find(|c| c.since <= level && !present.iter().any(|p| p == c.name))
+            {
+                return Err(DbError::MissingColumn {
+                    path: path.to_path_buf(),
+                    table: t.name,
+                    column: c.name,
+                    level,
+                });
+            }
+        }
         let cols: Vec<_> = t
             .columns
             .iter()
@@ -688,6 +791,79 @@ fn bring_up_to_date_waiting(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database never replaces a capture; a killed run's temporary file is removed by the
+    /// next run (not one of a process that runs, nor a fresh one); a table or column the
+    /// contract has at the database's level, gone, is named.
+    #[test]
+    fn outputs_spare_captures_and_sweep_killed_runs_and_readers_name_missing_columns() {
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-db-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        for magic in [
+            &[0xd4u8, 0xc3, 0xb2, 0xa1][..],
+            &[0x0a, 0x0d, 0x0d, 0x0a],
+            &[0x1f, 0x8b, 0x08, 0x00],
+        ] {
+            let cap = dir.join("trace.pcap");
+            std::fs::write(&cap, [magic, &[0u8; 40][..]].concat()).unwrap();
+            let e = AtomicDb::create(&cap).err().unwrap().to_string();
+            assert!(e.contains("is a capture file"), "{e}");
+            assert_eq!(
+                &std::fs::read(&cap).unwrap()[..4],
+                magic,
+                "the capture was replaced"
+            );
+        }
+
+        let dest = dir.join("flows.db");
+        // pid 1 (init) runs; 999999999 and 999999998 do not
+        let dead = dir.join(".flows.db.tmp-999999999");
+        let fresh = dir.join(".flows.db.tmp-999999998");
+        let live = dir.join(".flows.db.tmp-1");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for f in [&dead, &fresh, &live] {
+            std::fs::write(f, b"half a database").unwrap();
+            if f != &fresh {
+                std::fs::File::options()
+                    .write(true)
+                    .open(f)
+                    .unwrap()
+                    .set_modified(old)
+                    .unwrap();
+            }
+        }
+        let db = AtomicDb::create(&dest).unwrap();
+        set_meta(db.conn(), "role", "original").unwrap();
+        db.commit().unwrap();
+        assert!(!dead.exists(), "a killed run's temporary file stayed");
+        assert!(fresh.exists(), "a fresh temporary file was removed");
+        assert!(
+            live.exists(),
+            "a running process's temporary file was removed"
+        );
+
+        open_existing(&dest).unwrap();
+        let rw = Connection::open(&dest).unwrap();
+        rw.execute_batch("ALTER TABLE connections RENAME COLUMN client_ip TO client_addr")
+            .unwrap();
+        drop(rw);
+        let e = open_existing(&dest).err().unwrap().to_string();
+        assert!(
+            e.contains("table connections has no column client_ip"),
+            "{e}"
+        );
+        let rw = Connection::open(&dest).unwrap();
+        rw.execute_batch(
+            "ALTER TABLE connections RENAME COLUMN client_addr TO client_ip; DROP TABLE exchanges;",
+        )
+        .unwrap();
+        drop(rw);
+        let e = open_existing(&dest).err().unwrap().to_string();
+        assert!(e.contains("no exchanges table"), "{e}");
+    }
 
     #[test]
     fn atomic_create_commit_and_reopen() {

@@ -689,14 +689,12 @@ fn check_output(
             }
         }
     }
-    let parent = match output.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if !parent.is_dir() {
-        return Err(bad(&format!("no such directory: {}", parent.display())));
-    }
-    Ok(())
+    mimic_core::db::check_output_dir(output).map_err(|source| {
+        AnalyzeError::Db(DbError::Io {
+            path: output.to_path_buf(),
+            source,
+        })
+    })
 }
 
 #[derive(Default)]

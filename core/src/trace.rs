@@ -56,6 +56,10 @@ pub enum TraceError {
     /// The file ends inside its file header (classic pcap) or first section header (pcapng).
     #[error("{path}: file is cut short: {what}")]
     HeaderCut { path: PathBuf, what: String },
+    /// A pcap or pcapng header of a version no reader of the format reads (libpcap reads pcap
+    /// 2.x, Wireshark pcapng 1.x): most likely a damaged header, never guessed at.
+    #[error("{path}: {what}")]
+    UnsupportedVersion { path: PathBuf, what: String },
     #[error("{path}: corrupt record at byte {offset}: {what}")]
     Corrupt {
         path: PathBuf,
@@ -73,6 +77,7 @@ impl TraceError {
             TraceError::Empty { .. } => "empty_file",
             TraceError::Truncated { .. } | TraceError::HeaderCut { .. } => "file_truncated",
             TraceError::Corrupt { .. } => "corrupt_record",
+            TraceError::UnsupportedVersion { .. } => "unsupported_version",
         }
     }
 
@@ -85,6 +90,7 @@ impl TraceError {
             | TraceError::Empty { path }
             | TraceError::Truncated { path, .. }
             | TraceError::HeaderCut { path, .. }
+            | TraceError::UnsupportedVersion { path, .. }
             | TraceError::Corrupt { path, .. } => path,
         }
     }
@@ -555,6 +561,9 @@ impl TraceReader {
                 });
             }
         };
+        if let Some(what) = unsupported_version(&head) {
+            return Err(TraceError::UnsupportedVersion { path, what });
+        }
         Ok(TraceReader {
             path,
             inner,
@@ -1688,6 +1697,37 @@ const PCAP_MAGICS: [[u8; 4]; 6] = [
     [0xa1, 0xb2, 0xcd, 0x34],
 ];
 
+/// What is wrong with the version in a file header pcap-parser accepted, if anything: a classic
+/// pcap file is version 2.x (libpcap and Wireshark read no other; 543.0, DG/UX's tcpdump, is
+/// accepted as libpcap does), a pcapng section header 1.x (Wireshark's rule).
+fn unsupported_version(head: &[u8]) -> Option<String> {
+    let u16_at = |at: usize, big_endian: bool| -> Option<u16> {
+        let b: [u8; 2] = head.get(at..at + 2)?.try_into().ok()?;
+        Some(if big_endian {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
+    };
+    if head.starts_with(&PCAPNG_SHB) {
+        let big_endian = head.get(8..12)? == [0x1a, 0x2b, 0x3c, 0x4d];
+        let (major, minor) = (u16_at(12, big_endian)?, u16_at(14, big_endian)?);
+        return (major != 1).then(|| {
+            format!(
+                "pcapng section header of version {major}.{minor} (1.x is the only one defined)"
+            )
+        });
+    }
+    let magic: [u8; 4] = head.get(..4)?.try_into().ok()?;
+    let i = PCAP_MAGICS.iter().position(|m| *m == magic)?;
+    // PCAP_MAGICS alternates little-endian (as written by a little-endian host) and big-endian
+    let big_endian = i % 2 == 1;
+    let (major, minor) = (u16_at(4, big_endian)?, u16_at(6, big_endian)?);
+    (major != 2 && (major, minor) != (543, 0)).then(|| {
+        format!("pcap file header of version {major}.{minor} (libpcap and Wireshark read 2.x only)")
+    })
+}
+
 /// The error for an input that ends inside its file header (the whole input is `head`):
 /// how much of the header there is; not a trace at all when it does not start like one.
 fn header_cut(path: PathBuf, head: &[u8], gzip: bool) -> TraceError {
@@ -2210,6 +2250,67 @@ mod tests {
             TraceReader::open(&p).err().unwrap(),
             TraceError::Empty { .. }
         ));
+    }
+
+    /// A file header of a version no reader reads (a damaged header, most likely) is an error
+    /// naming the version; 2.x pcap and 1.x pcapng in either byte order are read.
+    #[test]
+    fn unsupported_versions_are_refused() {
+        let frame: &[u8] = &[0u8; 60];
+        for big_endian in [false, true] {
+            for nanos in [false, true] {
+                let good = pcap_bytes(big_endian, nanos, &[(1, 0, frame)]);
+                let mut r = TraceReader::from_bytes("ok.pcap", good.clone()).unwrap();
+                assert!(r.next_frame().unwrap().is_some());
+                for (major, minor, ok) in [
+                    (2u16, 3u16, true),
+                    (2, 9, true),
+                    (543, 0, true),
+                    (99, 4, false),
+                    (1, 0, false),
+                    (0, 0, false),
+                ] {
+                    let mut b = good.clone();
+                    let (ma, mi) = if big_endian {
+                        (major.to_be_bytes(), minor.to_be_bytes())
+                    } else {
+                        (major.to_le_bytes(), minor.to_le_bytes())
+                    };
+                    b[4..6].copy_from_slice(&ma);
+                    b[6..8].copy_from_slice(&mi);
+                    let got = TraceReader::from_bytes("v.pcap", b);
+                    if ok {
+                        assert!(got.is_ok(), "{major}.{minor}");
+                        continue;
+                    }
+                    let e = got.err().unwrap();
+                    assert_eq!(e.reason(), "unsupported_version");
+                    let msg = e.to_string();
+                    assert!(
+                        msg.starts_with("v.pcap: ")
+                            && msg.contains(&format!("version {major}.{minor}")),
+                        "{msg}"
+                    );
+                }
+            }
+            let mut w = NgWriter::new(big_endian);
+            w.interface(&[]);
+            w.enhanced_packet(0, 1, frame);
+            let good = w.out.clone();
+            assert!(TraceReader::from_bytes("ok.pcapng", good.clone()).is_ok());
+            let mut b = good;
+            let v = if big_endian {
+                2u16.to_be_bytes()
+            } else {
+                2u16.to_le_bytes()
+            };
+            b[12..14].copy_from_slice(&v);
+            let e = TraceReader::from_bytes("v.pcapng", b).err().unwrap();
+            assert!(
+                e.to_string().contains("section header of version 2.0"),
+                "{e}"
+            );
+        }
     }
 
     /// `gzip notes.txt` was reported by its compressed magic bytes (`1f 8b 08 08`), which read

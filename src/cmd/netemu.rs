@@ -316,8 +316,47 @@ fn parse_queue(s: &str) -> Result<QueueOverride, String> {
     s.parse()
 }
 
+/// A pipe that cannot be rendered, named with where it came from: the `--pipes` file, the
+/// database `--from` read, or the command line's `--default*`.
+fn name_the_source(e: render::RenderError, a: &RenderArgs, file_flows: usize) -> anyhow::Error {
+    let render::RenderError::Unsupported { what, .. } = &e else {
+        return e.into();
+    };
+    let file = a.tables.pipes.as_ref().map(|p| p.display().to_string());
+    let cli_default = a.tables.default.is_some()
+        || (a.tables.default_up.is_some() && a.tables.default_down.is_some());
+    let source = if let Some(n) = what.strip_prefix("flow #") {
+        let n: usize = n
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if n > file_flows {
+            a.from.as_ref().map(|d| d.display().to_string())
+        } else {
+            file
+        }
+    } else if what.starts_with("default") && cli_default {
+        Some(
+            if a.tables.default.is_some() {
+                "--default"
+            } else {
+                "--default-up/--default-down"
+            }
+            .to_string(),
+        )
+    } else {
+        file
+    };
+    match source {
+        Some(s) => anyhow::anyhow!("{s}: {e}"),
+        None => e.into(),
+    }
+}
+
 fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
     let mut table = a.tables.load()?;
+    let file_flows = table.flows.len();
     if let Some(db) = &a.from {
         let mut wl = mimic_replay::workload::load(db, a.select, a.limit)?;
         // the rates a replay with the same --unestimated would give
@@ -417,7 +456,8 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
         }
         bail!("no pipes to render: give --pipes FILE, --default PIPE, --default-up/--default-down, or --from FLOWS_DB");
     }
-    let script = render::render(a.backend, &table, &opts)?;
+    let script =
+        render::render(a.backend, &table, &opts).map_err(|e| name_the_source(e, &a, file_flows))?;
     if script.ack_policies_left_out > 0 {
         eprintln!(
             "mimic: warning: {} connections' delayed-ACK shaping left out ({} cannot thin ACKs; mimic's datapath can)",

@@ -265,6 +265,43 @@ fn bad_render_requests_are_clear_errors() {
         "delay=1ms",
     ]);
     assert_eq!(o.status.code(), Some(2), "--client-addr without --from");
+    // a pipe no kernel backend can express is named with the file it came from, or the flag
+    let pipes = dir.path().join("slow-start.toml");
+    std::fs::write(
+        &pipes,
+        "[[flow]]\nclient = \"198.19.0.7:40000\"\nserver = \"198.18.0.2:80\"\nup = \"delay=10ms\"\ndown = \"delay=10ms,first_delay=150ms\"\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--pipes",
+        pipes.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(
+            "slow-start.toml: flow #1 198.19.0.7:40000 -> 198.18.0.2:80 down: a first-packet delay"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "dummynet",
+        "--default",
+        "delay=1ms,first_delay=5ms",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--default: default up: a first-packet delay"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `netemu run --backend netem` takes interfaces and installs only what a controller sends:

@@ -157,6 +157,10 @@ pub struct CaptureSummary {
     pub files: Vec<PathBuf>,
     /// An input error that ended a file source early (frames before it were kept).
     pub input_error: Option<String>,
+    /// Corrupt records a file source skipped, the reading going on after them (how many,
+    /// where, and what ended the reading if something did after them).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub input_skipped: Option<String>,
     /// The write error that stopped the capture, if any.
     pub output_error: Option<String>,
     /// Per-port counters of a source with several ports (DPDK: received, NIC and kernel
@@ -210,6 +214,7 @@ struct Shared {
     stop: Arc<AtomicBool>,
     stop_reason: Mutex<Option<StopReason>>,
     input_error: Mutex<Option<String>>,
+    input_skipped: Mutex<Option<String>>,
     output_error: Mutex<Option<String>>,
 }
 
@@ -348,6 +353,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         stop: cfg.stop.clone(),
         stop_reason: Mutex::new(None),
         input_error: Mutex::new(None),
+        input_skipped: Mutex::new(None),
         output_error: Mutex::new(None),
     });
 
@@ -497,6 +503,7 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         totals,
         files,
         input_error: shared.input_error.lock().expect("lock").clone(),
+        input_skipped: shared.input_skipped.lock().expect("lock").clone(),
         output_error: shared.output_error.lock().expect("lock").clone(),
         ports: opened.ports_report.as_ref().map(|r| r()),
     };
@@ -655,6 +662,10 @@ fn worker_loop(
         let mut ended = match res {
             Ok(Poll::End) => true,
             Ok(_) => false,
+            Err(SourceError::Skipped(e)) => {
+                *sh.input_skipped.lock().expect("lock") = Some(e.to_string());
+                true
+            }
             Err(e) => {
                 *sh.input_error.lock().expect("lock") = Some(e.to_string());
                 if !matches!(e, SourceError::Trace(_)) {

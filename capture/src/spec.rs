@@ -580,6 +580,7 @@ mod tests {
             },
             files: vec![dir.path().join("capture-1.pcapng")],
             input_error: None,
+            input_skipped: None,
             output_error: Some("disk full".into()),
             ports: Some(serde_json::json!([{"port": 0}])),
         };

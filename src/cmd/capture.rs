@@ -238,6 +238,11 @@ fn run_capture(a: RunArgs) -> anyhow::Result<ExitCode> {
         stop: Arc::clone(&stop),
         probe: Some(probe),
     })?;
+    if let Some(e) = &summary.input_skipped {
+        eprintln!(
+            "mimic capture: warning: corrupt records skipped, the reading went on after them: {e}"
+        );
+    }
     if let Some(e) = &summary.input_error {
         eprintln!("mimic capture: warning: input ended early: {e}");
     }

@@ -530,6 +530,67 @@ fn bad_input_is_a_clear_error() {
     assert!(stderr(&o).contains("cut short"), "{}", stderr(&o));
     let files = pcapng_files(&out);
     assert!(wireshark_reads(&files[0]) > 100);
+    assert!(summary(&out)["input_error"].as_str().is_some());
+    // a corrupt record in the middle: skipped, the rest of the file captured, and reported as
+    // skipped records, not as an input that ended early
+    let clean = dir.path().join("clean-out");
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", input.display()))
+        .arg("-o")
+        .arg(&clean)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let frames = wireshark_reads(&pcapng_files(&clean)[0]);
+    let mut bad = bytes.clone();
+    let little = bad[..4] == [0xd4, 0xc3, 0xb2, 0xa1];
+    let mut at = 24;
+    for _ in 0..10 {
+        let b: [u8; 4] = bad[at + 8..at + 12].try_into().unwrap();
+        let incl = if little {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        };
+        at += 16 + incl as usize;
+    }
+    let huge = if little {
+        0xffff_fff0u32.to_le_bytes()
+    } else {
+        0xffff_fff0u32.to_be_bytes()
+    };
+    bad[at + 8..at + 12].copy_from_slice(&huge);
+    let corrupt = dir.path().join("corrupt.pcap");
+    std::fs::write(&corrupt, &bad).unwrap();
+    let out = dir.path().join("corrupt-out");
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", corrupt.display()))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("corrupt records skipped, the reading went on after them")
+            && err.contains("corrupt.pcap: corrupt record at byte")
+            && !err.contains("ended early"),
+        "{err}"
+    );
+    let s = summary(&out);
+    assert!(s["input_error"].is_null(), "{s}");
+    assert!(
+        s["input_skipped"]
+            .as_str()
+            .unwrap()
+            .contains("reading resumed at byte"),
+        "{s}"
+    );
+    let files = pcapng_files(&out);
+    // the eleventh record is a TCP segment: the one frame lost
+    assert_eq!(wireshark_reads(&files[0]), frames - 1);
 }
 
 #[test]

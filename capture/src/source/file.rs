@@ -1,8 +1,9 @@
 //! `pcap:FILE`: re-sampling an existing capture (pcap, pcapng, gzip), with the file's own
 //! timestamps. One queue; reading stops at the end of the file. A corrupt record is skipped and
-//! the reading goes on; the reader reports the skips (how many, where, where it resumed) as
-//! the input's error once the file has ended. A file cut short ends it there (reported, frames
-//! before it kept).
+//! the reading goes on; the reader reports the skips (how many, where, where it resumed) once
+//! the file has ended, which the capture reports as skipped records (`input_skipped`), not as
+//! an input that ended early. A file cut short ends it there (`input_error`, frames before it
+//! kept).
 
 use std::path::Path;
 
@@ -58,7 +59,13 @@ impl Queue for FileSource {
                 }
                 Err(e) => {
                     self.done = true;
-                    return Err(SourceError::Trace(e));
+                    let resumed = matches!(e, TraceError::Corrupt { .. })
+                        && self.reader.stats.corrupt_records > 0;
+                    return Err(if resumed {
+                        SourceError::Skipped(e)
+                    } else {
+                        SourceError::Trace(e)
+                    });
                 }
             }
         }

@@ -22,6 +22,10 @@ pub mod dpdk;
 pub enum SourceError {
     #[error("{0}")]
     Trace(#[from] mimic_core::trace::TraceError),
+    /// Corrupt records a file source skipped, reading on after them (not an input that
+    /// ended early, unless the message says what ended it after them).
+    #[error("{0}")]
+    Skipped(mimic_core::trace::TraceError),
     #[error("interface {iface}: {what}")]
     Live { iface: String, what: String },
     #[error("DPDK: {0}")]

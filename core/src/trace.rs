@@ -367,15 +367,28 @@ struct RecordHeader {
 impl RecordHeader {
     #[inline]
     fn at(d: &[u8], at: usize, big_endian: bool) -> Option<RecordHeader> {
-        let f = |k: usize| -> Option<u32> {
-            let b = d.get(at + 4 * k..at + 4 * k + 4)?;
-            Some(u32_in(b.try_into().ok()?, big_endian))
+        let b: &[u8; 16] = d.get(at..at.checked_add(16)?)?.try_into().ok()?;
+        let f = |k: usize| [b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3]];
+        let (secs, frac, incl, orig) = if big_endian {
+            (
+                u32::from_be_bytes(f(0)),
+                u32::from_be_bytes(f(1)),
+                u32::from_be_bytes(f(2)),
+                u32::from_be_bytes(f(3)),
+            )
+        } else {
+            (
+                u32::from_le_bytes(f(0)),
+                u32::from_le_bytes(f(1)),
+                u32::from_le_bytes(f(2)),
+                u32::from_le_bytes(f(3)),
+            )
         };
         Some(RecordHeader {
-            secs: f(0)?,
-            frac: f(1)?,
-            incl: f(2)?,
-            orig: f(3)?,
+            secs,
+            frac,
+            incl,
+            orig,
         })
     }
 }
@@ -745,6 +758,9 @@ impl TraceReader {
             self.pending_consume = 0;
         }
         loop {
+            if let Some(at) = self.plain_record() {
+                return Ok(Some(at));
+            }
             if self.inner.data().is_empty() && self.inner.reader_exhausted() {
                 // everything read (pcap-parser would call a buffer read to its end cut short)
                 if self.gzip_cut() {
@@ -895,15 +911,10 @@ impl TraceReader {
                 } => {
                     let (link, ts) = match ts {
                         RawTs::Legacy { secs, frac } => {
-                            self.legacy_last_secs = Some(secs);
-                            self.legacy_max_incl = self.legacy_max_incl.max(data_len as u32);
                             if frac as u64 >= self.legacy_units {
                                 self.stats.ts_invalid_fraction += 1;
                             }
-                            (
-                                self.legacy_link,
-                                Timestamp::from_parts(secs as i64, frac as u64, self.legacy_units),
-                            )
+                            (self.legacy_link, self.legacy_seen(secs, frac, data_len))
                         }
                         RawTs::Ng(units) => match self.interfaces.get(iface as usize) {
                             Some(i) => {
@@ -966,6 +977,57 @@ impl TraceReader {
                 }
             }
         }
+    }
+
+    /// A classic pcap record read without pcap-parser, the common case: a 16-byte record header
+    /// and the header after the record both in the buffer and plausible
+    /// ([`Self::plausible_record`]), so that the general path ([`Self::vet_record`], then the
+    /// parser) would read it as it is, the same frame. `None` leaves the record to that path.
+    /// (pcap-parser reads the "modified" format's 24-byte headers little-endian whatever the
+    /// file's byte order: those it parses itself, as before.)
+    #[inline]
+    fn plain_record(&mut self) -> Option<FrameAt> {
+        let Some(Format::Pcap { big_endian, .. }) = self.format else {
+            return None;
+        };
+        if self.ng || self.legacy_record_header != 16 {
+            return None;
+        }
+        let d = self.inner.data();
+        let h = RecordHeader::at(d, 0, big_endian)?;
+        let end = 16 + h.incl as usize;
+        let next = RecordHeader::at(d, end, big_endian)?;
+        if !(self.plausible_record(&h, self.legacy_last_secs)
+            && self.plausible_record(&next, Some(h.secs)))
+        {
+            return None;
+        }
+        let Some(ts) = self.legacy_seen(h.secs, h.frac, h.incl as usize) else {
+            self.stats.ts_out_of_range += 1;
+            self.inner.consume_noshift(end);
+            // the next record goes the general way
+            return None;
+        };
+        self.last_ts = ts;
+        self.stats.frames += 1;
+        self.pending_consume = end;
+        Some(FrameAt {
+            ts,
+            link: self.legacy_link,
+            wire_len: h.orig,
+            start: 16,
+            len: h.incl as usize,
+            interface: 0,
+        })
+    }
+
+    /// What reading a classic pcap record notes of it (its seconds, for the check of the next
+    /// record; the most data a record held); its timestamp, `None` out of range.
+    #[inline]
+    fn legacy_seen(&mut self, secs: u32, frac: u32, data_len: usize) -> Option<Timestamp> {
+        self.legacy_last_secs = Some(secs);
+        self.legacy_max_incl = self.legacy_max_incl.max(data_len as u32);
+        Timestamp::from_parts(secs as i64, frac as u64, self.legacy_units)
     }
 
     /// Makes the buffer hold at least `need` bytes from the read position (at most

@@ -44,7 +44,27 @@ impl Timestamp {
         Timestamp((s * 1e9).round() as i64)
     }
     /// Seconds plus a fraction in `units_per_sec`, or `None` when the result does not fit.
+    #[inline]
     pub fn from_parts(secs: i64, frac: u64, units_per_sec: u64) -> Option<Self> {
+        // every capture's common case in 64-bit arithmetic (a 128-bit division is a library
+        // call): a fraction below one second of at most nanosecond resolution, whose
+        // nanoseconds (below 10^18) fit; the same value as the general case below
+        if frac < units_per_sec && units_per_sec <= 1_000_000_000 {
+            let sub = match units_per_sec {
+                1_000_000_000 => frac,
+                1_000_000 => frac * 1_000,
+                u => frac * 1_000_000_000 / u,
+            };
+            if let Some(ns) = secs
+                .checked_mul(1_000_000_000)
+                .and_then(|ns| ns.checked_add(sub as i64))
+            {
+                return Some(Timestamp(ns));
+            }
+        }
+        Self::from_parts_wide(secs, frac, units_per_sec)
+    }
+    fn from_parts_wide(secs: i64, frac: u64, units_per_sec: u64) -> Option<Self> {
         if units_per_sec == 0 {
             return None;
         }
@@ -111,6 +131,47 @@ pub mod dur {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 64-bit common case gives what the 128-bit arithmetic gives, at the edges of both.
+    #[test]
+    fn parts_fast_path_equals_the_wide_arithmetic() {
+        let secs = [
+            i64::MIN,
+            i64::MIN / 1_000_000_000 - 1,
+            i64::MIN / 1_000_000_000,
+            -1,
+            0,
+            1,
+            1_700_000_000,
+            u32::MAX as i64,
+            i64::MAX / 1_000_000_000,
+            i64::MAX / 1_000_000_000 + 1,
+            i64::MAX,
+        ];
+        let units: [u64; 9] = [
+            1,
+            10,
+            1_000,
+            1_000_000,
+            1 << 20,
+            999_999_999,
+            1_000_000_000,
+            1 << 30,
+            1 << 40,
+        ];
+        for &s in &secs {
+            for &u in &units {
+                for frac in [0, 1, u / 2, u.saturating_sub(1), u, u + 1, u64::MAX] {
+                    assert_eq!(
+                        Timestamp::from_parts(s, frac, u),
+                        Timestamp::from_parts_wide(s, frac, u),
+                        "{s} {frac}/{u}"
+                    );
+                }
+            }
+        }
+        assert_eq!(Timestamp::from_parts(5, 3, 0), None);
+    }
 
     #[test]
     fn parts_conversions() {

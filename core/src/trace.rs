@@ -145,6 +145,18 @@ struct Interface {
     dropped: u64,
 }
 
+impl Interface {
+    /// A packet block's timestamp (in the interface's units since its offset), `None` out
+    /// of range.
+    #[inline]
+    fn time(&self, units: u64) -> Option<Timestamp> {
+        let secs = (units / self.units_per_sec) as i64;
+        let frac = units % self.units_per_sec;
+        secs.checked_add(self.offset_secs)
+            .and_then(|s| Timestamp::from_parts(s, frac, self.units_per_sec))
+    }
+}
+
 /// The first read error of the input, for the message that reports it (pcap-parser keeps only
 /// that a read failed).
 type ReadError = Arc<Mutex<Option<String>>>;
@@ -332,8 +344,23 @@ struct Skip {
 enum Vet {
     /// Parse it.
     Read,
+    /// An Enhanced Packet Block whose every length has been checked: its packet is read from
+    /// the fields the check read ([`TraceReader::vet_block`]), which are what pcap-parser
+    /// would give (its options, never an error there, are not needed).
+    Packet(Epb),
     /// It was corrupt and has been skipped: check what is now at the read position.
     Skipped,
+}
+
+/// An Enhanced Packet Block's fixed fields, as [`Vet::Packet`] hands them on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Epb {
+    /// The whole block's length.
+    len: usize,
+    if_id: u32,
+    ts: u64,
+    caplen: u32,
+    origlen: u32,
 }
 
 /// Whether a resynchronization can read on from an offset.
@@ -758,7 +785,7 @@ impl TraceReader {
             self.pending_consume = 0;
         }
         loop {
-            if let Some(at) = self.plain_record() {
+            if let Some(at) = self.plain_record().or_else(|| self.plain_block()) {
                 return Ok(Some(at));
             }
             if self.inner.data().is_empty() && self.inner.reader_exhausted() {
@@ -768,8 +795,20 @@ impl TraceReader {
                 }
                 return Ok(None);
             }
-            if self.vet()? == Vet::Skipped {
-                continue;
+            match self.vet()? {
+                Vet::Read => {}
+                Vet::Skipped => continue,
+                Vet::Packet(b) => {
+                    // the packet data follows the block's first 28 bytes
+                    let data_ptr = self.inner.data().as_ptr() as usize + 28;
+                    let ts = RawTs::Ng(b.ts);
+                    let at =
+                        self.packet(b.len, ts, b.if_id, b.origlen, data_ptr, b.caplen as usize);
+                    if let Some(at) = at {
+                        return Ok(Some(at));
+                    }
+                    continue;
+                }
             }
             let step = match self.inner.next() {
                 Ok((offset, block)) => {
@@ -909,74 +948,83 @@ impl TraceReader {
                     data_ptr,
                     data_len,
                 } => {
-                    let (link, ts) = match ts {
-                        RawTs::Legacy { secs, frac } => {
-                            if frac as u64 >= self.legacy_units {
-                                self.stats.ts_invalid_fraction += 1;
-                            }
-                            (self.legacy_link, self.legacy_seen(secs, frac, data_len))
-                        }
-                        RawTs::Ng(units) => match self.interfaces.get(iface as usize) {
-                            Some(i) => {
-                                let secs = (units / i.units_per_sec) as i64;
-                                let frac = units % i.units_per_sec;
-                                (
-                                    i.link,
-                                    secs.checked_add(i.offset_secs).and_then(|s| {
-                                        Timestamp::from_parts(s, frac, i.units_per_sec)
-                                    }),
-                                )
-                            }
-                            None => {
-                                self.stats.unknown_interface += 1;
-                                self.inner.consume_noshift(offset);
-                                continue;
-                            }
-                        },
-                        RawTs::None => match self.interfaces.first() {
-                            Some(i) => {
-                                self.stats.ts_missing += 1;
-                                (i.link, Some(self.last_ts))
-                            }
-                            None => {
-                                self.stats.unknown_interface += 1;
-                                self.inner.consume_noshift(offset);
-                                continue;
-                            }
-                        },
-                    };
-                    let Some(ts) = ts else {
-                        self.stats.ts_out_of_range += 1;
-                        self.inner.consume_noshift(offset);
-                        continue;
-                    };
-                    // Locate the packet bytes in the (still unconsumed) buffer.
-                    let buf = self.inner.data();
-                    let start = data_ptr.wrapping_sub(buf.as_ptr() as usize);
-                    if start
-                        .checked_add(data_len)
-                        .is_none_or(|end| end > buf.len() || end > offset)
-                    {
-                        let pos = self.position();
-                        let what = "packet data outside its block".to_string();
-                        self.record_skip(pos, what, offset as u64);
-                        self.inner.consume_noshift(offset);
-                        continue;
+                    if let Some(at) = self.packet(offset, ts, iface, wire_len, data_ptr, data_len) {
+                        return Ok(Some(at));
                     }
-                    self.last_ts = ts;
-                    self.stats.frames += 1;
-                    self.pending_consume = offset;
-                    return Ok(Some(FrameAt {
-                        ts,
-                        link,
-                        wire_len,
-                        start,
-                        len: data_len,
-                        interface: iface,
-                    }));
                 }
             }
         }
+    }
+
+    /// A packet record or block at the read position, `offset` bytes long, its data at
+    /// `data_ptr` in the buffer: the frame to return, or `None` when it is passed over (counted
+    /// in [`ReadStats`], consumed).
+    #[inline]
+    fn packet(
+        &mut self,
+        offset: usize,
+        ts: RawTs,
+        iface: u32,
+        wire_len: u32,
+        data_ptr: usize,
+        data_len: usize,
+    ) -> Option<FrameAt> {
+        let (link, ts) = match ts {
+            RawTs::Legacy { secs, frac } => {
+                if frac as u64 >= self.legacy_units {
+                    self.stats.ts_invalid_fraction += 1;
+                }
+                (self.legacy_link, self.legacy_seen(secs, frac, data_len))
+            }
+            RawTs::Ng(units) => match self.interfaces.get(iface as usize) {
+                Some(i) => (i.link, i.time(units)),
+                None => {
+                    self.stats.unknown_interface += 1;
+                    self.inner.consume_noshift(offset);
+                    return None;
+                }
+            },
+            RawTs::None => match self.interfaces.first() {
+                Some(i) => {
+                    self.stats.ts_missing += 1;
+                    (i.link, Some(self.last_ts))
+                }
+                None => {
+                    self.stats.unknown_interface += 1;
+                    self.inner.consume_noshift(offset);
+                    return None;
+                }
+            },
+        };
+        let Some(ts) = ts else {
+            self.stats.ts_out_of_range += 1;
+            self.inner.consume_noshift(offset);
+            return None;
+        };
+        // Locate the packet bytes in the (still unconsumed) buffer.
+        let buf = self.inner.data();
+        let start = data_ptr.wrapping_sub(buf.as_ptr() as usize);
+        if start
+            .checked_add(data_len)
+            .is_none_or(|end| end > buf.len() || end > offset)
+        {
+            let pos = self.position();
+            let what = "packet data outside its block".to_string();
+            self.record_skip(pos, what, offset as u64);
+            self.inner.consume_noshift(offset);
+            return None;
+        }
+        self.last_ts = ts;
+        self.stats.frames += 1;
+        self.pending_consume = offset;
+        Some(FrameAt {
+            ts,
+            link,
+            wire_len,
+            start,
+            len: data_len,
+            interface: iface,
+        })
     }
 
     /// A classic pcap record read without pcap-parser, the common case: a 16-byte record header
@@ -1002,6 +1050,7 @@ impl TraceReader {
         {
             return None;
         }
+        // what [`Self::packet`] does with a record, for the one kind this path takes
         let Some(ts) = self.legacy_seen(h.secs, h.frac, h.incl as usize) else {
             self.stats.ts_out_of_range += 1;
             self.inner.consume_noshift(end);
@@ -1018,6 +1067,47 @@ impl TraceReader {
             start: 16,
             len: h.incl as usize,
             interface: 0,
+        })
+    }
+
+    /// An Enhanced Packet Block read without a second look, the common case of pcapng: the
+    /// block whole in the buffer, every check [`Self::vet_block`] makes of it passed, of an
+    /// interface the section described and stamped within range, so that the general path
+    /// ([`Vet::Packet`], then [`Self::packet`]) would return the same frame. `None` leaves the
+    /// block to that path.
+    #[inline]
+    fn plain_block(&mut self) -> Option<FrameAt> {
+        if !self.ng {
+            return None;
+        }
+        let big_endian = self.section_big_endian;
+        let d = self.inner.data();
+        let head: &[u8; 28] = d.get(..28)?.try_into().ok()?;
+        let w = |i: usize| u32_in([head[i], head[i + 1], head[i + 2], head[i + 3]], big_endian);
+        let len = w(4) as usize;
+        let caplen = w(20) as usize;
+        if w(0) != 6 || !len.is_multiple_of(4) || len < 32 || len >= MAX_BUFFER || caplen > len - 32
+        {
+            return None;
+        }
+        let trailer: [u8; 4] = d.get(len - 4..len)?.try_into().ok()?;
+        if u32_in(trailer, big_endian) as usize != len {
+            return None;
+        }
+        let iface = w(8);
+        let i = self.interfaces.get(iface as usize)?;
+        let ts = i.time((w(12) as u64) << 32 | w(16) as u64)?;
+        let link = i.link;
+        self.last_ts = ts;
+        self.stats.frames += 1;
+        self.pending_consume = len;
+        Some(FrameAt {
+            ts,
+            link,
+            wire_len: w(24),
+            start: 28,
+            len: caplen,
+            interface: iface,
         })
     }
 
@@ -1436,6 +1526,16 @@ impl TraceReader {
         if let Some(what) = block_body_problem(block_type, d, big_endian) {
             return Ok(self.skip_block(pos, what, len));
         }
+        if block_type == 6 {
+            let at = |i: usize| u32_in(d[i..i + 4].try_into().expect("4 bytes"), big_endian);
+            return Ok(Vet::Packet(Epb {
+                len,
+                if_id: at(8),
+                ts: (at(12) as u64) << 32 | at(16) as u64,
+                caplen: at(20),
+                origlen: at(24),
+            }));
+        }
         self.vetted = Some(len);
         Ok(Vet::Read)
     }
@@ -1657,7 +1757,7 @@ impl TraceReader {
 /// enhanced packet, decryption secrets, and custom blocks.
 const KNOWN_BLOCKS: [u32; 11] = [0x0a0d_0d0a, 1, 2, 3, 4, 5, 6, 0x0a, 0x0bad, 0x4000_0bad, 9];
 
-fn block_name(block_type: u32) -> String {
+fn block_name(block_type: u32) -> std::borrow::Cow<'static, str> {
     match block_type {
         0x0a0d_0d0a => "section header block",
         1 => "interface description block",
@@ -1669,9 +1769,9 @@ fn block_name(block_type: u32) -> String {
         9 => "systemd journal block",
         0x0a => "decryption secrets block",
         0x0bad | 0x4000_0bad => "custom block",
-        other => return format!("block of type {other:#x}"),
+        other => return format!("block of type {other:#x}").into(),
     }
-    .to_string()
+    .into()
 }
 
 /// What is wrong with a whole pcapng block's fixed fields, if anything: too short for them, or
@@ -1687,17 +1787,19 @@ fn block_body_problem(block_type: u32, block: &[u8], big_endian: bool) -> Option
         0x0a | 0x0bad | 0x4000_0bad => 16,
         _ => 12,
     };
-    let name = block_name(block_type);
+    let name = || block_name(block_type);
     if len < min {
         return Some(format!(
-            "{name} of {len} bytes is shorter than its fixed fields ({min} bytes)"
+            "{} of {len} bytes is shorter than its fixed fields ({min} bytes)",
+            name()
         ));
     }
     if matches!(block_type, 2 | 6) {
         let caplen = u32_in(block[20..24].try_into().expect("4 bytes"), big_endian) as usize;
         if caplen > len - 32 {
             return Some(format!(
-                "{name}'s captured length ({caplen}) runs past the end of the block ({len} bytes)"
+                "{}'s captured length ({caplen}) runs past the end of the block ({len} bytes)",
+                name()
             ));
         }
     }

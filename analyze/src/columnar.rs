@@ -22,7 +22,11 @@
 //! place only when all are complete ([`ParquetDataset::commit`]), the shard's earlier parts
 //! moved aside first and put back if a rename fails; a run that fails or is interrupted
 //! removes the temporary directory and leaves the shard's previous tables, or none, never some
-//! of one run's and some of another's. A later run removes what a killed one left there.
+//! of one run's and some of another's. A later run removes what a killed one left there; one
+//! killed during its renames (a few milliseconds, after every file was complete and on disk)
+//! left a mark in its temporary directory (`COMMITTING`), and the next run on the directory
+//! completes that commit before its own work, so the shard is that run's whole (until then,
+//! a reader sees some of its tables and some of the earlier run's).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -371,6 +375,38 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> ColumnarError + '_ {
 /// (`.mimic-tmp-shard=K-PID-NANOS-HOST`).
 const TMP_PREFIX: &str = ".mimic-tmp-shard=";
 
+/// The mark a commit leaves in its temporary directory before its first rename: every new
+/// part is complete and on disk, so a commit killed past it is completed by the next run.
+const COMMIT_MARK: &str = "COMMITTING";
+
+/// For the test of a commit killed halfway: `MIMIC_FAULT_ABORT_COMMIT_AFTER=N` aborts the
+/// process once N tables have been renamed into place.
+const FAULT_ABORT_COMMIT: &str = "MIMIC_FAULT_ABORT_COMMIT_AFTER";
+
+/// Completes the commit a killed run began (its temporary directory `tmp` holds the mark):
+/// every new part still in `tmp` takes its place in shard `shard`. `false` when a rename
+/// failed (the directory is then left for a later run).
+fn complete_killed_commit(dir: &Path, tmp: &Path, shard: u32) -> bool {
+    let mut ok = true;
+    for t in TABLES {
+        let src = tmp.join(format!("{}.parquet", t.name));
+        if !src.exists() {
+            continue; // renamed before the run was killed
+        }
+        let dest = part_path(dir, t.name, shard);
+        let parent = dest.parent().expect("a part has a directory");
+        if let Err(e) = std::fs::create_dir_all(parent).and_then(|()| std::fs::rename(&src, &dest))
+        {
+            tracing::warn!(
+                "{}: cannot complete the commit of a run killed during it: {e}",
+                dest.display()
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
 /// This host's name, as the temporary directories carry it (`/proc/sys/kernel/hostname`; a
 /// container has its own).
 fn host_name() -> String {
@@ -407,10 +443,21 @@ fn remove_dead_runs_temp_dirs(dir: &Path) {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > std::time::Duration::from_secs(7 * 24 * 3600));
         if dead_here || week_old {
-            tracing::info!(
-                "{}: removing the temporary directory of a run that was killed",
-                e.path().display()
-            );
+            let shard = parts.first().and_then(|k| k.parse::<u32>().ok());
+            if let (true, Some(shard)) = (e.path().join(COMMIT_MARK).exists(), shard) {
+                tracing::warn!(
+                    "{}: completing the commit of shard {shard} that a killed run began",
+                    dir.display()
+                );
+                if !complete_killed_commit(dir, &e.path(), shard) {
+                    continue;
+                }
+            } else {
+                tracing::info!(
+                    "{}: removing the temporary directory of a run that was killed",
+                    e.path().display()
+                );
+            }
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -529,6 +576,16 @@ impl ParquetDataset {
                 }
             }
         }
+        // Every new part is complete and on disk: the mark says so to a later run, should this
+        // one be killed during the renames.
+        let mark = self.tmp.join(COMMIT_MARK);
+        File::create(&mark)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| File::open(&self.tmp)?.sync_all())
+            .map_err(io(&mark))?;
+        let abort_after: Option<usize> = std::env::var(FAULT_ABORT_COMMIT)
+            .ok()
+            .and_then(|n| n.parse().ok());
         // The earlier parts are moved aside (into the temporary directory) before the new ones
         // take their places; a rename that fails puts every earlier part back, so the shard is
         // all this run's or all the earlier one's, never a mix of tables from both.
@@ -552,6 +609,9 @@ impl ParquetDataset {
                 }
                 Ok(earlier)
             })();
+            if abort_after == Some(i + 1) {
+                std::process::abort();
+            }
             match step {
                 Ok(earlier) => done.push((i, earlier)),
                 Err(e) => {

@@ -303,3 +303,105 @@ fn parquet_output_refuses_what_it_cannot_write() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("-o DIR"), "{}", stderr(&o));
 }
+
+/// The bytes of every table's part of shard `shard` of a Parquet dataset, by table name.
+fn parts(ds: &Path, shard: u32) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut m = BTreeMap::new();
+    for e in std::fs::read_dir(ds).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if let Some(t) = name.strip_prefix("table=") {
+            let p = ds.join(&name).join(format!("shard={shard}/part-0.parquet"));
+            m.insert(t.to_string(), std::fs::read(p).ok());
+        }
+    }
+    m
+}
+
+/// A run killed while it renames its parts into place (after every file was complete) leaves
+/// a shard with some tables of its own and some of the run before; the next run on the
+/// directory completes that commit first, so the shard is the killed run's whole.
+#[test]
+fn a_commit_killed_halfway_is_completed_by_the_next_run() {
+    let tmp = tempdir();
+    let a = trace("web/tcptrace_http.dmp.pcap");
+    let b = trace("web/zeek_http_bro.org.pcap");
+    let ds = tmp.path().join("ds");
+    ok(
+        &analyze_set(std::slice::from_ref(&a), &ds, &["--format", "parquet"]),
+        "run A",
+    );
+    let before = parts(&ds, 1);
+    let clean = tmp.path().join("clean");
+    ok(
+        &analyze_set(std::slice::from_ref(&b), &clean, &["--format", "parquet"]),
+        "run B",
+    );
+    let want = parts(&clean, 1);
+    assert!(want.len() >= 5, "{:?}", want.keys());
+    // the same rows give the same bytes: the tables whose rows differ tell the runs apart
+    let differ: Vec<&String> = want
+        .keys()
+        .filter(|t| *t != "meta" && want[*t] != before[*t])
+        .collect();
+    assert!(
+        differ.len() >= 3,
+        "A and B differ in too few tables: {differ:?}"
+    );
+
+    // B again into A's directory, killed once two tables are in place
+    let mut cmd = mimic();
+    cmd.arg("analyze")
+        .arg(&b)
+        .arg("-o")
+        .arg(&ds)
+        .args(["-q", "--format", "parquet"])
+        .env("MIMIC_FAULT_ABORT_COMMIT_AFTER", "2");
+    let o = run_with_timeout(cmd, Duration::from_secs(120), "killed run");
+    assert!(
+        !o.status.success(),
+        "the run was to be aborted: {}",
+        stderr(&o)
+    );
+    let mixed = parts(&ds, 1);
+    let of_b = |m: &BTreeMap<String, Option<Vec<u8>>>| {
+        differ.iter().filter(|t| m[**t] == want[**t]).count()
+    };
+    assert!(
+        of_b(&mixed) < differ.len(),
+        "the run was killed before all its tables were in place"
+    );
+    assert!(
+        std::fs::read_dir(&ds)
+            .unwrap()
+            .any(|e| e.unwrap().path().join("COMMITTING").exists()),
+        "the killed run left its mark"
+    );
+
+    // the next run on the directory (another shard: it leaves shard 1 alone) completes it
+    let mut cmd = mimic();
+    cmd.arg("analyze")
+        .arg(&a)
+        .arg("-o")
+        .arg(&ds)
+        .args(["--format", "parquet", "--shard", "2/2"]);
+    let o = run_with_timeout(cmd, Duration::from_secs(120), "next run");
+    ok(&o, "next run");
+    assert!(
+        stderr(&o).contains("completing the commit of shard 1 that a killed run began"),
+        "{}",
+        stderr(&o)
+    );
+    let after = parts(&ds, 1);
+    assert_eq!(
+        of_b(&after),
+        differ.len(),
+        "every table of shard 1 is the killed run's"
+    );
+    assert!(after["meta"].is_some());
+    let left: Vec<String> = std::fs::read_dir(&ds)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary directories left: {left:?}");
+}

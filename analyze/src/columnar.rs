@@ -432,8 +432,8 @@ fn remove_dead_runs_temp_dirs(dir: &Path) {
         let parts: Vec<&str> = rest.splitn(4, '-').collect();
         let dead_here = match parts.as_slice() {
             [_, pid, _, host] if !me.is_empty() && *host == me => pid
-                .parse::<u32>()
-                .is_ok_and(|p| !Path::new(&format!("/proc/{p}")).exists()),
+                .parse::<i32>()
+                .is_ok_and(|p| !mimic_core::process::running(p)),
             _ => false,
         };
         let week_old = e

@@ -408,7 +408,7 @@ fn remove_stale_temp_siblings(dest: &Path) {
         else {
             continue;
         };
-        let running = Path::new(&format!("/proc/{pid}")).exists();
+        let running = i32::try_from(pid).is_ok_and(crate::process::running);
         let quiet = e
             .metadata()
             .and_then(|m| m.modified())

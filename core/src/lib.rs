@@ -21,6 +21,7 @@ pub mod db;
 pub mod flow;
 pub mod model;
 pub mod packet;
+pub mod process;
 pub mod schema;
 pub mod seq;
 pub mod stats;

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mimic_core::process::{self, ProcStat};
 use serde::Serialize;
 
 use crate::classify::IpNet;
@@ -90,8 +91,11 @@ impl Owner {
 
     /// The running process `pid` (an error names it when there is none).
     pub fn of(pid: i32) -> Result<Owner, LabError> {
-        match proc_start(pid) {
-            Some((start_ticks, false)) => Ok(Owner { pid, start_ticks }),
+        match process::stat(pid) {
+            Some(ProcStat {
+                start_ticks,
+                exited: false,
+            }) => Ok(Owner { pid, start_ticks }),
             _ => Err(LabError::Io(format!(
                 "no running process {pid} to own the lab (an owner must be running when the lab is built)"
             ))),
@@ -100,7 +104,11 @@ impl Owner {
 
     /// Whether the process still runs (the same pid with the same start time, not a zombie).
     pub fn running(&self) -> bool {
-        proc_start(self.pid) == Some((self.start_ticks, false))
+        process::stat(self.pid)
+            == Some(ProcStat {
+                start_ticks: self.start_ticks,
+                exited: false,
+            })
     }
 
     /// The owner file's text: one owner a line, at least one.
@@ -121,24 +129,6 @@ impl Owner {
         };
         w.next().is_none().then_some(owner)
     }
-}
-
-/// A process's start time (clock ticks after boot) and whether it is a zombie (exited, not
-/// yet reaped by its parent); None when there is no such process.
-fn proc_start(pid: i32) -> Option<(u64, bool)> {
-    if pid <= 0 {
-        return None;
-    }
-    parse_proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// `/proc/PID/stat`: `PID (COMM) STATE …`, the start time the 22nd field. COMM may hold
-/// spaces and parentheses, so the fields are counted from the last `)`.
-fn parse_proc_stat(stat: &str) -> Option<(u64, bool)> {
-    let mut w = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = w.next()?;
-    let start = w.nth(18)?.parse().ok()?;
-    Some((start, state == "Z" || state == "X"))
 }
 
 /// Replaces the lab's owner file (written aside and renamed: a reader sees the old list or
@@ -1532,17 +1522,6 @@ mod tests {
 
     #[test]
     fn an_owner_is_its_pid_and_start_time_and_a_zombie_has_exited() {
-        // the command name may hold spaces and parentheses: fields count from the last `)`
-        let stat =
-            "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_proc_stat(stat), Some((987654, false)));
-        assert_eq!(
-            parse_proc_stat(&stat.replace(") S ", ") Z ")),
-            Some((987654, true))
-        );
-        assert_eq!(parse_proc_stat("4242 (a) S 1 2"), None);
-        assert_eq!(parse_proc_stat("garbage"), None);
-
         let me = Owner::current();
         assert!(me.running());
         assert_eq!(
@@ -1579,7 +1558,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let owner = Owner::of(child.id() as i32).ok();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while proc_start(child.id() as i32).is_some_and(|(_, z)| !z) && Instant::now() < deadline {
+        while process::running(child.id() as i32) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         if let Some(o) = owner {

@@ -1014,17 +1014,34 @@ impl TraceReader {
             self.inner.consume_noshift(offset);
             return None;
         }
+        Some(self.accept(offset, ts, link, wire_len, start, data_len, iface))
+    }
+
+    /// The frame of the record or block at the read position (`offset` bytes long, its data
+    /// `len` bytes at `start`), counted and to be consumed at the next call.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn accept(
+        &mut self,
+        offset: usize,
+        ts: Timestamp,
+        link: LinkType,
+        wire_len: u32,
+        start: usize,
+        len: usize,
+        interface: u32,
+    ) -> FrameAt {
         self.last_ts = ts;
         self.stats.frames += 1;
         self.pending_consume = offset;
-        Some(FrameAt {
+        FrameAt {
             ts,
             link,
             wire_len,
             start,
-            len: data_len,
-            interface: iface,
-        })
+            len,
+            interface,
+        }
     }
 
     /// A classic pcap record read without pcap-parser, the common case: a 16-byte record header
@@ -1057,17 +1074,8 @@ impl TraceReader {
             // the next record goes the general way
             return None;
         };
-        self.last_ts = ts;
-        self.stats.frames += 1;
-        self.pending_consume = end;
-        Some(FrameAt {
-            ts,
-            link: self.legacy_link,
-            wire_len: h.orig,
-            start: 16,
-            len: h.incl as usize,
-            interface: 0,
-        })
+        let link = self.legacy_link;
+        Some(self.accept(end, ts, link, h.orig, 16, h.incl as usize, 0))
     }
 
     /// An Enhanced Packet Block read without a second look, the common case of pcapng: the
@@ -1086,7 +1094,10 @@ impl TraceReader {
         let w = |i: usize| u32_in([head[i], head[i + 1], head[i + 2], head[i + 3]], big_endian);
         let len = w(4) as usize;
         let caplen = w(20) as usize;
-        if w(0) != 6 || !len.is_multiple_of(4) || len < 32 || len >= MAX_BUFFER || caplen > len - 32
+        if w(0) != 6
+            || !len.is_multiple_of(4)
+            || !(32..MAX_BUFFER).contains(&len)
+            || caplen > len - 32
         {
             return None;
         }
@@ -1097,18 +1108,8 @@ impl TraceReader {
         let iface = w(8);
         let i = self.interfaces.get(iface as usize)?;
         let ts = i.time((w(12) as u64) << 32 | w(16) as u64)?;
-        let link = i.link;
-        self.last_ts = ts;
-        self.stats.frames += 1;
-        self.pending_consume = len;
-        Some(FrameAt {
-            ts,
-            link,
-            wire_len: w(24),
-            start: 28,
-            len: caplen,
-            interface: iface,
-        })
+        let (link, wire_len) = (i.link, w(24));
+        Some(self.accept(len, ts, link, wire_len, 28, caplen, iface))
     }
 
     /// What reading a classic pcap record notes of it (its seconds, for the check of the next

@@ -800,10 +800,14 @@ impl TraceReader {
                 Vet::Skipped => continue,
                 Vet::Packet(b) => {
                     // the packet data follows the block's first 28 bytes
-                    let data_ptr = self.inner.data().as_ptr() as usize + 28;
-                    let ts = RawTs::Ng(b.ts);
-                    let at =
-                        self.packet(b.len, ts, b.if_id, b.origlen, data_ptr, b.caplen as usize);
+                    let at = self.packet(PacketAt {
+                        offset: b.len,
+                        ts: RawTs::Ng(b.ts),
+                        iface: b.if_id,
+                        wire_len: b.origlen,
+                        data_ptr: self.inner.data().as_ptr() as usize + 28,
+                        data_len: b.caplen as usize,
+                    });
                     if let Some(at) = at {
                         return Ok(Some(at));
                     }
@@ -940,15 +944,8 @@ impl TraceReader {
                     }
                     self.inner.consume_noshift(offset);
                 }
-                Step::Packet {
-                    offset,
-                    ts,
-                    iface,
-                    wire_len,
-                    data_ptr,
-                    data_len,
-                } => {
-                    if let Some(at) = self.packet(offset, ts, iface, wire_len, data_ptr, data_len) {
+                Step::Packet(p) => {
+                    if let Some(at) = self.packet(p) {
                         return Ok(Some(at));
                     }
                 }
@@ -956,19 +953,18 @@ impl TraceReader {
         }
     }
 
-    /// A packet record or block at the read position, `offset` bytes long, its data at
-    /// `data_ptr` in the buffer: the frame to return, or `None` when it is passed over (counted
-    /// in [`ReadStats`], consumed).
+    /// The frame of a packet record or block, or `None` when it is passed over (counted in
+    /// [`ReadStats`], consumed).
     #[inline]
-    fn packet(
-        &mut self,
-        offset: usize,
-        ts: RawTs,
-        iface: u32,
-        wire_len: u32,
-        data_ptr: usize,
-        data_len: usize,
-    ) -> Option<FrameAt> {
+    fn packet(&mut self, p: PacketAt) -> Option<FrameAt> {
+        let PacketAt {
+            offset,
+            ts,
+            iface,
+            wire_len,
+            data_ptr,
+            data_len,
+        } = p;
         let (link, ts) = match ts {
             RawTs::Legacy { secs, frac } => {
                 if frac as u64 >= self.legacy_units {
@@ -1989,14 +1985,18 @@ enum Step {
         iface: u32,
         dropped: Option<u64>,
     },
-    Packet {
-        offset: usize,
-        ts: RawTs,
-        iface: u32,
-        wire_len: u32,
-        data_ptr: usize,
-        data_len: usize,
-    },
+    Packet(PacketAt),
+}
+
+/// A packet record or block at the read position, `offset` bytes long, its data `data_len`
+/// bytes at `data_ptr` in the buffer.
+struct PacketAt {
+    offset: usize,
+    ts: RawTs,
+    iface: u32,
+    wire_len: u32,
+    data_ptr: usize,
+    data_len: usize,
 }
 
 fn classify(
@@ -2015,7 +2015,7 @@ fn classify(
             snaplen: h.snaplen,
             record_header: if h.is_modified_format() { 24 } else { 16 },
         },
-        PcapBlockOwned::Legacy(b) => Step::Packet {
+        PcapBlockOwned::Legacy(b) => Step::Packet(PacketAt {
             offset,
             ts: RawTs::Legacy {
                 secs: b.ts_sec,
@@ -2025,7 +2025,7 @@ fn classify(
             wire_len: b.origlen,
             data_ptr: b.data.as_ptr() as usize,
             data_len: b.data.len().min(b.caplen as usize),
-        },
+        }),
         PcapBlockOwned::NG(block) => {
             *format = Some(Format::PcapNg);
             match block {
@@ -2045,22 +2045,22 @@ fn classify(
                         .map(|v| v as i64)
                         .unwrap_or(0),
                 },
-                Block::EnhancedPacket(epb) => Step::Packet {
+                Block::EnhancedPacket(epb) => Step::Packet(PacketAt {
                     offset,
                     ts: RawTs::Ng(((epb.ts_high as u64) << 32) | epb.ts_low as u64),
                     iface: epb.if_id,
                     wire_len: epb.origlen,
                     data_ptr: epb.data.as_ptr() as usize,
                     data_len: epb.data.len().min(epb.caplen as usize),
-                },
-                Block::SimplePacket(spb) => Step::Packet {
+                }),
+                Block::SimplePacket(spb) => Step::Packet(PacketAt {
                     offset,
                     ts: RawTs::None,
                     iface: 0,
                     wire_len: spb.origlen,
                     data_ptr: spb.data.as_ptr() as usize,
                     data_len: spb.data.len().min(spb.origlen as usize),
-                },
+                }),
                 Block::InterfaceStatistics(isb) => {
                     // isb_ifdrop (option code 5), a u64 in section byte order
                     Step::IfStats {
@@ -2086,14 +2086,14 @@ fn classify(
                     let r32 = |i: usize| u32_in([d[i], d[i + 1], d[i + 2], d[i + 3]], section_be);
                     let caplen = r32(12) as usize;
                     let data = &d[20..];
-                    Step::Packet {
+                    Step::Packet(PacketAt {
                         offset,
                         ts: RawTs::Ng(((r32(4) as u64) << 32) | r32(8) as u64),
                         iface: r16(0) as u32,
                         wire_len: r32(16),
                         data_ptr: data.as_ptr() as usize,
                         data_len: data.len().min(caplen),
-                    }
+                    })
                 }
                 _ => Step::Skip(offset),
             }

@@ -190,81 +190,13 @@ fn teardown_prints_the_removal_of_mimics_pipes_only() {
 
 #[test]
 fn bad_render_requests_are_clear_errors() {
-    // a pipe table without pipes is named
     let dir = tempdir();
+    // a pipe table without pipes is named
     let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "# nothing yet\n").unwrap();
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--pipes",
-        empty.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("empty.toml: holds no pipes"),
-        "{}",
-        stderr(&o)
-    );
-    // --apply never picks interfaces by itself
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--default",
-        "delay=5ms",
-        "--apply",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("name both with --client-if and --server-if"),
-        "{}",
-        stderr(&o)
-    );
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--default",
-        "delay=5ms",
-        "--force",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--apply"), "{}", stderr(&o));
-    let o = run(&["netemu", "render", "--backend", "netem"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no pipes to render"), "{}", stderr(&o));
-    let dir = tempdir();
+    let empty = empty.to_str().unwrap();
     let missing = dir.path().join("missing.db");
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        missing.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("missing.db") && stderr(&o).contains("no such file"),
-        "{}",
-        stderr(&o)
-    );
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--client-addr",
-        "10.0.0.1",
-        "--default",
-        "delay=1ms",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "--client-addr without --from");
+    let missing = missing.to_str().unwrap();
     // a pipe no kernel backend can express is named with the file it came from, or the flag
     let pipes = dir.path().join("slow-start.toml");
     std::fs::write(
@@ -272,36 +204,55 @@ fn bad_render_requests_are_clear_errors() {
         "[[flow]]\nclient = \"198.19.0.7:40000\"\nserver = \"198.18.0.2:80\"\nup = \"delay=10ms\"\ndown = \"delay=10ms,first_delay=150ms\"\n",
     )
     .unwrap();
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--pipes",
-        pipes.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains(
-            "slow-start.toml: flow #1 198.19.0.7:40000 -> 198.18.0.2:80 down: a first-packet delay"
+    let pipes = pipes.to_str().unwrap();
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["--backend", "netem", "--pipes", empty],
+            "empty.toml: holds no pipes",
         ),
-        "{}",
-        stderr(&o)
-    );
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "dummynet",
-        "--default",
-        "delay=1ms,first_delay=5ms",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("--default: default up: a first-packet delay"),
-        "{}",
-        stderr(&o)
-    );
+        // --apply never picks interfaces by itself
+        (
+            &["--backend", "netem", "--default", "delay=5ms", "--apply"],
+            "name both with --client-if and --server-if",
+        ),
+        (
+            &["--backend", "netem", "--default", "delay=5ms", "--force"],
+            "--apply",
+        ),
+        (&["--backend", "netem"], "no pipes to render"),
+        (&["--backend", "netem", "--from", missing], "missing.db"),
+        (
+            &[
+                "--backend",
+                "netem",
+                "--client-addr",
+                "10.0.0.1",
+                "--default",
+                "delay=1ms",
+            ],
+            "--client-addr",
+        ),
+        (
+            &["--backend", "netem", "--pipes", pipes],
+            "slow-start.toml: flow #1 198.19.0.7:40000 -> 198.18.0.2:80 down: a first-packet delay",
+        ),
+        (
+            &[
+                "--backend",
+                "dummynet",
+                "--default",
+                "delay=1ms,first_delay=5ms",
+            ],
+            "--default: default up: a first-packet delay",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = run(&[&["netemu", "render"], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&["netemu", "render", "--backend", "netem", "--from", missing]);
+    assert!(stderr(&o).contains("no such file"), "{}", stderr(&o));
 }
 
 /// `netemu run --backend netem` takes interfaces and installs only what a controller sends:

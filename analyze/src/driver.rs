@@ -308,9 +308,14 @@ impl FrameSource {
         // corrupt records the reader skipped, going on after them, come as one report at the
         // end of the input (it names the first, counts the others)
         let skipped = self.readers[i].stats.corrupt_records;
-        let resumed = matches!(e, TraceError::Corrupt { .. }) && skipped > 0;
-        *self.unreadable.skipped.entry(e.reason()).or_default() +=
-            if resumed { skipped } else { 1 };
+        let skips = matches!(e, TraceError::Corrupt { .. }) && skipped > 0;
+        // an error that ended the reading after the skips: counted too, and not "went on"
+        let fatal = self.readers[i].ended_early_after_skips().filter(|_| skips);
+        let resumed = skips && fatal.is_none();
+        *self.unreadable.skipped.entry(e.reason()).or_default() += if skips { skipped } else { 1 };
+        if let Some(reason) = fatal {
+            *self.unreadable.skipped.entry(reason).or_default() += 1;
+        }
         self.issues.push(InputIssue {
             file: e.path().display().to_string(),
             reason: e.reason(),

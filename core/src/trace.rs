@@ -150,7 +150,8 @@ impl Interface {
     /// of range.
     #[inline]
     fn time(&self, units: u64) -> Option<Timestamp> {
-        let secs = (units / self.units_per_sec) as i64;
+        // beyond i64 seconds (a 1-unit-per-second interface stamped near 2^64): out of range
+        let secs = i64::try_from(units / self.units_per_sec).ok()?;
         let frac = units % self.units_per_sec;
         secs.checked_add(self.offset_secs)
             .and_then(|s| Timestamp::from_parts(s, frac, self.units_per_sec))
@@ -469,6 +470,9 @@ pub struct TraceReader {
     /// The first corrupt record skipped, and where the next few were.
     first_skip: Option<Skip>,
     later_skips: Vec<u64>,
+    /// The reason of the error that ended the reading after corrupt records were skipped
+    /// (reported inside their [`TraceError::Corrupt`]).
+    fatal_after_skips: Option<&'static str>,
     /// The end of the input, or an error past which nothing can be read, has been reported.
     finished: bool,
     warnings: Vec<String>,
@@ -628,6 +632,7 @@ impl TraceReader {
             read_error,
             first_skip: None,
             later_skips: Vec::new(),
+            fatal_after_skips: None,
             finished: false,
             warnings: Vec::new(),
             stats: ReadStats::default(),
@@ -662,6 +667,13 @@ impl TraceReader {
     /// What was wrong with the input but lost no frame (a gzip trailer that does not match its
     /// content, bytes after the gzip stream), each naming the file; logged as warnings too.
     /// Complete once [`Self::next_frame`] has reported the end of the input.
+    /// When the reading skipped corrupt records and then met an error it could not read past
+    /// (a file cut short, a read that failed), that error's reason ([`TraceError::reason`]):
+    /// the input ended early although its [`TraceError::Corrupt`] report is about the skips.
+    pub fn ended_early_after_skips(&self) -> Option<&'static str> {
+        self.fatal_after_skips
+    }
+
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -752,6 +764,7 @@ impl TraceReader {
             let msg = e.to_string();
             let prefix = format!("{}: ", self.path.display());
             what += &format!("; then {}", msg.strip_prefix(&prefix).unwrap_or(&msg));
+            self.fatal_after_skips = Some(e.reason());
         }
         Some(TraceError::Corrupt {
             path: self.path.clone(),

@@ -1282,5 +1282,25 @@ fn a_corrupt_record_is_skipped_and_the_rest_analyzed() {
                 .any(|l| l.starts_with(&warning) && l.contains(&skip)),
             "{rel}: {err}"
         );
+        assert_eq!(issues[0]["resumed"], true, "{rel}: {got}");
+
+        // the same file cut short after the corrupt record: the reading did not go on to the
+        // end, and the cut is counted beside the skip
+        let (cut_at, cut_len) = recs[recs.len() * 3 / 4];
+        let cut = tmp.path().join(format!("corrupt-cut-{name}"));
+        std::fs::write(&cut, &bytes[..cut_at + cut_len / 2]).unwrap();
+        let o = analyze(&cut, &tmp.path().join("cut.db"), &[]);
+        assert!(o.status.success(), "{rel}: {}", stderr(&o));
+        let got = summary(&o);
+        let err = stderr(&o);
+        assert_eq!(got["skipped"]["corrupt_record"], 1, "{rel}: {got}");
+        assert_eq!(got["skipped"]["file_truncated"], 1, "{rel}: {got}");
+        let issues = got["input_issues"].as_array().unwrap();
+        assert_eq!(issues[0]["resumed"], false, "{rel}: {got}");
+        assert!(
+            err.contains("then file is cut short")
+                && err.contains("frames before it were analyzed"),
+            "{rel}: {err}"
+        );
     }
 }

@@ -591,6 +591,32 @@ fn bad_input_is_a_clear_error() {
     let files = pcapng_files(&out);
     // the eleventh record is a TCP segment: the one frame lost
     assert_eq!(wireshark_reads(&files[0]), frames - 1);
+    // cut short after the corrupt record: an input that ended early, the skip in its message
+    let cut = dir.path().join("corrupt-cut.pcap");
+    std::fs::write(&cut, &bad[..bad.len() - 7]).unwrap();
+    let out = dir.path().join("corrupt-cut-out");
+    let o = mimic()
+        .args(["capture", "--source"])
+        .arg(format!("pcap:{}", cut.display()))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("input ended early") && err.contains("then file is cut short"),
+        "{err}"
+    );
+    let s = summary(&out);
+    assert!(s["input_skipped"].is_null(), "{s}");
+    assert!(
+        s["input_error"]
+            .as_str()
+            .unwrap()
+            .contains("reading resumed at byte"),
+        "{s}"
+    );
 }
 
 #[test]

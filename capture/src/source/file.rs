@@ -3,7 +3,7 @@
 //! the reading goes on; the reader reports the skips (how many, where, where it resumed) once
 //! the file has ended, which the capture reports as skipped records (`input_skipped`), not as
 //! an input that ended early. A file cut short ends it there (`input_error`, frames before it
-//! kept).
+//! kept; corrupt records skipped before the cut are in the same message).
 
 use std::path::Path;
 
@@ -60,7 +60,8 @@ impl Queue for FileSource {
                 Err(e) => {
                     self.done = true;
                     let resumed = matches!(e, TraceError::Corrupt { .. })
-                        && self.reader.stats.corrupt_records > 0;
+                        && self.reader.stats.corrupt_records > 0
+                        && self.reader.ended_early_after_skips().is_none();
                     return Err(if resumed {
                         SourceError::Skipped(e)
                     } else {

@@ -383,6 +383,19 @@ const COMMIT_MARK: &str = "COMMITTING";
 /// process once N tables have been renamed into place.
 const FAULT_ABORT_COMMIT: &str = "MIMIC_FAULT_ABORT_COMMIT_AFTER";
 
+/// Whether the commit a killed run began (its temporary directory `tmp` holds the mark) is
+/// the shard's last: no part of the shard was written after the mark (a later run's commit
+/// replaced what it had put in place, and what it left must not replace that run's parts).
+fn killed_commit_is_the_last(dir: &Path, tmp: &Path, shard: u32) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(mark) = modified(&tmp.join(COMMIT_MARK)) else {
+        return false;
+    };
+    TABLES
+        .iter()
+        .all(|t| modified(&part_path(dir, t.name, shard)).is_none_or(|part| part <= mark))
+}
+
 /// Completes the commit a killed run began (its temporary directory `tmp` holds the mark):
 /// every new part still in `tmp` takes its place in shard `shard`. `false` when a rename
 /// failed (the directory is then left for a later run).
@@ -443,8 +456,11 @@ fn remove_dead_runs_temp_dirs(dir: &Path) {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > std::time::Duration::from_secs(7 * 24 * 3600));
         if dead_here || week_old {
+            // a commit is completed only by a run of the host that began it, and only when
+            // it is the shard's last (a week-old folder of another host's run is removed)
             let shard = parts.first().and_then(|k| k.parse::<u32>().ok());
-            if let (true, Some(shard)) = (e.path().join(COMMIT_MARK).exists(), shard) {
+            let last = |k| dead_here && killed_commit_is_the_last(dir, &e.path(), k);
+            if let Some(shard) = shard.filter(|&k| last(k)) {
                 tracing::warn!(
                     "{}: completing the commit of shard {shard} that a killed run began",
                     dir.display()
@@ -621,6 +637,10 @@ impl ParquetDataset {
             }
         }
         if let Some(e) = failed {
+            // the commit is abandoned: a later run must not complete it, should this one be
+            // killed while it puts the earlier parts back
+            let _ = std::fs::remove_file(&mark);
+            let _ = File::open(&self.tmp).and_then(|d| d.sync_all());
             for (i, earlier) in done.into_iter().rev() {
                 match earlier {
                     Some(a) => {

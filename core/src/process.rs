@@ -20,9 +20,17 @@ pub fn stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Whether process `pid` exists and has not exited.
+/// Whether process `pid` exists and has not exited. A process whose entry cannot be read for
+/// another reason than its absence (`/proc` mounted with `hidepid`, another user's process)
+/// counts as running: what a sweep would remove for it is left.
 pub fn running(pid: i32) -> bool {
-    stat(pid).is_some_and(|s| !s.exited)
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => parse_stat(&s).is_none_or(|s| !s.exited),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
 /// `/proc/PID/stat`: `PID (COMM) STATE …`, the start time the 22nd field. COMM may hold

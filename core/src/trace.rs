@@ -1023,34 +1023,25 @@ impl TraceReader {
             self.inner.consume_noshift(offset);
             return None;
         }
-        Some(self.accept(offset, ts, link, wire_len, start, data_len, iface))
-    }
-
-    /// The frame of the record or block at the read position (`offset` bytes long, its data
-    /// `len` bytes at `start`), counted and to be consumed at the next call.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn accept(
-        &mut self,
-        offset: usize,
-        ts: Timestamp,
-        link: LinkType,
-        wire_len: u32,
-        start: usize,
-        len: usize,
-        interface: u32,
-    ) -> FrameAt {
-        self.last_ts = ts;
-        self.stats.frames += 1;
-        self.pending_consume = offset;
-        FrameAt {
+        let frame = FrameAt {
             ts,
             link,
             wire_len,
             start,
-            len,
-            interface,
-        }
+            len: data_len,
+            interface: iface,
+        };
+        Some(self.accept(offset, frame))
+    }
+
+    /// `frame`, of the record or block at the read position (`offset` bytes long), counted
+    /// and to be consumed at the next call.
+    #[inline(always)]
+    fn accept(&mut self, offset: usize, frame: FrameAt) -> FrameAt {
+        self.last_ts = frame.ts;
+        self.stats.frames += 1;
+        self.pending_consume = offset;
+        frame
     }
 
     /// A classic pcap record read without pcap-parser, the common case: a 16-byte record header
@@ -1083,8 +1074,15 @@ impl TraceReader {
             // the next record goes the general way
             return None;
         };
-        let link = self.legacy_link;
-        Some(self.accept(end, ts, link, h.orig, 16, h.incl as usize, 0))
+        let frame = FrameAt {
+            ts,
+            link: self.legacy_link,
+            wire_len: h.orig,
+            start: 16,
+            len: h.incl as usize,
+            interface: 0,
+        };
+        Some(self.accept(end, frame))
     }
 
     /// An Enhanced Packet Block read without a second look, the common case of pcapng: the
@@ -1117,8 +1115,15 @@ impl TraceReader {
         let iface = w(8);
         let i = self.interfaces.get(iface as usize)?;
         let ts = i.time((w(12) as u64) << 32 | w(16) as u64)?;
-        let (link, wire_len) = (i.link, w(24));
-        Some(self.accept(len, ts, link, wire_len, 28, caplen, iface))
+        let frame = FrameAt {
+            ts,
+            link: i.link,
+            wire_len: w(24),
+            start: 28,
+            len: caplen,
+            interface: iface,
+        };
+        Some(self.accept(len, frame))
     }
 
     /// What reading a classic pcap record notes of it (its seconds, for the check of the next

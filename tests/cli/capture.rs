@@ -122,8 +122,13 @@ fn key_file(path: &Path, pattern: [u8; 8]) -> PathBuf {
 
 /// Runs `mimic capture` on a file source; returns the output directory's closed files.
 fn capture_file(input: &Path, out: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    capture_ok(input, out, &[&["-q"], extra].concat());
+    pcapng_files(out)
+}
+
+/// `mimic capture --source pcap:INPUT -o OUT EXTRA...`, which must succeed; its output.
+fn capture_ok(input: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let o = mimic()
-        .arg("-q")
         .arg("capture")
         .arg("--source")
         .arg(format!("pcap:{}", input.display()))
@@ -133,7 +138,7 @@ fn capture_file(input: &Path, out: &Path, extra: &[&str]) -> Vec<PathBuf> {
         .output()
         .unwrap();
     assert!(o.status.success(), "mimic capture failed: {}", stderr(&o));
-    pcapng_files(out)
+    o
 }
 
 /// Connections (canonical 4-tuple) → (directions seen (true = from the higher endpoint), packets).
@@ -519,14 +524,7 @@ fn bad_input_is_a_clear_error() {
     let cut = dir.path().join("cut.pcap");
     std::fs::write(&cut, &bytes[..bytes.len() / 2 + 7]).unwrap();
     let out = dir.path().join("cut-out");
-    let o = mimic()
-        .args(["capture", "--source"])
-        .arg(format!("pcap:{}", cut.display()))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = capture_ok(&cut, &out, &[]);
     assert!(stderr(&o).contains("cut short"), "{}", stderr(&o));
     let files = pcapng_files(&out);
     assert!(wireshark_reads(&files[0]) > 100);
@@ -534,14 +532,7 @@ fn bad_input_is_a_clear_error() {
     // a corrupt record in the middle: skipped, the rest of the file captured, and reported as
     // skipped records, not as an input that ended early
     let clean = dir.path().join("clean-out");
-    let o = mimic()
-        .args(["capture", "--source"])
-        .arg(format!("pcap:{}", input.display()))
-        .arg("-o")
-        .arg(&clean)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    capture_ok(&input, &clean, &[]);
     let frames = wireshark_reads(&pcapng_files(&clean)[0]);
     let mut bad = bytes.clone();
     let little = bad[..4] == [0xd4, 0xc3, 0xb2, 0xa1];
@@ -564,14 +555,7 @@ fn bad_input_is_a_clear_error() {
     let corrupt = dir.path().join("corrupt.pcap");
     std::fs::write(&corrupt, &bad).unwrap();
     let out = dir.path().join("corrupt-out");
-    let o = mimic()
-        .args(["capture", "--source"])
-        .arg(format!("pcap:{}", corrupt.display()))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = capture_ok(&corrupt, &out, &[]);
     let err = stderr(&o);
     assert!(
         err.contains("corrupt records skipped, the reading went on after them")
@@ -595,14 +579,7 @@ fn bad_input_is_a_clear_error() {
     let cut = dir.path().join("corrupt-cut.pcap");
     std::fs::write(&cut, &bad[..bad.len() - 7]).unwrap();
     let out = dir.path().join("corrupt-cut-out");
-    let o = mimic()
-        .args(["capture", "--source"])
-        .arg(format!("pcap:{}", cut.display()))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = capture_ok(&cut, &out, &[]);
     let err = stderr(&o);
     assert!(
         err.contains("input ended early") && err.contains("then file is cut short"),

@@ -345,23 +345,8 @@ struct Skip {
 enum Vet {
     /// Parse it.
     Read,
-    /// An Enhanced Packet Block whose every length has been checked: its packet is read from
-    /// the fields the check read ([`TraceReader::vet_block`]), which are what pcap-parser
-    /// would give (its options, never an error there, are not needed).
-    Packet(Epb),
     /// It was corrupt and has been skipped: check what is now at the read position.
     Skipped,
-}
-
-/// An Enhanced Packet Block's fixed fields, as [`Vet::Packet`] hands them on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Epb {
-    /// The whole block's length.
-    len: usize,
-    if_id: u32,
-    ts: u64,
-    caplen: u32,
-    origlen: u32,
 }
 
 /// Whether a resynchronization can read on from an offset.
@@ -808,24 +793,8 @@ impl TraceReader {
                 }
                 return Ok(None);
             }
-            match self.vet()? {
-                Vet::Read => {}
-                Vet::Skipped => continue,
-                Vet::Packet(b) => {
-                    // the packet data follows the block's first 28 bytes
-                    let at = self.packet(PacketAt {
-                        offset: b.len,
-                        ts: RawTs::Ng(b.ts),
-                        iface: b.if_id,
-                        wire_len: b.origlen,
-                        data_ptr: self.inner.data().as_ptr() as usize + 28,
-                        data_len: b.caplen as usize,
-                    });
-                    if let Some(at) = at {
-                        return Ok(Some(at));
-                    }
-                    continue;
-                }
+            if self.vet()? == Vet::Skipped {
+                continue;
             }
             let step = match self.inner.next() {
                 Ok((offset, block)) => {
@@ -1088,7 +1057,7 @@ impl TraceReader {
     /// An Enhanced Packet Block read without a second look, the common case of pcapng: the
     /// block whole in the buffer, every check [`Self::vet_block`] makes of it passed, of an
     /// interface the section described and stamped within range, so that the general path
-    /// ([`Vet::Packet`], then [`Self::packet`]) would return the same frame. `None` leaves the
+    /// (`vet_block`, then pcap-parser) would return the same frame. `None` leaves the
     /// block to that path.
     #[inline]
     fn plain_block(&mut self) -> Option<FrameAt> {
@@ -1540,16 +1509,6 @@ impl TraceReader {
         }
         if let Some(what) = block_body_problem(block_type, d, big_endian) {
             return Ok(self.skip_block(pos, what, len));
-        }
-        if block_type == 6 {
-            let at = |i: usize| u32_in(d[i..i + 4].try_into().expect("4 bytes"), big_endian);
-            return Ok(Vet::Packet(Epb {
-                len,
-                if_id: at(8),
-                ts: (at(12) as u64) << 32 | at(16) as u64,
-                caplen: at(20),
-                origlen: at(24),
-            }));
         }
         self.vetted = Some(len);
         Ok(Vet::Read)

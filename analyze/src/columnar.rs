@@ -25,8 +25,9 @@
 //! of one run's and some of another's. A later run removes what a killed one left there; one
 //! killed during its renames (a few milliseconds, after every file was complete and on disk)
 //! left a mark in its temporary directory (`COMMITTING`), and the next run on the directory
-//! completes that commit before its own work, so the shard is that run's whole (until then,
-//! a reader sees some of its tables and some of the earlier run's).
+//! from the same host completes that commit before its own work, unless a later commit
+//! replaced the shard since, so the shard is one run's whole (until then, a reader sees some
+//! of its tables and some of the earlier run's).
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -1157,8 +1157,13 @@ mod tests {
         let rtt = b[0].column(b[0].schema().index_of("min_rtt_us").unwrap());
         assert!(!rtt.is_null(0) && rtt.is_null(1));
 
-        // an older database without community_id
-        c.execute_batch("ALTER TABLE connections DROP COLUMN community_id; DELETE FROM meta WHERE key = 'shard';")
+        // an older database: its tables not STRICT (as written before them), without
+        // community_id
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        mimic_core::db::init_schema_not_strict(&c).unwrap();
+        conn(1, true).insert(&c).unwrap();
+        conn(2, false).insert(&c).unwrap();
+        c.execute_batch("ALTER TABLE connections DROP COLUMN community_id;")
             .unwrap();
         let dir = tmp.path().join("old");
         let (k, _) = export_database(&c, Path::new("x.db"), &dir).unwrap();

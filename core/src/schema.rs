@@ -123,8 +123,9 @@ impl Column {
     }
 
     /// Whether SQLite lets the column hold NULL: not for `NOT NULL` and not for an `INTEGER
-    /// PRIMARY KEY` (the rowid); a `TEXT PRIMARY KEY` does (SQLite's old rule). Columnar
-    /// outputs declare their fields nullable exactly then.
+    /// PRIMARY KEY` (the rowid); a `TEXT PRIMARY KEY` does (SQLite's old rule) in a table that
+    /// is not STRICT, as a database written before them has. Columnar outputs declare their
+    /// fields nullable exactly then.
     pub fn nullable(&self) -> bool {
         !(self.not_null || (self.primary_key && self.sql_type == SqlType::Integer))
     }
@@ -236,6 +237,11 @@ impl Table {
 
     /// `CREATE TABLE` with the columns of migration `level` and before, each with its unit and
     /// doc as a comment (SQLite keeps the text: `sqlite3 flows.db .schema` shows them).
+    ///
+    /// The table is `STRICT` (SQLite 3.37, 2021): SQLite itself refuses a value of another type
+    /// than the column's, from any writer (a hand edit in `sqlite3` too), so a reader need not
+    /// scan the table for one ([`crate::db::check_value_types`] scans only tables without it:
+    /// those created before, which a migration keeps as they are).
     pub fn create_sql(&self, level: u32) -> String {
         let cols: Vec<&Column> = self.columns.iter().filter(|c| c.since <= level).collect();
         let mut sql = format!("CREATE TABLE {} (\n", self.name);
@@ -254,7 +260,7 @@ impl Table {
             let sep = if cols.len() + i + 1 < items { "," } else { "" };
             let _ = writeln!(sql, "    {c}{sep}");
         }
-        sql.push_str(");\n");
+        sql.push_str(") STRICT;\n");
         sql
     }
 
@@ -887,7 +893,19 @@ mod tests {
         rows.collect::<rusqlite::Result<_>>().unwrap()
     }
 
-    /// What `pragma table_info` must say of a table declared by `t`.
+    /// `info` as the STRICT table of the same columns reports it: its key columns NOT NULL,
+    /// but for the rowid (a one-column INTEGER PRIMARY KEY).
+    fn as_strict(info: Info) -> Info {
+        let keys = info.iter().filter(|c| c.4 > 0).count();
+        info.into_iter()
+            .map(|(n, ty, nn, d, pk)| {
+                let rowid = keys == 1 && pk == 1 && ty == "INTEGER";
+                (n, ty, nn || (pk > 0 && !rowid), d, pk)
+            })
+            .collect()
+    }
+
+    /// What `pragma table_info` must say of a table declared by `t` (STRICT).
     fn expected_info(t: &Table) -> Info {
         let composite: Vec<String> = t
             .constraints
@@ -913,7 +931,9 @@ mod tests {
                 (
                     c.name.to_string(),
                     c.sql_type.as_str().to_string(),
-                    c.not_null,
+                    // a key column of a STRICT table is NOT NULL, but for the rowid
+                    // (SQLite reports an INTEGER PRIMARY KEY as it is declared)
+                    c.not_null || (pk > 0 && !(c.primary_key && c.sql_type == SqlType::Integer)),
                     c.default.map(str::to_string),
                     pk,
                 )
@@ -980,7 +1000,13 @@ mod tests {
         let new = fresh_db();
         assert_eq!(user_tables(&old), user_tables(&new));
         for t in user_tables(&old) {
-            assert_eq!(table_info(&old, &t), table_info(&new, &t), "table {t}");
+            // the same columns; the old tables are not STRICT (a migration keeps them as they
+            // are), so their TEXT key takes NULL where the new one does not
+            assert_eq!(
+                as_strict(table_info(&old, &t)),
+                table_info(&new, &t),
+                "table {t}"
+            );
             for pragma in ["foreign_key_list", "index_list"] {
                 let dump = |c: &Connection| {
                     let mut st = c.prepare(&format!("PRAGMA {pragma}({t})")).unwrap();
@@ -1160,11 +1186,10 @@ mod tests {
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);
 
-        // every value has its column's type: a hand-changed one is named by table, row and
-        // column (SQL arithmetic would read text as 0, and `get` would fail without a row)
+        // every value has its column's type. In a database of this build SQLite refuses a
+        // hand-changed one itself (STRICT tables), so no reader scans for one
         let path = std::path::Path::new("x.db");
-        crate::db::check_value_types(&c, path).unwrap();
-        for (set, row, what) in [
+        let bad = [
             (
                 "connections SET response_time_us = 'hello' WHERE id = 2",
                 "id=2",
@@ -1190,7 +1215,44 @@ mod tests {
                 "conn_id=1, seq=0",
                 "req_bytes holds blob",
             ),
-        ] {
+        ];
+        for (set, _, _) in bad {
+            let e = c.execute_batch(&format!("UPDATE {set};")).unwrap_err();
+            assert!(e.to_string().contains("cannot store"), "{set}: {e}");
+        }
+        for t in TABLES {
+            let cols: Vec<&Column> = t.columns.iter().collect();
+            assert!(
+                crate::db::enforced_by_sqlite(&c, t.name, &cols).unwrap(),
+                "{} is not STRICT with the contract's types",
+                t.name
+            );
+        }
+        crate::db::check_value_types(&c, path).unwrap();
+
+        // a database written before STRICT (a migrated one keeps its tables as they were) is
+        // scanned: a hand-changed value is named by table, row and column (SQL arithmetic would
+        // read text as 0, and `get` would fail without a row)
+        let dir = tempfile::tempdir().unwrap();
+        let loose_path = dir.path().join("loose.db");
+        crate::db::init_schema_not_strict(&Connection::open(&loose_path).unwrap()).unwrap();
+        c.execute("ATTACH ?1 AS loose", [loose_path.to_str().unwrap()])
+            .unwrap();
+        for t in TABLES {
+            c.execute_batch(&format!(
+                "DELETE FROM loose.{0}; INSERT INTO loose.{0} SELECT * FROM main.{0};",
+                t.name
+            ))
+            .unwrap();
+        }
+        c.execute_batch("DETACH loose").unwrap();
+        let c = Connection::open(&loose_path).unwrap();
+        for t in TABLES {
+            let cols: Vec<&Column> = t.columns.iter().collect();
+            assert!(!crate::db::enforced_by_sqlite(&c, t.name, &cols).unwrap());
+        }
+        crate::db::check_value_types(&c, path).unwrap();
+        for (set, row, what) in bad {
             c.execute_batch(&format!("SAVEPOINT s; UPDATE {set};"))
                 .unwrap();
             let e = crate::db::check_value_types(&c, path)
@@ -1199,6 +1261,22 @@ mod tests {
             assert!(e.contains(row) && e.contains(what), "{set}: {e}");
             c.execute_batch("ROLLBACK TO s; RELEASE s;").unwrap();
         }
+        // a STRICT table whose contract column was declared without its type or NOT NULL (by
+        // hand) is scanned as well
+        let probe = Connection::open_in_memory().unwrap();
+        probe
+            .execute_batch(
+                "CREATE TABLE exchanges (conn_id INTEGER NOT NULL, seq ANY, req_bytes INTEGER) STRICT;",
+            )
+            .unwrap();
+        let ex_cols: Vec<&Column> = ExchangeRow::TABLE.columns[..2].iter().collect();
+        assert!(!crate::db::enforced_by_sqlite(&probe, "exchanges", &ex_cols).unwrap());
+        let req: Vec<&Column> = vec![ExchangeRow::TABLE.column("req_bytes").unwrap()];
+        assert!(
+            !crate::db::enforced_by_sqlite(&probe, "exchanges", &req).unwrap(),
+            "req_bytes is NOT NULL in the contract"
+        );
+        assert!(!crate::db::enforced_by_sqlite(&probe, "missing", &req).unwrap());
         crate::db::check_value_types(&c, path).unwrap();
         // a REAL column takes integers (SQLite's own affinity stores them as they come)
         c.execute("UPDATE connections SET bw_bps = 1500000 WHERE id = 1", [])

@@ -890,7 +890,22 @@ impl TraceReader {
                     self.format = Some(Format::Pcap { nanos, big_endian });
                     self.inner.consume_noshift(offset);
                 }
-                Step::Section { offset, big_endian } => {
+                Step::Section {
+                    offset,
+                    big_endian,
+                    version: (major, minor),
+                } => {
+                    // the first section's was checked with the file header; a later one of
+                    // another version ends the reading there, as in Wireshark
+                    if major != 1 {
+                        return Err(TraceError::UnsupportedVersion {
+                            path: self.path.clone(),
+                            what: format!(
+                                "pcapng section header at byte {} of version {major}.{minor} (1.x is the only one defined)",
+                                self.position()
+                            ),
+                        });
+                    }
                     self.interfaces.clear();
                     self.section_big_endian = big_endian;
                     self.inner.consume_noshift(offset);
@@ -1950,6 +1965,7 @@ enum Step {
     Section {
         offset: usize,
         big_endian: bool,
+        version: (u16, u16),
     },
     Interface {
         offset: usize,
@@ -2009,6 +2025,7 @@ fn classify(
                 Block::SectionHeader(shb) => Step::Section {
                     offset,
                     big_endian: shb.big_endian(),
+                    version: (shb.major_version, shb.minor_version),
                 },
                 Block::InterfaceDescription(idb) => Step::Interface {
                     offset,
@@ -2452,6 +2469,33 @@ mod tests {
                 e.to_string().contains("section header of version 2.0"),
                 "{e}"
             );
+            // a later section of another version: the frames before it are read, then the
+            // error names the section's place and version
+            let mut second = NgWriter::new(big_endian);
+            second.interface(&[]);
+            second.enhanced_packet(0, 2, frame);
+            let mut bad = second.out.clone();
+            bad[12..14].copy_from_slice(&v);
+            for (tail, ok) in [(second.out.clone(), true), (bad, false)] {
+                let mut b = w.out.clone();
+                let at = b.len();
+                b.extend_from_slice(&tail);
+                let mut r = TraceReader::from_bytes("two.pcapng", b).unwrap();
+                assert!(r.next_frame().unwrap().is_some());
+                let got = r.next_frame();
+                if ok {
+                    assert!(got.unwrap().is_some());
+                    assert!(r.next_frame().unwrap().is_none());
+                    continue;
+                }
+                let e = got.err().unwrap();
+                assert_eq!(e.reason(), "unsupported_version");
+                assert!(
+                    e.to_string()
+                        .contains(&format!("section header at byte {at} of version 2.0")),
+                    "{e}"
+                );
+            }
         }
     }
 

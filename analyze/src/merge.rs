@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use mimic_core::community_id::Shard;
 use mimic_core::db::{index_statements, open_existing, set_meta, AtomicDb, DbError};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::driver::SHARD_HASH;
@@ -409,20 +409,27 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeSummary, MergeError> {
                 );
                 match res {
                     Ok(k) => *rows.entry(t.clone()).or_default() += k as u64,
-                    Err(rusqlite::Error::SqliteFailure(e, _))
-                        if e.code == rusqlite::ErrorCode::ConstraintViolation
-                            && t == "connections" =>
+                    Err(e)
+                        if t == "connections"
+                            && matches!(&e, rusqlite::Error::SqliteFailure(f, _)
+                                if f.code == rusqlite::ErrorCode::ConstraintViolation) =>
                     {
-                        let id: i64 = c
+                        // an id another shard has; any other constraint (a value the STRICT
+                        // table refuses) is reported as SQLite put it
+                        let id: Option<i64> = c
                             .query_row(
                                 "SELECT id FROM shard.connections WHERE id IN (SELECT id FROM main.connections) LIMIT 1",
                                 [],
                                 |r| r.get(0),
                             )
+                            .optional()
                             .map_err(sq(&s.path))?;
-                        return Err(MergeError::Overlap {
-                            path: s.path.clone(),
-                            id,
+                        return Err(match id {
+                            Some(id) => MergeError::Overlap {
+                                path: s.path.clone(),
+                                id,
+                            },
+                            None => sq(&s.path)(e),
                         });
                     }
                     Err(e) => return Err(sq(&s.path)(e)),

@@ -707,8 +707,8 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
 /// declared type or NULL in a column of a STRICT table, and converts an integer written to a
 /// REAL column), each of `cols` is declared with the contract's type, and each column the
 /// contract holds non-NULL is declared `NOT NULL` or is part of the primary key (NOT NULL in a
-/// STRICT table). A table of a database written before (not STRICT) or changed by hand (its
-/// type or NOT NULL dropped) is scanned.
+/// STRICT table), with the contract's DEFAULT. A table of a database written before (not
+/// STRICT) or changed by hand (its type, NOT NULL or default changed) is scanned.
 pub fn enforced_by_sqlite(
     conn: &Connection,
     table: &str,
@@ -724,15 +724,23 @@ pub fn enforced_by_sqlite(
     if strict != Some(true) {
         return Ok(false);
     }
-    let mut st = conn.prepare("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1)")?;
-    let declared: Vec<(String, String, bool, i64)> = st
-        .query_map([table], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+    let mut st = conn.prepare(
+        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1, 'main')",
+    )?;
+    type Declared = (String, String, bool, Option<String>, i64);
+    let declared: Vec<Declared> = st
+        .query_map([table], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(cols.iter().all(|c| {
-        declared.iter().any(|(name, ty, not_null, pk)| {
+        declared.iter().any(|(name, ty, not_null, default, pk)| {
             name == c.name
                 && ty.eq_ignore_ascii_case(c.sql_type.as_str())
                 && (c.nullable() || *not_null || *pk > 0)
+                // SQLite (3.40 at least) does not check the DEFAULT that `ALTER TABLE … ADD
+                // COLUMN` gives the rows already there against a STRICT column's type
+                && default.as_deref() == c.default
         })
     }))
 }

@@ -1277,6 +1277,41 @@ mod tests {
             "req_bytes is NOT NULL in the contract"
         );
         assert!(!crate::db::enforced_by_sqlite(&probe, "missing", &req).unwrap());
+        // a column declared with another default than the contract's: scanned. (SQLite 3.40,
+        // Debian 12's `sqlite3`, lets `ALTER TABLE … ADD COLUMN frames INTEGER NOT NULL
+        // DEFAULT 'many'` give the rows there the text unchecked; the bundled 3.54 refuses it)
+        let frames: Vec<&Column> = vec![ConnectionRow::TABLE.column("frames").unwrap()];
+        assert_eq!(frames[0].default, Some("0"));
+        for (default, enforced) in [("0", true), ("7", false), ("'many'", false)] {
+            let probe = Connection::open_in_memory().unwrap();
+            probe
+                .execute_batch(&format!(
+                    "CREATE TABLE connections (frames INTEGER NOT NULL DEFAULT {default}) STRICT;"
+                ))
+                .unwrap();
+            assert_eq!(
+                crate::db::enforced_by_sqlite(&probe, "connections", &frames).unwrap(),
+                enforced,
+                "DEFAULT {default}"
+            );
+        }
+        let fresh = fresh_db();
+        ConnectionRow {
+            id: 1,
+            ..Default::default()
+        }
+        .insert(&fresh)
+        .unwrap();
+        let readd = "ALTER TABLE connections DROP COLUMN frames; \
+                     ALTER TABLE connections ADD COLUMN frames INTEGER NOT NULL DEFAULT 'many';";
+        if fresh.execute_batch(readd).is_ok() {
+            let cols: Vec<&Column> = ConnectionRow::TABLE.columns.iter().collect();
+            assert!(!crate::db::enforced_by_sqlite(&fresh, "connections", &cols).unwrap());
+            let e = crate::db::check_value_types(&fresh, path)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("frames holds text 'many'"), "{e}");
+        }
         crate::db::check_value_types(&c, path).unwrap();
         // a REAL column takes integers (SQLite's own affinity stores them as they come)
         c.execute("UPDATE connections SET bw_bps = 1500000 WHERE id = 1", [])

@@ -917,7 +917,8 @@ mod tests {
                     .map(|s| s.trim().to_string())
             })
             .collect();
-        t.columns
+        let declared: Info = t
+            .columns
             .iter()
             .map(|c| {
                 let pk = if c.primary_key {
@@ -931,14 +932,13 @@ mod tests {
                 (
                     c.name.to_string(),
                     c.sql_type.as_str().to_string(),
-                    // a key column of a STRICT table is NOT NULL, but for the rowid
-                    // (SQLite reports an INTEGER PRIMARY KEY as it is declared)
-                    c.not_null || (pk > 0 && !(c.primary_key && c.sql_type == SqlType::Integer)),
+                    c.not_null,
                     c.default.map(str::to_string),
                     pk,
                 )
             })
-            .collect()
+            .collect();
+        as_strict(declared)
     }
 
     fn fresh_db() -> Connection {

@@ -897,11 +897,11 @@ impl TraceReader {
                 } => {
                     // the first section's was checked with the file header; a later one of
                     // another version ends the reading there, as in Wireshark
-                    if major != 1 {
+                    if let Some(v) = section_version_problem(major, minor) {
                         return Err(TraceError::UnsupportedVersion {
                             path: self.path.clone(),
                             what: format!(
-                                "pcapng section header at byte {} of version {major}.{minor} (1.x is the only one defined)",
+                                "pcapng section header at byte {} of {v}",
                                 self.position()
                             ),
                         });
@@ -1850,6 +1850,12 @@ const PCAP_MAGICS: [[u8; 4]; 6] = [
     [0xa1, 0xb2, 0xcd, 0x34],
 ];
 
+/// What is wrong with a pcapng section header's version, if anything: 1.x is the only one
+/// defined (Wireshark's rule), for the first section and every later one.
+fn section_version_problem(major: u16, minor: u16) -> Option<String> {
+    (major != 1).then(|| format!("version {major}.{minor} (1.x is the only one defined)"))
+}
+
 /// What is wrong with the version in a file header pcap-parser accepted, if anything: a classic
 /// pcap file is version 2.x (libpcap and Wireshark read no other; 543.0, DG/UX's tcpdump, is
 /// accepted as libpcap does), a pcapng section header 1.x (Wireshark's rule).
@@ -1865,11 +1871,8 @@ fn unsupported_version(head: &[u8]) -> Option<String> {
     if head.starts_with(&PCAPNG_SHB) {
         let big_endian = head.get(8..12)? == [0x1a, 0x2b, 0x3c, 0x4d];
         let (major, minor) = (u16_at(12, big_endian)?, u16_at(14, big_endian)?);
-        return (major != 1).then(|| {
-            format!(
-                "pcapng section header of version {major}.{minor} (1.x is the only one defined)"
-            )
-        });
+        return section_version_problem(major, minor)
+            .map(|v| format!("pcapng section header of {v}"));
     }
     let magic: [u8; 4] = head.get(..4)?.try_into().ok()?;
     let i = PCAP_MAGICS.iter().position(|m| *m == magic)?;

@@ -83,10 +83,40 @@ fn torn_down(se: &str) -> String {
 fn independent_testbed_quick_run() {
     require_testbed_tools();
     let tmp = tempdir();
-    let out = tmp.path().join("ind");
-    let (so, se) = run_testbed(&["--quick", "--no-delay", "--connections", "40"], &out);
-    // nothing left behind: the script names its namespaces
-    torn_down(&se);
+    // what the testbed times (htb's departures against the serialization time, the RTT and
+    // the bandwidth the analyzer finds from the capture's timestamps) is judged on a run
+    // that passed it: a miss while the hypervisor took STOLEN_MAX or more of the CPU runs the
+    // testbed again (util::timed_check; a CI-mode run with 13-55% stolen had 79.3% of htb's
+    // departures within 5% of the serialization time)
+    let (out, so, se, t) = crate::util::timed_check("the testbed's timing", |n| {
+        let out = tmp.path().join(format!("ind{n}"));
+        let (so, se) = run_testbed(&["--quick", "--no-delay", "--connections", "40"], &out);
+        // nothing left behind: the script names its namespaces
+        torn_down(&se);
+        let t = table(&out);
+        let mut off = Vec::new();
+        for class in ["isdn-128k", "dsl-4m"] {
+            let c = get(&t, &["analyzer", class]);
+            // rate-only classes: min RTT is the LAN's; bandwidth by dispersion of real TCP
+            let bw = get(c, &["bandwidth"]);
+            if get(c, &["min_rtt", "share"]).as_f64().unwrap() < 0.9
+                || bw["connections"].as_u64().unwrap() < 10
+                || bw["share"].as_f64().unwrap() < 0.8
+            {
+                off.push(format!("{class}: {c}"));
+            }
+        }
+        // htb releases packets at the stab-corrected IP rate, not on a tick
+        let d = get(&t, &["shaper_departures"]);
+        if d["within_5pct_of_serialization"].as_f64().unwrap() < 0.8 {
+            off.push(format!("shaper departures: {d}"));
+        }
+        if off.is_empty() {
+            Ok((out, so, se, t))
+        } else {
+            Err(off.join("; "))
+        }
+    });
     assert!(se.contains("clients: 40 of 40 connections ok"), "{se}");
     assert!(se.contains("0 packets dropped by kernel"), "{se}");
     for f in [
@@ -98,21 +128,12 @@ fn independent_testbed_quick_run() {
     ] {
         assert!(out.join(f).is_file(), "{f} missing in {}", out.display());
     }
-    let t = table(&out);
     let all = get(&t, &["analyzer", "all"]);
     assert_eq!(all["connections"], 40, "{all}");
     assert_eq!(all["not_in_capture"], 0, "{all}");
     for class in ["isdn-128k", "dsl-4m"] {
         let c = get(&t, &["analyzer", class]);
         assert_eq!(c["connections"], 20, "{class}: {c}");
-        // rate-only classes: min RTT is the LAN's; bandwidth by dispersion of real TCP
-        assert!(
-            get(c, &["min_rtt", "share"]).as_f64().unwrap() >= 0.9,
-            "{class}: {c}"
-        );
-        let bw = get(c, &["bandwidth"]);
-        assert!(bw["connections"].as_u64().unwrap() >= 10, "{class}: {bw}");
-        assert!(bw["share"].as_f64().unwrap() >= 0.8, "{class}: {bw}");
     }
     let r = get(&t, &["replay_fidelity", "all"]);
     assert_eq!(r["replayed"], 40, "{r}");
@@ -124,12 +145,6 @@ fn independent_testbed_quick_run() {
     assert!(
         (mc["within_20"].as_f64().unwrap() - ours).abs() < 1e-9,
         "{mc} vs {r}"
-    );
-    // htb releases packets at the stab-corrected IP rate, not on a tick
-    let d = get(&t, &["shaper_departures"]);
-    assert!(
-        d["within_5pct_of_serialization"].as_f64().unwrap() >= 0.8,
-        "{d}"
     );
     assert!(so.contains("replay fidelity"), "{so}");
 }

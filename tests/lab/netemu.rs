@@ -534,54 +534,65 @@ fn iperf3_bulk_through_10mbit_reaches_rate_times_payload_share() {
     // The rate counts IP bytes; a full segment is 1500 IP bytes carrying 1448 payload bytes
     // (20 IP + 20 TCP + 12 timestamp option).
     let _c = lab.run_emulator(&["--default", "delay=10ms,rate=10mbit,queue=100"]);
-    let mut server = lab
-        .ns_cmd(
-            &lab.info.ns_srv,
-            "iperf3",
-            &["-s", "-1", "-B", "198.18.0.1"],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let probe = lab
-            .ns_cmd(&lab.info.ns_srv, "ss", &["-ltn", "sport", "= :5201"])
+    let want = 10e6 * 1448.0 / 1500.0;
+    // goodput is timed by the host's clock: a transfer that misses while the hypervisor took
+    // the CPU (a CI-mode run with 13-55% stolen got -2.04%) is run again (util::timed_check)
+    timed_check("iperf3 through 10 Mbit/s", |_| {
+        let mut server = lab
+            .ns_cmd(
+                &lab.info.ns_srv,
+                "iperf3",
+                &["-s", "-1", "-B", "198.18.0.1"],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let probe = lab
+                .ns_cmd(&lab.info.ns_srv, "ss", &["-ltn", "sport", "= :5201"])
+                .output()
+                .unwrap();
+            if stdout(&probe).contains("5201") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "iperf3 server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = lab
+            .ns_cmd(
+                &lab.info.ns_cli,
+                "iperf3",
+                &["-c", "198.18.0.1", "-t", "8", "-O", "2", "-J"],
+            )
             .output()
             .unwrap();
-        if stdout(&probe).contains("5201") {
-            break;
+        let _ = server.wait();
+        assert!(
+            o.status.success(),
+            "iperf3 failed: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let got = v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap();
+        let err = (got - want) / want;
+        eprintln!(
+            "iperf3 through 10 Mbit/s: {got:.0} bit/s, {:+.2}%",
+            err * 100.0
+        );
+        if err.abs() <= 0.02 {
+            Ok(())
+        } else {
+            Err(format!(
+                "goodput {got:.0} bit/s is {:.2}% off {want:.0} bit/s",
+                err * 100.0
+            ))
         }
-        assert!(Instant::now() < deadline, "iperf3 server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = lab
-        .ns_cmd(
-            &lab.info.ns_cli,
-            "iperf3",
-            &["-c", "198.18.0.1", "-t", "8", "-O", "2", "-J"],
-        )
-        .output()
-        .unwrap();
-    let _ = server.wait();
-    assert!(
-        o.status.success(),
-        "iperf3 failed: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let got = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap();
-    let want = 10e6 * 1448.0 / 1500.0;
-    let err = (got - want) / want;
-    assert!(
-        err.abs() <= 0.02,
-        "goodput {got:.0} bit/s is {:.2}% off {want:.0} bit/s",
-        err * 100.0
-    );
+    });
 }
 
 #[test]

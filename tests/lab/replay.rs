@@ -12,7 +12,9 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::*;
-use crate::util::{json, lab_name, ok, stolen_during, LabDown, STOLEN_MAX, TIMED_TRIES};
+use crate::util::{
+    json, lab_name, ok, stolen_during, timed_check, LabDown, STOLEN_MAX, TIMED_TRIES,
+};
 
 fn preflight() {
     require_root("replay lab tests");
@@ -720,70 +722,77 @@ fn requests_leave_at_their_recorded_times_or_after_the_think_time() {
             .collect()
     };
     for timing in ["recorded", "think"] {
-        let name = lab_name("rp");
-        let _down = LabDown(name.clone());
-        let out = format!("{timing}.db");
-        let r = json(&ok(&[
-            "replay",
-            &p("synth.db"),
-            "-o",
-            &p(&out),
-            "--lab",
-            &name,
-            "--request-timing",
-            timing,
-            "--json",
-        ]));
-        assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
-        let meta: String = rusqlite::Connection::open(d.join(&out))
-            .unwrap()
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'request_timing'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(meta, timing);
-        // replay's database writer builds the schema's indexes and views as analyze's does
-        let schema: i64 = rusqlite::Connection::open(d.join(&out))
-            .unwrap()
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name IN
+        // the request times are judged from the capture's SYN: a stall of the host that holds
+        // one SYN back moves its connection's offsets (a CI-mode run with 13-55% of the CPU
+        // stolen had one request 12.7 ms "early"), so a miss is replayed again where the
+        // hypervisor took the CPU meanwhile (util::timed_check)
+        timed_check(&format!("request times ({timing})"), |n| {
+            let name = lab_name("rp");
+            let _down = LabDown(name.clone());
+            let out = format!("{timing}{n}.db");
+            let r = json(&ok(&[
+                "replay",
+                &p("synth.db"),
+                "-o",
+                &p(&out),
+                "--lab",
+                &name,
+                "--request-timing",
+                timing,
+                "--json",
+            ]));
+            assert_eq!(r["failed"].as_u64(), Some(0), "{r}");
+            let meta: String = rusqlite::Connection::open(d.join(&out))
+                .unwrap()
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'request_timing'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(meta, timing);
+            // replay's database writer builds the schema's indexes and views as analyze's does
+            let schema: i64 = rusqlite::Connection::open(d.join(&out))
+                .unwrap()
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE name IN
                    ('rtt_samples_by_conn', 'bw_samples_by_conn', 'conn_summary', 'class_summary')",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(
-            schema, 4,
-            "{out}: the indexes and views of schema migration 2"
-        );
-        let offs = offsets(&out);
-        assert!(offs.len() >= 3, "{offs:?}");
-        let recorded_at = |seq: i64| 20_000 + gap_us * seq;
-        let worst = offs
-            .iter()
-            .map(|&(seq, off)| off - recorded_at(seq))
-            .max_by_key(|d| d.abs())
-            .unwrap();
-        eprintln!(
-            "{timing}: {} later requests, the farthest {worst} µs from its recorded time",
-            offs.len()
-        );
-        for (seq, off) in offs {
-            let recorded = recorded_at(seq);
-            if timing == "recorded" {
-                assert!(
-                    (off - recorded).abs() <= 5_000,
-                    "request {seq} at +{off} µs, recorded at +{recorded} µs"
-                );
-            } else {
-                assert!(
-                    off < recorded - 300_000,
-                    "request {seq} at +{off} µs: not sent right after the previous response"
-                );
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(
+                schema, 4,
+                "{out}: the indexes and views of schema migration 2"
+            );
+            let offs = offsets(&out);
+            assert!(offs.len() >= 3, "{offs:?}");
+            let recorded_at = |seq: i64| 20_000 + gap_us * seq;
+            let worst = offs
+                .iter()
+                .map(|&(seq, off)| off - recorded_at(seq))
+                .max_by_key(|d| d.abs())
+                .unwrap();
+            eprintln!(
+                "{timing}: {} later requests, the farthest {worst} µs from its recorded time",
+                offs.len()
+            );
+            for (seq, off) in offs {
+                let recorded = recorded_at(seq);
+                if timing == "recorded" {
+                    if (off - recorded).abs() > 5_000 {
+                        return Err(format!(
+                            "request {seq} at +{off} µs, recorded at +{recorded} µs"
+                        ));
+                    }
+                } else if off >= recorded - 300_000 {
+                    return Err(format!(
+                        "request {seq} at +{off} µs: not sent right after the previous response"
+                    ));
+                }
             }
-        }
+            Ok(())
+        });
     }
 }
 

@@ -324,20 +324,38 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 #[test]
 fn independent_testbed_fast_classes_in_a_netem_guest() {
     let tmp = tempdir();
-    let out = tmp.path().join("ind");
-    let (so, se) = run_guest_testbed(
-        &[
-            "--classes",
-            "cable-25m,fibre-50m",
-            "--connections",
-            "20",
-            "--no-replay",
-        ],
-        &out,
-    );
-    // the tables (analyzer, shaping check, router load) go with a failure's output
-    println!("{so}");
-    torn_down(&se);
+    // the shaping check times the guest's netem (its goodput at 25 and 50 Mbit/s): a miss
+    // while the hypervisor took STOLEN_MAX or more of the CPU runs the testbed again
+    // (util::timed_check; a CI-mode run with 5-13% stolen got fibre-50m's goodput 11.6% low)
+    let (out, _, se, t) = crate::util::timed_check("the testbed's shaping check", |n| {
+        let out = tmp.path().join(format!("ind{n}"));
+        let (so, se) = run_guest_testbed(
+            &[
+                "--classes",
+                "cable-25m,fibre-50m",
+                "--connections",
+                "20",
+                "--no-replay",
+            ],
+            &out,
+        );
+        // the tables (analyzer, shaping check, router load) go with a failure's output
+        println!("{so}");
+        torn_down(&se);
+        let t = table(&out);
+        let off: Vec<String> = get(&t, &["shaping_check", "classes"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["rtt_ok"] != true || c["goodput_ok"] != true)
+            .map(|c| c.to_string())
+            .collect();
+        if off.is_empty() {
+            Ok((out, so, se, t))
+        } else {
+            Err(format!("shaping check off: {}", off.join("; ")))
+        }
+    });
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     // one address a class (--fast-addrs' default in the guest), netem's rate
     let classes = std::fs::read_to_string(out.join("classes.txt")).unwrap();
@@ -349,7 +367,6 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
     let mut lines = truth.lines();
     assert!(lines.next().unwrap().ends_with(",shaper"), "{truth}");
     assert!(lines.all(|l| l.ends_with(",netem-rate")), "{truth}");
-    let t = table(&out);
     let checks = get(&t, &["shaping_check", "classes"]).as_array().unwrap();
     assert_eq!(checks.len(), 2, "{checks:?}");
     for c in checks {

@@ -119,6 +119,62 @@ pub fn timed_check<T>(what: &str, mut check: impl FnMut(usize) -> Result<T, Stri
     panic!("{what} failed:\n{}", tries.join("\n"));
 }
 
+/// [`timed_check`], except that a check missed in every try while the hypervisor took
+/// [`STOLEN_MAX`] or more of the CPU in each is not judged: `None`, with each try's miss and
+/// steal printed as TIMING NOT JUDGED (a host that keeps being stolen from cannot tell a late
+/// mimic from a late host; a miss in any try on a host not stolen from still fails at once).
+/// For checks whose regressions also show on a quiet host, as `synth_replay`'s timing health
+/// is judged.
+pub fn timed_check_unless_stolen<T>(
+    what: &str,
+    mut check: impl FnMut(usize) -> Result<T, String>,
+) -> Option<T> {
+    let mut tries = Vec::new();
+    for n in 1..=TIMED_TRIES {
+        let (r, ms, share) = stolen_during(|| check(n));
+        eprintln!(
+            "{what}, try {n}: the hypervisor took {ms:.0} ms of CPU ({:.2}% of the machine's)",
+            100.0 * share
+        );
+        match r {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                tries.push(format!("try {n} ({:.2}% stolen): {e}", 100.0 * share));
+                if share < STOLEN_MAX {
+                    panic!("{what} failed:\n{}", tries.join("\n"));
+                }
+                eprintln!("{what} failed while the hypervisor took the CPU ({e})");
+            }
+        }
+    }
+    eprintln!(
+        "TIMING NOT JUDGED: {what} missed in all {TIMED_TRIES} tries, the hypervisor taking at \
+         least {:.1}% of the CPU in each:\n{}",
+        100.0 * STOLEN_MAX,
+        tries.join("\n")
+    );
+    None
+}
+
+/// Runs the measurement `f` again (at most [`TIMED_TRIES`] times in all) while the hypervisor
+/// took [`STOLEN_MAX`] or more of the CPU during it: for a reference that later checks are
+/// judged against, which a stall must not skew (a CI-mode run's 10 ms reference ping averaged
+/// 24.0 ms with 6% stolen, and a quiet try of the same pipe then missed it by 2.2 ms).
+pub fn unstolen<T>(what: &str, mut f: impl FnMut() -> T) -> T {
+    let mut n = 1;
+    loop {
+        let (v, ms, share) = stolen_during(&mut f);
+        if share < STOLEN_MAX || n == TIMED_TRIES {
+            return v;
+        }
+        eprintln!(
+            "{what}: measured again, the hypervisor took {ms:.0} ms of CPU ({:.2}%) meanwhile",
+            100.0 * share
+        );
+        n += 1;
+    }
+}
+
 /// A database's `meta` value for `key`, which must be there.
 pub fn meta(db: &Path, key: &str) -> String {
     let c = rusqlite::Connection::open(db).unwrap();

@@ -79,6 +79,23 @@ fn torn_down(se: &str) -> String {
     tag
 }
 
+/// The testbed's shaping check (before the workload): an error naming each class whose ping
+/// RTT or goodput was off.
+fn shaping_check_off(t: &serde_json::Value) -> Result<(), String> {
+    let off: Vec<String> = get(t, &["shaping_check", "classes"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["rtt_ok"] != true || c["goodput_ok"] != true)
+        .map(|c| c.to_string())
+        .collect();
+    if off.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("shaping check off: {}", off.join("; ")))
+    }
+}
+
 #[test]
 fn independent_testbed_quick_run() {
     require_testbed_tools();
@@ -242,18 +259,8 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
         let out = tmp.path().join(format!("ind{n}"));
         let (so, se) = run_guest_testbed(&["--quick", "--connections", "20"], &out);
         let t = table(&out);
-        let off: Vec<String> = get(&t, &["shaping_check", "classes"])
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["rtt_ok"] != true || c["goodput_ok"] != true)
-            .map(|c| c.to_string())
-            .collect();
-        if off.is_empty() {
-            Ok((out, so, se, t))
-        } else {
-            Err(format!("shaping check off: {}", off.join("; ")))
-        }
+        shaping_check_off(&t)?;
+        Ok((out, so, se, t))
     });
     let tag = torn_down(&se);
     let ps = Command::new("pgrep")
@@ -343,18 +350,8 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         println!("{so}");
         torn_down(&se);
         let t = table(&out);
-        let off: Vec<String> = get(&t, &["shaping_check", "classes"])
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["rtt_ok"] != true || c["goodput_ok"] != true)
-            .map(|c| c.to_string())
-            .collect();
-        if off.is_empty() {
-            Ok((out, so, se, t))
-        } else {
-            Err(format!("shaping check off: {}", off.join("; ")))
-        }
+        shaping_check_off(&t)?;
+        Ok((out, so, se, t))
     });
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     // one address a class (--fast-addrs' default in the guest), netem's rate

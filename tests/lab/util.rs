@@ -97,7 +97,20 @@ pub fn stolen_during<T>(f: impl FnOnce() -> T) -> (T, f64, f64) {
 /// (and a failure on a host that was not stolen from fails at once); a stall of the host
 /// fails only the tries it fell on. `check` gets the try's number (1-based) and returns what
 /// the caller needs, or what failed. Panics with the last failure and each try's steal.
-pub fn timed_check<T>(what: &str, mut check: impl FnMut(usize) -> Result<T, String>) -> T {
+pub fn timed_check<T>(what: &str, check: impl FnMut(usize) -> Result<T, String>) -> T {
+    match timed_tries(what, check) {
+        Ok(v) => v,
+        Err((tries, _)) => panic!("{what} failed:\n{}", tries.join("\n")),
+    }
+}
+
+/// The tries of a timed check: what the check returned, or each try's miss and whether every
+/// try was stolen from ([`STOLEN_MAX`] or more); a try that missed on a host not stolen from
+/// is the last.
+fn timed_tries<T>(
+    what: &str,
+    mut check: impl FnMut(usize) -> Result<T, String>,
+) -> Result<T, (Vec<String>, bool)> {
     let mut tries = Vec::new();
     for n in 1..=TIMED_TRIES {
         let (r, ms, share) = stolen_during(|| check(n));
@@ -106,17 +119,17 @@ pub fn timed_check<T>(what: &str, mut check: impl FnMut(usize) -> Result<T, Stri
             100.0 * share
         );
         match r {
-            Ok(v) => return v,
+            Ok(v) => return Ok(v),
             Err(e) => {
                 tries.push(format!("try {n} ({:.2}% stolen): {e}", 100.0 * share));
-                if share < STOLEN_MAX || n == TIMED_TRIES {
-                    break;
+                if share < STOLEN_MAX {
+                    return Err((tries, false));
                 }
-                eprintln!("{what} failed while the hypervisor took the CPU: once more ({e})");
+                eprintln!("{what} failed while the hypervisor took the CPU ({e})");
             }
         }
     }
-    panic!("{what} failed:\n{}", tries.join("\n"));
+    Err((tries, true))
 }
 
 /// [`timed_check`], except that a check missed in every try while the hypervisor took
@@ -127,33 +140,21 @@ pub fn timed_check<T>(what: &str, mut check: impl FnMut(usize) -> Result<T, Stri
 /// is judged.
 pub fn timed_check_unless_stolen<T>(
     what: &str,
-    mut check: impl FnMut(usize) -> Result<T, String>,
+    check: impl FnMut(usize) -> Result<T, String>,
 ) -> Option<T> {
-    let mut tries = Vec::new();
-    for n in 1..=TIMED_TRIES {
-        let (r, ms, share) = stolen_during(|| check(n));
-        eprintln!(
-            "{what}, try {n}: the hypervisor took {ms:.0} ms of CPU ({:.2}% of the machine's)",
-            100.0 * share
-        );
-        match r {
-            Ok(v) => return Some(v),
-            Err(e) => {
-                tries.push(format!("try {n} ({:.2}% stolen): {e}", 100.0 * share));
-                if share < STOLEN_MAX {
-                    panic!("{what} failed:\n{}", tries.join("\n"));
-                }
-                eprintln!("{what} failed while the hypervisor took the CPU ({e})");
-            }
+    match timed_tries(what, check) {
+        Ok(v) => Some(v),
+        Err((tries, false)) => panic!("{what} failed:\n{}", tries.join("\n")),
+        Err((tries, true)) => {
+            eprintln!(
+                "TIMING NOT JUDGED: {what} missed in all {TIMED_TRIES} tries, the hypervisor \
+                 taking at least {:.1}% of the CPU in each:\n{}",
+                100.0 * STOLEN_MAX,
+                tries.join("\n")
+            );
+            None
         }
     }
-    eprintln!(
-        "TIMING NOT JUDGED: {what} missed in all {TIMED_TRIES} tries, the hypervisor taking at \
-         least {:.1}% of the CPU in each:\n{}",
-        100.0 * STOLEN_MAX,
-        tries.join("\n")
-    );
-    None
 }
 
 /// Runs the measurement `f` again (at most [`TIMED_TRIES`] times in all) while the hypervisor

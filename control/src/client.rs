@@ -12,14 +12,24 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    explain, tls_error, ControlAddr, ControlError, ControllerTls, Stream, HANDSHAKE_TIMEOUT,
+    explain, tls_error, ControlAddr, ControlError, ControllerTls, Stream, CALL_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
 };
 
-/// A blocking, authenticated connection to one role.
+/// How often a call waiting for its answer wakes to look at its deadline.
+const READ_SLICE: Duration = Duration::from_millis(250);
+
+/// A blocking, authenticated connection to one role. Every call waits for its answer at most
+/// its time limit ([`CALL_TIMEOUT`] unless set otherwise); on TCP a peer whose host went away
+/// is noticed within about 30 s. A call that timed out or broke on I/O leaves the client
+/// unusable: later calls fail at once, saying why (connect again).
 pub struct Client {
     addr: String,
     role: String,
     r: BufReader<StreamOwned<ClientConnection, Stream>>,
+    call_timeout: Duration,
+    /// Why the connection can no longer be used, once a call broke it.
+    broken: Option<String>,
 }
 
 impl Client {
@@ -45,6 +55,7 @@ impl Client {
                 Stream::Tcp(t)
             }
         };
+        s.watch_peer().map_err(ioe)?;
         let server_name = ServerName::try_from(role.to_string())
             .map_err(|_| ControlError::Protocol(format!("`{role}` is not a role name")))?;
         let mut conn =
@@ -81,17 +92,19 @@ impl Client {
                 Err(e) => return Err(handshake_error(&name, e)),
             }
         }
-        // the role answers in its own time (the emulator's datapath may take seconds)
-        s.set_read_timeout(None).map_err(ioe)?;
+        // a call waits for its answer in slices, looking at its own deadline in between
+        s.set_read_timeout(Some(READ_SLICE)).map_err(ioe)?;
         let mut c = Client {
             addr: name,
             role: role.to_string(),
             r: BufReader::new(StreamOwned::new(conn, s)),
+            call_timeout: CALL_TIMEOUT,
+            broken: None,
         };
         // In TLS 1.3 the role checks our certificate after our side considers the handshake
         // done: its verdict arrives with the first answer.
         let hello = c
-            .call_raw(&serde_json::json!({"op": "hello"}))
+            .call_raw(&serde_json::json!({"op": "hello"}), HANDSHAKE_TIMEOUT)
             .map_err(|e| match e {
                 ControlError::Io { addr, err } => handshake_error(&addr, err),
                 e => e,
@@ -105,42 +118,125 @@ impl Client {
         Ok(c)
     }
 
+    #[cfg(test)]
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.r.get_ref().sock
+    }
+
     /// The address this client talks to.
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// Sends one request (a serializable `{"op": ...}` object) and returns its `result`.
-    pub fn call<T: Serialize>(&mut self, req: &T) -> Result<Value, ControlError> {
-        let v = serde_json::to_value(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        self.call_raw(&v)
+    /// The time limit of every later [`Client::call`] (at first [`CALL_TIMEOUT`]).
+    pub fn set_call_timeout(&mut self, t: Duration) {
+        self.call_timeout = t;
     }
 
-    fn call_raw(&mut self, req: &Value) -> Result<Value, ControlError> {
-        let mut line =
-            serde_json::to_vec(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        line.push(b'\n');
-        let addr = self.addr.clone();
-        let ioe = |err: io::Error| ControlError::Io {
-            addr: addr.clone(),
-            err,
-        };
-        let w = self.r.get_mut();
-        w.write_all(&line).map_err(ioe)?;
-        w.flush().map_err(ioe)?;
-        let mut resp = String::new();
-        let n = self.r.read_line(&mut resp).map_err(ioe)?;
-        if n == 0 {
+    /// Sends one request (a serializable `{"op": ...}` object) and returns its `result`,
+    /// waiting for it at most the client's time limit.
+    pub fn call<T: Serialize>(&mut self, req: &T) -> Result<Value, ControlError> {
+        self.call_within(req, self.call_timeout)
+    }
+
+    /// [`Client::call`] with a time limit of its own, for a request known to be quick (a
+    /// status poll) or slow.
+    pub fn call_within<T: Serialize>(
+        &mut self,
+        req: &T,
+        limit: Duration,
+    ) -> Result<Value, ControlError> {
+        let v = serde_json::to_value(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        self.call_raw(&v, limit)
+    }
+
+    fn call_raw(&mut self, req: &Value, limit: Duration) -> Result<Value, ControlError> {
+        if let Some(why) = &self.broken {
             return Err(ControlError::Io {
                 addr: self.addr.clone(),
                 err: io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("the {} closed the connection", self.role),
+                    io::ErrorKind::NotConnected,
+                    format!("the connection is closed: {why}; connect again"),
                 ),
             });
         }
-        let v: Value = serde_json::from_str(&resp)
-            .map_err(|e| ControlError::Protocol(format!("{e}: {resp}")))?;
+        let op = req
+            .get("op")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let mut line =
+            serde_json::to_vec(req).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        let deadline = Instant::now() + limit;
+        let sent = {
+            let w = self.r.get_mut();
+            // a peer that reads nothing blocks the write at most the call's limit
+            w.sock
+                .set_write_timeout(Some(limit.max(Duration::from_millis(1))))
+                .and_then(|()| w.write_all(&line))
+                .and_then(|()| w.flush())
+        };
+        if let Err(err) = sent {
+            // a record may be half written: nothing after it would make sense to the role
+            return Err(self.close(format!("`{op}` could not be sent ({err})"), err));
+        }
+        let mut resp = Vec::new();
+        loop {
+            match self.r.read_until(b'\n', &mut resp) {
+                Ok(_) if resp.last() == Some(&b'\n') => break,
+                Ok(_) => {
+                    let err = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the {} closed the connection", self.role),
+                    );
+                    return Err(self.close(format!("the {} closed it", self.role), err));
+                }
+                // a read slice ran out (SO_RCVTIMEO gives EAGAIN; ETIMEDOUT is the kernel
+                // giving up on the peer, below)
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if Instant::now() >= deadline {
+                        let secs = limit.as_secs_f64().ceil() as u64;
+                        self.close(format!("`{op}` timed out after {secs} s"), e);
+                        return Err(ControlError::Timeout {
+                            addr: self.addr.clone(),
+                            role: self.role.clone(),
+                            op,
+                            secs,
+                        });
+                    }
+                }
+                // the kernel gave up on the peer (PEER_SILENT without an acknowledgement; the
+                // neighbour's address no longer resolving on a LAN gives "no route to host")
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::TimedOut
+                            | io::ErrorKind::HostUnreachable
+                            | io::ErrorKind::NetworkUnreachable
+                    ) =>
+                {
+                    let err = io::Error::new(
+                        err.kind(),
+                        format!(
+                            "the {}'s host stopped answering during `{op}` (nothing acknowledged for {} s: down or cut off?): {err}",
+                            self.role,
+                            crate::PEER_SILENT.as_secs()
+                        ),
+                    );
+                    return Err(self.close(format!("`{op}` found the peer gone"), err));
+                }
+                Err(err) => return Err(self.close(format!("`{op}` failed ({err})"), err)),
+            }
+        }
+        let v: Value = serde_json::from_slice(&resp).map_err(|e| {
+            ControlError::Protocol(format!("{e}: {}", String::from_utf8_lossy(&resp)))
+        })?;
         if v.get("ok") == Some(&Value::Bool(true)) {
             Ok(v.get("result").cloned().unwrap_or(Value::Null))
         } else {
@@ -152,6 +248,17 @@ impl Client {
                     .unwrap_or("unknown error")
                     .to_string(),
             })
+        }
+    }
+
+    /// Marks the connection unusable (`why`, for later calls), shuts it down so that the role
+    /// sees it end, and returns `err` as this call's error.
+    fn close(&mut self, why: String, err: io::Error) -> ControlError {
+        self.broken = Some(why);
+        self.r.get_ref().sock.shutdown();
+        ControlError::Io {
+            addr: self.addr.clone(),
+            err,
         }
     }
 }

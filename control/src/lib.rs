@@ -11,6 +11,10 @@
 //! `{"op":"...", ...}` gets one response line, `{"ok":true,"result":...}` or
 //! `{"ok":false,"error":"..."}`. The server answers `hello` itself (the role's name and
 //! version); every other op goes to the role's handler.
+//!
+//! Nothing waits for ever: a call has a time limit ([`CALL_TIMEOUT`] unless the caller sets
+//! one) and fails with [`ControlError::Timeout`]; on TCP both sides have the kernel watch the
+//! peer (keepalive, `TCP_USER_TIMEOUT`), so a host that went away is noticed within ~30 s.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -77,6 +81,16 @@ pub enum ControlError {
     /// The role refused the command.
     #[error("control channel: the {role} refused: {msg}")]
     Refused { role: String, msg: String },
+    /// The role did not answer a request within the call's time limit ([`CALL_TIMEOUT`]
+    /// unless the caller set another). The connection is closed: the answer, if it ever
+    /// comes, cannot be told from the next one's.
+    #[error("control channel {addr}: the {role} did not answer `{op}` within {secs} s (busy or hung; the connection is closed)")]
+    Timeout {
+        addr: String,
+        role: String,
+        op: String,
+        secs: u64,
+    },
     #[error("control channel: bad response: {0}")]
     Protocol(String),
     #[error(transparent)]
@@ -105,6 +119,42 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+    pub(crate) fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+    /// On TCP, has the kernel notice a peer whose host went away (powered off, cut off by a
+    /// partition; a peer *process* that dies closes the connection itself): keepalive probes
+    /// after [`PEER_IDLE`] without traffic, and [`PEER_SILENT`] at most without an answer to
+    /// them or an acknowledgement of data sent (`TCP_USER_TIMEOUT`). The blocked read or write
+    /// then fails, where it would otherwise wait for ever on an idle connection and about 15
+    /// minutes (the kernel's retransmissions) on a busy one. A unix socket needs none of this.
+    pub(crate) fn watch_peer(&self) -> io::Result<()> {
+        let Stream::Tcp(s) = self else { return Ok(()) };
+        let sock = socket2::SockRef::from(s);
+        sock.set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(PEER_IDLE)
+                .with_interval(PEER_PROBE_INTERVAL)
+                .with_retries(PEER_PROBES),
+        )?;
+        sock.set_tcp_user_timeout(Some(PEER_SILENT))
+    }
+    #[cfg(test)]
+    pub(crate) fn tcp_user_timeout(&self) -> Option<Duration> {
+        match self {
+            Stream::Tcp(s) => socket2::SockRef::from(s).tcp_user_timeout().ok().flatten(),
+            Stream::Unix(_) => None,
         }
     }
     pub(crate) fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
@@ -184,6 +234,23 @@ pub(crate) fn explain(e: &rustls::Error) -> String {
 
 /// Waits between connection attempts and for handshakes.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a call waits for the role's answer unless the caller sets another
+/// ([`Client::set_call_timeout`], [`Client::call_within`]), and how long a role waits to hand
+/// an answer to a controller that does not read it. The longest request mimic makes is an
+/// `install_pipes` of 2,000 connections in a router guest under TCG (about 25 s at the 11-13 ms
+/// a connection measured there, bench/RESULTS.md); a role that takes ten minutes is hung.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A TCP control connection without traffic this long gets keepalive probes...
+const PEER_IDLE: Duration = Duration::from_secs(10);
+/// ... this often ...
+const PEER_PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// ... this many before the kernel calls the peer gone ...
+const PEER_PROBES: u32 = 4;
+/// ... and it calls the peer gone whenever its probes or data sent went unanswered this long
+/// (`TCP_USER_TIMEOUT`, which takes over from the probe count once set).
+pub(crate) const PEER_SILENT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests;

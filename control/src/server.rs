@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustls::{ServerConnection, StreamOwned};
 use serde_json::{json, Value};
 
-use crate::{explain, tls_error, ControlAddr, RoleTls, Stream, HANDSHAKE_TIMEOUT};
+use crate::{explain, tls_error, ControlAddr, RoleTls, Stream, CALL_TIMEOUT, HANDSHAKE_TIMEOUT};
 
 /// What a role does with an authenticated request: the whole request object (its `op` and
 /// arguments) in, the `result` or an error message out. It runs on the connection's thread.
@@ -203,10 +203,14 @@ impl Conn {
             tracing::warn!("control channel: refused {}: {why}", self.peer);
         };
         let mut s = s;
-        // blocking with a short read timeout, so the thread notices a stop
+        // blocking with a short read timeout, so the thread notices a stop; a controller that
+        // reads no answers, or whose host went away, ends the connection rather than holding
+        // its thread for ever
         if s.set_nonblocking(false).is_err()
             || s.set_read_timeout(Some(Duration::from_millis(500)))
                 .is_err()
+            || s.set_write_timeout(Some(CALL_TIMEOUT)).is_err()
+            || s.watch_peer().is_err()
         {
             return;
         }

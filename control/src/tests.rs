@@ -41,6 +41,10 @@ impl Role {
         let handler: Handler = Arc::new(move |v: Value| match v["op"].as_str() {
             Some("bump") => Ok(json!(b.fetch_add(1, Ordering::SeqCst) + 1)),
             Some("fail") => Err("as asked".into()),
+            Some("sleep") => {
+                std::thread::sleep(Duration::from_millis(v["ms"].as_u64().unwrap_or(0)));
+                Ok(json!("slept"))
+            }
             _ => Ok(v),
         });
         let stop = Arc::new(AtomicBool::new(false));
@@ -478,4 +482,60 @@ fn a_role_with_a_certificate_from_another_pki_is_not_trusted() {
     ));
     assert!(e.contains("not signed by this PKI's CA"), "{e}");
     assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
+}
+
+/// A role that does not answer within the call's limit: the call fails with a timeout naming
+/// the role and the request, in about the limit and not when the role wakes; the client says
+/// why it cannot be used any more, and the role goes on serving new connections. Calls within
+/// their limits, however slow, are answered; a TCP connection watches its peer's host.
+#[test]
+fn a_call_the_role_does_not_answer_in_time_fails_and_closes_the_connection() {
+    let d = pki_dir();
+    let role = Role::start(d.path(), "netemu");
+    let tls = ControllerTls::load(d.path()).unwrap();
+    let mut c = Client::connect(&role.addr, &tls, "netemu").unwrap();
+    assert_eq!(
+        c.stream().tcp_user_timeout(),
+        Some(PEER_SILENT),
+        "TCP_USER_TIMEOUT on the controller's socket"
+    );
+    c.set_call_timeout(Duration::from_secs(5));
+    assert_eq!(
+        c.call(&json!({"op": "sleep", "ms": 600})).unwrap(),
+        json!("slept"),
+        "an answer slower than the socket's read slice but within the limit"
+    );
+    let t0 = std::time::Instant::now();
+    let e = c
+        .call_within(
+            &json!({"op": "sleep", "ms": 3000}),
+            Duration::from_millis(400),
+        )
+        .unwrap_err();
+    let waited = t0.elapsed();
+    match &e {
+        ControlError::Timeout { role, op, secs, .. } => {
+            assert_eq!((role.as_str(), op.as_str(), *secs), ("netemu", "sleep", 1))
+        }
+        e => panic!("expected a timeout, got {e}"),
+    }
+    assert!(e.to_string().contains("did not answer `sleep`"), "{e}");
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_millis(2500),
+        "gave up after {waited:?}"
+    );
+    // the late answer must not be taken for the next call's
+    match c.call(&json!({"op": "bump"})) {
+        Err(ControlError::Io { err, .. }) => {
+            assert_eq!(err.kind(), std::io::ErrorKind::NotConnected);
+            assert!(err.to_string().contains("`sleep` timed out"), "{err}");
+        }
+        r => panic!("a closed client answered {r:?}"),
+    }
+    assert_eq!(
+        role.bumps.load(Ordering::SeqCst),
+        0,
+        "nothing ran after the timeout"
+    );
+    role.still_serves(d.path());
 }

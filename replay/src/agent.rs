@@ -362,6 +362,10 @@ impl Agent {
     }
 }
 
+/// How long the controller waits for an agent's `status` (polled every 200 ms) or `abort`,
+/// both answered at once from the agent's memory.
+pub const STATUS_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A blocking client of a running agent (the controller's side).
 pub struct AgentClient(mimic_control::Client);
 
@@ -411,8 +415,11 @@ impl AgentClient {
         self.0.call(&Request::Start { t0_unix_ns }).map(|_| ())
     }
 
+    /// Where its replay stands. The agent answers from memory: one that takes longer than
+    /// [`STATUS_LIMIT`] is hung, and the call fails rather than hold the replay.
     pub fn status(&mut self) -> Result<AgentStatus, ControlError> {
-        self.call(&Request::Status)
+        let v = self.0.call_within(&Request::Status, STATUS_LIMIT)?;
+        serde_json::from_value(v).map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
     pub fn results(&mut self) -> Result<AgentResults, ControlError> {
@@ -420,7 +427,7 @@ impl AgentClient {
     }
 
     pub fn abort(&mut self) -> Result<(), ControlError> {
-        self.0.call(&Request::Abort).map(|_| ())
+        self.0.call_within(&Request::Abort, STATUS_LIMIT).map(|_| ())
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {

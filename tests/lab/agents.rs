@@ -140,3 +140,83 @@ fn ten_thousand_connections_over_two_client_agents() {
         two["missing"]
     );
 }
+
+/// A controller whose agent's host is cut off in the middle of a call: the call fails within
+/// about the control channel's 30 s peer timeout (`TCP_USER_TIMEOUT`), saying the host
+/// stopped answering, where it used to wait for the kernel's retransmissions (about 15
+/// minutes; for ever on an idle connection). The agent serves a TCP control address in one
+/// namespace, the controller calls it from the other, and the cut is the agent's end of the
+/// veth going down, as a pulled cable or a powered-off host would leave it.
+#[test]
+fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
+    use crate::capture::{sh, Proc, VethLab};
+    use mimic_replay::agent::{AgentClient, ControlAddr, ControllerTls};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let lab = VethLab::new("ka", 76);
+    let tmp = tempdir();
+    let pki = tmp.path().join("pki");
+    ok(&["pki", "init", &pki.display().to_string()]);
+    let control = format!("tcp:{}:7079", lab.srv_ip);
+    let _agent = Proc(Some(
+        lab.exec(&lab.srv, mimic_bin())
+            .args(["-q", "agent", "--control", &control, "--pki"])
+            .arg(&pki)
+            .args(["--client-addr", &lab.srv_ip])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting mimic agent"),
+    ));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (cut_tx, cut_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let cli = lab.cli.clone();
+    std::thread::spawn(move || {
+        mimic_netemu::netns::enter(&cli).unwrap();
+        let tls = ControllerTls::load(&pki).unwrap();
+        let addr: ControlAddr = control.parse().unwrap();
+        let until = Instant::now() + Duration::from_secs(15);
+        let mut c = loop {
+            match AgentClient::connect(&addr, &tls) {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > until => panic!("the agent is not reachable: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let before = c.info().expect("the agent answers before the cut");
+        ready_tx.send(before.client_addrs.len()).unwrap();
+        cut_rx.recv().unwrap();
+        let t0 = Instant::now();
+        let r = c.info().map(|_| ()).map_err(|e| e.to_string());
+        let _ = done_tx.send((r, t0.elapsed()));
+    });
+    assert_eq!(
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the controller reached the agent"),
+        1
+    );
+    sh(&format!(
+        "ip -n {} link set {} down",
+        lab.srv, lab.srv_if
+    ));
+    cut_tx.send(()).unwrap();
+    // (a controller that waits on is left blocked in its thread: the namespaces go, the
+    // kernel drops its connection after its own retransmissions)
+    let (r, waited) = done_rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the call across the cut was still waiting after 90 s");
+    eprintln!("a call across the cut: {r:?} after {waited:.1?}");
+    let e = r.expect_err("a call across the cut cannot be answered");
+    assert!(
+        e.contains("agent's host stopped answering during `info`"),
+        "{e}"
+    );
+    // 30 s, and a retransmission timer that fires at most a few seconds past it
+    assert!(
+        waited >= Duration::from_secs(25) && waited <= Duration::from_secs(60),
+        "the call failed after {waited:?}"
+    );
+}

@@ -13,7 +13,7 @@ use crate::common::{mimic_bin, require_root, require_tool, tempdir, trace};
 
 type Pkt = (i64, u32, Vec<u8>);
 
-fn sh(cmd: &str) {
+pub(crate) fn sh(cmd: &str) {
     let o = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
     assert!(
         o.status.success(),

@@ -299,10 +299,18 @@ impl Agents {
         loop {
             let mut finished = 0;
             let (mut done, mut failed, mut in_flight, mut max) = (0, 0, 0, 0);
+            let mut broken = None;
             for (name, c, _) in self.agents.iter_mut() {
-                let st = c.status().map_err(|e| err(name, e))?;
+                let st = match c.status() {
+                    Ok(st) => st,
+                    Err(e) => {
+                        broken = Some(err(name, e));
+                        break;
+                    }
+                };
                 if st.phase == "failed" {
-                    return Err(err(name, st.error.unwrap_or_default()));
+                    broken = Some(err(name, st.error.unwrap_or_default()));
+                    break;
                 }
                 if st.phase == "finished" {
                     finished += 1;
@@ -311,6 +319,13 @@ impl Agents {
                 failed += st.failed;
                 in_flight += st.in_flight;
                 max += st.max_in_flight;
+            }
+            if let Some(e) = broken {
+                // the others stop opening connections rather than run on unwatched
+                for (_, c, _) in self.agents.iter_mut() {
+                    let _ = c.abort();
+                }
+                return Err(e);
             }
             progress.done.store(done, Ordering::Relaxed);
             progress.failed.store(failed, Ordering::Relaxed);

@@ -427,7 +427,9 @@ impl AgentClient {
     }
 
     pub fn abort(&mut self) -> Result<(), ControlError> {
-        self.0.call_within(&Request::Abort, STATUS_LIMIT).map(|_| ())
+        self.0
+            .call_within(&Request::Abort, STATUS_LIMIT)
+            .map(|_| ())
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {

@@ -198,10 +198,7 @@ fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
             .expect("the controller reached the agent"),
         1
     );
-    sh(&format!(
-        "ip -n {} link set {} down",
-        lab.srv, lab.srv_if
-    ));
+    sh(&format!("ip -n {} link set {} down", lab.srv, lab.srv_if));
     cut_tx.send(()).unwrap();
     // (a controller that waits on is left blocked in its thread: the namespaces go, the
     // kernel drops its connection after its own retransmissions)

@@ -146,7 +146,8 @@ fn ten_thousand_connections_over_two_client_agents() {
 /// stopped answering, where it used to wait for the kernel's retransmissions (about 15
 /// minutes; for ever on an idle connection). The agent serves a TCP control address in one
 /// namespace, the controller calls it from the other, and the cut is the agent's end of the
-/// veth going down, as a pulled cable or a powered-off host would leave it.
+/// veth going down, as a pulled cable or a powered-off host would leave it. The agent then
+/// drops its end too (its own keepalive), so a role's thread is not held by a lost controller.
 #[test]
 fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
     use crate::capture::{sh, Proc, VethLab};
@@ -199,6 +200,7 @@ fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
         1
     );
     sh(&format!("ip -n {} link set {} down", lab.srv, lab.srv_if));
+    let t_cut = Instant::now();
     cut_tx.send(()).unwrap();
     // (a controller that waits on is left blocked in its thread: the namespaces go, the
     // kernel drops its connection after its own retransmissions)
@@ -215,5 +217,37 @@ fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
     assert!(
         waited >= Duration::from_secs(25) && waited <= Duration::from_secs(60),
         "the call failed after {waited:?}"
+    );
+    // the agent's side watches its controller the same way: its last word from it came just
+    // before the cut, so its kernel drops the connection within seconds of the controller's
+    let established = || {
+        let o = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.srv,
+                "ss",
+                "-Htn",
+                "state",
+                "established",
+            ])
+            .output()
+            .expect("ss");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains(":7079"))
+            .count()
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while established() > 0 {
+        assert!(
+            Instant::now() < until,
+            "the agent still holds its controller's connection 20 s after the controller gave up"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!(
+        "the agent dropped its controller's connection {:.1?} after the cut",
+        t_cut.elapsed()
     );
 }

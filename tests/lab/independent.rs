@@ -351,6 +351,7 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         torn_down(&se);
         let t = table(&out);
         shaping_check_off(&t)?;
+        fast_min_rtt_off(&t)?;
         Ok((out, so, se, t))
     });
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
@@ -392,14 +393,34 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
             10,
             "{class}: {c}"
         );
+        assert_eq!(get(c, &["min_rtt_ping_range", "n"]), 10, "{class}: {c}");
+    }
+    // (judged in the timed check above, fast_min_rtt_off)
+}
+
+/// The fast classes' min RTT against the path's range (the comment above its call): `Err`
+/// with what missed. Timed, as the shaping check is: netem's timers in the TCG guest fire
+/// later while the hypervisor takes the CPU (a CI-mode run of 2026-12-03 with 6.9% stolen
+/// during the testbed: cable-25m 8 of 10 within the range, where 90% is asked; earlier runs
+/// 10 of 10).
+fn fast_min_rtt_off(t: &serde_json::Value) -> Result<(), String> {
+    let mut off = Vec::new();
+    for class in ["cable-25m", "fibre-50m"] {
+        let c = get(t, &["analyzer", class]);
         let range = get(c, &["min_rtt_ping_range"]);
-        assert_eq!(range["n"], 10, "{class}: {c}");
-        assert!(range["share"].as_f64().unwrap() >= 0.9, "{class}: {c}");
-        let med = range["median_error_ms"].as_f64().unwrap();
-        assert!(
-            med.abs() <= 1.0,
-            "{class}: median min RTT {med} ms outside the path's range: {c}"
-        );
+        let share = range["share"].as_f64().unwrap_or(0.0);
+        let med = range["median_error_ms"].as_f64().unwrap_or(f64::NAN);
+        if share < 0.9 || med.is_nan() || med.abs() > 1.0 {
+            off.push(format!(
+                "{class}: min RTT within the path's range for {:.0}% (90% asked), median error {med} ms (1 ms allowed): {c}",
+                100.0 * share
+            ));
+        }
+    }
+    if off.is_empty() {
+        Ok(())
+    } else {
+        Err(off.join("; "))
     }
 }
 

@@ -380,7 +380,16 @@ impl AgentClient {
     }
 
     fn call<T: serde::de::DeserializeOwned>(&mut self, r: &Request) -> Result<T, ControlError> {
-        serde_json::from_value(self.0.call(r)?).map_err(|e| ControlError::Protocol(e.to_string()))
+        self.call_within(r, mimic_control::CALL_TIMEOUT)
+    }
+
+    fn call_within<T: serde::de::DeserializeOwned>(
+        &mut self,
+        r: &Request,
+        limit: std::time::Duration,
+    ) -> Result<T, ControlError> {
+        serde_json::from_value(self.0.call_within(r, limit)?)
+            .map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
     pub fn info(&mut self) -> Result<AgentInfo, ControlError> {
@@ -418,8 +427,7 @@ impl AgentClient {
     /// Where its replay stands. The agent answers from memory: one that takes longer than
     /// [`STATUS_LIMIT`] is hung, and the call fails rather than hold the replay.
     pub fn status(&mut self) -> Result<AgentStatus, ControlError> {
-        let v = self.0.call_within(&Request::Status, STATUS_LIMIT)?;
-        serde_json::from_value(v).map_err(|e| ControlError::Protocol(e.to_string()))
+        self.call_within(&Request::Status, STATUS_LIMIT)
     }
 
     pub fn results(&mut self) -> Result<AgentResults, ControlError> {

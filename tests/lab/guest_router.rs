@@ -19,7 +19,8 @@ use mimic_netemu::netns;
 
 use crate::common::{mimic, mimic_bin, stderr, stdout, tempdir};
 use crate::util::{
-    debian_kernel, json, lab_name, meta, ok, require_guest_tools, timed_check, LabDown,
+    debian_kernel, json, lab_name, meta, ok, require_guest_tools, timed_check_unless_stolen,
+    LabDown, TIMED_TRIES,
 };
 
 /// The router's control address in the guest (on its bridge, in the lab's client /24).
@@ -240,53 +241,58 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
         c.output().unwrap()
     };
 
-    // 1. per connection (its timing checked as timed_check says: tried again where the
-    //    hypervisor took the CPU during a failed try; every try installs and removes 240)
-    let tries = timed_check("the per-connection replay through the router guest", |n| {
-        let o = replay("per.db", &["--kernel-pipes", "per-connection"]);
-        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-        let r = json(&o);
-        let k = &r["kernel_pipes"];
-        eprintln!("per-connection replay: {k}");
-        assert_eq!(r["connections"].as_u64(), Some(240), "{r}");
-        assert_eq!(
-            r["netemu"],
-            serde_json::Value::Null,
-            "no datapath of mimic's ran"
-        );
-        assert_eq!(k["mode"], "per-connection");
-        assert_eq!(k["pipes"].as_u64(), Some(480), "{k}");
-        let late = k["late_installs"].as_u64().unwrap();
-        let most = k["max_installed"].as_u64().unwrap();
-        assert!(
-            most > 0 && most < 120,
-            "at most {most} of 240 connections installed at once: not per connection"
-        );
-        // a late install holds its SYN (below: no connection crossed the router unshaped), so
-        // what this bounds is the lead time's keeping starts on time; the TCG router guest
-        // stalls for up to a second now and then (6-19 late of 240 in some runs, 0 in most)
-        let waits = k["syn_waits"].as_u64().unwrap();
-        if late > 24 {
-            return Err(format!(
-                "{late} of 240 installs came after their SYN was due \
+    // 1. per connection (its timing checked as timed_check_unless_stolen says: tried again
+    //    where the hypervisor took the CPU during a failed try, and not judged where it took it
+    //    during every try; a run of the lab suite alone missed all three tries with 11.8-25.5%
+    //    stolen, the replay calling itself distorted each time). Every try installs and removes
+    //    240 pipes, whatever its timing; what a try asserts outright still fails the test.
+    let judged = timed_check_unless_stolen(
+        "the per-connection replay through the router guest",
+        |n| {
+            let o = replay("per.db", &["--kernel-pipes", "per-connection"]);
+            assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+            let r = json(&o);
+            let k = &r["kernel_pipes"];
+            eprintln!("per-connection replay: {k}");
+            assert_eq!(r["connections"].as_u64(), Some(240), "{r}");
+            assert_eq!(
+                r["netemu"],
+                serde_json::Value::Null,
+                "no datapath of mimic's ran"
+            );
+            assert_eq!(k["mode"], "per-connection");
+            assert_eq!(k["pipes"].as_u64(), Some(480), "{k}");
+            let late = k["late_installs"].as_u64().unwrap();
+            let most = k["max_installed"].as_u64().unwrap();
+            assert!(
+                most > 0 && most < 120,
+                "at most {most} of 240 connections installed at once: not per connection"
+            );
+            // a late install holds its SYN (below: no connection crossed the router unshaped), so
+            // what this bounds is the lead time's keeping starts on time; the TCG router guest
+            // stalls for up to a second now and then (6-19 late of 240 in some runs, 0 in most)
+            let waits = k["syn_waits"].as_u64().unwrap();
+            if late > 24 {
+                return Err(format!(
+                    "{late} of 240 installs came after their SYN was due \
                  (lead {} ms, slowest batch {} ms)",
-                k["lead_ms"], k["batch_max_ms"]
-            ));
-        }
-        assert!(k["router"].as_str().unwrap().contains(&control), "{k}");
-        let db = d.join("per.db");
-        assert_eq!(meta(&db, "emulator"), "netem");
-        assert_eq!(meta(&db, "emulator_pipe_mode"), "per-connection");
-        assert_eq!(meta(&db, "emulator_late_installs"), late.to_string());
-        assert_eq!(meta(&db, "emulator_syn_waits"), waits.to_string());
-        assert_eq!(meta(&db, "emulator_max_installed"), most.to_string());
-        // replayed and shaped: the truth's min RTT came back (an unshaped replay has ~0)
-        // the replay and its original (`t`), one connection for the count and the misses
-        let c = rusqlite::Connection::open(&db).unwrap();
-        c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
-            .unwrap();
-        let (replayed, rtt_ok, rtt_n, unshaped): (i64, i64, i64, i64) = {
-            c.query_row(
+                    k["lead_ms"], k["batch_max_ms"]
+                ));
+            }
+            assert!(k["router"].as_str().unwrap().contains(&control), "{k}");
+            let db = d.join("per.db");
+            assert_eq!(meta(&db, "emulator"), "netem");
+            assert_eq!(meta(&db, "emulator_pipe_mode"), "per-connection");
+            assert_eq!(meta(&db, "emulator_late_installs"), late.to_string());
+            assert_eq!(meta(&db, "emulator_syn_waits"), waits.to_string());
+            assert_eq!(meta(&db, "emulator_max_installed"), most.to_string());
+            // replayed and shaped: the truth's min RTT came back (an unshaped replay has ~0)
+            // the replay and its original (`t`), one connection for the count and the misses
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute("ATTACH DATABASE ?1 AS t", [p("synth.db")])
+                .unwrap();
+            let (replayed, rtt_ok, rtt_n, unshaped): (i64, i64, i64, i64) = {
+                c.query_row(
             "SELECT (SELECT count(replay_conn_id) FROM replay_map), \
              coalesce(sum(abs(r.min_rtt_us - o.min_rtt_us) <= max(0.1 * o.min_rtt_us, 2000)), 0), count(*), \
              coalesce(sum(r.min_rtt_us < 0.5 * o.min_rtt_us), 0) \
@@ -297,54 +303,56 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
             |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)),
         )
         .unwrap()
-        };
-        eprintln!("replayed {replayed} of 240; min RTT within 10% or 2 ms: {rtt_ok} of {rtt_n}; {late} pipes late, {waits} SYNs held for them");
-        {
-            // the misses, original against replayed min RTT (ms) and the pipe's rate: a late pipe
-            // shows as a replay far below, the guest's own delay as one above
-            let mut st = c
-                .prepare(
-                    "SELECT o.min_rtt_us, r.min_rtt_us, p.down_rate_bps FROM replay_map m \
+            };
+            eprintln!("replayed {replayed} of 240; min RTT within 10% or 2 ms: {rtt_ok} of {rtt_n}; {late} pipes late, {waits} SYNs held for them");
+            {
+                // the misses, original against replayed min RTT (ms) and the pipe's rate: a late pipe
+                // shows as a replay far below, the guest's own delay as one above
+                let mut st = c
+                    .prepare(
+                        "SELECT o.min_rtt_us, r.min_rtt_us, p.down_rate_bps FROM replay_map m \
                  JOIN t.connections o ON o.id = m.orig_conn_id \
                  JOIN connections r ON r.id = m.replay_conn_id \
                  LEFT JOIN replay_pipes p ON p.orig_conn_id = m.orig_conn_id \
                  WHERE abs(r.min_rtt_us - o.min_rtt_us) > max(0.1 * o.min_rtt_us, 2000) \
                  ORDER BY r.min_rtt_us - o.min_rtt_us",
-                )
-                .unwrap();
-            let misses: Vec<String> = st
-                .query_map([], |x| {
-                    let (o, r, bw) = (
-                        x.get::<_, f64>(0)?,
-                        x.get::<_, f64>(1)?,
-                        x.get::<_, Option<f64>>(2)?,
-                    );
-                    let bw = bw.map_or("unshaped".into(), |b| format!("{:.0} kbit/s", b / 1e3));
-                    Ok(format!("{:.1}->{:.1} ({bw})", o / 1e3, r / 1e3))
-                })
-                .unwrap()
-                .map(|x| x.unwrap())
-                .collect();
-            eprintln!(
-                "min RTT misses (ms, original->replayed): {}",
-                misses.join(" ")
-            );
-        }
-        assert!(replayed >= 228, "replayed {replayed} of 240");
-        // every SYN waited for its pipes: none crossed the router unshaped (one that did has
-        // only the LAN's round trip, 0.6-2.6 ms through this guest, against the synth's 2-300 ms)
-        assert_eq!(
+                    )
+                    .unwrap();
+                let misses: Vec<String> = st
+                    .query_map([], |x| {
+                        let (o, r, bw) = (
+                            x.get::<_, f64>(0)?,
+                            x.get::<_, f64>(1)?,
+                            x.get::<_, Option<f64>>(2)?,
+                        );
+                        let bw = bw.map_or("unshaped".into(), |b| format!("{:.0} kbit/s", b / 1e3));
+                        Ok(format!("{:.1}->{:.1} ({bw})", o / 1e3, r / 1e3))
+                    })
+                    .unwrap()
+                    .map(|x| x.unwrap())
+                    .collect();
+                eprintln!(
+                    "min RTT misses (ms, original->replayed): {}",
+                    misses.join(" ")
+                );
+            }
+            assert!(replayed >= 228, "replayed {replayed} of 240");
+            // every SYN waited for its pipes: none crossed the router unshaped (one that did has
+            // only the LAN's round trip, 0.6-2.6 ms through this guest, against the synth's 2-300 ms)
+            assert_eq!(
         unshaped, 0,
         "{unshaped} connections replayed at under half their min RTT: a SYN went before its pipes ({late} late, {waits} held)"
     );
-        if !(rtt_ok as f64 >= 0.9 * rtt_n as f64 && rtt_n >= 200) {
-            return Err(format!(
-                "min RTT within 10% or 2 ms for {rtt_ok} of {rtt_n} (timing health {})",
-                r["timing"]
-            ));
-        }
-        Ok(n as u64)
-    });
+            if !(rtt_ok as f64 >= 0.9 * rtt_n as f64 && rtt_n >= 200) {
+                return Err(format!(
+                    "min RTT within 10% or 2 ms for {rtt_ok} of {rtt_n} (timing health {})",
+                    r["timing"]
+                ));
+            }
+            Ok(n as u64)
+        },
+    );
+    let tries = judged.unwrap_or(TIMED_TRIES as u64);
     // everything this replay installed is gone again; the router keeps serving
     let after = router_info(&info.ns_cli, &addr, &info.pki_dir, Duration::from_secs(10));
     assert_eq!(after.installed, 0, "{after:?}");

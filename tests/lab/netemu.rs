@@ -471,6 +471,16 @@ fn a_busy_polling_datapath_delays_exactly_and_stops_on_sigterm() {
     if cpus > 1 {
         args.extend(["--cpu", last.as_str()]);
     }
+    // what the hypervisor takes from the datapath's CPU is missing from its thread's share
+    // (a CPU stolen from 20% of the time leaves a thread that never sleeps 0.8 of it)
+    let cpu = cpus - 1;
+    let stolen_ms = || {
+        mimic_core::cpu::steal_ms_per_cpu()
+            .get(cpu)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (steal0, started) = (stolen_ms(), Instant::now());
     let _c = lab.run_emulator(&args);
     let o = lab.ping(&["-c", "100", "-i", "0.01", "-q", "198.18.0.1"]);
     let text = stdout(&o);
@@ -521,9 +531,14 @@ fn a_busy_polling_datapath_delays_exactly_and_stops_on_sigterm() {
         .and_then(|v| v.split(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no datapath share in {line}"));
+    let stolen = (stolen_ms() - steal0).max(0.0) / (started.elapsed().as_secs_f64() * 1e3);
+    eprintln!(
+        "{line}; the hypervisor took {:.1}% of CPU {cpu} meanwhile",
+        100.0 * stolen
+    );
     assert!(
-        busy > 0.8,
-        "a busy-polling datapath used {busy} of its CPU: {line}"
+        busy > 0.8 - stolen,
+        "a busy-polling datapath used {busy} of its CPU, the hypervisor {stolen:.3}: {line}"
     );
 }
 

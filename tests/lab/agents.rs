@@ -251,3 +251,174 @@ fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
         t_cut.elapsed()
     );
 }
+
+/// A replay over two lab client agents, one of which hangs mid-replay (SIGSTOP: its host keeps
+/// acknowledging, its process answers nothing). The replay's poll of the agents (`status`,
+/// limited to `agent::STATUS_LIMIT`, 30 s) gives up on it, tells the other agent to stop and
+/// ends with an error naming the hung agent, where it used to wait for ever (Ctrl-C included).
+/// The agents it started are gone afterwards, the stopped one too.
+#[test]
+fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    require_root("agent lab test");
+    for t in ["ip", "ss", "sysctl", "bridge"] {
+        require_tool(t);
+    }
+    let tmp = tempdir();
+    let d = tmp.path();
+    let p = |f: &str| d.join(f).display().to_string();
+    // 3,000 connections at 50 a second: a minute of replay, of which this test needs a few
+    // seconds before the hang and the status limit after it
+    ok(&[
+        "synth",
+        "--connections",
+        "3000",
+        "--rate",
+        "50",
+        "--max-response",
+        "20000",
+        "--seed",
+        "12",
+        "-o",
+        &p("synth.db"),
+    ]);
+    let name = lab_name("ah");
+    let _down = LabDown(name.clone());
+    ok(&["lab", "up", &name, "--clients", "2"]);
+    let (cli, cli2) = (format!("{name}-cli"), format!("{name}-cli2"));
+
+    /// The replay's process, killed if the test ends before it does.
+    struct Replay(std::process::Child);
+    impl Drop for Replay {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    /// A stopped process, continued and killed if the test ends first.
+    struct Stopped(i32);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            // only while the pid is still a `mimic agent` (the replay reaps the agents it
+            // started when it ends)
+            let agent = std::fs::read(format!("/proc/{}/cmdline", self.0))
+                .map(|c| c.split(|&b| b == 0).any(|a| a == b"agent"))
+                .unwrap_or(false);
+            if agent {
+                // SAFETY: signals to the agent process this test stopped.
+                unsafe {
+                    libc::kill(self.0, libc::SIGKILL);
+                    libc::kill(self.0, libc::SIGCONT);
+                }
+            }
+        }
+    }
+    // `mimic agent` processes in a namespace
+    let agents_in = |ns: &str| -> Vec<i32> {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "pids", ns])
+            .output()
+            .expect("ip netns pids");
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .filter_map(|s| s.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| {
+                        let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+                        args.iter().any(|a| *a == b"agent")
+                    })
+                    .unwrap_or(false)
+            })
+            .collect()
+    };
+    // replayed connections (TCP; the agents' control channel is a unix socket) in a namespace
+    let tcp_in = |ns: &str| -> usize {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Htan"])
+            .output()
+            .expect("ss");
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+
+    let mut replay = Replay(
+        mimic()
+            .args(["replay", &p("synth.db"), "-o", &p("replay.db")])
+            .args(["--lab", &name, "--agents", "cli,cli2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting mimic replay"),
+    );
+    // the replay is under way once the second agent has connections open
+    let until = Instant::now() + Duration::from_secs(120);
+    while tcp_in(&cli2) == 0 {
+        if let Some(st) = replay.0.try_wait().unwrap() {
+            panic!("the replay ended ({st}) before its agents opened connections");
+        }
+        assert!(
+            Instant::now() < until,
+            "no replayed connection in {cli2} within 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let hung = agents_in(&cli2);
+    assert_eq!(hung.len(), 1, "one agent in {cli2}: {hung:?}");
+    assert_eq!(agents_in(&cli).len(), 1, "one agent in {cli}");
+    // SAFETY: SIGSTOP to the agent process the replay started in the lab's namespace.
+    assert_eq!(unsafe { libc::kill(hung[0], libc::SIGSTOP) }, 0);
+    let _stopped = Stopped(hung[0]);
+    let t_hang = Instant::now();
+    let status = loop {
+        if let Some(st) = replay.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t_hang.elapsed() < Duration::from_secs(120),
+            "the replay still runs 120 s after its agent hung"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let waited = t_hang.elapsed();
+    let mut err = String::new();
+    use std::io::Read;
+    replay
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    eprintln!("the replay ended {waited:.1?} after its agent hung ({status}): {err}");
+    assert!(!status.success(), "a replay with a hung agent succeeded");
+    assert!(
+        err.contains("agent cli2") && err.contains("did not answer `status` within 30 s"),
+        "the error names the hung agent and its call: {err}"
+    );
+    // the status limit (30 s), polled every 200 ms, and the teardown of the others
+    assert!(
+        waited >= Duration::from_secs(25) && waited <= Duration::from_secs(75),
+        "the replay ended {waited:?} after its agent hung"
+    );
+    assert!(
+        !std::path::Path::new(&p("replay.db")).exists(),
+        "a failed replay left a replay database"
+    );
+    // the agents it started went with it, the stopped one too (killed: a stopped process
+    // does not act on SIGTERM)
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<i32> = [&cli, &cli2].iter().flat_map(|ns| agents_in(ns)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "agents {left:?} still run 10 s after the replay ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

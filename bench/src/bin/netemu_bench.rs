@@ -56,7 +56,13 @@
 //!   delay error a datapath that cost nothing would have at the 99th percentile on that CPU
 //!   then, beside which the datapath's own p99 is to be read.
 //!
-//! Usage: netemu-bench [--seconds S] [--floor-seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split]
+//! * `--rps` (an experiment, off by default): the end hosts' veths steer their receive
+//!   processing (RPS) to the traffic CPUs, so that what the datapath sends is not received on
+//!   its own CPU (in its `sendmmsg` and in ksoftirqd beside it). Tried 2026-12-03 (bench/
+//!   RESULTS.md): it halves the forwarding rate on 2 cores (all receiving then lands on the
+//!   generator's CPU), and that day's steal left its effect on the delay error unjudgeable.
+//!
+//! Usage: netemu-bench [--seconds S] [--floor-seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split] [--rps]
 //! Needs root. Prints a markdown table; writes JSON with --out.
 
 use std::collections::BTreeMap;
@@ -862,6 +868,23 @@ fn tc(ns: &str, args: &str) {
     );
 }
 
+/// Sets the receive packet steering CPU mask of `dev`'s first receive queue in namespace `ns`
+/// (sysfs is the namespace's own under `ip netns exec`).
+fn set_rps(ns: &str, dev: &str, mask: u64) {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c"])
+        .arg(format!(
+            "echo {mask:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus && cat /sys/class/net/{dev}/queues/rx-0/rps_cpus"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "rps_cpus of {dev} in {ns}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn kernel_redirect(info: &LabInfo, on: bool) {
     let (a, b) = (&info.emu_cli_if, &info.emu_srv_if);
     if on {
@@ -882,7 +905,7 @@ fn main() {
         println!(
             "netemu-bench: mimic's datapath beside kernel forwarding and tbf (needs root; builds a lab)\n\
              usage: netemu-bench [--seconds S] [--floor-seconds S] [--pipes 1,1000,65536] [--load-pps N] \
-             [--spin-rule load,fixed,always] [--layout shared,split] [--netem] [--out FILE]\n\
+             [--spin-rule load,fixed,always] [--layout shared,split] [--netem] [--rps] [--out FILE]\n\
              bench/netemu.sh runs it; the doc comment of bench/src/bin/netemu_bench.rs says what each phase measures"
         );
         return;
@@ -983,6 +1006,23 @@ fn main() {
         }
     }
     let _down = Down(name.clone());
+    if args.iter().any(|a| a == "--rps") {
+        // the end hosts' receive processing of what the datapath sends, steered (RPS) to the
+        // traffic CPUs: without it the veth peer's receive path runs on the sending CPU, in
+        // the datapath's own `sendmmsg` and in ksoftirqd beside it
+        let Some((dp, rest)) = mimic_core::cpu::lab_split(&allowed) else {
+            eprintln!("netemu-bench --rps: needs at least two CPUs, has {allowed:?}");
+            std::process::exit(2);
+        };
+        let mask: u64 = rest.iter().map(|&c| 1u64 << c).sum();
+        for (ns, dev) in [(&info.ns_srv, &info.srv_if), (&info.ns_cli, &info.cli_if)] {
+            set_rps(ns, dev, mask);
+        }
+        eprintln!(
+            "netemu-bench: RPS on {} and {}: CPUs {rest:?} (the datapath's: {dp})",
+            info.srv_if, info.cli_if
+        );
+    }
     let mut rows: Vec<Row> = Vec::new();
 
     // Plain kernel forwarding: tc mirred redirect between the emu veths.

@@ -59,8 +59,9 @@
 //! * `--rps` (an experiment, off by default): the end hosts' veths steer their receive
 //!   processing (RPS) to the traffic CPUs, so that what the datapath sends is not received on
 //!   its own CPU (in its `sendmmsg` and in ksoftirqd beside it). Tried 2026-12-03 (bench/
-//!   RESULTS.md): it halves the forwarding rate on 2 cores (all receiving then lands on the
-//!   generator's CPU), and that day's steal left its effect on the delay error unjudgeable.
+//!   RESULTS.md): on 2 cores it cut the forwarding rate by a third to a half (all receiving
+//!   lands on the generator's CPU), and that day's steal left its effect on the delay error
+//!   unjudgeable.
 //!
 //! Usage: netemu-bench [--seconds S] [--floor-seconds S] [--out FILE.json] [--pipes 1,1000,65536] [--load-pps 50000] [--spin-rule load,fixed,always] [--netem] [--layout shared,split] [--rps]
 //! Needs root. Prints a markdown table; writes JSON with --out.

@@ -5,6 +5,24 @@
 use crate::common::*;
 use crate::util::{json, lab_name, ok, LabDown};
 
+/// A synth workload of `n` short connections (responses up to 20 kB) opening at `rate` a
+/// second, written to `out`.
+fn synth(out: &str, n: u64, rate: u32, seed: u64) {
+    ok(&[
+        "synth",
+        "--connections",
+        &n.to_string(),
+        "--rate",
+        &rate.to_string(),
+        "--max-response",
+        "20000",
+        "--seed",
+        &seed.to_string(),
+        "-o",
+        out,
+    ]);
+}
+
 /// `[p50, p99, max]` of a JSON summary's figures, as text.
 fn three(v: &serde_json::Value) -> String {
     format!("{} / {} / {}", v[0], v[1], v[2])
@@ -27,19 +45,7 @@ fn ten_thousand_connections_over_two_client_agents() {
     let d = tmp.path();
     let p = |f: &str| d.join(f).display().to_string();
     const N: u64 = 10_000;
-    ok(&[
-        "synth",
-        "--connections",
-        &N.to_string(),
-        "--rate",
-        "200",
-        "--max-response",
-        "20000",
-        "--seed",
-        "11",
-        "-o",
-        &p("synth.db"),
-    ]);
+    synth(&p("synth.db"), N, 200, 11);
     let name = lab_name("ag");
     let _down = LabDown(name.clone());
     let up = ok(&["lab", "up", &name, "--clients", "2"]);
@@ -271,19 +277,7 @@ fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
     let p = |f: &str| d.join(f).display().to_string();
     // 3,000 connections at 50 a second: a minute of replay, of which this test needs a few
     // seconds before the hang and the status limit after it
-    ok(&[
-        "synth",
-        "--connections",
-        "3000",
-        "--rate",
-        "50",
-        "--max-response",
-        "20000",
-        "--seed",
-        "12",
-        "-o",
-        &p("synth.db"),
-    ]);
+    synth(&p("synth.db"), 3_000, 50, 12);
     let name = lab_name("ah");
     let _down = LabDown(name.clone());
     ok(&["lab", "up", &name, "--clients", "2"]);

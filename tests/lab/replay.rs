@@ -154,7 +154,12 @@ fn synth_replay_recovers_the_truth_and_replays_faithfully() {
         );
     }
     assert!(t["rtt_judged"].as_u64().unwrap() >= 300, "{t}");
-    assert!(t["rtt_agree"].as_f64().unwrap() >= 0.9, "{t}");
+    // the share of pipes whose delay came back in the min RTT is timed too (a lab run on
+    // 2026-12-03 with 19.4% stolen had 87.8%, and the replay called itself distorted for it)
+    assert!(
+        !timing_judged || t["rtt_agree"].as_f64().unwrap() >= 0.9,
+        "{t}"
+    );
     assert!(t["departure_late_p99_us"].as_u64().is_some(), "{t}");
     let c = rusqlite::Connection::open(p("replay.db")).unwrap();
     let meta = |k: &str| -> String {

@@ -23,6 +23,13 @@ fn synth(out: &str, n: u64, rate: u32, seed: u64) {
     ]);
 }
 
+/// Whether process `pid` is a `mimic agent` (an `agent` argument on its command line).
+fn is_agent(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| c.split(|&b| b == 0).any(|a| a == b"agent"))
+        .unwrap_or(false)
+}
+
 /// `[p50, p99, max]` of a JSON summary's figures, as text.
 fn three(v: &serde_json::Value) -> String {
     format!("{} / {} / {}", v[0], v[1], v[2])
@@ -227,22 +234,10 @@ fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
     // the agent's side watches its controller the same way: its last word from it came just
     // before the cut, so its kernel drops the connection within seconds of the controller's
     let established = || {
-        let o = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.srv,
-                "ss",
-                "-Htn",
-                "state",
-                "established",
-            ])
+        let o = mimic_netemu::netns::command(&lab.srv, "ss", ["-Htn", "state", "established"])
             .output()
             .expect("ss");
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.contains(":7079"))
-            .count()
+        stdout(&o).lines().filter(|l| l.contains(":7079")).count()
     };
     let until = Instant::now() + Duration::from_secs(20);
     while established() > 0 {
@@ -297,10 +292,7 @@ fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
         fn drop(&mut self) {
             // only while the pid is still a `mimic agent` (the replay reaps the agents it
             // started when it ends)
-            let agent = std::fs::read(format!("/proc/{}/cmdline", self.0))
-                .map(|c| c.split(|&b| b == 0).any(|a| a == b"agent"))
-                .unwrap_or(false);
-            if agent {
+            if is_agent(self.0) {
                 // SAFETY: signals to the agent process this test stopped.
                 unsafe {
                     libc::kill(self.0, libc::SIGKILL);
@@ -311,30 +303,17 @@ fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
     }
     // `mimic agent` processes in a namespace
     let agents_in = |ns: &str| -> Vec<i32> {
-        let o = std::process::Command::new("ip")
-            .args(["netns", "pids", ns])
-            .output()
-            .expect("ip netns pids");
-        String::from_utf8_lossy(&o.stdout)
-            .split_whitespace()
-            .filter_map(|s| s.parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .map(|c| {
-                        let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
-                        args.iter().any(|a| *a == b"agent")
-                    })
-                    .unwrap_or(false)
-            })
+        mimic_netemu::netns::pids(ns)
+            .into_iter()
+            .filter(|&pid| is_agent(pid))
             .collect()
     };
     // replayed connections (TCP; the agents' control channel is a unix socket) in a namespace
     let tcp_in = |ns: &str| -> usize {
-        let o = std::process::Command::new("ip")
-            .args(["netns", "exec", ns, "ss", "-Htan"])
+        let o = mimic_netemu::netns::command(ns, "ss", ["-Htan"])
             .output()
             .expect("ss");
-        String::from_utf8_lossy(&o.stdout).lines().count()
+        stdout(&o).lines().count()
     };
 
     let mut replay = Replay(

@@ -872,11 +872,8 @@ fn tc(ns: &str, args: &str) {
 /// Sets the receive packet steering CPU mask of `dev`'s first receive queue in namespace `ns`
 /// (sysfs is the namespace's own under `ip netns exec`).
 fn set_rps(ns: &str, dev: &str, mask: u64) {
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns, "sh", "-c"])
-        .arg(format!(
-            "echo {mask:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus && cat /sys/class/net/{dev}/queues/rx-0/rps_cpus"
-        ))
+    let write = format!("echo {mask:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    let o = netns::command(ns, "sh", ["-c", write.as_str()])
         .output()
         .unwrap();
     assert!(

@@ -362,33 +362,52 @@ impl Agent {
     }
 }
 
-/// How long the controller waits for an agent's `status` (polled every 200 ms) or `abort`,
-/// both answered at once from the agent's memory.
-pub const STATUS_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the controller waits for an agent's answer to any call unless told otherwise
+/// (`mimic replay --agent-timeout`). An agent answers every call from memory (`status`, polled
+/// every 200 ms, `abort`, `start`) or after a little work on what it was sent (`load` in
+/// batches of [`LOAD_BATCH`] connections, a few milliseconds); one that takes this long is busy
+/// beyond use or hung, and the call fails rather than hold the replay.
+pub const DEFAULT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Connections per `load` call.
+pub const LOAD_BATCH: usize = 1000;
 
 /// A blocking client of a running agent (the controller's side).
-pub struct AgentClient(mimic_control::Client);
+pub struct AgentClient {
+    c: mimic_control::Client,
+    limit: Duration,
+}
 
 impl AgentClient {
-    /// Connects to the agent at `addr` and authenticates both sides.
+    /// Connects to the agent at `addr` and authenticates both sides; its calls wait
+    /// [`DEFAULT_LIMIT`] for an answer.
     pub fn connect(addr: &ControlAddr, tls: &ControllerTls) -> Result<AgentClient, ControlError> {
-        mimic_control::Client::connect(addr, tls, ROLE).map(AgentClient)
+        mimic_control::Client::connect(addr, tls, ROLE).map(|c| AgentClient {
+            c,
+            limit: DEFAULT_LIMIT,
+        })
+    }
+
+    /// How long every later call waits for the agent's answer (`results` waits a little more
+    /// for each connection it returns).
+    pub fn set_limit(&mut self, limit: Duration) {
+        self.limit = limit;
     }
 
     pub fn addr(&self) -> &str {
-        self.0.addr()
+        self.c.addr()
     }
 
     fn call<T: serde::de::DeserializeOwned>(&mut self, r: &Request) -> Result<T, ControlError> {
-        self.call_within(r, mimic_control::CALL_TIMEOUT)
+        self.call_within(r, self.limit)
     }
 
     fn call_within<T: serde::de::DeserializeOwned>(
         &mut self,
         r: &Request,
-        limit: std::time::Duration,
+        limit: Duration,
     ) -> Result<T, ControlError> {
-        serde_json::from_value(self.0.call_within(r, limit)?)
+        serde_json::from_value(self.c.call_within(r, limit)?)
             .map_err(|e| ControlError::Protocol(e.to_string()))
     }
 
@@ -396,14 +415,14 @@ impl AgentClient {
         self.call(&Request::Info)
     }
 
-    /// Loads a share in batches; returns how many the agent holds.
+    /// Loads a share in batches of [`LOAD_BATCH`]; returns how many the agent holds.
     pub fn load(
         &mut self,
         conns: &[AgentConn],
         request_timing: RequestTiming,
     ) -> Result<u64, ControlError> {
         let mut n = 0;
-        for (i, batch) in conns.chunks(1000).enumerate() {
+        for (i, batch) in conns.chunks(LOAD_BATCH).enumerate() {
             n = self.call(&Request::Load {
                 first: i == 0,
                 request_timing,
@@ -421,27 +440,33 @@ impl AgentClient {
     }
 
     pub fn start(&mut self, t0_unix_ns: i64) -> Result<(), ControlError> {
-        self.0.call(&Request::Start { t0_unix_ns }).map(|_| ())
+        self.c
+            .call_within(&Request::Start { t0_unix_ns }, self.limit)
+            .map(|_| ())
     }
 
-    /// Where its replay stands. The agent answers from memory: one that takes longer than
-    /// [`STATUS_LIMIT`] is hung, and the call fails rather than hold the replay.
+    /// Where its replay stands, answered from memory.
     pub fn status(&mut self) -> Result<AgentStatus, ControlError> {
-        self.call_within(&Request::Status, STATUS_LIMIT)
+        self.call(&Request::Status)
     }
 
-    pub fn results(&mut self) -> Result<AgentResults, ControlError> {
-        self.call(&Request::Results)
+    /// The outcomes of a finished replay of `connections`: the limit, plus a second per 1,000
+    /// connections for an answer that grows with the share.
+    pub fn results(&mut self, connections: usize) -> Result<AgentResults, ControlError> {
+        let limit = self.limit + Duration::from_millis(connections as u64);
+        self.call_within(&Request::Results, limit)
     }
 
     pub fn abort(&mut self) -> Result<(), ControlError> {
-        self.0
-            .call_within(&Request::Abort, STATUS_LIMIT)
+        self.c
+            .call_within(&Request::Abort, self.limit)
             .map(|_| ())
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {
-        self.0.call(&Request::Shutdown).map(|_| ())
+        self.c
+            .call_within(&Request::Shutdown, self.limit)
+            .map(|_| ())
     }
 }
 
@@ -535,7 +560,7 @@ mod tests {
         // 2 s ahead: the start request reaches the agent well before, even on a loaded host
         let t0 = now_unix_ns() + 2_000_000_000;
         c.start(t0).unwrap();
-        assert!(c.results().is_err(), "results before the end");
+        assert!(c.results(5).is_err(), "results before the end");
         let until = Instant::now() + Duration::from_secs(20);
         let st = loop {
             let st = c.status().unwrap();
@@ -548,7 +573,7 @@ mod tests {
         assert_eq!((st.done, st.failed), (5, 0), "{st:?}");
         // the last SYN was planned 2 s + 80 ms after start was sent
         assert!(now_unix_ns() >= t0 + 80_000_000);
-        let r = c.results().unwrap();
+        let r = c.results(5).unwrap();
         assert!(r.start_lead_ns > 1_000_000_000, "{}", r.start_lead_ns);
         let idx: Vec<usize> = r.outcomes.iter().map(|o| o.index).collect();
         assert_eq!(idx, [10, 11, 12, 13, 14]);
@@ -561,6 +586,68 @@ mod tests {
         }
         c.shutdown().unwrap();
         assert!(exit.load(Ordering::Relaxed));
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+    }
+
+    /// An agent that does not answer `load` (hung, or stopped with SIGSTOP while its host
+    /// still acknowledges) fails the call after the client's limit, naming the call, instead
+    /// of holding the controller for the control channel's ten minutes; the connection is
+    /// closed, so a late answer is never taken for the next call's.
+    #[test]
+    fn a_load_the_agent_does_not_answer_fails_after_the_limit_naming_it() {
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-agent-")
+            .tempdir()
+            .unwrap();
+        let pki = tmp.path().join("pki");
+        mimic_control::pki::init(&pki, &Default::default()).unwrap();
+        let addr = ControlAddr::Unix(tmp.path().join("agent.sock"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let release = Arc::new(AtomicBool::new(false));
+        let r2 = release.clone();
+        let handler: mimic_control::Handler = Arc::new(move |v: Value| {
+            if v["op"] == "load" {
+                while !r2.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            Ok(json!(1))
+        });
+        let t = mimic_control::Server::new(
+            Listener::bind(&addr).unwrap(),
+            RoleTls::load(&pki, ROLE).unwrap(),
+            handler,
+            stop.clone(),
+        )
+        .spawn()
+        .unwrap();
+        let mut c = AgentClient::connect(&addr, &ControllerTls::load(&pki).unwrap()).unwrap();
+        c.set_limit(Duration::from_secs(1));
+        let share = vec![AgentConn {
+            index: 0,
+            spec: ConnSpec::bare(0),
+            local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 20000),
+            server: SocketAddr::from((Ipv4Addr::LOCALHOST, 80)),
+            offset_ns: 0,
+            limit_ms: 1000,
+        }];
+        let t0 = Instant::now();
+        let e = c.load(&share, RequestTiming::Recorded).unwrap_err();
+        let waited = t0.elapsed();
+        release.store(true, Ordering::Relaxed);
+        match &e {
+            ControlError::Timeout { op, secs, .. } => assert_eq!((op.as_str(), *secs), ("load", 1)),
+            other => panic!("expected a timeout, got {other}"),
+        }
+        assert!(
+            e.to_string().contains("did not answer `load` within 1 s"),
+            "{e}"
+        );
+        // not the channel's ten-minute default (a guard against a hang, not a timing figure)
+        assert!(waited < Duration::from_secs(120), "{waited:?}");
+        let again = c.status().unwrap_err().to_string();
+        assert!(again.contains("connection is closed"), "{again}");
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();
     }

@@ -11,6 +11,7 @@
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use mimic_core::cpu;
 use mimic_netemu::classify::IpNet;
@@ -304,6 +305,8 @@ pub struct ReplayOptions {
     /// `--agents`: the client agents that open the connections instead of this process (none:
     /// the client runs here).
     pub agents: Vec<AgentTarget>,
+    /// How long each call to an agent waits for its answer (`--agent-timeout`).
+    pub agent_timeout: Duration,
     /// Which emulator carries the pipes (`--emulator`).
     pub emulator: Emulator,
     /// With kernel pipes: all at once or per connection (`--kernel-pipes`).
@@ -337,6 +340,7 @@ impl ReplayOptions {
             keep_capture: None,
             cpu_split: true,
             agents: Vec::new(),
+            agent_timeout: crate::agent::DEFAULT_LIMIT,
             emulator: Emulator::Mimic,
             kernel_pipes: PipeMode::Auto,
             lan_rtt: LanRtt::Auto,
@@ -414,6 +418,9 @@ impl ReplayOptions {
         if !self.agents.is_empty() {
             let list: Vec<String> = self.agents.iter().map(|t| t.to_string()).collect();
             a.value("--agents", list.join(","));
+        }
+        if self.agent_timeout != crate::agent::DEFAULT_LIMIT {
+            a.value("--agent-timeout", self.agent_timeout.as_secs().to_string());
         }
         if self.emulator != Emulator::Mimic {
             a.value("--emulator", self.emulator.as_str());

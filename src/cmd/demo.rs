@@ -256,6 +256,7 @@ fn demo(a: Args) -> anyhow::Result<ExitCode> {
         keep_capture: keep,
         cpu_split: true,
         agents: Vec::new(),
+        agent_timeout: mimic_replay::agent::DEFAULT_LIMIT,
         emulator: Default::default(),
         kernel_pipes: Default::default(),
         lan_rtt: Default::default(),

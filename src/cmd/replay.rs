@@ -141,6 +141,17 @@ pub struct Args {
     /// the replay starts an agent there on the host's address pool). Comma-separated.
     #[arg(long, value_name = "AGENT,...", value_delimiter = ',', value_parser = parse_agent)]
     pub agents: Vec<AgentTarget>,
+    /// How long each call to an agent waits for its answer, in seconds (answered from memory:
+    /// longer means the agent is hung or its host overloaded, and the replay fails naming it;
+    /// raise it for agents across a slow or lossy link).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = mimic_replay::agent::DEFAULT_LIMIT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=3600),
+        requires = "agents"
+    )]
+    pub agent_timeout: u64,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -217,6 +228,7 @@ impl Args {
             keep_capture: self.keep_capture,
             cpu_split: !self.no_cpu_split,
             agents: self.agents,
+            agent_timeout: std::time::Duration::from_secs(self.agent_timeout),
             emulator: self.emulator,
             kernel_pipes: self.kernel_pipes,
             lan_rtt: self.lan_rtt,
@@ -468,6 +480,7 @@ mod tests {
             keep_capture: Some("caps".into()),
             cpu_split: false,
             agents: Vec::new(),
+            agent_timeout: mimic_replay::agent::DEFAULT_LIMIT,
             emulator: Emulator::Netem,
             kernel_pipes: spec::PipeMode::PerConnection,
             lan_rtt: spec::LanRtt::Fixed(1500),
@@ -492,6 +505,8 @@ mod tests {
             "10.2.0.1:7300".parse().unwrap(),
             "unix:/run/a2.sock".parse().unwrap(),
         ];
+        assert_eq!(round_trip(&with_agents), with_agents);
+        with_agents.agent_timeout = std::time::Duration::from_secs(45);
         assert_eq!(round_trip(&with_agents), with_agents);
 
         let mut lab = remote.clone();

@@ -85,6 +85,17 @@ fn err(agent: &str, e: impl std::fmt::Display) -> ReplayError {
     ReplayError::Invalid(format!("agent {agent}: {e}"))
 }
 
+/// A failed call to an agent; one that ran out of time says which flag sets the limit.
+fn call_err(agent: &str, e: mimic_netemu::control::ControlError) -> ReplayError {
+    let hint = match e {
+        mimic_netemu::control::ControlError::Timeout { .. } => {
+            "; if the agent is only slow, raise --agent-timeout"
+        }
+        _ => "",
+    };
+    err(agent, format_args!("{e}{hint}"))
+}
+
 impl Agents {
     /// Starts the agents on lab client hosts (the lab must be up; client hosts it lacks are
     /// added, so this runs before the emulator starts) and connects to every agent.
@@ -187,7 +198,8 @@ impl Agents {
                     }
                 }
             };
-            let info = c.info().map_err(|e| err(&name, e))?;
+            c.set_limit(opts.agent_timeout);
+            let info = c.info().map_err(|e| call_err(&name, e))?;
             if info.client_addrs.is_empty() {
                 return Err(err(&name, "it has no client addresses"));
             }
@@ -280,7 +292,7 @@ impl Agents {
         }
         drop(plans);
         for ((name, c, _), share) in self.agents.iter_mut().zip(&shares) {
-            let n = c.load(share, request_timing).map_err(|e| err(name, e))?;
+            let n = c.load(share, request_timing).map_err(|e| call_err(name, e))?;
             if n != share.len() as u64 {
                 return Err(err(
                     name,
@@ -293,7 +305,7 @@ impl Agents {
         let lead = lead_left.max(Duration::from_millis(500));
         let t0 = agent::now_unix_ns() + lead.as_nanos() as i64;
         for (name, c, _) in self.agents.iter_mut() {
-            c.start(t0).map_err(|e| err(name, e))?;
+            c.start(t0).map_err(|e| call_err(name, e))?;
         }
         let deadline = Instant::now() + lead + last_end + Duration::from_secs(60);
         loop {
@@ -304,7 +316,7 @@ impl Agents {
                 let st = match c.status() {
                     Ok(st) => st,
                     Err(e) => {
-                        broken = Some(err(name, e));
+                        broken = Some(call_err(name, e));
                         break;
                     }
                 };
@@ -353,7 +365,7 @@ impl Agents {
         let mut outcomes: Vec<Outcome> = Vec::new();
         let mut runs = Vec::new();
         for ((name, c, info), share) in self.agents.iter_mut().zip(&shares) {
-            let r = c.results().map_err(|e| err(name, e))?;
+            let r = c.results(share.len()).map_err(|e| call_err(name, e))?;
             if r.outcomes.len() != share.len() {
                 tracing::warn!(
                     "agent {name}: {} results for {} connections",

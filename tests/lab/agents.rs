@@ -320,7 +320,14 @@ fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
     let mut replay = Replay(
         mimic()
             .args(["replay", &p("synth.db"), "-o", &p("replay.db")])
-            .args(["--lab", &name, "--agents", "cli,cli2", "--agent-timeout", "8"])
+            .args([
+                "--lab",
+                &name,
+                "--agents",
+                "cli,cli2",
+                "--agent-timeout",
+                "8",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -369,7 +376,8 @@ fn a_replay_whose_agent_hangs_fails_naming_it_within_the_status_limit() {
     eprintln!("the replay ended {waited:.1?} after its agent hung ({status}): {err}");
     assert!(!status.success(), "a replay with a hung agent succeeded");
     assert!(
-        err.contains("agent cli2") && err.contains("did not answer `status` within 8 s")
+        err.contains("agent cli2")
+            && err.contains("did not answer `status` within 8 s")
             && err.contains("raise --agent-timeout"),
         "the error names the hung agent and its call: {err}"
     );

@@ -498,36 +498,50 @@ fn a_remote_router_in_a_guest_installs_netem_pipes_per_connection_over_the_contr
 
     // 4. the same per connection with the lab's router host itself (`--lab`: tc over the
     //    guest's command channel, one exec per batch)
-    let o = mimic()
-        .args(["replay", &p("synth.db"), "-o", &p("lab.db"), "--lab", &name])
-        .args([
-            "--keep-lab",
-            "--emulator",
-            "netem",
-            "--kernel-pipes",
-            "per-connection",
-        ])
-        .args(["--limit", "100", "--json"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    let r = json(&o);
+    //    (a timed check: how many installs come after their SYN was due, and how many
+    //    connections complete, depend on how fast the TCG guest runs tc, which the
+    //    hypervisor's steal slows; the rest is asserted in every try)
+    let mut last: Option<(serde_json::Value, String)> = None;
+    timed_check_unless_stolen("the lab router guest's per-connection pipes", |i| {
+        let out = p(&format!("lab-{i}.db"));
+        let o = mimic()
+            .args(["replay", &p("synth.db"), "-o", &out, "--lab", &name])
+            .args([
+                "--keep-lab",
+                "--emulator",
+                "netem",
+                "--kernel-pipes",
+                "per-connection",
+            ])
+            .args(["--limit", "100", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        let r = json(&o);
+        let k = &r["kernel_pipes"];
+        eprintln!("per-connection replay with the lab's router guest: {k}");
+        assert_eq!(k["mode"], "per-connection", "{k}");
+        assert_eq!(k["pipes"].as_u64(), Some(200), "{k}");
+        let replayed = r["ok"].as_u64().unwrap();
+        let late = k["late_installs"].as_u64().unwrap();
+        last = Some((r.clone(), out));
+        if replayed >= 95 && late <= 10 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{replayed} of 100 replayed (95 asked), {late} of 100 installs came after \
+                 their SYN was due (10 at most): {k}"
+            ))
+        }
+    });
+    let (r, out) = last.expect("a try ran");
     let k = &r["kernel_pipes"];
-    eprintln!("per-connection replay with the lab's router guest: {k}");
-    assert_eq!(k["mode"], "per-connection", "{k}");
-    assert_eq!(k["pipes"].as_u64(), Some(200), "{k}");
-    assert!(r["ok"].as_u64().unwrap() >= 95, "{r}");
-    let late = k["late_installs"].as_u64().unwrap();
-    assert!(
-        late <= 10,
-        "{late} of 100 installs came after their SYN was due: {k}"
+    assert_eq!(
+        meta(Path::new(&out), "emulator_late_installs"),
+        k["late_installs"].to_string()
     );
     assert_eq!(
-        meta(&d.join("lab.db"), "emulator_late_installs"),
-        late.to_string()
-    );
-    assert_eq!(
-        meta(&d.join("lab.db"), "emulator_syn_waits"),
+        meta(Path::new(&out), "emulator_syn_waits"),
         k["syn_waits"].to_string()
     );
     let q = stdout(&guest(&name, &["tc", "qdisc", "show"]));

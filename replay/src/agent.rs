@@ -458,9 +458,7 @@ impl AgentClient {
     }
 
     pub fn abort(&mut self) -> Result<(), ControlError> {
-        self.c
-            .call_within(&Request::Abort, self.limit)
-            .map(|_| ())
+        self.c.call_within(&Request::Abort, self.limit).map(|_| ())
     }
 
     pub fn shutdown(&mut self) -> Result<(), ControlError> {

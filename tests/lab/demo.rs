@@ -8,7 +8,7 @@ use mimic_netemu::lab::LabInfo;
 use mimic_netemu::netns;
 
 use crate::common::*;
-use crate::util::{assert_demo_pairs, LabDown};
+use crate::util::{assert_demo_pairs, meta, LabDown};
 
 /// Nothing of lab `name` is left: namespaces, interfaces, runtime directory, processes.
 pub fn assert_lab_gone(name: &str) {
@@ -133,6 +133,34 @@ fn significance_gate_on_the_demo_replays(out: &std::path::Path) {
     ]);
     assert!(o.status.success(), "replay: {}{}", stdout(&o), stderr(&o));
     assert_lab_gone(&lab);
+    // A replay that called its own timing distorted and named the hypervisor's steal as the
+    // likely cause moved its response times by the host's error, not the stack's: the gate's
+    // verdicts are then printed, not judged (as the lab replay test does not judge such a
+    // replay's timing); its exit status and line are checked either way.
+    let stolen: Vec<String> = [
+        "replay-current.db",
+        "replay-change.db",
+        "replay-current-2.db",
+    ]
+    .into_iter()
+    .filter(|f| {
+        let path = out.join(f);
+        let detail: serde_json::Value =
+            serde_json::from_str(&meta(&path, "timing_health_detail")).unwrap();
+        meta(&path, "timing_health") == "distorted"
+            && detail["cause"]
+                .as_str()
+                .is_some_and(|c| c.contains("hypervisor took"))
+    })
+    .map(str::to_string)
+    .collect();
+    let judged = stolen.is_empty();
+    if !judged {
+        eprintln!(
+            "TIMING NOT JUDGED: the gate's verdicts, {} distorted while the hypervisor took the CPU",
+            stolen.join(", ")
+        );
+    }
     // exit status, and the --fail-if line (with the interval and the verdict)
     let gate = |base: &str, other: &str, cond: &str| -> (Option<i32>, String) {
         let o = run(&[
@@ -160,13 +188,16 @@ fn significance_gate_on_the_demo_replays(out: &std::path::Path) {
     };
     // initcwnd 10 sends the first 10 segments at once: its short responses are faster
     let (code, line) = gate("replay-current.db", "replay-change.db", "p25 < -2%");
-    assert_eq!(code, Some(1), "{line}");
-    assert!(
-        line.contains("at 95% confidence holds for replay-change")
-            && line.contains("paired over")
-            && line.contains("the whole interval is below"),
-        "{line}"
-    );
+    assert!(matches!(code, Some(0 | 1)), "{line}");
+    assert!(line.contains("paired over"), "{line}");
+    if judged {
+        assert_eq!(code, Some(1), "{line}");
+        assert!(
+            line.contains("at 95% confidence holds for replay-change")
+                && line.contains("the whole interval is below"),
+            "{line}"
+        );
+    }
     // for the record (not asserted): the median, and p90 the other way round
     gate("replay-current.db", "replay-change.db", "median < -2%");
     gate("replay-change.db", "replay-current.db", "p90 > +5%");
@@ -177,11 +208,12 @@ fn significance_gate_on_the_demo_replays(out: &std::path::Path) {
     ] {
         for cond in ["p25 < -2%", "p25 > +2%", "median < -2%", "median > +2%"] {
             let (code, line) = gate(base, other, cond);
-            assert_eq!(code, Some(0), "{line}");
-            assert!(
-                line.contains("does not hold") && line.contains("paired over"),
-                "{line}"
-            );
+            assert!(matches!(code, Some(0 | 1)), "{line}");
+            assert!(line.contains("paired over"), "{line}");
+            if judged {
+                assert_eq!(code, Some(0), "{line}");
+                assert!(line.contains("does not hold"), "{line}");
+            }
         }
     }
 }

@@ -217,12 +217,51 @@ fn independent_testbed_predict_quick_run() {
             );
         }
     }
+    // The two replays of the initcwnd 3 capture (at 3, the baseline, and at 10, the
+    // prediction) hold every connection the replay says it replayed: a connection it did not
+    // (skipped as incomplete in the capture, left out without a rate, failed, or missing from
+    // the replay's own capture)
+    // is in its summary, and at most 5% of them may be so (the replay criterion of issue 22;
+    // a CI-mode run of 2026-12-03 with up to 34% of the CPU stolen had one isdn-128k
+    // connection in neither replay).
+    let not_replayed = |f: &str| -> (u64, String) {
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(f)).unwrap()).unwrap();
+        let left_out = &r["rate_sources"]["left_out"];
+        let n = ["skipped_by_select", "failed", "missing"]
+            .iter()
+            .map(|k| &r[*k])
+            .chain([left_out])
+            .map(|v| v.as_u64().unwrap_or_else(|| panic!("{f}: {r}")))
+            .sum::<u64>();
+        let why = format!(
+            "{f}: {} replayed, {} ok, {} failed, {} missing from its capture, {} skipped by \
+             --select, {left_out} left out without a rate",
+            r["connections"], r["ok"], r["failed"], r["missing"], r["skipped_by_select"]
+        );
+        eprintln!("{why}");
+        (n, why)
+    };
+    let replays = [
+        ("replay_from", not_replayed("iw3/replay.json")),
+        ("predicted_to", not_replayed("predicted.json")),
+    ];
+    for (_, (n, why)) in &replays {
+        assert!(n * 20 <= 40, "more than 5% of 40 not replayed: {why}");
+    }
     for g in ["isdn-128k", "dsl-4m", "all"] {
         let r = get(&p, &["groups", g]);
         let n = get(r, &["connections"]);
         let want = if g == "all" { 40 } else { 20 };
-        for k in ["real_from", "real_to", "replay_from", "predicted_to"] {
+        for k in ["real_from", "real_to"] {
             assert_eq!(n[k], want, "{g} {k}: {r}");
+        }
+        for (k, (lost, why)) in &replays {
+            let got = n[*k].as_u64().unwrap();
+            assert!(
+                got <= want && got + lost >= want,
+                "{g} {k}: {got} of {want}, and the replay accounts for {lost} not replayed ({why}): {r}"
+            );
         }
         let d = get(r, &["ks_predicted_vs_real_to", "d"]).as_f64().unwrap();
         assert!((0.0..=1.0).contains(&d), "{g}: {r}");

@@ -292,7 +292,9 @@ impl Agents {
         }
         drop(plans);
         for ((name, c, _), share) in self.agents.iter_mut().zip(&shares) {
-            let n = c.load(share, request_timing).map_err(|e| call_err(name, e))?;
+            let n = c
+                .load(share, request_timing)
+                .map_err(|e| call_err(name, e))?;
             if n != share.len() as u64 {
                 return Err(err(
                     name,

@@ -475,18 +475,24 @@ mod tests {
     use crate::workload::{Close, ExchangeSpec};
     use std::io::{Read, Write};
 
-    /// A controller drives an agent over the real control channel: the agent refuses a
-    /// connection whose source address is not its own, runs what it was loaded with against
-    /// a small server on loopback at the instant it was given, and returns one result per
-    /// connection with its lateness; a controller from another PKI is refused.
-    #[test]
-    fn an_agent_runs_its_share_at_the_start_instant_and_reports_each_connection() {
+    /// A temporary directory with a fresh PKI in its `pki` folder.
+    fn temp_pki() -> (tempfile::TempDir, std::path::PathBuf) {
         let tmp = tempfile::Builder::new()
             .prefix("mimic-agent-")
             .tempdir()
             .unwrap();
         let pki = tmp.path().join("pki");
         mimic_control::pki::init(&pki, &Default::default()).unwrap();
+        (tmp, pki)
+    }
+
+    /// A controller drives an agent over the real control channel: the agent refuses a
+    /// connection whose source address is not its own, runs what it was loaded with against
+    /// a small server on loopback at the instant it was given, and returns one result per
+    /// connection with its lateness; a controller from another PKI is refused.
+    #[test]
+    fn an_agent_runs_its_share_at_the_start_instant_and_reports_each_connection() {
+        let (tmp, pki) = temp_pki();
         // a server answering each request's preamble with the bytes it asks for, then FIN
         let srv = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let server = srv.local_addr().unwrap();
@@ -594,12 +600,7 @@ mod tests {
     /// closed, so a late answer is never taken for the next call's.
     #[test]
     fn a_load_the_agent_does_not_answer_fails_after_the_limit_naming_it() {
-        let tmp = tempfile::Builder::new()
-            .prefix("mimic-agent-")
-            .tempdir()
-            .unwrap();
-        let pki = tmp.path().join("pki");
-        mimic_control::pki::init(&pki, &Default::default()).unwrap();
+        let (tmp, pki) = temp_pki();
         let addr = ControlAddr::Unix(tmp.path().join("agent.sock"));
         let stop = Arc::new(AtomicBool::new(false));
         let release = Arc::new(AtomicBool::new(false));

@@ -202,6 +202,17 @@ impl Client {
                 {
                     if Instant::now() >= deadline {
                         let secs = limit.as_secs_f64().ceil() as u64;
+                        // the request itself still unacknowledged: the host, not the role
+                        if let Some(n) = self.r.get_ref().sock.unacked_retransmits() {
+                            let err = io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!(
+                                    "the {}'s host stopped answering during `{op}` (nothing acknowledged in the {secs} s since it was sent, {n} retransmissions: down or cut off?)",
+                                    self.role
+                                ),
+                            );
+                            return Err(self.close(format!("`{op}` found the peer gone"), err));
+                        }
                         self.close(format!("`{op}` timed out after {secs} s"), e);
                         return Err(ControlError::Timeout {
                             addr: self.addr.clone(),

@@ -150,6 +150,30 @@ impl Stream {
         )?;
         sock.set_tcp_user_timeout(Some(PEER_SILENT))
     }
+    /// On TCP, how many times in a row the kernel has retransmitted data the peer has not
+    /// acknowledged (`tcpi_retransmits` of `TCP_INFO`), when it has: a call that timed out
+    /// with its request still unacknowledged met a host that went away, not a busy role
+    /// (whose kernel acknowledges the request all the same). `None` on a unix socket, with
+    /// nothing outstanding, or when the kernel does not say.
+    pub(crate) fn unacked_retransmits(&self) -> Option<u8> {
+        use std::os::fd::AsRawFd;
+        let Stream::Tcp(s) = self else { return None };
+        // SAFETY: tcp_info is plain old data; getsockopt writes at most `len` bytes into it
+        // and says how many it wrote.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0 && info.tcpi_unacked > 0 && info.tcpi_retransmits > 0)
+            .then_some(info.tcpi_retransmits)
+    }
     #[cfg(test)]
     pub(crate) fn tcp_user_timeout(&self) -> Option<Duration> {
         match self {

@@ -161,6 +161,9 @@ fn ten_thousand_connections_over_two_client_agents() {
 /// namespace, the controller calls it from the other, and the cut is the agent's end of the
 /// veth going down, as a pulled cable or a powered-off host would leave it. The agent then
 /// drops its end too (its own keepalive), so a role's thread is not held by a lost controller.
+/// The call's own limit (`--agent-timeout`, 30 s by default) races the peer timeout it equals;
+/// whichever ends the call, it names the host, not a busy agent: a request the agent's kernel
+/// never acknowledged is told apart from one the agent has not answered.
 #[test]
 fn a_call_to_an_agent_whose_host_is_cut_off_fails_within_the_peer_timeout() {
     use crate::capture::{sh, Proc, VethLab};

@@ -204,14 +204,11 @@ impl Client {
                         let secs = limit.as_secs_f64().ceil() as u64;
                         // the request itself still unacknowledged: the host, not the role
                         if let Some(n) = self.r.get_ref().sock.unacked_retransmits() {
-                            let err = io::Error::new(
+                            return Err(self.host_gone(
+                                &op,
                                 io::ErrorKind::TimedOut,
-                                format!(
-                                    "the {}'s host stopped answering during `{op}` (nothing acknowledged in the {secs} s since it was sent, {n} retransmissions: down or cut off?)",
-                                    self.role
-                                ),
-                            );
-                            return Err(self.close(format!("`{op}` found the peer gone"), err));
+                                format!("(nothing acknowledged in the {secs} s since it was sent, {n} retransmissions: down or cut off?)"),
+                            ));
                         }
                         self.close(format!("`{op}` timed out after {secs} s"), e);
                         return Err(ControlError::Timeout {
@@ -232,15 +229,14 @@ impl Client {
                             | io::ErrorKind::NetworkUnreachable
                     ) =>
                 {
-                    let err = io::Error::new(
+                    return Err(self.host_gone(
+                        &op,
                         err.kind(),
                         format!(
-                            "the {}'s host stopped answering during `{op}` (nothing acknowledged for {} s: down or cut off?): {err}",
-                            self.role,
+                            "(nothing acknowledged for {} s: down or cut off?): {err}",
                             crate::PEER_SILENT.as_secs()
                         ),
-                    );
-                    return Err(self.close(format!("`{op}` found the peer gone"), err));
+                    ));
                 }
                 Err(err) => return Err(self.close(format!("`{op}` failed ({err})"), err)),
             }
@@ -260,6 +256,19 @@ impl Client {
                     .to_string(),
             })
         }
+    }
+
+    /// The call `op` met a host that went away (`how`: what showed it): the connection is
+    /// closed and the error names the role's host, not the role.
+    fn host_gone(&mut self, op: &str, kind: io::ErrorKind, how: String) -> ControlError {
+        let err = io::Error::new(
+            kind,
+            format!(
+                "the {}'s host stopped answering during `{op}` {how}",
+                self.role
+            ),
+        );
+        self.close(format!("`{op}` found the peer gone"), err)
     }
 
     /// Marks the connection unusable (`why`, for later calls), shuts it down so that the role

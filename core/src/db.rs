@@ -54,6 +54,10 @@ pub enum DbError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    /// A write to the database was interrupted and its rollback journal is still beside it:
+    /// a reader (read-only) cannot roll it back, and reads nothing until a writer has.
+    #[error("{path}: a write to this database was interrupted and its rollback journal ({path}-journal) is still there; the next program that opens it for writing rolls the write back (e.g. `sqlite3 {path} 'PRAGMA quick_check'`), then run this again")]
+    HotJournal { path: PathBuf },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -253,16 +257,28 @@ impl AtomicDb {
             source,
         };
         skip_memory_statistics();
-        let conn = Connection::open(&tmp).map_err(sq)?;
-        // The temporary file is private to this run: trade durability for speed until commit.
-        // Large pages: fewer b-tree pages to balance during bulk loads.
-        conn.execute_batch("PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;")
-            .map_err(sq)?;
-        if indexes {
-            init_schema(&conn).map_err(sq)?;
-        } else {
-            init_schema_tables(&conn).map_err(sq)?;
-        }
+        let setup = || -> Result<Connection, rusqlite::Error> {
+            let conn = Connection::open(&tmp)?;
+            // The temporary file is private to this run: trade durability for speed until
+            // commit. Large pages: fewer b-tree pages to balance during bulk loads.
+            conn.execute_batch("PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;")?;
+            if indexes {
+                init_schema(&conn)?;
+            } else {
+                init_schema_tables(&conn)?;
+            }
+            Ok(conn)
+        };
+        // No AtomicDb exists yet to remove the temporary file when dropped: a failure here (a
+        // full disk while the schema is written) removes it itself, or it would stay beside
+        // the output (until a later run's sweep) holding the space that ran out.
+        let conn = match setup() {
+            Ok(conn) => conn,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(sq(e));
+            }
+        };
         let file = match std::fs::File::open(&tmp) {
             Ok(f) => f,
             Err(source) => {
@@ -374,32 +390,85 @@ pub fn temp_sibling(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Refuses to replace a capture file (pcap, pcapng, gzip) with a database: `-o` given a
-/// trace's name by mistake would otherwise destroy the trace.
-fn refuse_replacing_a_capture(dest: &Path) -> std::io::Result<()> {
+/// A file that holds data an output must not replace: what [`data_file_kind`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFile {
+    /// pcap (either byte order, micro- or nanosecond), pcapng, or gzip (a compressed trace).
+    Capture,
+    /// An SQLite database (a flows.db, a replay.db).
+    Sqlite,
+}
+
+impl DataFile {
+    /// What the file is, for an error message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            DataFile::Capture => "a capture file (pcap, pcapng or gzip)",
+            DataFile::Sqlite => "an SQLite database",
+        }
+    }
+}
+
+/// Whether `path` is an existing regular file that holds a capture or a database, by its first
+/// bytes; None for anything else (or nothing there).
+pub fn data_file_kind(path: &Path) -> Option<DataFile> {
     use std::io::Read;
-    let mut head = [0u8; 4];
-    let Ok(mut f) = std::fs::File::open(dest) else {
-        return Ok(());
-    };
-    if !f.metadata().is_ok_and(|m| m.is_file()) || f.read_exact(&mut head).is_err() {
-        return Ok(());
+    // looked at before opening: opening a FIFO to read would wait for a writer
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 16];
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    if n >= 16 && &head == b"SQLite format 3\0" {
+        return Some(DataFile::Sqlite);
+    }
+    if n < 4 {
+        return (n >= 2 && head[..2] == [0x1f, 0x8b]).then_some(DataFile::Capture);
     }
     let capture = matches!(
-        head,
+        head[..4],
         [0xa1, 0xb2, 0xc3, 0xd4]
             | [0xd4, 0xc3, 0xb2, 0xa1]
             | [0xa1, 0xb2, 0x3c, 0x4d]
             | [0x4d, 0x3c, 0xb2, 0xa1]
             | [0x0a, 0x0d, 0x0d, 0x0a]
     ) || head[..2] == [0x1f, 0x8b];
-    if capture {
-        return Err(std::io::Error::new(
+    capture.then_some(DataFile::Capture)
+}
+
+/// Refuses to replace a capture or a database with a text output (an export, a report):
+/// `-o` given a trace's or a database's name by mistake would otherwise destroy it. `what`
+/// names the output ("a CSV export").
+pub fn refuse_replacing_data(dest: &Path, what: &str) -> std::io::Result<()> {
+    match data_file_kind(dest) {
+        Some(kind) => Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
-            "is a capture file (pcap, pcapng or gzip), not replacing it with a database: name the database to write",
-        ));
+            format!(
+                "is {}, not replacing it with {what}: name the file to write",
+                kind.describe()
+            ),
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Refuses to replace a capture file (pcap, pcapng, gzip) with a database: `-o` given a
+/// trace's name by mistake would otherwise destroy the trace. (A database replaces the
+/// previous database of that name: that is what `-o flows.db` run twice means.)
+fn refuse_replacing_a_capture(dest: &Path) -> std::io::Result<()> {
+    match data_file_kind(dest) {
+        Some(DataFile::Capture) => refuse_replacing_data(dest, "a database"),
+        _ => Ok(()),
+    }
 }
 
 /// Removes the temporary siblings of `dest` ([`temp_sibling`]) that killed runs left: made by
@@ -535,9 +604,18 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
                 [table],
                 |r| r.get(0),
             )
-            .map_err(|source| DbError::Sqlite {
-                path: path.clone(),
-                source,
+            .map_err(|source| {
+                // the first read: where a hot journal shows (SQLITE_READONLY_ROLLBACK)
+                let hot = source.sqlite_error().map(|e| e.extended_code)
+                    == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK);
+                if hot {
+                    DbError::HotJournal { path: path.clone() }
+                } else {
+                    DbError::Sqlite {
+                        path: path.clone(),
+                        source,
+                    }
+                }
             })?;
         if !exists {
             return Err(DbError::NotMimic {
@@ -928,6 +1006,57 @@ mod tests {
         drop(rw);
         let e = open_existing(&dest).err().unwrap().to_string();
         assert!(e.contains("no exchanges table"), "{e}");
+    }
+
+    #[test]
+    fn a_database_left_with_a_hot_journal_is_named_with_what_to_do() {
+        let tmp = tempfile::Builder::new()
+            .prefix("mimic-db-")
+            .tempdir()
+            .unwrap();
+        let dest = tmp.path().join("flows.db");
+        let db = AtomicDb::create(&dest).unwrap();
+        set_meta(db.conn(), "role", "original").unwrap();
+        db.commit().unwrap();
+        // a writer killed mid-transaction, after its cache spilled (the journal synced, its
+        // header written, pages of the database already changed): the two files as they
+        // were then
+        let w = Connection::open(&dest).unwrap();
+        w.execute_batch(
+            "PRAGMA journal_mode = DELETE; CREATE TABLE pad(x); PRAGMA cache_size = 1;
+             BEGIN EXCLUSIVE; UPDATE meta SET value = 'x' WHERE key = 'role';
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400)
+             INSERT INTO pad SELECT randomblob(2000) FROM n;",
+        )
+        .unwrap();
+        let journal = tmp.path().join("flows.db-journal");
+        let head = std::fs::read(&journal).expect("a journal during the transaction");
+        assert!(
+            head.len() > 8 && head[..8] != [0; 8],
+            "the journal's header is not written yet"
+        );
+        let crashed = tmp.path().join("crashed.db");
+        std::fs::copy(&dest, &crashed).unwrap();
+        std::fs::copy(&journal, tmp.path().join("crashed.db-journal")).unwrap();
+        w.execute_batch("ROLLBACK").unwrap();
+        drop(w);
+        let e = open_existing(&crashed).unwrap_err();
+        assert!(matches!(e, DbError::HotJournal { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "{}: a write to this database was interrupted",
+                crashed.display()
+            )),
+            "{msg}"
+        );
+        // once a writer has rolled it back, it reads as before
+        Connection::open(&crashed)
+            .unwrap()
+            .execute_batch("PRAGMA quick_check")
+            .unwrap();
+        let c = open_existing(&crashed).unwrap();
+        assert_eq!(get_meta(&c, "role").unwrap().as_deref(), Some("original"));
     }
 
     #[test]

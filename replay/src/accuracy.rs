@@ -21,6 +21,14 @@ pub enum AccuracyError {
     },
     #[error("{0}: not a replay database (no replay_map rows)")]
     NotReplay(String),
+    /// The replay's `replay_map` names none of the truth's connections: a replay of another
+    /// database, or the two arguments swapped.
+    #[error("{replay}: its replay_map names none of the {truth_conns} connections of {truth} (a replay of another database?)")]
+    NotPaired {
+        truth: String,
+        replay: String,
+        truth_conns: usize,
+    },
 }
 
 /// One criterion: how many of `n` paired items met it, against the share required.
@@ -269,6 +277,15 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     }
     if pairs.is_empty() && failed == 0 {
         return Err(AccuracyError::NotReplay(rp));
+    }
+    // scored against nothing, every criterion would read as missed: an accuracy regression
+    // where the databases do not belong together
+    if !pairs.is_empty() && !pairs.iter().any(|(o, _)| truths.contains_key(o)) {
+        return Err(AccuracyError::NotPaired {
+            truth: tp,
+            replay: rp,
+            truth_conns: truths.len(),
+        });
     }
 
     let mut inferred: HashMap<i64, Inferred> = ConnectionRow::read_all(&r, "id")

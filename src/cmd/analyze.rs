@@ -130,8 +130,13 @@ fn parse_filter(s: &str) -> Result<String, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if a.idle_timeout.is_nan() || a.idle_timeout <= 0.0 {
-        anyhow::bail!("--idle-timeout must be positive");
+    // below a millisecond every pause inside a connection would end it (1e-300 became 0 ns:
+    // each packet a connection of its own)
+    if a.idle_timeout.is_nan() || a.idle_timeout < 0.001 {
+        anyhow::bail!(
+            "--idle-timeout {:?}: must be at least 0.001 s (a millisecond)",
+            a.idle_timeout
+        );
     }
     if a.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");

@@ -2,7 +2,7 @@
 //! confidence intervals, the KS test, per-connection error of replays, and a verdict; HTML,
 //! PNG and JSON outputs; `--fail-if` as a rollout gate (exit 1 when the condition holds).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -89,8 +89,8 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
     Ok(v / 100.0)
 }
 
-/// An output file must not be one of the inputs or any SQLite database: `--json base.db`
-/// would otherwise replace a database with a report.
+/// An output file must not be one of the inputs, any SQLite database or a capture: `--json
+/// base.db` would otherwise replace a database with a report.
 fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> anyhow::Result<()> {
     if path.as_os_str() == "-" {
         return Ok(());
@@ -106,14 +106,12 @@ fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> anyhow::Result<()>
             path.display()
         );
     }
-    let mut head = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open(path) {
-        if f.read_exact(&mut head).is_ok() && &head == b"SQLite format 3\0" {
-            anyhow::bail!(
-                "{flag} {}: is an SQLite database, not overwriting it; {flag} takes the name of the file to write",
-                path.display()
-            );
-        }
+    if let Some(kind) = mimic_core::db::data_file_kind(path) {
+        anyhow::bail!(
+            "{flag} {}: is {}, not overwriting it; {flag} takes the name of the file to write",
+            path.display(),
+            kind.describe()
+        );
     }
     Ok(())
 }

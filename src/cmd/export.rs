@@ -66,6 +66,11 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 out.display()
             );
         }
+        // a text export over a capture or another database would destroy it
+        if a.format != Format::Parquet {
+            mimic_core::db::refuse_replacing_data(out, "an export")
+                .with_context(|| out.display().to_string())?;
+        }
     }
     let conn = mimic_core::db::open_existing(&a.db)?;
     if a.format == Format::Parquet {

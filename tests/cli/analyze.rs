@@ -850,6 +850,81 @@ fn output_that_is_an_input_by_another_name_or_cannot_be_written_is_refused_first
     assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
 }
 
+/// A disk that fills while a new database's schema is being written (before the first row)
+/// fails the run with one line naming the output, keeps the previous result, and leaves no
+/// temporary database behind holding the space that ran out. The full disk is the kernel's
+/// file-size limit (RLIMIT_FSIZE, with SIGXFSZ ignored: writes past it fail with EFBIG), so
+/// the test needs no mount; the limit is below one 64 KiB database page.
+#[test]
+fn a_disk_that_fills_while_the_schema_is_written_leaves_no_temporary_file() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempdir();
+    let input = trace("web/tcptrace_http.dmp.pcap");
+    // two shards to merge, written without the limit
+    let shards: Vec<PathBuf> = (1..=2)
+        .map(|k| {
+            let o = tmp.path().join(format!("s{k}.db"));
+            let r = analyze(&input, &o, &["--shard", &format!("{k}/2")]);
+            assert!(r.status.success(), "{}", stderr(&r));
+            o
+        })
+        .collect();
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let cases: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
+        ("analyze", vec![input.clone().into(), "-o".into()]),
+        (
+            "merge",
+            vec![
+                shards[0].clone().into(),
+                shards[1].clone().into(),
+                "-o".into(),
+            ],
+        ),
+        ("synth", vec!["-o".into()]),
+    ];
+    for (sub, args) in cases {
+        let out = out_dir.join(format!("{sub}.db"));
+        std::fs::write(&out, b"the previous result").unwrap();
+        let mut cmd = mimic();
+        cmd.arg(sub).args(&args).arg(&out);
+        // SAFETY: between fork and exec the closure calls only setrlimit and signal, both
+        // async-signal-safe, on the child's own process.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 16 * 1024,
+                    rlim_max: 16 * 1024,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let r = run_with_timeout(cmd, Duration::from_secs(60), sub);
+        let err = stderr(&r);
+        assert_eq!(r.status.code(), Some(2), "mimic {sub}: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("mimic: error:") && l.contains(&*out.to_string_lossy())),
+            "mimic {sub}: the error does not name {}: {err}",
+            out.display()
+        );
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            b"the previous result",
+            "mimic {sub} replaced the previous result"
+        );
+        assert!(
+            temp_files(&out_dir).is_empty(),
+            "mimic {sub} left {:?}",
+            temp_files(&out_dir)
+        );
+    }
+}
+
 #[test]
 fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file() {
     let tmp = tempdir();
@@ -892,6 +967,42 @@ fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file()
         "{:?}",
         temp_files(tmp.path())
     );
+}
+
+/// Settings that cannot mean what they say are refused before anything is read: an idle
+/// timeout below a millisecond (1e-300 once became 0 ns, every packet a connection of its own),
+/// no connections to track.
+#[test]
+fn bad_analysis_settings_are_refused_before_anything_is_read() {
+    let tmp = tempdir();
+    let out = tmp.path().join("x.db");
+    let input = trace("web/tcptrace_http.dmp.pcap");
+    for (args, want) in [
+        (
+            &["--idle-timeout", "1e-300"][..],
+            "--idle-timeout 1e-300: must be at least 0.001 s",
+        ),
+        (
+            &["--idle-timeout", "0"][..],
+            "--idle-timeout 0.0: must be at least",
+        ),
+        (
+            &["--idle-timeout", "NaN"][..],
+            "--idle-timeout NaN: must be at least",
+        ),
+        (
+            &["--max-connections", "0"][..],
+            "--max-connections must be at least 1",
+        ),
+    ] {
+        let r = analyze(&input, &out, args);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));
+        assert!(stderr(&r).contains(want), "{args:?}: {}", stderr(&r));
+        assert!(!out.exists(), "{args:?}: an output was written");
+    }
+    // a millisecond is taken
+    let r = analyze(&input, &out, &["--idle-timeout", "0.001"]);
+    assert!(r.status.success(), "{}", stderr(&r));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use mimic_core::db::{set_meta, AtomicDb};
 
-use crate::common::{mimic, require_tool, run, stderr, stdout, tempdir};
+use crate::common::{mimic, require_tool, run, stderr, stdout, tempdir, trace};
 
 // ---------------------------------------------------------------- fixtures
 
@@ -708,6 +708,23 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
         stderr(&o)
     );
     assert_eq!(std::fs::read(&f.base).unwrap(), before, "BASE was modified");
+    // nor a capture file: a report named like a trace would destroy the trace
+    let cap_dir = tempfile::tempdir().unwrap();
+    let cap = cap_dir.path().join("trace.pcap");
+    std::fs::copy(trace("web/tcptrace_http.dmp.pcap"), &cap).unwrap();
+    let cap_before = std::fs::read(&cap).unwrap();
+    let o = run(&["compare", s(&f.base), s(&f.replay), "--json", s(&cap)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is a capture file (pcap, pcapng or gzip), not overwriting it"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(&cap).unwrap(),
+        cap_before,
+        "the capture was modified"
+    );
     // a bare --json (no value) is an error, not a silent change of meaning
     let o = run(&["compare", s(&f.base), s(&f.replay), "--json"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -1043,4 +1060,39 @@ fn outputs_that_must_be_files_refuse_dash() {
     );
     let o = run(&["export", s(&f.base), "--format", "parquet", "-o", "-"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// `mimic synth check TRUTH REPLAY` on databases that do not belong together is an error
+/// naming both (exit 2), not a table of criteria missed for want of pairs (exit 1, which reads
+/// as an accuracy regression).
+#[test]
+fn synth_check_of_a_replay_of_another_database_says_so() {
+    let f = fixture();
+    let dir = tempdir();
+    let empty = dir.path().join("empty.db");
+    write_db(&empty, "original", &[], &[], &[]);
+    let o = run(&["synth", "check", s(&empty), s(&f.replay)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{}: its replay_map names none of the 0 connections of {}",
+            s(&f.replay),
+            s(&empty)
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    // the arguments swapped: the "replay" has no replay_map rows
+    let o = run(&["synth", "check", s(&f.replay), s(&f.base)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a replay database"),
+        "{}",
+        stderr(&o)
+    );
+    // the pair that belongs together is scored (pass or miss, never an error)
+    let o = run(&["synth", "check", s(&f.base), s(&f.replay)]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert!(!stdout(&o).is_empty());
 }

@@ -689,6 +689,22 @@ fn export_to_a_file_is_atomic_and_errors_name_the_file() {
         "is the database being exported",
     );
     assert_eq!(std::fs::read(&db).unwrap(), before);
+    // nor another database or a capture: a text export named like them would destroy them
+    let other = dir.path().join("other.db");
+    std::fs::copy(&db, &other).unwrap();
+    expect(
+        &["export", "--format", "csv", s(&db), "-o", s(&other)],
+        "other.db: is an SQLite database, not replacing it with an export",
+    );
+    assert_eq!(std::fs::read(&other).unwrap(), before);
+    let cap = dir.path().join("trace.pcap");
+    std::fs::copy(&captures()[0], &cap).unwrap();
+    let cap_before = std::fs::read(&cap).unwrap();
+    expect(
+        &["export", "--format", "json", s(&db), "-o", s(&cap)],
+        "trace.pcap: is a capture file (pcap, pcapng or gzip), not replacing it",
+    );
+    assert_eq!(std::fs::read(&cap).unwrap(), cap_before);
     // an output directory that does not exist
     let nowhere = dir.path().join("missing/out.csv");
     expect(&["export", s(&db), "-o", s(&nowhere)], "missing/out.csv");

@@ -40,7 +40,7 @@ pub enum MergeError {
     #[error("{path}: meta `{key}` is {value:?}, which this mimic does not read ({why})")]
     BadMeta {
         path: PathBuf,
-        key: &'static str,
+        key: String,
         value: String,
         why: String,
     },
@@ -166,7 +166,7 @@ fn open_shard(path: &Path) -> Result<ShardDb, MergeError> {
     };
     let shard: Shard = value.parse().map_err(|why| MergeError::BadMeta {
         path: path.to_path_buf(),
-        key: "shard",
+        key: "shard".into(),
         value: value.clone(),
         why,
     })?;
@@ -174,10 +174,23 @@ fn open_shard(path: &Path) -> Result<ShardDb, MergeError> {
     if hash != SHARD_HASH {
         return Err(MergeError::BadMeta {
             path: path.to_path_buf(),
-            key: "shard_hash",
+            key: "shard_hash".into(),
             value: hash,
             why: format!("its shards are drawn by \"{SHARD_HASH}\""),
         });
+    }
+    // the rows summed over the shards, and the segments each passed over, are counts: one
+    // that is not (a database changed by hand, or damaged) would be summed as 0, or make
+    // the shards look like analyses of different inputs
+    for (k, v) in &meta {
+        if (summed(k) || k == "other_shard_segments") && v.parse::<u64>().is_err() {
+            return Err(MergeError::BadMeta {
+                path: path.to_path_buf(),
+                key: k.clone(),
+                value: v.clone(),
+                why: "not a count; the database was changed outside mimic or is damaged".into(),
+            });
+        }
     }
     Ok(ShardDb {
         path: path.to_path_buf(),

@@ -48,7 +48,7 @@ pub enum CompareError {
         path: PathBuf,
         source: rusqlite::Error,
     },
-    #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL for all), nothing to compare") })]
+    #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL, or below zero, for all), nothing to compare") })]
     Empty { path: PathBuf, connections: u64 },
     #[error("{}: {source}", path.display())]
     Io {

@@ -18,8 +18,9 @@ pub enum WorkloadError {
         path: String,
         source: rusqlite::Error,
     },
-    #[error("{0}: no connection to replay (with --select complete only complete connections with at least one exchange are replayed; try --select all)")]
-    Empty(String),
+    /// Nothing left to replay; `why` says what left nothing.
+    #[error("{path}: no connection to replay ({why})")]
+    Empty { path: String, why: String },
 }
 
 /// Which connections of the database to replay.
@@ -365,12 +366,31 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             ConnectionRow::TABLE.select_sql()
         ))
         .map_err(sq)?;
-    let mut conns: Vec<ConnSpec> = st
+    let rows: Vec<ConnectionRow> = st
         .query_map([], ConnectionRow::read)
         .map_err(sq)?
-        .map(|row| row.map(|r| conn_spec(r, &max_data_rtt)))
         .collect::<Result<_, _>>()
         .map_err(sq)?;
+    let selected = rows.len();
+    // a connection whose values no capture can give (a database damaged or edited by hand) is
+    // a corrupt record: counted, named and skipped, never turned into a pipe whose delay
+    // wrapped around or whose loss was quietly cut to 100%
+    let mut implausible = Vec::new();
+    let mut conns: Vec<ConnSpec> = Vec::with_capacity(rows.len());
+    for r in rows {
+        match implausible_values(&r) {
+            Some(why) => implausible.push(format!("connection {}: {why}", r.id)),
+            None => conns.push(conn_spec(r, &max_data_rtt)),
+        }
+    }
+    if !implausible.is_empty() {
+        tracing::warn!(
+            "{p}: {} connections skipped for values no capture gives (a damaged or edited \
+             database), e.g. {}",
+            implausible.len(),
+            implausible[0]
+        );
+    }
     if let Some(n) = limit {
         conns.truncate(n);
     }
@@ -389,7 +409,27 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     }
     conns.retain(|c| !c.exchanges.is_empty());
     if conns.is_empty() {
-        return Err(WorkloadError::Empty(p));
+        let why = if total == 0 {
+            "the database has no connections".to_string()
+        } else if limit == Some(0) {
+            "--limit 0".to_string()
+        } else if selected > 0 && implausible.len() == selected {
+            format!(
+                "each of the {selected} selected has values no capture gives, e.g. {}",
+                implausible[0]
+            )
+        } else if selected > 0 {
+            format!("none of the {selected} selected has an exchange in `exchanges`")
+        } else {
+            match select {
+                Select::Complete => format!(
+                    "none of its {total} connections is complete with at least one exchange; \
+                     --select all replays incomplete ones too"
+                ),
+                Select::All => format!("none of its {total} connections has an exchange"),
+            }
+        };
+        return Err(WorkloadError::Empty { path: p, why });
     }
     let skipped = total as u64 - conns.len() as u64;
     Ok(Workload {
@@ -408,6 +448,37 @@ fn max_data_rtts(c: &Connection) -> rusqlite::Result<HashMap<i64, i64>> {
     let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?)))?;
     rows.filter_map(|r| r.map(|(id, max)| max.map(|m| (id, m))).transpose())
         .collect()
+}
+
+/// The longest one-way delay, RTT or delayed-ACK timer a replay takes from a database (µs):
+/// an hour, as for a pipe table's delays.
+const MAX_PLAUSIBLE_US: i64 = 3_600_000_000;
+
+/// Why a connection's values cannot have come from a capture, if they cannot: an RTT or
+/// delayed-ACK timer below zero or over an hour, a loss rate outside 0–1, a bandwidth that is
+/// not a positive number.
+fn implausible_values(r: &ConnectionRow) -> Option<String> {
+    let us = |name: &str, v: Option<i64>| match v {
+        Some(v) if !(0..=MAX_PLAUSIBLE_US).contains(&v) => {
+            Some(format!("{name} {v} is not between 0 and an hour"))
+        }
+        _ => None,
+    };
+    let rate = |name: &str, v: Option<f64>| match v {
+        Some(v) if !(0.0..=1.0).contains(&v) => Some(format!("{name} {v} is not between 0 and 1")),
+        _ => None,
+    };
+    us("min_rtt_us", r.min_rtt_us)
+        .or_else(|| us("hs_rtt_us", r.hs_rtt_us))
+        .or_else(|| us("delack_timeout_us", r.delack_timeout_us))
+        .or_else(|| rate("loss_random_down", r.loss_random_down))
+        .or_else(|| rate("loss_rate_down", r.loss_rate_down))
+        .or_else(|| match r.bw_bps {
+            Some(b) if !(b.is_finite() && b > 0.0) => {
+                Some(format!("bw_bps {b} is not a positive number"))
+            }
+            _ => None,
+        })
 }
 
 /// A connection of the database as the replay plays it (its exchanges come later).

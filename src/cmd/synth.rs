@@ -72,6 +72,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let Some(out) = a.output else {
         anyhow::bail!("-o/--output is required (the synthetic workload database to write)");
     };
+    // the arrival process takes at least 1e-6/s; below it the rate recorded in `meta` would
+    // not be the one the workload was drawn with
+    if a.rate < 1e-6 {
+        anyhow::bail!(
+            "--rate {:?}: must be at least 1e-6 connections per second",
+            a.rate
+        );
+    }
     if a.max_response < 1000 {
         anyhow::bail!("--max-response must be at least 1000 bytes");
     }

@@ -143,6 +143,61 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         "{}",
         stderr(&o)
     );
+    // values no capture gives (a damaged or hand-edited database) are counted and skipped,
+    // never rendered as a delay that wrapped around or a loss cut to 100%
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch(
+            "UPDATE connections SET min_rtt_us = 36893488147419104 \
+               WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 1); \
+             UPDATE connections SET loss_rate_down = 5, loss_random_down = 5 \
+               WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 2);",
+        )
+        .unwrap();
+    }
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        db_s,
+        "--unestimated",
+        "skip",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sh = stdout(&o);
+    assert_eq!(
+        sh.matches("/32 match ip dst 198.18.0.1/32").count(),
+        3,
+        "{sh}"
+    );
+    assert!(!sh.contains("loss 100%"), "{sh}");
+    let warned = stderr(&o);
+    assert!(
+        warned.contains("synth.db: 2 connections skipped for values no capture gives")
+            && warned.contains("min_rtt_us 36893488147419104 is not between 0 and an hour"),
+        "{warned}"
+    );
+    // nothing left: the message says what left nothing
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--from",
+        db_s,
+        "--select",
+        "all",
+        "--limit",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("synth.db: no connection to replay (--limit 0)"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -183,6 +183,22 @@ fn merge_refuses_what_is_not_the_shards_of_one_run() {
         "{}",
         stderr(&o)
     );
+    // a count in meta that is not one (changed by hand, or damaged): named, not summed as 0
+    for (key, value) in [("connections", "-5"), ("tcp_segments", "many")] {
+        let bad = d.join(format!("bad-{key}.db"));
+        std::fs::copy(&shards[2], &bad).unwrap();
+        Connection::open(&bad)
+            .unwrap()
+            .execute("UPDATE meta SET value = ?1 WHERE key = ?2", [value, key])
+            .unwrap();
+        let o = merge(&[shards[0].clone(), shards[1].clone(), bad.clone()], &out);
+        assert_eq!(o.status.code(), Some(2), "{key}: {}", stderr(&o));
+        let want = format!(
+            "bad-{key}.db: meta `{key}` is \"{value}\", which this mimic does not read (not a count"
+        );
+        assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+        assert!(!out.exists());
+    }
     // a bad --shard is refused before anything is read
     for bad in ["0/4", "5/4", "1/0", "x"] {
         let o = analyze(&f, &d.join("bad.db"), &["--shard", bad]);

@@ -121,16 +121,19 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         )
         .unwrap();
     }
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        db_s,
-        "--unestimated",
-        "skip",
-    ]);
+    let render_skipping_unestimated = || {
+        run(&[
+            "netemu",
+            "render",
+            "--backend",
+            "netem",
+            "--from",
+            db_s,
+            "--unestimated",
+            "skip",
+        ])
+    };
+    let o = render_skipping_unestimated();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o).matches("/32 match ip dst 198.18.0.1/32").count(),
@@ -155,16 +158,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         )
         .unwrap();
     }
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        db_s,
-        "--unestimated",
-        "skip",
-    ]);
+    let o = render_skipping_unestimated();
     assert!(o.status.success(), "{}", stderr(&o));
     let sh = stdout(&o);
     assert_eq!(

@@ -380,7 +380,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeSummary, MergeError> {
         // (ATTACH and DETACH only outside a transaction)
         c.execute(
             "ATTACH DATABASE ?1 AS shard",
-            [s.path.display().to_string()],
+            [mimic_core::db::sqlite_name(&s.path).display().to_string()],
         )
         .map_err(sq(&s.path))?;
         c.execute_batch("BEGIN;").map_err(sq(&dest))?;

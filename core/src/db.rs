@@ -562,6 +562,17 @@ pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()>
     result
 }
 
+/// The name to give SQLite for `path`: a relative path that starts with `file:` would be
+/// taken for an SQLite URI (`file:s2.db` then fails to open, or opens something else), so it
+/// gets a leading `./`.
+pub fn sqlite_name(path: &Path) -> std::borrow::Cow<'_, Path> {
+    if path.is_relative() && path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
+        std::borrow::Cow::Owned(Path::new(".").join(path))
+    } else {
+        std::borrow::Cow::Borrowed(path)
+    }
+}
+
 /// How the readers open a database: without SQLite's per-connection mutex, which its default
 /// (serialized) mode takes on every column read; a rusqlite `Connection` is used by one
 /// thread at a time anyway (it is not `Sync`). Reading `exchanges` whole took 19% of
@@ -593,9 +604,11 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
             return Err(DbError::NotSqlite { path });
         }
     }
-    let conn = Connection::open_with_flags(&path, READ_ONLY).map_err(|source| DbError::Sqlite {
-        path: path.clone(),
-        source,
+    let conn = Connection::open_with_flags(sqlite_name(&path), READ_ONLY).map_err(|source| {
+        DbError::Sqlite {
+            path: path.clone(),
+            source,
+        }
     })?;
     for table in ["meta", "connections"] {
         let exists: bool = conn
@@ -908,11 +921,11 @@ fn bring_up_to_date_waiting(
     }
     drop(conn);
     let t0 = std::time::Instant::now();
-    let in_place = Connection::open_with_flags(path, READ_WRITE).and_then(|rw| {
+    let in_place = Connection::open_with_flags(sqlite_name(path), READ_WRITE).and_then(|rw| {
         rw.busy_timeout(busy)?;
         migrate(&rw)
     });
-    let conn = Connection::open_with_flags(path, READ_ONLY).map_err(sq)?;
+    let conn = Connection::open_with_flags(sqlite_name(path), READ_ONLY).map_err(sq)?;
     match in_place {
         Ok(applied) => tracing::info!(
             path = %path.display(),

@@ -199,6 +199,30 @@ fn merge_refuses_what_is_not_the_shards_of_one_run() {
         assert!(stderr(&o).contains(&want), "{}", stderr(&o));
         assert!(!out.exists());
     }
+    // shards named relative to the working directory, one starting with `file:` (which SQLite
+    // would take for a URI): merged like any other name
+    let rel = d.join("rel");
+    std::fs::create_dir(&rel).unwrap();
+    for (k, s) in shards.iter().enumerate() {
+        let name = if k == 1 {
+            "file:s2.db".to_string()
+        } else {
+            format!("s{}.db", k + 1)
+        };
+        std::fs::copy(s, rel.join(name)).unwrap();
+    }
+    let mut cmd = mimic();
+    cmd.current_dir(&rel)
+        .args(["merge", "s1.db", "file:s2.db", "s3.db", "-o", "file:m.db"]);
+    let o = crate::analyze::run_with_timeout(cmd, std::time::Duration::from_secs(60), "merge");
+    ok(&o, "relative shard names");
+    assert!(rel.join("file:m.db").exists());
+    let mut cmd = mimic();
+    cmd.current_dir(&rel)
+        .args(["export", "--format", "csv", "file:m.db"]);
+    let o = crate::analyze::run_with_timeout(cmd, std::time::Duration::from_secs(60), "export");
+    ok(&o, "export of file:m.db");
+    assert!(stdout(&o).lines().count() > 1, "{}", stdout(&o));
     // a bad --shard is refused before anything is read
     for bad in ["0/4", "5/4", "1/0", "x"] {
         let o = analyze(&f, &d.join("bad.db"), &["--shard", bad]);

@@ -264,7 +264,7 @@ pub(super) fn rtt_pairs(
             (c.orig_id, rtt_us)
         })
         .collect();
-    let c = rusqlite::Connection::open(db).map_err(sq)?;
+    let c = rusqlite::Connection::open(mimic_core::db::sqlite_name(db)).map_err(sq)?;
     let mut st = c
         .prepare(
             "SELECT m.orig_conn_id, c.min_rtt_us FROM replay_map m
@@ -291,7 +291,7 @@ pub(super) fn write_meta(db: &Path, h: &TimingHealth) -> Result<(), ReplayError>
         path: db.to_path_buf(),
         source,
     };
-    let c = rusqlite::Connection::open(db).map_err(sq)?;
+    let c = rusqlite::Connection::open(mimic_core::db::sqlite_name(db)).map_err(sq)?;
     set_meta(&c, "timing_health", h.verdict).map_err(sq)?;
     set_meta(
         &c,

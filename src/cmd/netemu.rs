@@ -319,6 +319,22 @@ fn parse_queue(s: &str) -> Result<QueueOverride, String> {
 /// A pipe that cannot be rendered, named with where it came from: the `--pipes` file, the
 /// database `--from` read, or the command line's `--default*`.
 fn name_the_source(e: render::RenderError, a: &RenderArgs, file_flows: usize) -> anyhow::Error {
+    if let render::RenderError::TooMany { .. } = &e {
+        // too many in all: every source of flows is named
+        let sources: Vec<String> = a
+            .tables
+            .pipes
+            .iter()
+            .filter(|_| file_flows > 0)
+            .chain(a.from.iter())
+            .map(|p| p.display().to_string())
+            .collect();
+        return if sources.is_empty() {
+            e.into()
+        } else {
+            anyhow::anyhow!("{}: {e}", sources.join(" + "))
+        };
+    }
     let render::RenderError::Unsupported { what, .. } = &e else {
         return e.into();
     };

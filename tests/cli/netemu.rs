@@ -302,6 +302,32 @@ fn bad_render_requests_are_clear_errors() {
     }
     let o = run(&["netemu", "render", "--backend", "netem", "--from", missing]);
     assert!(stderr(&o).contains("no such file"), "{}", stderr(&o));
+    // more pipes than one interface's htb takes: the table that holds them is named
+    let big = dir.path().join("big.toml");
+    let mut t = String::new();
+    for i in 0..65_300u32 {
+        t.push_str(&format!(
+            "[[flow]]\nclient = \"198.19.{}.{}:{}\"\nserver = \"198.18.0.2:80\"\nup = \"delay=1ms\"\ndown = \"delay=1ms\"\n",
+            i / 250 % 250,
+            i % 250 + 1,
+            40_000 + i / 62_500
+        ));
+    }
+    std::fs::write(&big, t).unwrap();
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--pipes",
+        big.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("big.toml: too many pipes for"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `netemu run --backend netem` takes interfaces and installs only what a controller sends:

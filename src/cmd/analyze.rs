@@ -207,8 +207,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     // Small steps back are normal (multi-queue capture); a long one means overlapping inputs.
     if summary.max_time_backwards_s > 1.0 {
+        // one input: named; several are merged in time order, so a step back is within one
+        let input = match a.inputs.as_slice() {
+            [one] => format!("{}: ", one.display()),
+            _ => String::new(),
+        };
+        // a sub-second part of a second or more is carried into the seconds: a corrupt
+        // fraction (0xffffffff µs) is a step of up to 71 minutes that no overlap explains
+        let fraction = if summary.ts_invalid_fraction > 0 {
+            format!(
+                ", or its {} timestamps with a sub-second part of a second or more are corrupt",
+                group(summary.ts_invalid_fraction)
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "mimic: warning: capture time goes back by up to {:.1} s ({} frames): the input may hold overlapping or repeated captures; merge them with mergecap, or pass them as separate files",
+            "mimic: warning: {input}capture time goes back by up to {:.1} s ({} frames): the input may hold overlapping or repeated captures (merge them with mergecap, or pass them as separate files){fraction}",
             summary.max_time_backwards_s, summary.time_backwards
         );
     }

@@ -969,6 +969,47 @@ fn sigterm_during_an_analysis_leaves_the_previous_result_and_no_temporary_file()
     );
 }
 
+/// A record whose sub-second part is corrupt (0xffffffff µs: carried into the seconds, 71
+/// minutes on) makes time go back at the next record: the warning names the file and says
+/// that such timestamps, not only overlapping captures, may be the cause.
+#[test]
+fn a_corrupt_sub_second_timestamp_is_named_as_a_cause_of_time_going_back() {
+    let tmp = tempdir();
+    let mut b = std::fs::read(trace("web/tcptrace_http.dmp.pcap")).unwrap();
+    // a microsecond pcap of either byte order
+    let big = match b[..4] {
+        [0xa1, 0xb2, 0xc3, 0xd4] => true,
+        [0xd4, 0xc3, 0xb2, 0xa1] => false,
+        _ => panic!("not a microsecond pcap"),
+    };
+    let word = |b: &[u8], at: usize| {
+        let w: [u8; 4] = b[at..at + 4].try_into().unwrap();
+        if big {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        }
+    };
+    // the third record's ts_usec (0xffffffff reads the same in both orders)
+    let mut at = 24;
+    for _ in 0..2 {
+        at += 16 + word(&b, at + 8) as usize;
+    }
+    b[at + 4..at + 8].copy_from_slice(&[0xff; 4]);
+    let f = tmp.path().join("usec.pcap");
+    std::fs::write(&f, &b).unwrap();
+    let r = analyze(&f, &tmp.path().join("x.db"), &[]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let err = stderr(&r);
+    assert!(
+        err.contains(&format!("{}: capture time goes back by up to", f.display()))
+            && err.contains(
+                "or its 1 timestamps with a sub-second part of a second or more are corrupt"
+            ),
+        "{err}"
+    );
+}
+
 /// Settings that cannot mean what they say are refused before anything is read: an idle
 /// timeout below a millisecond (1e-300 once became 0 ns, every packet a connection of its own),
 /// no connections to track.

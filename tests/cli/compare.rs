@@ -1096,3 +1096,19 @@ fn synth_check_of_a_replay_of_another_database_says_so() {
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     assert!(!stdout(&o).is_empty());
 }
+
+/// A synth rate below the arrival process's floor is refused, not clamped while `meta` records
+/// the rate given.
+#[test]
+fn synth_refuses_a_rate_below_its_floor() {
+    let dir = tempdir();
+    let out = dir.path().join("s.db");
+    let o = run(&["synth", "--rate", "1e-300", "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--rate 1e-300: must be at least 1e-6 connections per second"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}

@@ -409,40 +409,45 @@ impl DataFile {
     }
 }
 
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
 /// Whether `path` is an existing regular file that holds a capture or a database, by its first
 /// bytes; None for anything else (or nothing there).
 pub fn data_file_kind(path: &Path) -> Option<DataFile> {
-    use std::io::Read;
     // looked at before opening: opening a FIFO to read would wait for a writer
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return None;
     }
     let mut f = std::fs::File::open(path).ok()?;
     let mut head = [0u8; 16];
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    if n >= 16 && &head == b"SQLite format 3\0" {
+    let n = crate::trace::read_up_to(&mut f, &mut head).ok()?;
+    let head = &head[..n];
+    if head == SQLITE_HEADER {
         return Some(DataFile::Sqlite);
     }
-    if n < 4 {
-        return (n >= 2 && head[..2] == [0x1f, 0x8b]).then_some(DataFile::Capture);
-    }
     let capture = matches!(
-        head[..4],
-        [0xa1, 0xb2, 0xc3, 0xd4]
-            | [0xd4, 0xc3, 0xb2, 0xa1]
-            | [0xa1, 0xb2, 0x3c, 0x4d]
-            | [0x4d, 0x3c, 0xb2, 0xa1]
-            | [0x0a, 0x0d, 0x0d, 0x0a]
-    ) || head[..2] == [0x1f, 0x8b];
+        head.get(..4),
+        Some(
+            [0xa1, 0xb2, 0xc3, 0xd4]
+                | [0xd4, 0xc3, 0xb2, 0xa1]
+                | [0xa1, 0xb2, 0x3c, 0x4d]
+                | [0x4d, 0x3c, 0xb2, 0xa1]
+                | [0x0a, 0x0d, 0x0d, 0x0a]
+        )
+    ) || head.starts_with(&[0x1f, 0x8b]);
     capture.then_some(DataFile::Capture)
+}
+
+/// The error that refuses to replace a file of `kind` with `what`.
+fn refusal(kind: DataFile, what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "is {}, not replacing it with {what}: name the file to write",
+            kind.describe()
+        ),
+    )
 }
 
 /// Refuses to replace a capture or a database with a text output (an export, a report):
@@ -450,13 +455,7 @@ pub fn data_file_kind(path: &Path) -> Option<DataFile> {
 /// names the output ("a CSV export").
 pub fn refuse_replacing_data(dest: &Path, what: &str) -> std::io::Result<()> {
     match data_file_kind(dest) {
-        Some(kind) => Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            format!(
-                "is {}, not replacing it with {what}: name the file to write",
-                kind.describe()
-            ),
-        )),
+        Some(kind) => Err(refusal(kind, what)),
         None => Ok(()),
     }
 }
@@ -466,7 +465,7 @@ pub fn refuse_replacing_data(dest: &Path, what: &str) -> std::io::Result<()> {
 /// previous database of that name: that is what `-o flows.db` run twice means.)
 fn refuse_replacing_a_capture(dest: &Path) -> std::io::Result<()> {
     match data_file_kind(dest) {
-        Some(DataFile::Capture) => refuse_replacing_data(dest, "a database"),
+        Some(DataFile::Capture) => Err(refusal(DataFile::Capture, "a database")),
         _ => Ok(()),
     }
 }
@@ -600,7 +599,7 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
             path: path.clone(),
             source,
         })?;
-        if n < 16 || &header != b"SQLite format 3\0" {
+        if n < 16 || &header != SQLITE_HEADER {
             return Err(DbError::NotSqlite { path });
         }
     }

@@ -1933,7 +1933,8 @@ fn describe_bytes(head: &[u8]) -> String {
     }
 }
 
-fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+/// Reads until `buf` is full or the input ends; how many bytes it read.
+pub(crate) fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..])? {

@@ -366,18 +366,15 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             ConnectionRow::TABLE.select_sql()
         ))
         .map_err(sq)?;
-    let rows: Vec<ConnectionRow> = st
-        .query_map([], ConnectionRow::read)
-        .map_err(sq)?
-        .collect::<Result<_, _>>()
-        .map_err(sq)?;
-    let selected = rows.len();
     // a connection whose values no capture can give (a database damaged or edited by hand) is
     // a corrupt record: counted, named and skipped, never turned into a pipe whose delay
     // wrapped around or whose loss was quietly cut to 100%
+    let mut selected = 0usize;
     let mut implausible = Vec::new();
-    let mut conns: Vec<ConnSpec> = Vec::with_capacity(rows.len());
-    for r in rows {
+    let mut conns: Vec<ConnSpec> = Vec::new();
+    for row in st.query_map([], ConnectionRow::read).map_err(sq)? {
+        let r = row.map_err(sq)?;
+        selected += 1;
         match implausible_values(&r) {
             Some(why) => implausible.push(format!("connection {}: {why}", r.id)),
             None => conns.push(conn_spec(r, &max_data_rtt)),
@@ -481,7 +478,8 @@ fn implausible_values(r: &ConnectionRow) -> Option<String> {
         })
 }
 
-/// A connection of the database as the replay plays it (its exchanges come later).
+/// A connection of the database as the replay plays it (its exchanges come later); one that
+/// [`implausible_values`] passed.
 fn conn_spec(r: ConnectionRow, max_data_rtt: &HashMap<i64, i64>) -> ConnSpec {
     let close = match (r.termination.as_ref(), r.closed_by.as_deref()) {
         ("rst_after_response" | "rst_abort", Some("server")) => Close::ServerRst,
@@ -501,11 +499,8 @@ fn conn_spec(r: ConnectionRow, max_data_rtt: &HashMap<i64, i64>) -> ConnSpec {
         max_rtt_us: max_data_rtt.get(&r.id).copied(),
         bw_bps: r.bw_bps,
         bw_samples: u32::try_from(r.bw_samples).unwrap_or(0),
-        loss_rate_down: r
-            .loss_random_down
-            .or(r.loss_rate_down)
-            .unwrap_or(0.0)
-            .clamp(0.0, 1.0),
+        // within 0–1: [`implausible_values`] left out the connections whose rates are not
+        loss_rate_down: r.loss_random_down.or(r.loss_rate_down).unwrap_or(0.0),
         delack_every: (r.delack_policy == "delayed").then_some(2),
         delack_timeout_us: r.delack_timeout_us,
         rwin_bytes: r.rwin_bytes.map(|v| v.max(0) as u64),

@@ -947,15 +947,20 @@ fn bring_up_to_date_waiting(
 mod tests {
     use super::*;
 
+    /// A temporary folder for one test's databases.
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("mimic-db-")
+            .tempdir()
+            .unwrap()
+    }
+
     /// A database never replaces a capture; a killed run's temporary file is removed by the
     /// next run (not one of a process that runs, nor a fresh one); a table or column the
     /// contract has at the database's level, gone, is named.
     #[test]
     fn outputs_spare_captures_and_sweep_killed_runs_and_readers_name_missing_columns() {
-        let tmp = tempfile::Builder::new()
-            .prefix("mimic-db-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempdir();
         let dir = tmp.path();
         for magic in [
             &[0xd4u8, 0xc3, 0xb2, 0xa1][..],
@@ -1022,10 +1027,7 @@ mod tests {
 
     #[test]
     fn a_database_left_with_a_hot_journal_is_named_with_what_to_do() {
-        let tmp = tempfile::Builder::new()
-            .prefix("mimic-db-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempdir();
         let dest = tmp.path().join("flows.db");
         let db = AtomicDb::create(&dest).unwrap();
         set_meta(db.conn(), "role", "original").unwrap();
@@ -1073,10 +1075,7 @@ mod tests {
 
     #[test]
     fn atomic_create_commit_and_reopen() {
-        let tmp = tempfile::Builder::new()
-            .prefix("mimic-db-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempdir();
         let dir = tmp.path();
         let dest = dir.join("flows.db");
         {
@@ -1367,10 +1366,7 @@ mod tests {
     /// whole, and one dropped while the syncer may still be at work leaves nothing behind.
     #[test]
     fn background_sync_during_a_large_load() {
-        let tmp = tempfile::Builder::new()
-            .prefix("mimic-db-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempdir();
         let dest = tmp.path().join("big.db");
         let rows = 3 * SYNC_STEP as usize / 4096;
         let load = |db: &mut AtomicDb| {

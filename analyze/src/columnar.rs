@@ -741,24 +741,34 @@ pub fn export_database(
             .map_err(sql)?;
         let mut rows = st.query([]).map_err(sql)?;
         let w = ds.table(ix);
+        let mut row = 0u64;
         while let Some(r) = rows.next().map_err(sql)? {
+            row += 1;
             for col in 0..t.columns.len() {
                 let cell = match r.get_ref(col).map_err(sql)? {
                     rusqlite::types::ValueRef::Null => Cell::Null,
                     rusqlite::types::ValueRef::Integer(v) => Cell::Integer(v),
                     rusqlite::types::ValueRef::Real(v) => Cell::Real(v),
                     rusqlite::types::ValueRef::Text(v) => {
-                        Cell::Text(std::str::from_utf8(v).map_err(|e| ColumnarError::Value {
+                        Cell::Text(std::str::from_utf8(v).map_err(|_| ColumnarError::Value {
                             table: t.name,
                             column: t.columns[col].name,
-                            what: format!("text that is not UTF-8 ({e})"),
+                            // the row in table order and the value, its bytes that are not
+                            // printable ASCII escaped (\xff): Utf8Error's own text gives an
+                            // offset into the value only
+                            what: format!(
+                                "row {row} holds text that is not UTF-8: \"{}\"",
+                                v.escape_ascii()
+                            ),
                         })?)
                     }
                     rusqlite::types::ValueRef::Blob(_) => {
                         return Err(ColumnarError::Value {
                             table: t.name,
                             column: t.columns[col].name,
-                            what: "a BLOB, which the contract has no column for".into(),
+                            what: format!(
+                                "row {row} holds a BLOB, which the contract has no column for"
+                            ),
                         })
                     }
                 };
@@ -1179,5 +1189,22 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("connections.client_port"), "{e}");
+        // text that is not UTF-8 is named by its row and shown escaped (not by an offset
+        // into the value)
+        c.execute_batch(
+            "UPDATE connections SET client_port = 40000 WHERE id = 1;
+             UPDATE connections SET client_ip = CAST(x'31302eff2e302e31' AS TEXT) WHERE id = 2;",
+        )
+        .unwrap();
+        let e = export_database(&c, Path::new("x.db"), &tmp.path().join("utf8"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(
+                "connections.client_ip: row 2 holds text that is not UTF-8: \"10.\\xff.0.1\""
+            ),
+            "{e}"
+        );
     }
 }

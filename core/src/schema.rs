@@ -393,6 +393,79 @@ impl<T: Value> Value for Option<T> {
     }
 }
 
+/// A value a reader could not take (text that is not UTF-8, a type or range its field does
+/// not hold), named by table, row and column: rusqlite's own error gives a column index and,
+/// for text, an offset into the value.
+#[derive(Debug, thiserror::Error)]
+#[error("table {table}, row with {key}: {column} holds {what}; the database was changed outside mimic or is damaged")]
+pub struct BadRead {
+    pub table: &'static str,
+    /// The row's first column and its value (`id = 7`, `conn_id = 3`, `key = 'role'`).
+    pub key: String,
+    pub column: &'static str,
+    pub what: String,
+}
+
+/// How a value shows in a message: text quoted with its bytes that are not printable ASCII
+/// escaped (`\xff`), numbers as they are.
+fn show_value(v: ValueRef<'_>) -> String {
+    match v {
+        ValueRef::Null => "NULL".into(),
+        ValueRef::Integer(i) => i.to_string(),
+        ValueRef::Real(f) => f.to_string(),
+        ValueRef::Text(t) => format!("'{}'", t.escape_ascii()),
+        ValueRef::Blob(b) => format!("a BLOB of {} bytes", b.len()),
+    }
+}
+
+/// Turns a failed read of column `column` (at `idx`) of a row of `table` into a [`BadRead`]
+/// that names them; other errors (the statement's, SQLite's) pass unchanged.
+#[cold]
+fn name_bad_read(
+    e: rusqlite::Error,
+    table: &'static str,
+    column: &'static str,
+    r: &rusqlite::Row<'_>,
+    idx: usize,
+) -> rusqlite::Error {
+    use rusqlite::Error as E;
+    let what = match &e {
+        E::Utf8Error(..) => match r.get_ref(idx) {
+            Ok(v) => format!("text that is not UTF-8: {}", show_value(v)),
+            Err(_) => return e,
+        },
+        E::InvalidColumnType(_, _, t) => match r.get_ref(idx) {
+            Ok(v) => format!(
+                "{} ({t}), where the data contract has another type",
+                show_value(v)
+            ),
+            Err(_) => return e,
+        },
+        E::IntegralValueOutOfRange(_, v) => format!("{v}, out of its field's range"),
+        E::FromSqlConversionFailure(_, t, inner) => {
+            format!("a {t} value it cannot be read as: {inner}")
+        }
+        _ => return e,
+    };
+    let key = match (r.as_ref().column_name(0), r.get_ref(0)) {
+        (Ok(name), Ok(v)) => format!("{name} = {}", show_value(v)),
+        _ => "its first column unreadable".into(),
+    };
+    E::FromSqlConversionFailure(
+        // rusqlite's "unknown column": its message is then ours alone
+        usize::MAX,
+        r.get_ref(idx)
+            .map(|v| v.data_type())
+            .unwrap_or(rusqlite::types::Type::Null),
+        Box::new(BadRead {
+            table,
+            key,
+            column,
+            what,
+        }),
+    )
+}
+
 /// A row of one table: one field per column, in column order.
 pub trait TableRow: Sized {
     const TABLE: &'static Table;
@@ -483,7 +556,8 @@ macro_rules! tables {
                     let mut idx = 0;
                     Ok($Row {
                         $( $field: {
-                            let v = Value::read(r, idx)?;
+                            let v = Value::read(r, idx)
+                                .map_err(|e| name_bad_read(e, $table, stringify!($field), r, idx))?;
                             idx += 1;
                             v
                         }, )*
@@ -1185,6 +1259,20 @@ mod tests {
         };
         ex.insert(&c).unwrap();
         assert_eq!(ExchangeRow::read_all(&c, "conn_id, seq").unwrap(), [ex]);
+
+        // text that is not UTF-8 (STRICT takes it as TEXT) is named by table, row and column,
+        // and shown, not given as a column index and an offset into the value
+        c.execute(
+            "UPDATE connections SET server_ip = CAST(x'3139322eff2e322e31' AS TEXT) WHERE id = 2",
+            [],
+        )
+        .unwrap();
+        let e = ConnectionRow::read_all(&c, "id").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "table connections, row with id = 2: server_ip holds text that is not UTF-8: \
+             '192.\\xff.2.1'; the database was changed outside mimic or is damaged"
+        );
 
         // every value has its column's type. In a database of this build SQLite refuses a
         // hand-changed one itself (STRICT tables), so no reader scans for one

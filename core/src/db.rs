@@ -67,6 +67,12 @@ pub enum DbError {
     /// every reader would otherwise take it differently (SQL arithmetic reads text as 0).
     #[error("{0}")]
     BadValue(Box<BadValue>),
+    #[error("{path}: the {table} table, which the data contract has at this database's schema level ({level}), is missing; the database was changed outside mimic or is damaged")]
+    MissingTable {
+        path: PathBuf,
+        table: &'static str,
+        level: u32,
+    },
     #[error("{path}: table {table} has no column {column}, which the data contract has at this database's schema level ({level}); the database was changed outside mimic or is damaged")]
     MissingColumn {
         path: PathBuf,
@@ -690,9 +696,10 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
         // dropped or renamed by hand fails every reader differently otherwise)
         if t.since <= level {
             if present.is_empty() {
-                return Err(DbError::NotMimic {
+                return Err(DbError::MissingTable {
                     path: path.to_path_buf(),
-                    missing: t.name,
+                    table: t.name,
+                    level,
                 });
             }
             if let Some(c) = t
@@ -872,6 +879,20 @@ pub fn migrate(conn: &Connection) -> rusqlite::Result<Vec<u32>> {
     }
 }
 
+/// The `SELECT` of the data contract's view `name` (its `CREATE VIEW` in the migration files,
+/// without the final `;`), for readers whose output must not follow a view redefined in the
+/// database (`mimic export` puts it in a `WITH` clause). `None`: no such view.
+pub fn view_select(name: &str) -> Option<&'static str> {
+    let head = format!("CREATE VIEW IF NOT EXISTS {name} AS");
+    MIGRATIONS.iter().rev().find_map(|(_, sql)| {
+        let at = sql.find(&head)? + head.len();
+        let body = &sql[at..];
+        // a view's statement ends at the first `;` that ends a line (none inside a string)
+        let end = body.find(";\n").or_else(|| body.rfind(';'))?;
+        Some(body[..end].trim())
+    })
+}
+
 /// Creates the views of the migrations after `conn`'s level as TEMP views, visible to this
 /// connection only: how a database that may not be written is read with the current names.
 /// (Columns a later migration adds cannot be added this way: a reader of such a column needs
@@ -1022,7 +1043,54 @@ mod tests {
         .unwrap();
         drop(rw);
         let e = open_existing(&dest).err().unwrap().to_string();
-        assert!(e.contains("no exchanges table"), "{e}");
+        assert!(
+            e.contains(
+                "the exchanges table, which the data contract has at this database's schema level"
+            ) && e.contains("is missing")
+                && !e.contains("not one mimic wrote"),
+            "{e}"
+        );
+    }
+
+    /// Each view of the contract has its SELECT, which gives what the view gives.
+    #[test]
+    fn view_selects_are_the_views() {
+        let c = Connection::open_in_memory().unwrap();
+        init_schema(&c).unwrap();
+        c.execute_batch(
+            "INSERT INTO connections (id, client_ip, client_port, server_ip, server_port, ip_version, t_first, t_end, complete, server_by, rtt_samples, syn_retx, synack_retx, zero_window, data_pkts_down, data_bytes_down, retx_down, spurious_retx_down, data_pkts_up, data_bytes_up, retx_up, fin_retx, zwnd_probes, dup_frames, bw_samples, delack_policy, termination, exchanges, holes_down, holes_up, frames)
+             VALUES (1, '10.0.0.1', 40000, '10.0.0.2', 80, 4, 1000000, 2000000, 1, 'syn', 0, 0, 0, 0, 1, 100, 0, 0, 1, 50, 0, 0, 0, 0, 0, 'none', 'fin', 1, 0, 0, 4)",
+        )
+        .unwrap();
+        for view in ["conn_summary", "conn_class", "class_summary"] {
+            let select = view_select(view).unwrap();
+            assert!(
+                !select.contains(';')
+                    && (select.starts_with("SELECT") || select.starts_with("WITH")),
+                "{view}: {select}"
+            );
+            let rows = |sql: &str| -> Vec<String> {
+                let mut st = c.prepare(sql).unwrap();
+                let n = st.column_count();
+                st.query_map([], |r| {
+                    Ok((0..n)
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect::<Vec<_>>()
+                        .join("|"))
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+            };
+            let want = rows(&format!("SELECT * FROM {view}"));
+            assert_eq!(want.len(), 1, "{view}");
+            assert_eq!(
+                rows(&format!("WITH v AS ({select}) SELECT * FROM v")),
+                want,
+                "{view}"
+            );
+        }
+        assert!(view_select("no_such_view").is_none());
     }
 
     #[test]

@@ -221,10 +221,19 @@ fn write(conn: &Connection, db: &str, format: Format, out: &mut dyn Write) -> Re
     }
 }
 
+/// `query` over `conn_summary` as the data contract defines it (a `WITH` clause of the view's
+/// own `SELECT`), not as the database may have it: an export's columns and rows do not follow a
+/// view redefined or dropped by hand.
+fn with_summary(query: &str) -> String {
+    let view = mimic_core::db::view_select("conn_summary")
+        .expect("the data contract defines conn_summary");
+    format!("WITH conn_summary AS ({view}) {query}")
+}
+
 const SUMMARY: &str = "SELECT * FROM conn_summary ORDER BY id";
 
 fn write_csv(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
-    let mut st = conn.prepare(SUMMARY)?;
+    let mut st = conn.prepare(&with_summary(SUMMARY))?;
     let names: Vec<String> = st.column_names().map(|s| s.to_string()).collect();
     let mut w = csv::Writer::from_writer(out);
     w.write_record(&names)?;
@@ -255,7 +264,7 @@ fn plain(v: ValueRef<'_>) -> String {
 }
 
 fn write_json(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
-    let mut st = conn.prepare(SUMMARY)?;
+    let mut st = conn.prepare(&with_summary(SUMMARY))?;
     // the keys in the view's column order (serde_json's map would sort them)
     let keys: Vec<String> = st
         .column_names()
@@ -427,11 +436,11 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
         out,
         "{db}: {n} connections, {complete} complete (role {role})"
     )?;
-    let mut st = conn.prepare(
+    let mut st = conn.prepare(&with_summary(
         "SELECT s.*, c.mss_server, c.wscale_client, c.wscale_server, c.sack_ok, c.ts_ok, c.ecn_ok,
                 c.spurious_retx_down, c.data_pkts_up, c.retx_up, c.acks_per_seg, c.delack_timeout_us
          FROM conn_summary s JOIN connections c ON c.id = s.id ORDER BY s.id",
-    )?;
+    ))?;
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {
         let na = "n/a";

@@ -634,6 +634,22 @@ fn export_formats_match_the_database() {
         .unwrap();
     assert!((m - median).abs() < 0.001, "{m} vs {median}");
     assert!((p - p90).abs() < 0.001, "{p} vs {p90}");
+    drop(st);
+
+    // a view redefined (or dropped) by hand does not change what export writes: it reads the
+    // contract's own definition
+    for (change, what) in [
+        (
+            "DROP VIEW class_summary; DROP VIEW conn_summary; \
+             CREATE VIEW conn_summary AS SELECT id FROM connections WHERE 0;",
+            "redefined",
+        ),
+        ("DROP VIEW conn_summary;", "dropped"),
+    ] {
+        c.execute_batch(change).unwrap();
+        let again = export("csv");
+        assert_eq!(again, csv_text, "conn_summary {what}: the export changed");
+    }
 }
 
 #[test]

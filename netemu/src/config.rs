@@ -120,7 +120,16 @@ impl FromStr for PipeConfig {
         let mut ack_every: Option<u32> = None;
         let mut ack_timeout: Option<Nanos> = None;
         let mut loss_set = false;
-        for (k, v) in units::key_values(spec).map_err(err)? {
+        let pairs = units::key_values(spec).map_err(err)?;
+        if pairs.is_empty() {
+            // most often an unset shell variable (`--default "$PIPE"`): a pipe that only
+            // forwards is spelled out
+            return Err(err(
+                "empty: give at least one KEY=VALUE (`delay=0ms` for a pipe that only forwards)"
+                    .into(),
+            ));
+        }
+        for (k, v) in pairs {
             let kv = |m: String| err(format!("{k}: {m}"));
             match k {
                 "delay" => c.delay = units::parse_duration(v).map_err(kv)?,
@@ -325,6 +334,10 @@ mod tests {
         assert!("ack_timeout=10ms".parse::<PipeConfig>().is_err());
         assert!("delay=20ms,delay=10ms".parse::<PipeConfig>().is_err());
         assert!("delay".parse::<PipeConfig>().is_err());
+        for empty in ["", " ", ",", " , "] {
+            let e = empty.parse::<PipeConfig>().unwrap_err();
+            assert!(e.to_string().contains("empty"), "{e}");
+        }
         assert!("queue=10kb".parse::<PipeConfig>().is_ok());
         assert_eq!("burst=1.5kb".parse::<PipeConfig>().unwrap().burst, 1500);
         let e = "burst=2gb".parse::<PipeConfig>().unwrap_err();

@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Sqlite)]
     pub format: Format,
     /// A server port, for connections whose handshake was not captured (repeatable).
-    #[arg(long = "server-port", value_name = "P")]
+    #[arg(long = "server-port", value_name = "P", value_parser = super::server_port)]
     pub server_ports: Vec<u16>,
     /// A server prefix such as 10.0.0.0/8, for connections whose handshake was not captured (repeatable).
     #[arg(long = "server-net", value_name = "CIDR", value_parser = parse_cidr)]

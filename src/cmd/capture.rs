@@ -57,7 +57,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "RULE", default_value = "keyed", value_parser = ["keyed", "last-octet"])]
     pub sample_rule: String,
     /// A server port, so the last-octet rule knows which end is the client (repeatable).
-    #[arg(long = "server-port", value_name = "P")]
+    #[arg(long = "server-port", value_name = "P", value_parser = super::server_port)]
     pub server_ports: Vec<u16>,
     /// Secret key file (from `mimic capture keygen`); without it a new key is written to DIR/capture.key.
     #[arg(long, value_name = "FILE")]

@@ -35,6 +35,27 @@ pub(crate) fn file_output(s: &str) -> Result<std::path::PathBuf, String> {
     }
 }
 
+/// Value parser for a TCP server port: 1-65535 (port 0 is no port a connection can use: a
+/// server would listen on whatever port the kernel picks, a filter on it match nothing).
+pub(crate) fn server_port(s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(0) => Err("port 0 is no port a connection can use: give 1-65535".into()),
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!("`{s}` is not a port number (1-65535)")),
+    }
+}
+
+/// Value parser for the address of a server that clients connect to (`IP:PORT`, port not 0).
+pub(crate) fn server_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let a: std::net::SocketAddr = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not IP:PORT (e.g. 198.18.0.1:80)"))?;
+    if a.port() == 0 {
+        return Err("port 0 is no port a client can connect to: give 1-65535".into());
+    }
+    Ok(a)
+}
+
 /// Value parser for a control-channel address (`tcp:HOST:PORT` or `unix:PATH`).
 pub(crate) fn parse_control(s: &str) -> Result<mimic_netemu::control::ControlAddr, String> {
     s.parse()

@@ -257,7 +257,7 @@ struct RenderArgs {
     client_addr: Vec<Ipv4Addr>,
     /// With --from: the server's address and port in the replay (default the lab's,
     /// 198.18.0.1:80).
-    #[arg(long, value_name = "ADDR", requires = "from")]
+    #[arg(long, value_name = "ADDR", requires = "from", value_parser = super::server_addr)]
     server: Option<SocketAddr>,
     /// With --from: which connections (complete or all), as `mimic replay --select`.
     #[arg(long, default_value = "complete", value_parser = parse_select, requires = "from")]

@@ -70,7 +70,7 @@ pub struct Args {
     #[arg(long, default_value_t = spec::DEFAULT_SEED)]
     pub seed: u64,
     /// Port of the server emulator.
-    #[arg(long, default_value_t = spec::DEFAULT_SERVER_PORT)]
+    #[arg(long, default_value_t = spec::DEFAULT_SERVER_PORT, value_parser = super::server_port)]
     pub server_port: u16,
     /// Keep the replay's capture files in DIR.
     #[arg(long, value_name = "DIR")]
@@ -102,7 +102,7 @@ pub struct Args {
     #[arg(long, value_name = "auto|DURATION", default_value = "auto")]
     pub lan_rtt: spec::LanRtt,
     /// Remote server emulator (mimic serve) instead of a lab: its data address.
-    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"])]
+    #[arg(long, value_name = "ADDR", conflicts_with = "lab", requires_all = ["server_control", "netemu", "pki"], value_parser = super::server_addr)]
     pub server: Option<SocketAddr>,
     /// Control channel of the remote server emulator (unix:PATH or tcp:HOST:PORT).
     #[arg(long, value_name = "ADDR", value_parser = parse_control)]

@@ -1035,6 +1035,14 @@ fn bad_analysis_settings_are_refused_before_anything_is_read() {
             &["--max-connections", "0"][..],
             "--max-connections must be at least 1",
         ),
+        (
+            &["--server-port", "0"][..],
+            "port 0 is no port a connection can use",
+        ),
+        (
+            &["--server-port", "http"][..],
+            "`http` is not a port number (1-65535)",
+        ),
     ] {
         let r = analyze(&input, &out, args);
         assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));

@@ -254,7 +254,35 @@ fn bad_render_requests_are_clear_errors() {
     )
     .unwrap();
     let pipes = pipes.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 11] = [
+        // an empty spec (an unset shell variable) is not a pipe that only forwards
+        (
+            &["--backend", "netem", "--default", ""],
+            "pipe spec ``: empty: give at least one KEY=VALUE",
+        ),
+        (
+            &[
+                "--backend",
+                "netem",
+                "--default-up",
+                " , ",
+                "--default-down",
+                "delay=1ms",
+            ],
+            "pipe spec ` , `: empty",
+        ),
+        // no client connects to port 0
+        (
+            &[
+                "--backend",
+                "netem",
+                "--from",
+                missing,
+                "--server",
+                "198.18.0.1:0",
+            ],
+            "port 0 is no port a client can connect to",
+        ),
         (
             &["--backend", "netem", "--pipes", empty],
             "empty.toml: holds no pipes",

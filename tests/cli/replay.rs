@@ -60,6 +60,37 @@ fn queue_lengths_are_checked() {
     }
 }
 
+/// Port 0 is no server's port: the server emulator would listen wherever the kernel put it
+/// and the clients connect to nothing.
+#[test]
+fn port_zero_is_refused() {
+    let dir = tempdir();
+    let out = dir.path().join("out.db");
+    let out_s = out.to_str().unwrap();
+    for args in [
+        &["--lab", "x", "--server-port", "0"][..],
+        &[
+            "--server",
+            "198.18.1.1:0",
+            "--server-control",
+            "unix:/nonexistent",
+            "--netemu",
+            "unix:/nonexistent",
+            "--pki",
+            "/nonexistent",
+        ][..],
+    ] {
+        let o = run(&[&["replay", "in.db", "-o", out_s][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("port 0 is no port"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    assert!(!out.exists());
+}
+
 /// Rates and time scales are positive, finite numbers: `inf` would start every connection at
 /// once or schedule them beyond the end of time, NaN nothing at all.
 #[test]

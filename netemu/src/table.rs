@@ -145,6 +145,14 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
             down,
         });
         let r = t.flows.last().unwrap();
+        if let Some((end, a)) = [("client", r.client), ("server", r.server)]
+            .into_iter()
+            .find(|(_, a)| a.port() == 0)
+        {
+            return Err(err(format!(
+                "{what}: {end} {a} has port 0, which no TCP segment carries: no packet matches it"
+            )));
+        }
         if r.client.is_ipv4() != r.server.is_ipv4() {
             return Err(err(format!(
                 "{what}: client {} and server {} are of different address families (IPv4 and IPv6): no packet matches it",
@@ -229,6 +237,29 @@ down = "delay=10ms,rate=10mbit,queue=30"
                 e.contains("p.toml")
                     && e.contains(&format!("[[{entry}]] #1"))
                     && e.contains("different address families"),
+                "{e}"
+            );
+        }
+        // port 0 and an empty pipe spec match or shape nothing
+        for (entry, want) in [
+            (
+                "client = \"198.19.0.7:0\"\nserver = \"198.18.0.1:80\"\nboth = \"delay=1ms\"",
+                "client 198.19.0.7:0 has port 0",
+            ),
+            (
+                "client = \"198.19.0.7:40000\"\nserver = \"198.18.0.1:0\"\nboth = \"delay=1ms\"",
+                "server 198.18.0.1:0 has port 0",
+            ),
+            (
+                "client = \"198.19.0.7:40000\"\nserver = \"198.18.0.1:80\"\nup = \"\"\ndown = \"delay=1ms\"",
+                "pipe spec ``: empty",
+            ),
+        ] {
+            let e = parse(&format!("[[flow]]\n{entry}\n"), "p.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("p.toml") && e.contains("[[flow]] #1") && e.contains(want),
                 "{e}"
             );
         }

@@ -1,6 +1,6 @@
 //! `mimic agent` and `mimic replay --agents`: what is refused before anything starts.
 
-use crate::common::{run, stderr, tempdir};
+use crate::common::{assert_refused, run, stderr, tempdir};
 
 #[test]
 fn agent_flags_are_checked_before_anything_starts() {
@@ -8,8 +8,7 @@ fn agent_flags_are_checked_before_anything_starts() {
     let sock = format!("unix:{}", d.path().join("a.sock").display());
     // no source address
     let o = run(&["agent", "--control", &sock, "--pki", "/nonexistent"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--client-addr"), "{}", stderr(&o));
+    assert_refused(&o, "--client-addr");
     // more addresses than an agent takes
     let o = run(&[
         "agent",
@@ -20,8 +19,7 @@ fn agent_flags_are_checked_before_anything_starts() {
         "--client-addr",
         "10.0.0.0/8",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("more than 65536"), "{}", stderr(&o));
+    assert_refused(&o, "more than 65536");
     // a PKI without the agent's files: named, with the way to make them
     let pki = d.path().join("pki");
     std::fs::create_dir(&pki).unwrap();
@@ -79,6 +77,5 @@ fn replay_agents_are_parsed_and_a_remote_replay_needs_addresses_or_agents() {
         &["--client-addr", "127.0.0.2", "--agents", "h:7300"],
     ]
     .concat());
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+    assert_refused(&o, "cannot be used with");
 }

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use mimic_core::db::{set_meta, AtomicDb};
 
-use crate::common::{mimic, require_tool, run, stderr, stdout, tempdir, trace};
+use crate::common::{assert_refused, mimic, require_tool, run, stderr, stdout, tempdir, trace};
 
 // ---------------------------------------------------------------- fixtures
 
@@ -690,23 +690,16 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
         s(&f.replay),
         s(&f.replay_iw10),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains(&format!(
+    assert_refused(
+        &o,
+        &format!(
             "--json {}: is an SQLite database, not overwriting it",
             s(&f.base)
-        )),
-        "{}",
-        stderr(&o)
+        ),
     );
     // nor is an output allowed to be one of the inputs
     let o = run(&["compare", s(&f.base), s(&f.replay), "--html", s(&f.replay)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("is one of the input databases"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "is one of the input databases");
     assert_eq!(std::fs::read(&f.base).unwrap(), before, "BASE was modified");
     // nor a capture file: a report named like a trace would destroy the trace
     let cap_dir = tempfile::tempdir().unwrap();
@@ -714,11 +707,9 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
     std::fs::copy(trace("web/tcptrace_http.dmp.pcap"), &cap).unwrap();
     let cap_before = std::fs::read(&cap).unwrap();
     let o = run(&["compare", s(&f.base), s(&f.replay), "--json", s(&cap)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("is a capture file (pcap, pcapng or gzip), not overwriting it"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "is a capture file (pcap, pcapng or gzip), not overwriting it",
     );
     assert_eq!(
         std::fs::read(&cap).unwrap(),
@@ -727,8 +718,7 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
     );
     // a bare --json (no value) is an error, not a silent change of meaning
     let o = run(&["compare", s(&f.base), s(&f.replay), "--json"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--json <FILE>"), "{}", stderr(&o));
+    assert_refused(&o, "--json <FILE>");
     // an output whose directory is missing fails before any output is written: the HTML
     // report of an earlier run stays as it was
     let dir = tempfile::tempdir().unwrap();
@@ -744,12 +734,8 @@ fn compare_json_value_is_never_taken_for_or_written_over_a_database() {
         "--json",
         s(&missing),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--json") && stderr(&o).contains("no such directory"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "--json");
+    assert_refused(&o, "no such directory");
     assert_eq!(
         std::fs::read_to_string(&html).unwrap(),
         "the earlier report"
@@ -866,11 +852,9 @@ fn compare_fail_if_with_confidence() {
     );
     // a wider level needs more resamples, and says so; a level out of range is refused
     let o = gate(&f.replay, "p50 < -1%", "99.9");
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("at least 5000 bootstrap replicates are needed for a 99.9% interval"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "at least 5000 bootstrap replicates are needed for a 99.9% interval",
     );
     for bad in ["0.95", "100", "ninety"] {
         let o = gate(&f.replay, "p50 < -1%", bad);
@@ -935,8 +919,7 @@ fn compare_fail_if_exit_codes() {
         "{e}"
     );
     let o = run(&["compare", base, s(&f.replay), "--fail-if", "p90 > 5"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no unit"), "{}", stderr(&o));
+    assert_refused(&o, "no unit");
 }
 
 #[test]
@@ -998,8 +981,7 @@ fn compare_bad_inputs_name_the_file_and_the_problem() {
     expect(&dir.path().join("absent.db"), "no such file");
     // the same problems in BASE position are caught too
     let o = run(&["compare", s(&empty), base]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("empty.db"), "{}", stderr(&o));
+    assert_refused(&o, "empty.db");
     // an OTHER is required
     let o = run(&["compare", base]);
     assert_eq!(o.status.code(), Some(2));
@@ -1072,25 +1054,18 @@ fn synth_check_of_a_replay_of_another_database_says_so() {
     let empty = dir.path().join("empty.db");
     write_db(&empty, "original", &[], &[], &[]);
     let o = run(&["synth", "check", s(&empty), s(&f.replay)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains(&format!(
+    assert_refused(
+        &o,
+        &format!(
             "{}: its replay_map names none of the 0 connections of {}",
             s(&f.replay),
             s(&empty)
-        )),
-        "{}",
-        stderr(&o)
+        ),
     );
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     // the arguments swapped: the "replay" has no replay_map rows
     let o = run(&["synth", "check", s(&f.replay), s(&f.base)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("not a replay database"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "not a replay database");
     // the pair that belongs together is scored (pass or miss, never an error)
     let o = run(&["synth", "check", s(&f.base), s(&f.replay)]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
@@ -1104,11 +1079,9 @@ fn synth_refuses_a_rate_below_its_floor() {
     let dir = tempdir();
     let out = dir.path().join("s.db");
     let o = run(&["synth", "--rate", "1e-300", "-o", s(&out)]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--rate 1e-300: must be at least 1e-6 connections per second"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "--rate 1e-300: must be at least 1e-6 connections per second",
     );
     assert!(!out.exists());
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::common::{run, stderr, stdout, tempdir};
+use crate::common::{assert_refused, run, stderr, stdout, tempdir};
 
 fn golden(name: &str, got: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -186,12 +186,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         "--limit",
         "0",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("synth.db: no connection to replay (--limit 0)"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "synth.db: no connection to replay (--limit 0)");
 }
 
 #[test]
@@ -218,12 +213,7 @@ fn teardown_prints_the_removal_of_mimics_pipes_only() {
         ]
     );
     let o = run(&["netemu", "render", "--backend", "dummynet", "--teardown"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("give the same --pipes"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "give the same --pipes");
     let o = run(&[
         "netemu",
         "render",
@@ -350,12 +340,7 @@ fn bad_render_requests_are_clear_errors() {
         "--pipes",
         big.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("big.toml: too many pipes for"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "big.toml: too many pipes for");
 }
 
 /// `netemu run --backend netem` takes interfaces and installs only what a controller sends:
@@ -363,11 +348,9 @@ fn bad_render_requests_are_clear_errors() {
 #[test]
 fn a_kernel_router_refuses_what_it_cannot_do() {
     let o = run(&["netemu", "run", "--backend", "netem", "--lab", "x"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--backend netem takes --client-if and --server-if, not --lab"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "--backend netem takes --client-if and --server-if, not --lab",
     );
     let o = run(&[
         "netemu",
@@ -381,17 +364,7 @@ fn a_kernel_router_refuses_what_it_cannot_do() {
         "--default",
         "delay=1ms",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("installs only the pipes the controller sends"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "installs only the pipes the controller sends");
     let o = run(&["netemu", "run", "--backend", "dummynet", "--lab", "x"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("unknown router backend `dummynet`"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "unknown router backend `dummynet`");
 }

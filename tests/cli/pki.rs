@@ -2,7 +2,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::common::{run, stderr, stdout, tempdir};
+use crate::common::{assert_refused, run, stderr, stdout, tempdir};
 
 #[test]
 fn pki_init_writes_keys_0600_and_refuses_to_overwrite_without_force() {
@@ -42,8 +42,7 @@ fn pki_init_writes_keys_0600_and_refuses_to_overwrite_without_force() {
     assert_ne!(std::fs::read(dir.join("ca.crt")).unwrap(), ca);
 
     let o = run(&["pki", "init", dir_s, "--force", "--role", "Not A Name"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("not a role name"), "{}", stderr(&o));
+    assert_refused(&o, "not a role name");
 }
 
 #[test]
@@ -85,6 +84,5 @@ fn serve_names_the_missing_or_unsafe_key_before_serving() {
         "--control",
         "tcp:127.0.0.1:1",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--pki"), "{}", stderr(&o));
+    assert_refused(&o, "--pki");
 }

@@ -2,7 +2,7 @@
 //! Everything here fails before a lab is touched, so it needs no root; the replay itself is
 //! tested in tests/lab/replay.rs.
 
-use crate::common::{run, stderr, tempdir};
+use crate::common::{assert_refused, run, stderr, tempdir};
 
 #[test]
 fn bad_inputs_are_named_and_nothing_is_written() {
@@ -205,8 +205,7 @@ fn the_capture_vantage_is_asked_for_explicitly() {
         "--vantage",
         "client",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--server"), "{}", stderr(&o));
+    assert_refused(&o, "--server");
     assert!(!out.exists());
 }
 
@@ -214,8 +213,7 @@ fn the_capture_vantage_is_asked_for_explicitly() {
 #[test]
 fn serve_capture_flags_need_a_control_channel() {
     let o = run(&["serve", "--listen", "127.0.0.1:0", "--capture-iface", "lo"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--control"), "{}", stderr(&o));
+    assert_refused(&o, "--control");
 }
 
 #[test]
@@ -283,12 +281,7 @@ fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
     // --unestimated unshaped pipes without a rate
     let from = db.to_str().unwrap();
     let o = run(&["netemu", "render", "--backend", "tc", "--from", from]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--unestimated unshaped"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "--unestimated unshaped");
     let o = run(&[
         "netemu",
         "render",
@@ -311,11 +304,9 @@ fn a_workload_without_estimates_is_not_replayed_unshaped_by_default() {
         "--unestimated",
         "none",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("--unestimated takes pooled, pooled-class, skip or unshaped"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "--unestimated takes pooled, pooled-class, skip or unshaped",
     );
 }
 
@@ -385,12 +376,7 @@ fn emulator_flag_errors_name_what_is_wrong() {
         "--kernel-pipes",
         "per-connection",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--kernel-pipes per-connection: only kernel pipes"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, "--kernel-pipes per-connection: only kernel pipes");
     let o = run(&[
         "replay",
         "in.db",
@@ -401,11 +387,9 @@ fn emulator_flag_errors_name_what_is_wrong() {
         "--kernel-pipes",
         "some",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("`some` is not a kernel pipe mode (auto, all or per-connection)"),
-        "{}",
-        stderr(&o)
+    assert_refused(
+        &o,
+        "`some` is not a kernel pipe mode (auto, all or per-connection)",
     );
     assert!(!out.exists());
 }

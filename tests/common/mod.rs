@@ -51,6 +51,16 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// That `mimic` refused what it was given: exit status 2 (a usage or input error) and
+/// `want` in its error output, which the failure message shows either way.
+#[track_caller]
+#[allow(dead_code)] // (each test binary compiles this module; not every one refuses input)
+pub fn assert_refused(o: &Output, want: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "exit status {:?}: {e}", o.status);
+    assert!(e.contains(want), "no `{want}` in: {e}");
+}
+
 pub mod flowdb;
 pub mod generated;
 

@@ -418,17 +418,17 @@ fn show_value(v: ValueRef<'_>) -> String {
     }
 }
 
-/// Turns a failed read of column `column` (at `idx`) of a row of `table` into a [`BadRead`]
-/// that names them; other errors (the statement's, SQLite's) pass unchanged.
+/// Turns a failed read of column `idx` of a row of `table` (read with [`Table::select_sql`])
+/// into a [`BadRead`] that names them; other errors (the statement's, SQLite's) pass unchanged.
 #[cold]
 fn name_bad_read(
     e: rusqlite::Error,
-    table: &'static str,
-    column: &'static str,
+    table: &'static Table,
     r: &rusqlite::Row<'_>,
     idx: usize,
 ) -> rusqlite::Error {
     use rusqlite::Error as E;
+    let column = &table.columns[idx];
     let what = match &e {
         E::Utf8Error(..) => match r.get_ref(idx) {
             Ok(v) => format!("text that is not UTF-8: {}", show_value(v)),
@@ -436,8 +436,14 @@ fn name_bad_read(
         },
         E::InvalidColumnType(_, _, t) => match r.get_ref(idx) {
             Ok(v) => format!(
-                "{} ({t}), where the data contract has another type",
-                show_value(v)
+                "{} ({t}), where the data contract has {}{}",
+                show_value(v),
+                column.sql_type.as_str(),
+                if column.nullable() {
+                    " or NULL"
+                } else {
+                    " (never NULL)"
+                }
             ),
             Err(_) => return e,
         },
@@ -458,9 +464,9 @@ fn name_bad_read(
             .map(|v| v.data_type())
             .unwrap_or(rusqlite::types::Type::Null),
         Box::new(BadRead {
-            table,
+            table: table.name,
             key,
-            column,
+            column: column.name,
             what,
         }),
     )
@@ -557,7 +563,7 @@ macro_rules! tables {
                     Ok($Row {
                         $( $field: {
                             let v = Value::read(r, idx)
-                                .map_err(|e| name_bad_read(e, $table, stringify!($field), r, idx))?;
+                                .map_err(|e| name_bad_read(e, Self::TABLE, r, idx))?;
                             idx += 1;
                             v
                         }, )*
@@ -1272,6 +1278,23 @@ mod tests {
             e,
             "table connections, row with id = 2: server_ip holds text that is not UTF-8: \
              '192.\\xff.2.1'; the database was changed outside mimic or is damaged"
+        );
+        // a value of another type (a table that is not STRICT) names the type expected
+        let old = Connection::open_in_memory().unwrap();
+        crate::db::init_schema_not_strict(&old).unwrap();
+        ConnectionRow::default().insert(&old).unwrap();
+        ExchangeRow::default().insert(&old).unwrap();
+        old.execute("UPDATE exchanges SET req_bytes = 'many'", [])
+            .unwrap();
+        let e = ExchangeRow::read_all(&old, "conn_id")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "table exchanges, row with conn_id = 0: req_bytes holds 'many' (Text), where the \
+                 data contract has INTEGER (never NULL)"
+            ),
+            "{e}"
         );
 
         // every value has its column's type. In a database of this build SQLite refuses a

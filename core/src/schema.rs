@@ -406,6 +406,16 @@ pub struct BadRead {
     pub what: String,
 }
 
+/// The [`BadRead`] behind `e`, when `e` is a value of a row that a reader could not take
+/// (the row is damaged; the statement and the database are fine): for readers that skip such
+/// a row as a corrupt record instead of failing.
+pub fn bad_read(e: &rusqlite::Error) -> Option<&BadRead> {
+    match e {
+        rusqlite::Error::FromSqlConversionFailure(_, _, inner) => inner.downcast_ref(),
+        _ => None,
+    }
+}
+
 /// How a value shows in a message: text quoted with its bytes that are not printable ASCII
 /// escaped (`\xff`), numbers as they are.
 fn show_value(v: ValueRef<'_>) -> String {
@@ -1273,9 +1283,14 @@ mod tests {
             [],
         )
         .unwrap();
-        let e = ConnectionRow::read_all(&c, "id").unwrap_err().to_string();
+        let e = ConnectionRow::read_all(&c, "id").unwrap_err();
+        let b = bad_read(&e).unwrap();
         assert_eq!(
-            e,
+            (b.table, b.key.as_str(), b.column),
+            ("connections", "id = 2", "server_ip")
+        );
+        assert_eq!(
+            e.to_string(),
             "table connections, row with id = 2: server_ip holds text that is not UTF-8: \
              '192.\\xff.2.1'; the database was changed outside mimic or is damaged"
         );

@@ -373,8 +373,22 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
     let mut implausible = Vec::new();
     let mut conns: Vec<ConnSpec> = Vec::new();
     for row in st.query_map([], ConnectionRow::read).map_err(sq)? {
-        let r = row.map_err(sq)?;
         selected += 1;
+        let r = match row {
+            Ok(r) => r,
+            // a value no reader can take (text that is not UTF-8): the same kind of corrupt
+            // record, counted and skipped
+            Err(e) => match mimic_core::schema::bad_read(&e) {
+                Some(b) => {
+                    implausible.push(format!(
+                        "connection with {}: {} holds {}",
+                        b.key, b.column, b.what
+                    ));
+                    continue;
+                }
+                None => return Err(sq(e)),
+            },
+        };
         match implausible_values(&r) {
             Some(why) => implausible.push(format!("connection {}: {why}", r.id)),
             None => conns.push(conn_spec(r, &max_data_rtt)),

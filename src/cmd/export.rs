@@ -124,6 +124,14 @@ fn same_file(a: &Path, b: &Path) -> bool {
 enum Error {
     Sql(rusqlite::Error),
     Io(io::Error),
+    /// Text that is not UTF-8 in a connection's row (a database changed by hand or damaged):
+    /// refused, as the zeek format's reader refuses it, rather than written with replacement
+    /// characters that hide the damage.
+    NotUtf8 {
+        id: String,
+        column: String,
+        value: String,
+    },
 }
 
 impl From<rusqlite::Error> for Error {
@@ -151,6 +159,10 @@ impl Error {
     fn context(self, db: &str, out: Option<&Path>) -> anyhow::Error {
         match self {
             Error::Sql(e) => anyhow::anyhow!("{db}: reading the connections: {e}"),
+            Error::NotUtf8 { id, column, value } => anyhow::anyhow!(
+                "{db}: connection {id}: {column} holds text that is not UTF-8: {value}; the \
+                 database was changed outside mimic or is damaged"
+            ),
             Error::Io(e) => match out {
                 Some(p) => anyhow::anyhow!("{}: writing: {e}", p.display()),
                 None => anyhow::anyhow!("standard output: writing: {e}"),
@@ -242,10 +254,7 @@ fn write_csv(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
     while let Some(r) = rows.next()? {
         field.clear();
         for i in 0..names.len() {
-            field.push(match r.get_ref(i)? {
-                ValueRef::Null => String::new(),
-                v => plain(v),
-            });
+            field.push(plain(r, i)?);
         }
         w.write_record(&field)?;
     }
@@ -253,14 +262,28 @@ fn write_csv(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
     Ok(())
 }
 
-/// A non-NULL value as text: integers and reals as Rust prints them (shortest round trip).
-fn plain(v: ValueRef<'_>) -> String {
-    match v {
+/// Column `i` of a row as text: integers and reals as Rust prints them (shortest round trip),
+/// NULL as an empty string; text that is not UTF-8 is an error naming the row (its `id`) and
+/// the column.
+fn plain(r: &Row<'_>, i: usize) -> Result<String, Error> {
+    Ok(match r.get_ref(i)? {
         ValueRef::Null => String::new(),
         ValueRef::Integer(i) => i.to_string(),
         ValueRef::Real(f) => f.to_string(),
-        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
-    }
+        ValueRef::Text(t) | ValueRef::Blob(t) => match std::str::from_utf8(t) {
+            Ok(t) => t.to_string(),
+            Err(_) => {
+                return Err(Error::NotUtf8 {
+                    id: match r.get_ref("id") {
+                        Ok(ValueRef::Integer(id)) => id.to_string(),
+                        _ => "?".into(),
+                    },
+                    column: r.as_ref().column_name(i)?.to_string(),
+                    value: format!("'{}'", t.escape_ascii()),
+                })
+            }
+        },
+    })
 }
 
 fn write_json(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
@@ -288,7 +311,7 @@ fn write_json(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
                 ValueRef::Real(f) => {
                     serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into)
                 }
-                v => plain(v).into(),
+                _ => plain(r, i)?.into(),
             };
             line.push_str(&v.to_string());
         }
@@ -411,9 +434,10 @@ fn write_zeek(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
 
 /// A text value of a row, or `fallback` for NULL.
 fn text_or(r: &Row<'_>, col: &str, fallback: &str) -> Result<String, Error> {
-    Ok(match r.get_ref(col)? {
+    let i = r.as_ref().column_index(col)?;
+    Ok(match r.get_ref(i)? {
         ValueRef::Null => fallback.to_string(),
-        v => plain(v),
+        _ => plain(r, i)?,
     })
 }
 
@@ -470,9 +494,9 @@ fn write_text(conn: &Connection, db: &str, out: &mut dyn Write) -> Result<(), Er
             _ => "yes".into(),
         };
         block += &line("complete:", complete);
-        let closed = match r.get::<_, Option<String>>("closed_by")? {
-            Some(by) => format!(", closed by {by}"),
-            None => String::new(),
+        let closed = match text_or(r, "closed_by", "")? {
+            by if !by.is_empty() => format!(", closed by {by}"),
+            _ => String::new(),
         };
         block += &line(
             "termination:",

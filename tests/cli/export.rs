@@ -733,6 +733,36 @@ fn export_to_a_file_is_atomic_and_errors_name_the_file() {
     std::fs::write(&text, "not a database").unwrap();
     expect(&["export", s(&text)], "notes.db: not an SQLite database");
     expect(&["export", "--format", "xml", s(&db)], "xml");
+    // text that is not UTF-8 (a database changed by hand) is named in every format, never
+    // written with replacement characters; to a file, nothing is left behind
+    let damaged = dir.path().join("damaged.db");
+    std::fs::copy(&db, &damaged).unwrap();
+    let id: i64 = {
+        let c = Connection::open(&damaged).unwrap();
+        c.execute_batch(
+            "UPDATE connections SET client_ip = CAST(x'31302eff2e302e31' AS TEXT) \
+             WHERE id = (SELECT max(id) FROM connections)",
+        )
+        .unwrap();
+        c.query_row("SELECT max(id) FROM connections", [], |r| r.get(0))
+            .unwrap()
+    };
+    let written = dir.path().join("damaged.out");
+    let in_view = format!("connection {id}: client holds text that is not UTF-8: '10.\\xff.0.1:");
+    let in_table =
+        format!("row with id = {id}: client_ip holds text that is not UTF-8: '10.\\xff.0.1'");
+    for (format, want) in [
+        ("csv", &in_view),
+        ("json", &in_view),
+        ("text", &in_view),
+        ("zeek", &in_table),
+    ] {
+        expect(
+            &["export", "--format", format, s(&damaged), "-o", s(&written)],
+            want,
+        );
+        assert!(!written.exists(), "{format}: an output was left");
+    }
 }
 
 #[test]

@@ -784,15 +784,7 @@ pub fn check_value_types(conn: &Connection, path: &Path) -> Result<(), DbError> 
                 row,
                 column,
                 found,
-                expected: format!(
-                    "{}{}",
-                    c.sql_type.as_str(),
-                    if c.nullable() {
-                        " or NULL"
-                    } else {
-                        " (never NULL)"
-                    }
-                ),
+                expected: c.expected(),
             })));
         }
     }

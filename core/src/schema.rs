@@ -130,6 +130,17 @@ impl Column {
         !(self.not_null || (self.primary_key && self.sql_type == SqlType::Integer))
     }
 
+    /// What a value of the column must be, as messages about a bad one say it: `INTEGER (never
+    /// NULL)`, `REAL or NULL`.
+    pub fn expected(&self) -> String {
+        let null = if self.nullable() {
+            " or NULL"
+        } else {
+            " (never NULL)"
+        };
+        format!("{}{null}", self.sql_type.as_str())
+    }
+
     /// The column's definition in `CREATE TABLE` / `ALTER TABLE … ADD COLUMN`.
     pub fn ddl(&self) -> String {
         let mut s = format!("{} {}", self.name, self.sql_type.as_str());
@@ -418,7 +429,7 @@ pub fn bad_read(e: &rusqlite::Error) -> Option<&BadRead> {
 
 /// How a value shows in a message: text quoted with its bytes that are not printable ASCII
 /// escaped (`\xff`), numbers as they are.
-fn show_value(v: ValueRef<'_>) -> String {
+pub fn show_value(v: ValueRef<'_>) -> String {
     match v {
         ValueRef::Null => "NULL".into(),
         ValueRef::Integer(i) => i.to_string(),
@@ -439,24 +450,17 @@ fn name_bad_read(
 ) -> rusqlite::Error {
     use rusqlite::Error as E;
     let column = &table.columns[idx];
+    // the value the read failed on (the statement has the column: the read got to its value)
+    let Ok(value) = r.get_ref(idx) else {
+        return e;
+    };
     let what = match &e {
-        E::Utf8Error(..) => match r.get_ref(idx) {
-            Ok(v) => format!("text that is not UTF-8: {}", show_value(v)),
-            Err(_) => return e,
-        },
-        E::InvalidColumnType(_, _, t) => match r.get_ref(idx) {
-            Ok(v) => format!(
-                "{} ({t}), where the data contract has {}{}",
-                show_value(v),
-                column.sql_type.as_str(),
-                if column.nullable() {
-                    " or NULL"
-                } else {
-                    " (never NULL)"
-                }
-            ),
-            Err(_) => return e,
-        },
+        E::Utf8Error(..) => format!("text that is not UTF-8: {}", show_value(value)),
+        E::InvalidColumnType(_, _, t) => format!(
+            "{} ({t}), where the data contract has {}",
+            show_value(value),
+            column.expected()
+        ),
         E::IntegralValueOutOfRange(_, v) => format!("{v}, out of its field's range"),
         E::FromSqlConversionFailure(_, t, inner) => {
             format!("a {t} value it cannot be read as: {inner}")
@@ -470,9 +474,7 @@ fn name_bad_read(
     E::FromSqlConversionFailure(
         // rusqlite's "unknown column": its message is then ours alone
         usize::MAX,
-        r.get_ref(idx)
-            .map(|v| v.data_type())
-            .unwrap_or(rusqlite::types::Type::Null),
+        value.data_type(),
         Box::new(BadRead {
             table: table.name,
             key,

@@ -279,7 +279,7 @@ fn plain(r: &Row<'_>, i: usize) -> Result<String, Error> {
                         _ => "?".into(),
                     },
                     column: r.as_ref().column_name(i)?.to_string(),
-                    value: format!("'{}'", t.escape_ascii()),
+                    value: mimic_core::schema::show_value(ValueRef::Text(t)),
                 })
             }
         },

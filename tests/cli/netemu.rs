@@ -40,7 +40,15 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         db_s,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(&["netemu", "render", "--backend", "netem", "--from", db_s]);
+    // `netemu render --backend netem --from` the database, and `more`
+    let render = |more: &[&str]| {
+        run(&[
+            &["netemu", "render", "--backend", "netem", "--from", db_s][..],
+            more,
+        ]
+        .concat())
+    };
+    let o = render(&[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let sh = stdout(&o);
     // one flow per connection, client addresses in replay order
@@ -60,15 +68,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
     assert!(o.status.success(), "{}", stderr(&o));
     golden("synth6.dummynet.sh", &stdout(&o));
     // the batch form: the same commands without `tc`, for one `tc -batch` process
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        db_s,
-        "--batch",
-    ]);
+    let o = render(&["--batch"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let batch = stdout(&o);
     let cmds = |t: &str| -> Vec<String> {
@@ -79,13 +79,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
     };
     assert_eq!(cmds(&batch), cmds(&sh[sh.find('\n').unwrap() + 1..]));
     // own addresses and server
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        db_s,
+    let o = render(&[
         "--client-addr",
         "10.1.0.1",
         "--client-addr",
@@ -121,19 +115,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         )
         .unwrap();
     }
-    let render_skipping_unestimated = || {
-        run(&[
-            "netemu",
-            "render",
-            "--backend",
-            "netem",
-            "--from",
-            db_s,
-            "--unestimated",
-            "skip",
-        ])
-    };
-    let o = render_skipping_unestimated();
+    let o = render(&["--unestimated", "skip"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o).matches("/32 match ip dst 198.18.0.1/32").count(),
@@ -160,7 +142,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         )
         .unwrap();
     }
-    let o = render_skipping_unestimated();
+    let o = render(&["--unestimated", "skip"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let sh = stdout(&o);
     assert_eq!(
@@ -176,18 +158,7 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
         "{warned}"
     );
     // nothing left: the message says what left nothing
-    let o = run(&[
-        "netemu",
-        "render",
-        "--backend",
-        "netem",
-        "--from",
-        db_s,
-        "--select",
-        "all",
-        "--limit",
-        "0",
-    ]);
+    let o = render(&["--select", "all", "--limit", "0"]);
     assert_refused(&o, "synth.db: no connection to replay (--limit 0)");
 }
 

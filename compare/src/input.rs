@@ -86,6 +86,8 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let mut excluded: BTreeMap<String, u64> = BTreeMap::new();
     let (mut min_rtt, mut bw, mut loss) = (Metric::default(), Metric::default(), Metric::default());
     let mut connections = 0u64;
+    // rows left out as damaged: the first one named, and how many
+    let mut damaged: (Option<String>, u64) = (None, 0);
     {
         let mut stmt = conn
             .prepare(ConnectionRow::TABLE.select_sql().as_str())
@@ -93,7 +95,25 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
         let mut rows = stmt.query([]).map_err(q)?;
         while let Some(r) = rows.next().map_err(q)? {
             connections += 1;
-            let c = ConnectionRow::read(r).map_err(q)?;
+            let c = match ConnectionRow::read(r) {
+                Ok(c) => c,
+                // a value no reader can take (text that is not UTF-8: the database was changed
+                // by hand or is damaged): a corrupt record, left out and counted with the
+                // first one named, the rest compared
+                Err(e) => match mimic_core::schema::bad_read(&e) {
+                    Some(b) => {
+                        if damaged.0.is_none() {
+                            damaged.0 = Some(format!(
+                                "connection with {}: {} holds {}",
+                                b.key, b.column, b.what
+                            ));
+                        }
+                        damaged.1 += 1;
+                        continue;
+                    }
+                    None => return Err(q(e)),
+                },
+            };
             // A negative response time would be a writer's bug; count it as unusable.
             let rt = c.response_time_us.filter(|&v| v >= 0).map(|v| v as f64);
             match rt {
@@ -125,6 +145,12 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
                 },
             );
         }
+    }
+    if let (Some(first), n) = damaged {
+        excluded.insert(
+            format!("damaged row, a value no reader can take (e.g. {first})"),
+            n,
+        );
     }
     if rts.is_empty() {
         return Err(CompareError::Empty {

@@ -486,6 +486,41 @@ fn bad_inputs_get_clear_errors() {
     assert!(e.contains("bootstrap"), "{e}");
 }
 
+/// A connection row with a value no reader can take (text that is not UTF-8, written by hand)
+/// is a corrupt record: left out and counted, named in the report, the rest compared.
+#[test]
+fn a_damaged_connection_row_is_left_out_and_named() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.db");
+    std::fs::copy(&f.base, &damaged).unwrap();
+    let c = rusqlite::Connection::open(&damaged).unwrap();
+    c.execute(
+        "UPDATE connections SET client_ip = CAST(X'31302EFF2E302E31' AS TEXT) WHERE id IN (3, 5)",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = Report::build(&f.base, std::slice::from_ref(&damaged), &opts()).unwrap();
+    let (base, other) = (&r.inputs[0], &r.inputs[1]);
+    assert_eq!(other.connections, base.connections);
+    assert_eq!(other.with_response_time, base.with_response_time - 2);
+    let left = other
+        .excluded
+        .iter()
+        .find(|e| e.reason.starts_with("damaged row"))
+        .unwrap_or_else(|| panic!("{:?}", other.excluded));
+    assert_eq!(left.count, 2);
+    assert_eq!(
+        left.reason,
+        "damaged row, a value no reader can take (e.g. connection with id = 3: client_ip holds \
+         text that is not UTF-8: '10.\\xff.0.1')"
+    );
+    assert!(r.to_text().contains("2 damaged row"), "{}", r.to_text());
+    // the two left out are not paired either: the rest of the comparison stands
+    assert_eq!(r.comparisons.len(), 1);
+}
+
 #[test]
 fn json_has_everything() {
     let f = fixture();

@@ -741,9 +741,7 @@ pub fn export_database(
             .map_err(sql)?;
         let mut rows = st.query([]).map_err(sql)?;
         let w = ds.table(ix);
-        let mut row = 0u64;
         while let Some(r) = rows.next().map_err(sql)? {
-            row += 1;
             for col in 0..t.columns.len() {
                 let cell = match r.get_ref(col).map_err(sql)? {
                     rusqlite::types::ValueRef::Null => Cell::Null,
@@ -753,12 +751,13 @@ pub fn export_database(
                         Cell::Text(std::str::from_utf8(v).map_err(|_| ColumnarError::Value {
                             table: t.name,
                             column: t.columns[col].name,
-                            // the row in table order and the value, its bytes that are not
-                            // printable ASCII escaped (\xff): Utf8Error's own text gives an
-                            // offset into the value only
+                            // the row by its key and the value, its bytes that are not
+                            // printable ASCII escaped (\xff), as every reader shows them:
+                            // Utf8Error's own text gives an offset into the value only
                             what: format!(
-                                "row {row} holds text that is not UTF-8: \"{}\"",
-                                v.escape_ascii()
+                                "{} holds text that is not UTF-8: {}",
+                                format!("row with {}", mimic_core::schema::row_key(r)),
+                                mimic_core::schema::show_value(rusqlite::types::ValueRef::Text(v))
                             ),
                         })?)
                     }
@@ -767,7 +766,8 @@ pub fn export_database(
                             table: t.name,
                             column: t.columns[col].name,
                             what: format!(
-                                "row {row} holds a BLOB, which the contract has no column for"
+                                "{} holds a BLOB, which the contract has no column for",
+                                format!("row with {}", mimic_core::schema::row_key(r))
                             ),
                         })
                     }
@@ -1202,7 +1202,8 @@ mod tests {
             .to_string();
         assert!(
             e.contains(
-                "connections.client_ip: row 2 holds text that is not UTF-8: \"10.\\xff.0.1\""
+                "connections.client_ip: row with id = 2 holds text that is not UTF-8: \
+                 '10.\\xff.0.1'"
             ),
             "{e}"
         );

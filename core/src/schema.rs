@@ -439,6 +439,15 @@ pub fn show_value(v: ValueRef<'_>) -> String {
     }
 }
 
+/// How a message names a row: by its first column (every contract table's key comes first)
+/// and that column's value, `id = 7`.
+pub fn row_key(r: &rusqlite::Row<'_>) -> String {
+    match (r.as_ref().column_name(0), r.get_ref(0)) {
+        (Ok(name), Ok(v)) => format!("{name} = {}", show_value(v)),
+        _ => "its first column unreadable".into(),
+    }
+}
+
 /// Turns a failed read of column `idx` of a row of `table` (read with [`Table::select_sql`])
 /// into a [`BadRead`] that names them; other errors (the statement's, SQLite's) pass unchanged.
 #[cold]
@@ -467,10 +476,7 @@ fn name_bad_read(
         }
         _ => return e,
     };
-    let key = match (r.as_ref().column_name(0), r.get_ref(0)) {
-        (Ok(name), Ok(v)) => format!("{name} = {}", show_value(v)),
-        _ => "its first column unreadable".into(),
-    };
+    let key = row_key(r);
     E::FromSqlConversionFailure(
         // rusqlite's "unknown column": its message is then ours alone
         usize::MAX,

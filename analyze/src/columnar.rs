@@ -755,8 +755,8 @@ pub fn export_database(
                             // printable ASCII escaped (\xff), as every reader shows them:
                             // Utf8Error's own text gives an offset into the value only
                             what: format!(
-                                "{} holds text that is not UTF-8: {}",
-                                format!("row with {}", mimic_core::schema::row_key(r)),
+                                "row with {} holds text that is not UTF-8: {}",
+                                mimic_core::schema::row_key(r),
                                 mimic_core::schema::show_value(rusqlite::types::ValueRef::Text(v))
                             ),
                         })?)
@@ -766,8 +766,8 @@ pub fn export_database(
                             table: t.name,
                             column: t.columns[col].name,
                             what: format!(
-                                "{} holds a BLOB, which the contract has no column for",
-                                format!("row with {}", mimic_core::schema::row_key(r))
+                                "row with {} holds a BLOB, which the contract has no column for",
+                                mimic_core::schema::row_key(r)
                             ),
                         })
                     }

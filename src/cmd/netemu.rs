@@ -142,7 +142,7 @@ pub struct RunArgs {
     metrics: Option<std::net::SocketAddr>,
     /// What carries the pipes: `mimic` (mimic's own datapath) or `netem` (no datapath: the
     /// kernel's htb + netem, installed with `tc -batch` per connection as the controller asks
-    /// over the control channel, e.g. `mimic replay --emulator netem --netemu-control ADDR`;
+    /// over the control channel, e.g. `mimic replay --emulator netem --netemu ADDR`;
     /// needs --client-if/--server-if and a kernel with sch_netem).
     #[arg(long, default_value = "mimic", value_name = "mimic|netem")]
     backend: spec::RouterBackend,

@@ -148,7 +148,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     }
     if let (Some(first), n) = damaged {
         excluded.insert(
-            format!("damaged row, a value no reader can take (e.g. {first})"),
+            format!("damaged (a value no reader can take, e.g. {first})"),
             n,
         );
     }

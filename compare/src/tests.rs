@@ -508,15 +508,19 @@ fn a_damaged_connection_row_is_left_out_and_named() {
     let left = other
         .excluded
         .iter()
-        .find(|e| e.reason.starts_with("damaged row"))
+        .find(|e| e.reason.starts_with("damaged ("))
         .unwrap_or_else(|| panic!("{:?}", other.excluded));
     assert_eq!(left.count, 2);
     assert_eq!(
         left.reason,
-        "damaged row, a value no reader can take (e.g. connection with id = 3: client_ip holds \
+        "damaged (a value no reader can take, e.g. connection with id = 3: client_ip holds \
          text that is not UTF-8: '10.\\xff.0.1')"
     );
-    assert!(r.to_text().contains("2 damaged row"), "{}", r.to_text());
+    assert!(
+        r.to_text().contains("2 damaged (a value"),
+        "{}",
+        r.to_text()
+    );
     // the two left out are not paired either: the rest of the comparison stands
     assert_eq!(r.comparisons.len(), 1);
 }

@@ -2,7 +2,7 @@
 //! connections left out and why, the inferred population (RTT, bandwidth, loss, server delays)
 //! and, for a replay, its `replay_map`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use mimic_core::schema::{ConnectionRow, ExchangeRow, ReplayMapRow, TableRow, Value};
@@ -57,6 +57,9 @@ pub(crate) struct Input {
     pub exchanges: u64,
     /// By `connections.id`.
     pub by_id: HashMap<i64, ConnFacts>,
+    /// Ids of the connection rows left out as damaged (a value no reader can take): not in
+    /// `by_id`, and a replay_map row naming one is unpaired for that reason, not foreign.
+    pub damaged_ids: HashSet<i64>,
     /// `None` when the database has no `replay_map` table.
     pub replay_map: Option<Vec<MapRow>>,
 }
@@ -88,6 +91,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     let mut connections = 0u64;
     // rows left out as damaged: the first one named, and how many
     let mut damaged: (Option<String>, u64) = (None, 0);
+    let mut damaged_ids = HashSet::new();
     {
         let mut stmt = conn
             .prepare(ConnectionRow::TABLE.select_sql().as_str())
@@ -109,6 +113,10 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
                             ));
                         }
                         damaged.1 += 1;
+                        // the key is an INTEGER column (STRICT): readable when another is not
+                        if let Ok(id) = r.get::<_, i64>(0) {
+                            damaged_ids.insert(id);
+                        }
                         continue;
                     }
                     None => return Err(q(e)),
@@ -209,6 +217,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
         query_delay_us: qd,
         exchanges,
         by_id,
+        damaged_ids,
         replay_map,
     })
 }

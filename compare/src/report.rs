@@ -873,7 +873,9 @@ fn pair(
     }
     let foreign = map
         .iter()
-        .filter(|r| !base.by_id.contains_key(&r.orig_conn_id))
+        .filter(|r| {
+            !base.by_id.contains_key(&r.orig_conn_id) && !base.damaged_ids.contains(&r.orig_conn_id)
+        })
         .count();
     if foreign > 0 {
         return (
@@ -918,7 +920,16 @@ fn pair(
     let mut replayed = std::collections::HashSet::new();
     for r in map {
         replayed.insert(r.orig_conn_id);
-        let orig = base.by_id[&r.orig_conn_id];
+        let Some(&orig) = base.by_id.get(&r.orig_conn_id) else {
+            // not foreign (checked above): its row in BASE is damaged and was left out
+            *unpaired
+                .entry((
+                    r.status.clone(),
+                    format!("original connection's row is damaged (left out of {base_label})"),
+                ))
+                .or_default() += 1;
+            continue;
+        };
         if r.status != "ok" {
             let reason = r
                 .failure
@@ -936,6 +947,9 @@ fn pair(
             (None, _, _) => Some("original connection has no response time"),
             (Some(o), _, _) if o <= 0.0 => Some("original response time is 0"),
             (_, None, _) => Some("status ok but no replayed connection id"),
+            (_, Some(id), _) if other.damaged_ids.contains(&id) => {
+                Some("replayed connection's row is damaged (left out)")
+            }
             (_, Some(id), _) if !other.by_id.contains_key(&id) => {
                 Some("replayed connection id not in the replay's connections")
             }
@@ -1160,6 +1174,7 @@ impl Report {
                     query_delay_us: Default::default(),
                     exchanges: 0,
                     by_id: HashMap::new(),
+                    damaged_ids: Default::default(),
                     replay_map: None,
                 }
             })

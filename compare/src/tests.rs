@@ -521,8 +521,48 @@ fn a_damaged_connection_row_is_left_out_and_named() {
         "{}",
         r.to_text()
     );
-    // the two left out are not paired either: the rest of the comparison stands
     assert_eq!(r.comparisons.len(), 1);
+
+    // a replay still pairs with its BASE when rows of either are damaged: those connections
+    // are unpaired for that reason, the rest paired as before
+    let before = Report::build(&f.base, std::slice::from_ref(&f.replay), &opts()).unwrap();
+    let pairs_before = before.comparisons[0].paired.as_ref().unwrap().pairs;
+    let damage = |db: &Path, ids: &str| {
+        rusqlite::Connection::open(db)
+            .unwrap()
+            .execute(
+                &format!(
+                    "UPDATE connections SET server_ip = CAST(X'FF' AS TEXT) WHERE id IN ({ids})"
+                ),
+                [],
+            )
+            .unwrap()
+    };
+    assert_eq!(damage(&f.base, "10, 11"), 2);
+    assert_eq!(damage(&f.replay, "1012"), 1);
+    let r = Report::build(&f.base, std::slice::from_ref(&f.replay), &opts()).unwrap();
+    let c = &r.comparisons[0];
+    assert_eq!(c.pairing_note, None);
+    let p = c.paired.as_ref().expect("still paired");
+    assert_eq!(p.pairs, pairs_before - 3);
+    let count = |reason: &str| {
+        p.unpaired
+            .iter()
+            .find(|u| u.status == "ok" && u.reason == reason)
+            .map(|u| u.count)
+    };
+    assert_eq!(
+        count("original connection's row is damaged (left out of original)"),
+        Some(2),
+        "{:?}",
+        p.unpaired
+    );
+    assert_eq!(
+        count("replayed connection's row is damaged (left out)"),
+        Some(1),
+        "{:?}",
+        p.unpaired
+    );
 }
 
 #[test]

@@ -184,17 +184,36 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     }
 
     let replay_map = if table_exists(&conn, "replay_map").map_err(q)? {
-        let rows = ReplayMapRow::read_all(&conn, "orig_conn_id").map_err(q)?;
-        Some(
-            rows.into_iter()
-                .map(|r| MapRow {
+        let sql = format!("{} ORDER BY orig_conn_id", ReplayMapRow::TABLE.select_sql());
+        let mut stmt = conn.prepare(&sql).map_err(q)?;
+        let mut rows = stmt.query([]).map_err(q)?;
+        let mut map = Vec::new();
+        while let Some(r) = rows.next().map_err(q)? {
+            map.push(match ReplayMapRow::read(r) {
+                Ok(r) => MapRow {
                     orig_conn_id: r.orig_conn_id,
                     replay_conn_id: r.replay_conn_id,
                     status: r.status.into_owned(),
                     failure: r.failure.map(|f| f.into_owned()),
-                })
-                .collect(),
-        )
+                },
+                // text that is not UTF-8 in status or failure (its ids are STRICT INTEGERs):
+                // a corrupt record, unpaired under a status of its own and named
+                Err(e) => match (mimic_core::schema::bad_read(&e), r.get::<_, i64>(0)) {
+                    (Some(b), Ok(orig_conn_id)) => MapRow {
+                        orig_conn_id,
+                        replay_conn_id: None,
+                        status: "damaged".into(),
+                        // by column only, so that such rows count under one reason
+                        failure: Some(format!(
+                            "{} holds a value no reader can take (a damaged row)",
+                            b.column
+                        )),
+                    },
+                    _ => return Err(q(e)),
+                },
+            });
+        }
+        Some(map)
     } else {
         None
     };

@@ -563,6 +563,29 @@ fn a_damaged_connection_row_is_left_out_and_named() {
         "{:?}",
         p.unpaired
     );
+
+    // a replay_map row with such a value is unpaired under a status of its own, by column
+    let pairs_before = p.pairs;
+    rusqlite::Connection::open(&f.replay)
+        .unwrap()
+        .execute(
+            "UPDATE replay_map SET status = CAST(X'6FFF' AS TEXT) WHERE orig_conn_id IN (20, 21)",
+            [],
+        )
+        .unwrap();
+    let r = Report::build(&f.base, std::slice::from_ref(&f.replay), &opts()).unwrap();
+    let p = r.comparisons[0].paired.as_ref().expect("still paired");
+    assert_eq!(p.pairs, pairs_before - 2);
+    let damaged: Vec<_> = p
+        .unpaired
+        .iter()
+        .filter(|u| u.status == "damaged")
+        .map(|u| (u.reason.as_str(), u.count))
+        .collect();
+    assert_eq!(
+        damaged,
+        [("status holds a value no reader can take (a damaged row)", 2)]
+    );
 }
 
 #[test]

@@ -107,10 +107,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
                 Err(e) => match mimic_core::schema::bad_read(&e) {
                     Some(b) => {
                         if damaged.0.is_none() {
-                            damaged.0 = Some(format!(
-                                "connection with {}: {} holds {}",
-                                b.key, b.column, b.what
-                            ));
+                            damaged.0 = Some(b.brief("connection"));
                         }
                         damaged.1 += 1;
                         // the key is an INTEGER column (STRICT): readable when another is not

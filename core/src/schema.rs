@@ -417,6 +417,17 @@ pub struct BadRead {
     pub what: String,
 }
 
+impl BadRead {
+    /// The damaged value in a line of a reader that skips the row, the row named by `noun`
+    /// (`connection with id = 3: client_ip holds text that is not UTF-8: '10.\xff.0.1'`).
+    pub fn brief(&self, noun: &str) -> String {
+        format!(
+            "{noun} with {}: {} holds {}",
+            self.key, self.column, self.what
+        )
+    }
+}
+
 /// The [`BadRead`] behind `e`, when `e` is a value of a row that a reader could not take
 /// (the row is damaged; the statement and the database are fine): for readers that skip such
 /// a row as a corrupt record instead of failing.

@@ -380,10 +380,7 @@ pub fn load(path: &Path, select: Select, limit: Option<usize>) -> Result<Workloa
             // record, counted and skipped
             Err(e) => match mimic_core::schema::bad_read(&e) {
                 Some(b) => {
-                    implausible.push(format!(
-                        "connection with {}: {} holds {}",
-                        b.key, b.column, b.what
-                    ));
+                    implausible.push(b.brief("connection"));
                     continue;
                 }
                 None => return Err(sq(e)),

@@ -75,8 +75,6 @@ pub enum MergeError {
     },
     #[error("{path}: connection id {id} is in another shard too: the shards overlap")]
     Overlap { path: PathBuf, id: i64 },
-    #[error("{0}: the output would overwrite an input")]
-    OutputIsInput(PathBuf),
 }
 
 /// meta rows summed over the shards: counts of connections and of what happened to them.
@@ -318,23 +316,8 @@ fn columns(c: &Connection, schema: &str, table: &str) -> rusqlite::Result<Vec<St
 }
 
 fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), MergeError> {
-    use std::os::unix::fs::MetadataExt;
-    if let Ok(out) = std::fs::metadata(output) {
-        for p in inputs {
-            if let Ok(m) = std::fs::metadata(p) {
-                if (m.dev(), m.ino()) == (out.dev(), out.ino()) {
-                    return Err(MergeError::OutputIsInput(p.clone()));
-                }
-            }
-        }
-        if out.is_dir() {
-            return Err(MergeError::Db(DbError::Io {
-                path: output.to_path_buf(),
-                source: std::io::Error::other("is a directory"),
-            }));
-        }
-    }
-    Ok(())
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    Ok(mimic_core::db::check_db_output(output, &inputs)?)
 }
 
 /// Merges the shard databases into `opts.output` (written atomically).

@@ -43,6 +43,9 @@ pub enum DbError {
         path: PathBuf,
         missing: &'static str,
     },
+    /// A `meta` table of another program's (mimic's has `key` and `value`).
+    #[error("{path}: an SQLite database, but not one mimic wrote (its meta table has no {column} column)")]
+    ForeignMeta { path: PathBuf, column: &'static str },
     #[error("{path}: schema version {found}, this mimic reads version {supported}")]
     SchemaVersion {
         path: PathBuf,
@@ -63,6 +66,9 @@ pub enum DbError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// An output that is one of the run's inputs (under any name: the same file).
+    #[error("{path}: the output would overwrite an input")]
+    OutputIsInput { path: PathBuf },
     /// A value of a type its column does not take (a database changed by hand, or damaged):
     /// every reader would otherwise take it differently (SQL arithmetic reads text as 0).
     #[error("{0}")]
@@ -542,6 +548,38 @@ pub fn check_output_dir(dest: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Checks a database output before a run's work, so that the run does not fail at its end
+/// (or, renaming its result into place, replace what it must not): refuses an output that is
+/// one of `inputs` under any name, a directory, a device or FIFO (a rename would replace
+/// `/dev/null` with a file), a capture, or one in a directory that does not exist.
+pub fn check_db_output(dest: &Path, inputs: &[&Path]) -> Result<(), DbError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| DbError::Io {
+        path: dest.to_path_buf(),
+        source,
+    };
+    if let Ok(out) = std::fs::metadata(dest) {
+        for p in inputs {
+            if std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino())) {
+                return Err(DbError::OutputIsInput {
+                    path: p.to_path_buf(),
+                });
+            }
+        }
+        if out.is_dir() {
+            return Err(io(std::io::Error::other("is a directory")));
+        }
+        if !out.is_file() {
+            return Err(io(std::io::Error::other(
+                "not a regular file (a database needs one)",
+            )));
+        }
+    }
+    check_output_dir(dest)
+        .and_then(|_| refuse_replacing_a_capture(dest))
+        .map_err(io)
+}
+
 /// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO
 /// ([`is_special_file`]) is written in place instead.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
@@ -594,6 +632,19 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
     if !path.exists() {
         return Err(DbError::NotFound { path });
     }
+    // a FIFO, a socket or a device would block the open below (a FIFO until something writes
+    // into it) or hand SQLite something it cannot page through: only a regular file is a
+    // database (a link to one is fine)
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Err(DbError::Io {
+            source: std::io::Error::other(if path.is_dir() {
+                "is a directory"
+            } else {
+                "not a regular file (a database needs one)"
+            }),
+            path,
+        });
+    }
     let mut header = [0u8; 16];
     {
         use std::io::Read;
@@ -644,6 +695,22 @@ pub fn open_existing(path: impl AsRef<Path>) -> Result<Connection, DbError> {
                     "connections"
                 },
             });
+        }
+    }
+    // another program's meta table would fail every read of it with SQL's own words
+    for column in ["key", "value"] {
+        let has: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM pragma_table_info('meta') WHERE name = ?1",
+                [column],
+                |r| r.get(0),
+            )
+            .map_err(|source| DbError::Sqlite {
+                path: path.clone(),
+                source,
+            })?;
+        if !has {
+            return Err(DbError::ForeignMeta { path, column });
         }
     }
     let version = get_meta(&conn, "schema_version").map_err(|source| DbError::Sqlite {
@@ -1040,6 +1107,29 @@ mod tests {
                 "the exchanges table, which the data contract has at this database's schema level"
             ) && e.contains("is missing")
                 && !e.contains("not one mimic wrote"),
+            "{e}"
+        );
+
+        // another program's database with tables of these names: named as not mimic's, not
+        // with SQL's "no such column: value"
+        let foreign = dir.join("foreign.db");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch("CREATE TABLE meta(k, v); CREATE TABLE connections(x);")
+            .unwrap();
+        let e = open_existing(&foreign).err().unwrap().to_string();
+        assert!(
+            e.contains("foreign.db: an SQLite database, but not one mimic wrote (its meta table has no key column)"),
+            "{e}"
+        );
+        // a FIFO would block the open until something wrote into it
+        let fifo = dir.join("fifo.db");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_existing(&fifo).err().unwrap().to_string();
+        assert!(
+            e.contains("fifo.db: not a regular file (a database needs one)"),
             "{e}"
         );
     }

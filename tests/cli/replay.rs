@@ -44,6 +44,66 @@ fn bad_inputs_are_named_and_nothing_is_written() {
     );
 }
 
+/// `-o` is checked before anything is replayed: the result is only renamed into place at the
+/// end, where a missing directory would lose the whole run and the rename would replace the
+/// workload itself or a device (`/dev/null`, as root) with the replay's database. Nothing is
+/// created on the way (the missing directory was made by the replay's work directory).
+#[test]
+fn the_output_is_checked_before_the_replay() {
+    let dir = tempdir();
+    let db = dir.path().join("syn.db");
+    let db_s = db.to_str().unwrap();
+    let o = run(&["synth", "-q", "--connections", "20", "-o", db_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = std::fs::read(&db).unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let missing = dir.path().join("no/such/replay.db");
+    let same = dir.path().join(".").join("syn.db");
+    for (out, why) in [
+        (missing.as_path(), "no such directory"),
+        (db.as_path(), "syn.db: the output would overwrite an input"),
+        (
+            same.as_path(),
+            "syn.db: the output would overwrite an input",
+        ),
+        (sub.as_path(), "sub: is a directory"),
+        (
+            std::path::Path::new("/dev/null"),
+            "/dev/null: not a regular file (a database needs one)",
+        ),
+    ] {
+        // a remote replay whose PKI does not exist: the output's refusal must come first
+        let o = run(&[
+            "replay",
+            db_s,
+            "-o",
+            out.to_str().unwrap(),
+            "--server",
+            "127.0.0.1:80",
+            "--server-control",
+            "unix:/nonexistent/s.sock",
+            "--netemu",
+            "unix:/nonexistent/n.sock",
+            "--pki",
+            "/nonexistent/pki",
+            "--client-addr",
+            "127.0.0.2",
+        ]);
+        assert_refused(&o, why);
+    }
+    assert!(!dir.path().join("no").exists());
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".mimic-replay"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let meta = std::fs::metadata("/dev/null").unwrap();
+    assert!(!meta.is_file());
+}
+
 #[test]
 fn queue_lengths_are_checked() {
     for (bad, why) in [

@@ -261,6 +261,9 @@ pub fn run(
             "--emulator dummynet: a remote router takes kernel pipes only as netem (`mimic netemu run --backend netem`, then `--emulator netem`); dummynet pipes can be rendered: `mimic netemu render --backend dummynet --from FLOWS_DB`".into(),
         ));
     }
+    // the output is only renamed into place after the whole replay: refuse now what that
+    // rename would fail on, or replace that it must not (the workload itself, a device)
+    mimic_core::db::check_db_output(&opts.output, &[opts.input.as_path()])?;
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
     let rate_sources = rates::assign(&mut wl, opts.unestimated)?;

@@ -789,3 +789,69 @@ fn export_into_a_closed_pipe_is_not_an_error() {
         assert_ne!(o.status.code(), Some(2), "{format}");
     }
 }
+
+/// A database input that is not a regular file (a FIFO, as a shell's `<(…)` gives) is refused
+/// at once by every reader, named: opening a FIFO blocks until something writes into it, and
+/// before this check `export`, `compare`, `merge`, `synth check`, `netemu render --from` and
+/// `replay` waited for that forever. A directory is refused as one.
+#[test]
+fn a_database_input_that_is_not_a_regular_file_is_refused_at_once() {
+    let dir = tempdir();
+    let db = dir.path().join("syn.db");
+    let o = run(&["synth", "-q", "--connections", "20", "-o", s(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // an analysis, for compare (a synth workload has no response times)
+    let flows = dir.path().join("flows.db");
+    let o = run(&["analyze", "-q", "-o", s(&flows), s(&captures()[0])]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fifo = dir.path().join("fifo.db");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = dir.path().join("out.db");
+    let sub = dir.path().join("sub.db");
+    std::fs::create_dir(&sub).unwrap();
+    for (bad, why) in [
+        (&fifo, "not a regular file (a database needs one)"),
+        (&sub, "is a directory"),
+    ] {
+        let runs: [Vec<&str>; 7] = [
+            vec!["export", s(bad)],
+            vec!["compare", s(&flows), s(bad)],
+            vec!["compare", s(bad), s(&flows)],
+            vec!["merge", s(bad), s(&db), "-o", s(&out)],
+            vec!["synth", "check", s(&db), s(bad)],
+            vec!["netemu", "render", "--backend", "netem", "--from", s(bad)],
+            vec![
+                "netemu",
+                "render",
+                "--backend",
+                "netem",
+                "--from",
+                s(bad),
+                "--batch",
+            ],
+        ];
+        for args in runs {
+            let o = run_limited(&args, Duration::from_secs(60));
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.contains(&format!("{}: {why}", s(bad))), "{args:?}: {e}");
+            assert!(!e.contains("panicked"), "{e}");
+        }
+    }
+    assert!(!out.exists());
+}
+
+/// Log lines into a file or a pipe are plain text: no colour escapes, which a log file or
+/// `grep` shows as `^[[33m` (they came through when stderr was not a terminal).
+#[test]
+fn log_lines_into_a_pipe_have_no_colour_escapes() {
+    let dir = tempdir();
+    let db = dir.path().join("flows.db");
+    let o = run(&["-vv", "analyze", "-o", s(&db), s(&captures()[0])]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("DEBUG"), "{e}");
+    assert!(!e.contains('\u{1b}'), "{e:?}");
+}

@@ -363,6 +363,11 @@ pub struct ParquetDataset {
     committed: bool,
     /// DIR did not exist before: an uncommitted run removes it again (when empty).
     created_dir: bool,
+    /// Removes `tmp` if the process is interrupted before the commit's mark is written; after
+    /// it, a commit cut short is completed by the next run, and `tmp` must stay for that.
+    held: Option<mimic_core::interrupt::TempOutput>,
+    /// Removes DIR, if this run created it and it is empty, on an interruption.
+    _held_dir: Option<mimic_core::interrupt::TempOutput>,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> ColumnarError + '_ {
@@ -533,6 +538,7 @@ impl ParquetDataset {
             host_name()
         ));
         std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+        let held = Some(mimic_core::interrupt::TempOutput::new(&tmp));
         let mut ds = ParquetDataset {
             dir: dir.to_path_buf(),
             shard,
@@ -540,6 +546,8 @@ impl ParquetDataset {
             tables: Vec::with_capacity(TABLES.len()),
             committed: false,
             created_dir,
+            held,
+            _held_dir: created_dir.then(|| mimic_core::interrupt::TempOutput::dir_if_empty(dir)),
         };
         for t in TABLES {
             let path = ds.tmp.join(format!("{}.parquet", t.name));
@@ -595,6 +603,7 @@ impl ParquetDataset {
         }
         // Every new part is complete and on disk: the mark says so to a later run, should this
         // one be killed during the renames.
+        drop(self.held.take());
         let mark = self.tmp.join(COMMIT_MARK);
         File::create(&mark)
             .and_then(|f| f.sync_all())

@@ -204,6 +204,8 @@ pub struct AtomicDb {
     synced_len: u64,
     tmp: PathBuf,
     dest: PathBuf,
+    /// Removes `tmp` if the process is interrupted meanwhile.
+    _held: crate::interrupt::TempOutput,
 }
 
 /// Bytes written between background syncs of a database being written.
@@ -264,6 +266,7 @@ impl AtomicDb {
         remove_stale_temp_siblings(&dest);
         let tmp = temp_sibling(&dest);
         let _ = std::fs::remove_file(&tmp);
+        let held = crate::interrupt::TempOutput::new(&tmp);
         let sq = |source| DbError::Sqlite {
             path: dest.clone(),
             source,
@@ -306,6 +309,7 @@ impl AtomicDb {
             synced_len: 0,
             tmp,
             dest,
+            _held: held,
         })
     }
 
@@ -593,6 +597,7 @@ pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()>
             .write_all(bytes);
     }
     let tmp = temp_sibling(dest);
+    let _held = crate::interrupt::TempOutput::new(&tmp);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

@@ -19,6 +19,7 @@ pub mod community_id;
 pub mod cpu;
 pub mod db;
 pub mod flow;
+pub mod interrupt;
 pub mod model;
 pub mod packet;
 pub mod process;

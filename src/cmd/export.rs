@@ -51,6 +51,10 @@ pub enum Format {
 }
 
 pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
+    // an interruption removes the unfinished output (the signal alone would leave it hidden
+    // beside the output)
+    mimic_core::interrupt::remove_temps_on_interrupt("export")
+        .context("installing SIGINT/SIGTERM handlers")?;
     if a.output.as_deref().is_some_and(|o| o.as_os_str() == "-") {
         if a.format == Format::Parquet {
             anyhow::bail!(
@@ -179,6 +183,8 @@ struct AtomicFile {
     /// None when writing in place.
     tmp: Option<PathBuf>,
     dest: PathBuf,
+    /// Removes `tmp` if the process is interrupted meanwhile.
+    _held: Option<mimic_core::interrupt::TempOutput>,
 }
 
 impl AtomicFile {
@@ -191,6 +197,7 @@ impl AtomicFile {
         };
         Ok(AtomicFile {
             out: Some(BufWriter::with_capacity(1 << 16, f)),
+            _held: tmp.as_ref().map(mimic_core::interrupt::TempOutput::new),
             tmp,
             dest: dest.to_path_buf(),
         })

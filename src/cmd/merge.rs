@@ -21,6 +21,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    // an interruption removes the unfinished output (the signal alone would leave it hidden
+    // beside the output)
+    mimic_core::interrupt::remove_temps_on_interrupt("merge")
+        .context("installing SIGINT/SIGTERM handlers")?;
     let cmdline: Vec<String> = std::env::args().collect();
     let s = merge::merge(&MergeOptions {
         inputs: a.inputs.clone(),

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use mimic_replay::accuracy;
 use mimic_replay::synth::{self, Profile, SynthOptions};
 
@@ -51,6 +52,10 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    // an interruption removes the unfinished output (the signal alone would leave it hidden
+    // beside the output)
+    mimic_core::interrupt::remove_temps_on_interrupt("synth")
+        .context("installing SIGINT/SIGTERM handlers")?;
     if let Some(Check::Check {
         truth,
         replay,

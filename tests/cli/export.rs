@@ -855,3 +855,92 @@ fn log_lines_into_a_pipe_have_no_colour_escapes() {
     assert!(e.contains("DEBUG"), "{e}");
     assert!(!e.contains('\u{1b}'), "{e:?}");
 }
+
+/// Starts `mimic ARGS`, waits for its temporary output `tmp_name` (`{pid}` replaced by the
+/// child's) to appear in `dir`, then sends `sig` and returns what the process did, and the
+/// temporary path.
+fn interrupted(args: &[&str], dir: &Path, tmp_name: &str, sig: i32) -> (Output, PathBuf) {
+    let mut cmd = mimic();
+    sigint_as_at_a_terminal(&mut cmd);
+    let child = cmd
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mimic");
+    let tmp = dir.join(tmp_name.replace("{pid}", &child.id().to_string()));
+    let start = Instant::now();
+    while !tmp.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{args:?}: no {} appeared",
+            tmp.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) with the pid of a child this test started and has not waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+    (child.wait_with_output().expect("wait"), tmp)
+}
+
+/// Ctrl-C or SIGTERM during `synth` or `export` removes the unfinished output and keeps the
+/// previous one: the signal's default action used to end the process leaving its temporary
+/// file (a 3-million-connection synth: 146 MB) hidden beside the output. The exit status is the
+/// signal's (128 + N), as a shell expects of a process the signal ended.
+#[test]
+fn an_interrupted_write_keeps_the_previous_output_and_leaves_no_temporary_file() {
+    let dir = tempdir();
+    let d = dir.path();
+    // interrupted long before its end: 3 million connections take seconds to write
+    let big = d.join("big.db");
+    let (o, tmp) = interrupted(
+        &["synth", "-q", "--connections", "3000000", "-o", s(&big)],
+        d,
+        ".big.db.tmp-{pid}",
+        libc::SIGTERM,
+    );
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("mimic: synth interrupted; nothing was written"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!tmp.exists() && !big.exists());
+
+    let db = d.join("syn.db");
+    let o = run(&["synth", "-q", "--connections", "300000", "-o", s(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let prev = d.join("conns.json");
+    std::fs::write(&prev, "previous\n").unwrap();
+    let (o, tmp) = interrupted(
+        &["export", "--format", "json", s(&db), "-o", s(&prev)],
+        d,
+        ".conns.json.tmp-{pid}",
+        libc::SIGINT,
+    );
+    // a fast export may have finished before the signal: then it wrote all of it
+    if o.status.success() {
+        let exported = std::fs::read_to_string(&prev).unwrap();
+        assert_eq!(exported.lines().count(), 300_000, "not whole");
+    } else {
+        assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&prev).unwrap(), "previous\n");
+    }
+    assert!(!tmp.exists());
+    let pq = d.join("pq");
+    let (o, _) = interrupted(
+        &["export", "--format", "parquet", s(&db), "-o", s(&pq)],
+        d,
+        "pq",
+        libc::SIGTERM,
+    );
+    if !o.status.success() {
+        assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+        // the directory it created went with its temporary files
+        assert!(
+            !pq.exists(),
+            "{:?}",
+            std::fs::read_dir(&pq).map(|r| r.count())
+        );
+    }
+}

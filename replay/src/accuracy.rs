@@ -126,6 +126,11 @@ pub struct AccuracyReport {
     pub replay: String,
     pub paired: u64,
     pub failed: u64,
+    /// `replay_map` rows of replayed connections left unpaired: the original id is not among
+    /// the truth's connections, or the replayed id not among the replay's (a damaged or
+    /// edited map: counted, never silently dropped).
+    pub no_truth: u64,
+    pub no_replayed_row: u64,
     pub checks: Vec<Check>,
     pub loss: LossCheck,
     pub random_loss: RandomLossCheck,
@@ -140,8 +145,21 @@ impl AccuracyReport {
 
     /// The accuracy table as text.
     pub fn table(&self) -> String {
+        let mut unpaired = String::new();
+        if self.no_truth > 0 {
+            unpaired += &format!(
+                "; {} left out: original id not among the truth's connections",
+                self.no_truth
+            );
+        }
+        if self.no_replayed_row > 0 {
+            unpaired += &format!(
+                "; {} left out: replayed connection id not among the replay's connections",
+                self.no_replayed_row
+            );
+        }
         let mut s = format!(
-            "inference accuracy: {} replayed connections paired with their truth ({} failed to replay)\n{:<16} {:<40} {:>7} {:>8} {:>9} {:>12} {:>12}  result\n",
+            "inference accuracy: {} replayed connections paired with their truth ({} failed to replay{unpaired})\n{:<16} {:<40} {:>7} {:>8} {:>9} {:>12} {:>12}  result\n",
             self.paired, self.failed, "parameter", "criterion", "n", "share", "required", "median |err|", "p99 |err|"
         );
         for c in &self.checks {
@@ -350,8 +368,14 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
     let (mut offered, mut drops, mut cfg_weighted) = (0f64, 0f64, 0f64);
     let (mut rand_expected, mut rand_var, mut rand_inferred, mut rand_emulated) =
         (0f64, 0f64, 0f64, 0u64);
+    let (mut no_truth, mut no_replayed_row) = (0u64, 0u64);
     for (o, rid) in &pairs {
         let (Some(tr), Some(inf)) = (truths.get(o), inferred.get(rid)) else {
+            if !truths.contains_key(o) {
+                no_truth += 1;
+            } else {
+                no_replayed_row += 1;
+            }
             continue;
         };
         paired += 1;
@@ -467,6 +491,8 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         replay: rp,
         paired,
         failed,
+        no_truth,
+        no_replayed_row,
         checks,
         loss,
         random_loss,

@@ -453,3 +453,64 @@ fn emulator_flag_errors_name_what_is_wrong() {
     );
     assert!(!out.exists());
 }
+
+/// `mimic synth check` counts and names the replayed connections it could not pair instead of
+/// dropping them silently: a `replay_map` whose replayed ids are not among the replay's
+/// connections (damaged or edited) scored "0 replayed connections paired" with no reason.
+#[test]
+fn synth_check_names_replayed_connections_it_cannot_pair() {
+    let dir = tempdir();
+    let truth = dir.path().join("syn.db");
+    let o = run(&[
+        "synth",
+        "-q",
+        "--connections",
+        "20",
+        "-o",
+        truth.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // a replay that recovered the truth exactly: the workload itself, mapped onto itself
+    let replay = dir.path().join("replay.db");
+    std::fs::copy(&truth, &replay).unwrap();
+    let c = rusqlite::Connection::open(&replay).unwrap();
+    c.execute_batch(
+        "UPDATE meta SET value = 'replay' WHERE key = 'role';
+         INSERT INTO replay_map SELECT id, id, 'ok', NULL, client_ip, client_port, server_ip,
+             server_port FROM connections;",
+    )
+    .unwrap();
+    let check = || {
+        let o = run(&[
+            "synth",
+            "check",
+            truth.to_str().unwrap(),
+            replay.to_str().unwrap(),
+        ]);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        crate::common::stdout(&o)
+    };
+    let out = check();
+    assert!(
+        out.starts_with(
+            "inference accuracy: 20 replayed connections paired with their truth (0 failed to replay)\n"
+        ),
+        "{out}"
+    );
+    c.execute_batch(
+        "UPDATE replay_map SET replay_conn_id = replay_conn_id + 100000 WHERE orig_conn_id IN
+             (SELECT orig_conn_id FROM replay_map ORDER BY orig_conn_id LIMIT 3);
+         UPDATE replay_map SET orig_conn_id = orig_conn_id + 100000 WHERE orig_conn_id IN
+             (SELECT orig_conn_id FROM replay_map ORDER BY orig_conn_id DESC LIMIT 2);",
+    )
+    .unwrap();
+    let out = check();
+    assert!(
+        out.starts_with(
+            "inference accuracy: 15 replayed connections paired with their truth (0 failed to \
+             replay; 2 left out: original id not among the truth's connections; 3 left out: \
+             replayed connection id not among the replay's connections)\n"
+        ),
+        "{out}"
+    );
+}

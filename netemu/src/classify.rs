@@ -215,10 +215,12 @@ impl FromStr for IpNet {
             .split_once('/')
             .map(|(a, p)| (a, Some(p)))
             .unwrap_or((s, None));
-        let addr: IpAddr = a
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{s}` is not an IP prefix (e.g. 198.19.0.0/19)"))?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| {
+            format!(
+                "`{}` is not an IP prefix (e.g. 198.19.0.0/19)",
+                crate::units::quote(s)
+            )
+        })?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
             None => max,
@@ -227,7 +229,12 @@ impl FromStr for IpNet {
                 .parse::<u8>()
                 .ok()
                 .filter(|&p| p <= max)
-                .ok_or_else(|| format!("`{s}`: prefix length must be 0..={max}"))?,
+                .ok_or_else(|| {
+                    format!(
+                        "`{}`: prefix length must be 0..={max}",
+                        crate::units::quote(s)
+                    )
+                })?,
         };
         Ok(IpNet { addr, prefix })
     }

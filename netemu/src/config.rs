@@ -7,7 +7,7 @@
 //! | key | meaning | default |
 //! |---|---|---|
 //! | `delay=20ms` | one-way propagation delay, added after serialization | 0 |
-//! | `rate=10mbit` | bottleneck rate in bit/s; counts the **IP packet** (IP header + transport header + payload, no Ethernet header) plus `overhead` bytes | unlimited |
+//! | `rate=10mbit` | bottleneck rate in bit/s; counts the **IP packet** (IP header + transport header + payload, no Ethernet header) plus `overhead` bytes; `rate=unlimited` for none (`rate=0` is an error, as `0bit` is) | unlimited |
 //! | `overhead=14` | bytes added to each packet's length for the rate (14 = Ethernet header, 38 = Ethernet on the wire with preamble, FCS and gap) | 0 |
 //! | `burst=1500` | token bucket depth in bytes in front of the serializer: an idle pipe lets this many bytes leave at once, each later packet leaves when the bucket (refilled at `rate`) holds its length — a shaper (tc tbf/htb, dummynet's `burst`, a cable modem's token bucket) rather than a store-and-forward link, whose packets leave only when fully serialized | 0 |
 //! | `queue=50` / `queue=64kb` | drop-tail queue limit in packets, or in bytes with a size unit; the packet being serialized counts | 50 packets |
@@ -102,7 +102,7 @@ impl Default for PipeConfig {
 
 /// A bad pipe specification; the message names the key and the value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("pipe spec `{spec}`: {msg}")]
+#[error("pipe spec `{}`: {msg}", units::quote(.spec))]
 pub struct SpecError {
     pub spec: String,
     pub msg: String,
@@ -131,31 +131,32 @@ impl FromStr for PipeConfig {
         }
         for (k, v) in pairs {
             let kv = |m: String| err(format!("{k}: {m}"));
+            let qv = units::quote(v);
             match k {
                 "delay" => c.delay = units::parse_duration(v).map_err(kv)?,
                 "rate" | "bw" => c.rate_bps = units::parse_rate(v).map_err(kv)?,
                 "overhead" => {
-                    c.overhead = v.parse::<u32>().ok().filter(|&o| o <= 1000).ok_or_else(|| kv(format!("`{v}` is not a byte count in 0..=1000")))?
+                    c.overhead = v.parse::<u32>().ok().filter(|&o| o <= 1000).ok_or_else(|| kv(format!("`{qv}` is not a byte count in 0..=1000")))?
                 }
                 "burst" => {
                     let b = units::parse_bytes(v).map_err(kv)?;
                     if b > 1 << 30 {
-                        return Err(kv(format!("`{v}`: a token bucket holds 0 to 1 GiB")));
+                        return Err(kv(format!("`{qv}`: a token bucket holds 0 to 1 GiB")));
                     }
                     c.burst = b as u32;
                 }
                 "queue" | "limit" => {
                     let t = v.to_ascii_lowercase();
                     c.queue = if let Some(n) = t.strip_suffix("pkts").or_else(|| t.strip_suffix("pkt")).or_else(|| t.strip_suffix('p')).or(Some(&t)).filter(|n| n.chars().all(|ch| ch.is_ascii_digit()) && !n.is_empty()) {
-                        let n: u32 = n.parse().map_err(|_| kv(format!("`{v}` is too large")))?;
+                        let n: u32 = n.parse().map_err(|_| kv(format!("`{qv}` is too large")))?;
                         if n == 0 || n > 1_000_000 {
-                            return Err(kv(format!("`{v}`: a queue holds 1 to 1,000,000 packets")));
+                            return Err(kv(format!("`{qv}`: a queue holds 1 to 1,000,000 packets")));
                         }
                         QueueLimit::Packets(n)
                     } else {
                         let b = units::parse_bytes(v).map_err(kv)?;
                         if !(64..=1 << 30).contains(&b) {
-                            return Err(kv(format!("`{v}`: a byte queue holds 64 B to 1 GiB")));
+                            return Err(kv(format!("`{qv}`: a byte queue holds 64 B to 1 GiB")));
                         }
                         QueueLimit::Bytes(b)
                     }
@@ -175,7 +176,7 @@ impl FromStr for PipeConfig {
                     loss_set = true;
                     let f: Vec<&str> = v.split('/').collect();
                     if f.len() != 4 {
-                        return Err(kv(format!("`{v}` is not P/R/BAD/GOOD (e.g. ge=1%/30%/100%/0%)")));
+                        return Err(kv(format!("`{qv}` is not P/R/BAD/GOOD (e.g. ge=1%/30%/100%/0%)")));
                     }
                     let p: Vec<f64> = f.iter().map(|x| units::parse_prob(x)).collect::<Result<_, _>>().map_err(kv)?;
                     if p[1] == 0.0 {
@@ -183,33 +184,34 @@ impl FromStr for PipeConfig {
                     }
                     c.loss = LossModel::GilbertElliott { p_good_to_bad: p[0], p_bad_to_good: p[1], loss_bad: p[2], loss_good: p[3] };
                 }
-                "seed" => c.seed = Some(v.parse().map_err(|_| kv(format!("`{v}` is not an unsigned integer")))?),
+                "seed" => c.seed = Some(v.parse().map_err(|_| kv(format!("`{qv}` is not an unsigned integer")))?),
                 "jitter" => c.jitter = units::parse_duration(v).map_err(kv)?,
                 "first_delay" => c.first_delay = units::parse_duration(v).map_err(kv)?,
                 "reorder" => {
                     c.reorder = match v {
                         "1" | "yes" | "true" | "on" => true,
                         "0" | "no" | "false" | "off" => false,
-                        _ => return Err(kv(format!("`{v}` is not 0 or 1"))),
+                        _ => return Err(kv(format!("`{qv}` is not 0 or 1"))),
                     }
                 }
                 "ack_every" => {
-                    let n: u32 = v.parse().map_err(|_| kv(format!("`{v}` is not a segment count")))?;
+                    let n: u32 = v.parse().map_err(|_| kv(format!("`{qv}` is not a segment count")))?;
                     if !(1..=64).contains(&n) {
-                        return Err(kv(format!("`{v}`: ACK every 1 to 64 segments")));
+                        return Err(kv(format!("`{qv}`: ACK every 1 to 64 segments")));
                     }
                     ack_every = Some(n);
                 }
                 "ack_timeout" => {
                     let t = units::parse_duration(v).map_err(kv)?;
                     if t == 0 || t > 2_000_000_000 {
-                        return Err(kv(format!("`{v}`: the delayed-ACK timeout must be in (0, 2s]")));
+                        return Err(kv(format!("`{qv}`: the delayed-ACK timeout must be in (0, 2s]")));
                     }
                     ack_timeout = Some(t);
                 }
                 _ => {
                     return Err(err(format!(
-                        "unknown key `{k}` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, first_delay, reorder, ack_every, ack_timeout)"
+                        "unknown key `{}` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, first_delay, reorder, ack_every, ack_timeout)",
+                        units::quote(k)
                     )))
                 }
             }
@@ -342,5 +344,39 @@ mod tests {
         assert_eq!("burst=1.5kb".parse::<PipeConfig>().unwrap().burst, 1500);
         let e = "burst=2gb".parse::<PipeConfig>().unwrap_err();
         assert!(e.to_string().contains("burst"), "{e}");
+        // rate=0 is not "unlimited" (which has its own name), as 0bit is not
+        for zero in ["rate=0", "delay=5ms,rate=0,queue=10", "bw=0"] {
+            let e = zero.parse::<PipeConfig>().unwrap_err().to_string();
+            assert!(e.contains("write `unlimited`"), "{e}");
+        }
+        assert_eq!("rate=unlimited".parse::<PipeConfig>().unwrap().rate_bps, 0);
+    }
+
+    /// A spec of megabytes (a file pasted into a variable) gives a message of a line: the spec
+    /// and the part at fault each quoted by their head and length, not in full, twice.
+    #[test]
+    fn a_huge_spec_is_quoted_by_its_head() {
+        let junk = "x".repeat(5_000_000);
+        for (spec, part) in [
+            (format!("delay=1ms,{junk}"), "`xxxx"),
+            (format!("delay=1ms,{junk}=1"), "unknown key `xxxx"),
+            (format!("delay=1ms,seed={junk}"), "seed: `xxxx"),
+        ] {
+            let e = spec.parse::<PipeConfig>().unwrap_err().to_string();
+            assert!(e.len() < 500, "{} bytes: {}", e.len(), &e[..500]);
+            assert!(
+                e.starts_with("pipe spec `delay=1ms,")
+                    && e.contains(&format!("… ({} bytes)`", spec.len()))
+                    && e.contains(part)
+                    && e.contains(" bytes)"),
+                "{e}"
+            );
+        }
+        // a short one is quoted as it is
+        let e = "delay=1ms,colour=red".parse::<PipeConfig>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pipe spec `delay=1ms,colour=red`: unknown key `colour` (known: delay, rate, overhead, burst, queue, loss, ge, seed, jitter, first_delay, reorder, ack_every, ack_timeout)"
+        );
     }
 }

@@ -555,14 +555,16 @@ pub struct KernelRouter {
 }
 
 impl KernelRouter {
-    /// Checks that this kernel has netem and that both interfaces exist with the kernel's
-    /// default root qdisc or mimic's (a previous installation, replaced; another only with
-    /// `force`), then installs the skeleton.
+    /// Checks that the interfaces are two ([`render::check_interfaces`]), that this kernel has
+    /// netem and that both interfaces exist with the kernel's default root qdisc or mimic's (a
+    /// previous installation, replaced; another only with `force`), then installs the
+    /// skeleton.
     pub fn open(
         client_if: &str,
         server_if: &str,
         force: bool,
     ) -> Result<KernelRouter, RenderError> {
+        render::check_interfaces(&render::RenderOptions::new(client_if, server_if))?;
         render::probe_netem()?;
         let opts = ApplyOptions::default();
         let mut roots = Vec::new();
@@ -725,6 +727,20 @@ mod tests {
             up: "delay=10ms,queue=10".parse().unwrap(),
             down: "delay=10ms,rate=2mbit,loss=0.01".parse().unwrap(),
         }
+    }
+
+    /// `netemu run --backend netem` on one interface for both sides: refused before tc runs
+    /// (the second side's root qdisc would replace the first's). No machine has the name.
+    #[test]
+    fn one_interface_for_both_sides_is_refused() {
+        let e = KernelRouter::open("mimic-t0", "mimic-t0", false)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.contains("mimic-t0: given as both the client-side and the server-side interface"),
+            "{e}"
+        );
     }
 
     #[test]

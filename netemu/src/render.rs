@@ -108,11 +108,16 @@ pub enum Backend {
 
 impl FromStr for Backend {
     type Err = String;
+    /// `netem` or `dummynet`, or the tool each is installed with, `tc` or `ipfw` (aliases, as
+    /// `mimic replay --emulator` takes them).
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "netem" | "tc" => Ok(Backend::Netem),
             "dummynet" | "ipfw" => Ok(Backend::Dummynet),
-            _ => Err(format!("`{s}` is not a backend (netem or dummynet)")),
+            _ => Err(format!(
+                "`{}` is not a backend (netem or dummynet; tc and ipfw are their aliases)",
+                crate::units::quote(s)
+            )),
         }
     }
 }
@@ -306,6 +311,40 @@ pub fn check_interface(dev: &str) -> Result<(), RenderError> {
     Ok(())
 }
 
+/// Both interface names ([`check_interface`]), and that they are two: each side's pipes hang
+/// below a root qdisc of its own interface (netem), and the default pipes are told apart by
+/// the interface a packet came in on (dummynet), so on one interface the downstream root
+/// would replace the upstream one, or the upstream default take both directions.
+pub fn check_interfaces(opts: &RenderOptions) -> Result<(), RenderError> {
+    check_interface(&opts.client_if)?;
+    check_interface(&opts.server_if)?;
+    if opts.client_if == opts.server_if {
+        return Err(RenderError::Interface {
+            dev: opts.client_if.clone(),
+            why: "given as both the client-side and the server-side interface: each side's pipes need an interface of their own (on one, the downstream pipes would replace the upstream ones); name two interfaces".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Two flow rules of one client and server: a connection's packets match the first one's
+/// filters, so the second's pipes would never be used.
+fn check_duplicate_flows(table: &PipeTable) -> Result<(), RenderError> {
+    let mut first = std::collections::HashMap::with_capacity(table.flows.len());
+    for (i, f) in table.flows.iter().enumerate() {
+        if let Some(j) = first.insert((f.client, f.server), i) {
+            return Err(unsupported(
+                &format!("flow #{} {} -> {}", i + 1, f.client, f.server),
+                &format!(
+                    "the same client and server as flow #{}: its filters would never match (one rule per connection)",
+                    j + 1
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A flow or prefix rule whose client and server are of different address families matches
 /// no packet, and no backend can write a filter for it.
 fn check_families(table: &PipeTable) -> Result<(), RenderError> {
@@ -330,9 +369,9 @@ pub fn render(
     table: &PipeTable,
     opts: &RenderOptions,
 ) -> Result<Script, RenderError> {
-    check_interface(&opts.client_if)?;
-    check_interface(&opts.server_if)?;
+    check_interfaces(opts)?;
     check_families(table)?;
+    check_duplicate_flows(table)?;
     match backend {
         Backend::Netem => render_netem(table, opts),
         Backend::Dummynet => render_dummynet(table, opts),
@@ -347,8 +386,7 @@ pub fn teardown(
     table: Option<&PipeTable>,
     opts: &RenderOptions,
 ) -> Result<Script, RenderError> {
-    check_interface(&opts.client_if)?;
-    check_interface(&opts.server_if)?;
+    check_interfaces(opts)?;
     let mut s = Script::default();
     match backend {
         Backend::Netem => {
@@ -1198,6 +1236,7 @@ pub fn apply(
     ropts: &RenderOptions,
     opts: &ApplyOptions,
 ) -> Result<ApplyReport, RenderError> {
+    check_interfaces(ropts)?;
     let mut report = ApplyReport::default();
     match backend {
         Backend::Netem => {
@@ -1356,6 +1395,7 @@ pub fn apply_teardown(
     ropts: &RenderOptions,
     opts: &ApplyOptions,
 ) -> Result<ApplyReport, RenderError> {
+    check_interfaces(ropts)?;
     let mut report = ApplyReport::default();
     match backend {
         Backend::Netem => {
@@ -1396,6 +1436,76 @@ mod tests {
             default: Some((up.parse().unwrap(), down.parse().unwrap())),
             ..Default::default()
         }
+    }
+
+    /// One interface for both sides: the downstream root qdisc would replace the upstream
+    /// one. Refused by every entry point, before anything runs (no tc is needed here; the
+    /// name is one no machine has, so that a regression touches nothing).
+    #[test]
+    fn one_interface_for_both_sides_is_refused() {
+        let t = default_table("delay=1ms", "delay=2ms");
+        let o = RenderOptions::new("mimic-t0", "mimic-t0");
+        let check = |e: RenderError| {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(
+                    "mimic-t0: given as both the client-side and the server-side interface"
+                ),
+                "{e}"
+            );
+        };
+        for b in [Backend::Netem, Backend::Dummynet] {
+            check(render(b, &t, &o).unwrap_err());
+            check(teardown(b, Some(&t), &o).unwrap_err());
+            let script = render(b, &t, &opts()).unwrap();
+            check(apply(b, &script, &o, &ApplyOptions::default()).unwrap_err());
+            check(apply_teardown(b, Some(&t), &o, &ApplyOptions::default()).unwrap_err());
+        }
+    }
+
+    /// Two flow rules of one connection (a table built by hand, or --from with a file): the
+    /// second's filters would never match.
+    #[test]
+    fn a_connection_with_two_flow_rules_is_refused() {
+        let rule = |client: &str, server: &str, up: &str| FlowRule {
+            client: client.parse().unwrap(),
+            server: server.parse().unwrap(),
+            up: up.parse().unwrap(),
+            down: "delay=1ms".parse().unwrap(),
+        };
+        let mut t = PipeTable {
+            flows: vec![
+                rule("198.19.0.7:40000", "198.18.0.1:80", "delay=1ms"),
+                rule("198.19.0.7:40001", "198.18.0.1:80", "delay=1ms"),
+                rule("198.18.0.1:80", "198.19.0.7:40000", "delay=1ms"),
+            ],
+            ..Default::default()
+        };
+        for b in [Backend::Netem, Backend::Dummynet] {
+            render(b, &t, &opts()).unwrap();
+        }
+        t.flows
+            .push(rule("198.19.0.7:40000", "198.18.0.1:80", "delay=5ms"));
+        for b in [Backend::Netem, Backend::Dummynet] {
+            let e = render(b, &t, &opts()).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                "flow #4 198.19.0.7:40000 -> 198.18.0.1:80: the same client and server as flow #1: its filters would never match (one rule per connection)"
+            );
+        }
+    }
+
+    #[test]
+    fn backends_by_name_and_by_tool() {
+        assert_eq!("netem".parse(), Ok(Backend::Netem));
+        assert_eq!("tc".parse(), Ok(Backend::Netem));
+        assert_eq!("dummynet".parse(), Ok(Backend::Dummynet));
+        assert_eq!("ipfw".parse(), Ok(Backend::Dummynet));
+        let e = "mimic".parse::<Backend>().unwrap_err();
+        assert!(
+            e.contains("`mimic` is not a backend (netem or dummynet"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2,8 +2,31 @@
 //! rates (`10mbit`), sizes (`64kb`) and probabilities (`1%`). Every parser returns a message
 //! that names the offending text; callers add the key and the file.
 
+use std::borrow::Cow;
+
 /// Nanoseconds, the one time unit inside the engine.
 pub type Nanos = u64;
+
+/// The most characters of an input an error message quotes whole: a spec with every key set
+/// is under 200.
+const QUOTE_MAX_CHARS: usize = 200;
+/// How much of a longer input a message quotes.
+const QUOTE_HEAD_CHARS: usize = 80;
+
+/// Input text as an error message quotes it: whole up to 200 characters, else its first 80
+/// and its length (`delay=1ms,xxx… (5000010 bytes)`), so that a file or a runaway variable
+/// read as a spec gives a message of one line, not a copy of itself. Every message that
+/// quotes a pipe spec, a value in one or a line of a pipe table goes through here.
+pub fn quote(s: &str) -> Cow<'_, str> {
+    if s.char_indices().nth(QUOTE_MAX_CHARS).is_none() {
+        return Cow::Borrowed(s);
+    }
+    let head = s
+        .char_indices()
+        .nth(QUOTE_HEAD_CHARS)
+        .map_or(s.len(), |(i, _)| i);
+    Cow::Owned(format!("{}… ({} bytes)", &s[..head], s.len()))
+}
 
 fn split_num(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
@@ -27,10 +50,10 @@ pub fn key_values(spec: &str) -> Result<Vec<(&str, &str)>, String> {
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part
             .split_once('=')
-            .ok_or_else(|| format!("`{part}` is not KEY=VALUE"))?;
+            .ok_or_else(|| format!("`{}` is not KEY=VALUE", quote(part)))?;
         let (k, v) = (k.trim(), v.trim());
         if pairs.iter().any(|(seen, _)| *seen == k) {
-            return Err(format!("`{k}` is given twice"));
+            return Err(format!("`{}` is given twice", quote(k)));
         }
         pairs.push((k, v));
     }
@@ -40,23 +63,25 @@ pub fn key_values(spec: &str) -> Result<Vec<(&str, &str)>, String> {
 /// `20ms`, `1.5ms`, `250us`, `250µs`, `100ns`, `2s`. A bare number is refused: the unit is
 /// never guessed.
 pub fn parse_duration(s: &str) -> Result<Nanos, String> {
+    let q = quote(s);
     let (v, unit) =
-        split_num(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 20ms, 250us, 1s)"))?;
+        split_num(s).ok_or_else(|| format!("`{q}` is not a duration (e.g. 20ms, 250us, 1s)"))?;
     let mult = match unit.to_ascii_lowercase().as_str() {
         "ns" => 1.0,
         "us" | "µs" | "usec" => 1e3,
         "ms" | "msec" => 1e6,
         "s" | "sec" => 1e9,
-        "" => return Err(format!("`{s}` has no unit (write e.g. {s}ms)")),
+        "" => return Err(format!("`{q}` has no unit (write e.g. {q}ms)")),
         u => {
             return Err(format!(
-                "`{s}`: unknown time unit `{u}` (use ns, us, ms or s)"
+                "`{q}`: unknown time unit `{}` (use ns, us, ms or s)",
+                quote(u)
             ))
         }
     };
     let ns = v * mult;
     if ns > 3_600e9 {
-        return Err(format!("`{s}` is longer than an hour"));
+        return Err(format!("`{q}` is longer than an hour"));
     }
     Ok(ns.round() as Nanos)
 }
@@ -78,14 +103,22 @@ pub fn fmt_duration(ns: Nanos) -> String {
 
 /// Rates in bits per second: `10mbit`, `1.5Mbit/s`, `100kbit`, `1gbit`, `64000bit`, or bytes
 /// per second with `byte` units (`1mbyte` = 8 Mbit/s). Prefixes are decimal (k = 1000), as in
-/// tc and dummynet. `0`, `none` and `unlimited` mean no rate limit (returned as 0).
+/// tc and dummynet. `unlimited` (or `none`, `inf`) means no rate limit (returned as 0); `0`
+/// is refused as `0bit` is: a rate of zero would pass nothing, and reading it as "no limit"
+/// turns the request into its opposite.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let q = quote(s);
     let t = s.trim().to_ascii_lowercase();
-    if t == "0" || t == "none" || t == "unlimited" || t == "inf" {
+    if t == "none" || t == "unlimited" || t == "inf" {
         return Ok(0);
     }
+    if t == "0" {
+        return Err(format!(
+            "`{q}` is no rate (a pipe of 0 bit/s passes nothing): write `unlimited` for a pipe without a rate limit"
+        ));
+    }
     let (v, unit) =
-        split_num(&t).ok_or_else(|| format!("`{s}` is not a rate (e.g. 10mbit, 512kbit)"))?;
+        split_num(&t).ok_or_else(|| format!("`{q}` is not a rate (e.g. 10mbit, 512kbit)"))?;
     let unit = unit
         .strip_suffix("/s")
         .or_else(|| unit.strip_suffix("ps"))
@@ -98,13 +131,13 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         (p, 8.0)
     } else if per_s && unit.ends_with('b') {
         return Err(format!(
-            "`{s}` is ambiguous (bits or bytes?): write e.g. 10mbit or 1mbyte"
+            "`{q}` is ambiguous (bits or bytes?): write e.g. 10mbit or 1mbyte"
         ));
     } else if unit.is_empty() {
-        return Err(format!("`{s}` has no unit (write e.g. {s}mbit)"));
+        return Err(format!("`{q}` has no unit (write e.g. {q}mbit)"));
     } else {
         return Err(format!(
-            "`{s}`: unknown rate unit (use bit, kbit, mbit, gbit or kbyte, mbyte)"
+            "`{q}`: unknown rate unit (use bit, kbit, mbit, gbit or kbyte, mbyte)"
         ));
     };
     let mult = match prefix {
@@ -113,14 +146,21 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         "m" => 1e6,
         "g" => 1e9,
         "t" => 1e12,
-        p => return Err(format!("`{s}`: unknown prefix `{p}` (use k, m, g)")),
+        p => {
+            return Err(format!(
+                "`{q}`: unknown prefix `{}` (use k, m, g)",
+                quote(p)
+            ))
+        }
     };
     let bps = v * mult * base;
     if bps < 1.0 {
-        return Err(format!("`{s}` is below 1 bit/s"));
+        return Err(format!(
+            "`{q}` is below 1 bit/s (`unlimited` is a pipe without a rate limit)"
+        ));
     }
     if bps > 1e13 {
-        return Err(format!("`{s}` is above 10 Tbit/s"));
+        return Err(format!("`{q}` is above 10 Tbit/s"));
     }
     Ok(bps.round() as u64)
 }
@@ -142,9 +182,10 @@ pub fn fmt_rate(bps: u64) -> String {
 
 /// Byte sizes: `1500`, `1500b`, `64kb` (1000), `64kib` (1024), `1mb`, `1mib`.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let q = quote(s);
     let t = s.trim().to_ascii_lowercase();
     let (v, unit) =
-        split_num(&t).ok_or_else(|| format!("`{s}` is not a size (e.g. 64kb, 1500b)"))?;
+        split_num(&t).ok_or_else(|| format!("`{q}` is not a size (e.g. 64kb, 1500b)"))?;
     let mult = match unit {
         "" | "b" | "byte" | "bytes" => 1.0,
         "k" | "kb" => 1e3,
@@ -153,7 +194,8 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "mib" => 1024.0 * 1024.0,
         u => {
             return Err(format!(
-                "`{s}`: unknown size unit `{u}` (use b, kb, kib, mb, mib)"
+                "`{q}`: unknown size unit `{}` (use b, kb, kib, mb, mib)",
+                quote(u)
             ))
         }
     };
@@ -162,18 +204,19 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 
 /// A probability: `1%`, `0.5%` or a fraction `0.01`, in [0, 1].
 pub fn parse_prob(s: &str) -> Result<f64, String> {
+    let q = quote(s);
     let t = s.trim();
     let v = if let Some(p) = t.strip_suffix('%') {
         p.trim()
             .parse::<f64>()
-            .map_err(|_| format!("`{s}` is not a percentage"))?
+            .map_err(|_| format!("`{q}` is not a percentage"))?
             / 100.0
     } else {
         t.parse::<f64>()
-            .map_err(|_| format!("`{s}` is not a probability (write e.g. 1% or 0.01)"))?
+            .map_err(|_| format!("`{q}` is not a probability (write e.g. 1% or 0.01)"))?
     };
     if !(0.0..=1.0).contains(&v) || v.is_nan() {
-        return Err(format!("`{s}` is not between 0% and 100%"));
+        return Err(format!("`{q}` is not between 0% and 100%"));
     }
     Ok(v)
 }
@@ -212,10 +255,45 @@ mod tests {
         assert_eq!(parse_rate("1.5mbit"), Ok(1_500_000));
         assert_eq!(parse_rate("1mbyte"), Ok(8_000_000));
         assert_eq!(parse_rate("unlimited"), Ok(0));
+        // a bare 0 is no request for "no limit": refused as 0bit is, naming the way to ask
+        for zero in ["0", " 0 ", "0bit", "0kbit", "0mbit"] {
+            let e = parse_rate(zero).unwrap_err();
+            assert!(e.contains("`unlimited`"), "{zero}: {e}");
+        }
         assert!(parse_rate("10mbps").unwrap_err().contains("ambiguous"));
         assert!(parse_rate("10").unwrap_err().contains("no unit"));
         assert_eq!(fmt_rate(10_000_000), "10mbit");
         assert_eq!(fmt_rate(1_500_000), "1500kbit");
+    }
+
+    #[test]
+    fn messages_quote_long_input_by_its_head_and_length() {
+        // short input is quoted whole, as typed
+        let spec = "delay=1500us,rate=1500kbit,overhead=14,burst=1514,queue=64000b,ge=1%/30%/100%/0%,seed=7,jitter=1ms,first_delay=150ms,reorder=1,ack_every=4,ack_timeout=150ms";
+        assert_eq!(quote(spec), spec);
+        assert_eq!(quote(""), "");
+        let long = format!("delay=1ms,{}", "x".repeat(5_000_000));
+        let q = quote(&long);
+        assert_eq!(q, format!("delay=1ms,{}… (5000010 bytes)", "x".repeat(70)));
+        // cut on a character, never inside one
+        let wide = "µ".repeat(300);
+        assert_eq!(quote(&wide), format!("{}… (600 bytes)", "µ".repeat(80)));
+        // each parser's message quotes the bounded form
+        let huge = "7".repeat(1_000_000);
+        for e in [
+            parse_duration(&huge).unwrap_err(),
+            parse_rate(&huge).unwrap_err(),
+            parse_prob(&huge).unwrap_err(),
+            parse_bytes(&format!("1{huge}q")).unwrap_err(),
+            parse_duration(&format!("1{huge}")).unwrap_err(),
+            key_values(&format!("a=1,{huge}")).unwrap_err(),
+        ] {
+            assert!(
+                e.len() < 400 && e.contains(" bytes)"),
+                "{}",
+                &e[..e.len().min(400)]
+            );
+        }
     }
 
     #[test]

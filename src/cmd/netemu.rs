@@ -31,14 +31,44 @@ struct Tables {
     #[arg(long)]
     pipes: Option<PathBuf>,
     /// Default pipe for each direction, e.g. "delay=20ms,rate=10mbit,loss=1%,queue=50".
-    #[arg(long)]
+    #[arg(long, value_parser = PipeArg)]
     default: Option<PipeConfig>,
     /// Default pipe for client->server only (with --default-down).
-    #[arg(long, conflicts_with = "default", requires = "default_down")]
+    #[arg(long, value_parser = PipeArg, conflicts_with = "default", requires = "default_down")]
     default_up: Option<PipeConfig>,
     /// Default pipe for server->client only (with --default-up).
-    #[arg(long, conflicts_with = "default", requires = "default_up")]
+    #[arg(long, value_parser = PipeArg, conflicts_with = "default", requires = "default_up")]
     default_down: Option<PipeConfig>,
+}
+
+/// The parser of a pipe spec on the command line. clap's own would quote the whole value in
+/// its message, ahead of the spec's error quoting it again: here both are bounded
+/// (`units::quote`), so a runaway variable gives a line, not three copies of itself.
+#[derive(Clone)]
+struct PipeArg;
+
+impl clap::builder::TypedValueParser for PipeArg {
+    type Value = PipeConfig;
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<PipeConfig, clap::Error> {
+        let arg = arg.map_or_else(|| "...".to_string(), |a| a.to_string());
+        let fail = |msg: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, msg).format(&mut cmd.clone())
+        };
+        let s = value
+            .to_str()
+            .ok_or_else(|| fail(format!("invalid value for '{arg}': it is not UTF-8")))?;
+        s.parse().map_err(|e| {
+            fail(format!(
+                "invalid value '{}' for '{arg}': {e}",
+                mimic_netemu::units::quote(s)
+            ))
+        })
+    }
 }
 
 impl Tables {
@@ -156,10 +186,17 @@ impl RunArgs {
     pub fn into_spec(self) -> anyhow::Result<EmulatorSpec> {
         let bridge = match (self.connect.lab, self.client_if, self.server_if) {
             (Some(name), _, _) => Bridge::Lab(name),
-            (None, Some(client_if), Some(server_if)) => Bridge::Interfaces {
-                client_if,
-                server_if,
-            },
+            (None, Some(client_if), Some(server_if)) => {
+                // frames would go back out where they came in, and a kernel router's second
+                // root qdisc would replace its first
+                if client_if == server_if {
+                    bail!("--client-if and --server-if are both {client_if}: the emulator sits between two interfaces, one towards the clients and one towards the servers; name two");
+                }
+                Bridge::Interfaces {
+                    client_if,
+                    server_if,
+                }
+            }
             _ => bail!("give --lab NAME, or --client-if and --server-if"),
         };
         let t = self.tables;
@@ -241,8 +278,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 #[derive(clap::Args)]
 struct RenderArgs {
-    /// netem or dummynet.
-    #[arg(long)]
+    /// netem or dummynet (or by the tool each is installed with: tc, ipfw).
+    #[arg(long, value_name = "netem|dummynet")]
     backend: Backend,
     #[command(flatten)]
     tables: Tables,
@@ -370,7 +407,26 @@ fn name_the_source(e: render::RenderError, a: &RenderArgs, file_flows: usize) ->
     }
 }
 
+/// The interfaces `render` prints for when none is named.
+const RENDER_CLIENT_IF: &str = "eth0";
+const RENDER_SERVER_IF: &str = "eth1";
+
 fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
+    let client_if = a.client_if.as_deref().unwrap_or(RENDER_CLIENT_IF);
+    let server_if = a.server_if.as_deref().unwrap_or(RENDER_SERVER_IF);
+    if client_if == server_if {
+        // render refuses it too; here the options (and a default) are named
+        let which = match (&a.client_if, &a.server_if) {
+            (Some(_), None) => {
+                format!("--client-if {client_if} is the interface --server-if defaults to")
+            }
+            (None, Some(_)) => {
+                format!("--server-if {server_if} is the interface --client-if defaults to")
+            }
+            _ => format!("--client-if and --server-if are both {client_if}"),
+        };
+        bail!("{which}: each side's pipes need an interface of their own (on one, the downstream pipes would replace the upstream ones); name two interfaces");
+    }
     let mut table = a.tables.load()?;
     let file_flows = table.flows.len();
     if let Some(db) = &a.from {
@@ -414,14 +470,37 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
                 a.select
             );
         }
+        // a connection with the client and server of a flow of the file: a packet takes the
+        // first rule's pipes, so the second's would never be used
+        if let Some(p) = &a.tables.pipes {
+            let in_file: std::collections::HashMap<_, usize> = table
+                .flows
+                .iter()
+                .enumerate()
+                .map(|(i, f)| ((f.client, f.server), i))
+                .collect();
+            if let Some((r, i)) = rules
+                .iter()
+                .find_map(|r| in_file.get(&(r.client, r.server)).map(|&i| (r, i)))
+            {
+                bail!(
+                    "{}: a connection from {} to {} has the client and server of {}'s [[flow]] #{}: one rule per connection (give --client-addr or --server other addresses)",
+                    db.display(),
+                    r.client,
+                    r.server,
+                    p.display(),
+                    i + 1
+                );
+            }
+        }
         table.flows.extend(rules);
     }
     if a.apply && (a.client_if.is_none() || a.server_if.is_none()) {
         bail!("--apply changes the interfaces' root qdiscs: name both with --client-if and --server-if");
     }
     let opts = RenderOptions {
-        client_if: a.client_if.clone().unwrap_or_else(|| "eth0".into()),
-        server_if: a.server_if.clone().unwrap_or_else(|| "eth1".into()),
+        client_if: client_if.into(),
+        server_if: server_if.into(),
         leaf: if a.test_pfifo_leaves {
             Leaf::Pfifo
         } else {

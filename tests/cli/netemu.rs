@@ -341,3 +341,312 @@ fn a_kernel_router_refuses_what_it_cannot_do() {
     let o = run(&["netemu", "run", "--backend", "dummynet", "--lab", "x"]);
     assert_refused(&o, "unknown router backend `dummynet`");
 }
+
+/// `rate=0` is refused as `rate=0bit` is, naming `unlimited` (the way to ask for no limit):
+/// it used to render a pipe without any limit, the opposite of what it says.
+#[test]
+fn a_rate_of_zero_is_refused_not_read_as_unlimited() {
+    let dir = tempdir();
+    let file = dir.path().join("zero.toml");
+    std::fs::write(&file, "[default]\nboth = \"delay=5ms,rate=0\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    for backend in ["netem", "dummynet"] {
+        for args in [
+            &["--default", "rate=0"][..],
+            &["--default", "delay=5ms,rate=0,queue=10"],
+            &["--default-up", "delay=5ms", "--default-down", "bw=0"],
+            &["--pipes", file],
+        ] {
+            let o = run(&[&["netemu", "render", "--backend", backend], args].concat());
+            assert_refused(&o, "`0` is no rate");
+            assert!(stderr(&o).contains("write `unlimited`"), "{}", stderr(&o));
+        }
+    }
+    let o = run(&["netemu", "run", "--lab", "x", "--default", "rate=0"]);
+    assert_refused(&o, "write `unlimited`");
+    // the spelled-out way still renders an unlimited pipe
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=5ms,rate=unlimited",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("netem limit"), "{}", stdout(&o));
+}
+
+/// One interface for both sides: the downstream pipes' root qdisc would replace the
+/// upstream ones'. Refused for both backends, printing, --apply and --teardown, naming the
+/// options (and the default a missing one takes). The name is one no machine has, so that a
+/// regression applies nothing.
+#[test]
+fn one_interface_for_both_sides_is_refused() {
+    for backend in ["netem", "dummynet"] {
+        for more in [
+            &[][..],
+            &["--teardown"],
+            &["--apply"],
+            &["--teardown", "--apply"],
+        ] {
+            let o = run(&[
+                &[
+                    "netemu",
+                    "render",
+                    "--backend",
+                    backend,
+                    "--default",
+                    "delay=1ms",
+                    "--client-if",
+                    "mimic-t0",
+                    "--server-if",
+                    "mimic-t0",
+                ][..],
+                more,
+            ]
+            .concat());
+            assert_refused(&o, "--client-if and --server-if are both mimic-t0");
+            assert!(stderr(&o).contains("name two interfaces"), "{}", stderr(&o));
+            assert!(o.stdout.is_empty(), "{}", stdout(&o));
+        }
+    }
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=1ms",
+        "--client-if",
+        "eth1",
+    ]);
+    assert_refused(
+        &o,
+        "--client-if eth1 is the interface --server-if defaults to",
+    );
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=1ms",
+        "--server-if",
+        "eth0",
+    ]);
+    assert_refused(
+        &o,
+        "--server-if eth0 is the interface --client-if defaults to",
+    );
+    // the emulator itself, either backend, before anything is opened
+    for backend in ["mimic", "netem"] {
+        let o = run(&[
+            "netemu",
+            "run",
+            "--backend",
+            backend,
+            "--client-if",
+            "a0",
+            "--server-if",
+            "a0",
+        ]);
+        assert_refused(&o, "--client-if and --server-if are both a0");
+    }
+}
+
+/// Two [[flow]] entries of one connection: the second's filter could never match. Refused
+/// naming both entries; so is a connection of --from that a flow of the file already has.
+#[test]
+fn a_connection_given_twice_is_refused_naming_both() {
+    let dir = tempdir();
+    let flow = |client: &str, pipes: &str| {
+        format!("[[flow]]\nclient = \"{client}\"\nserver = \"198.18.0.1:80\"\nboth = \"{pipes}\"\n")
+    };
+    let twice = dir.path().join("twice.toml");
+    std::fs::write(
+        &twice,
+        [
+            flow("198.19.0.7:40000", "delay=1ms"),
+            flow("198.19.0.8:40000", "delay=1ms"),
+            flow("198.19.0.7:40000", "delay=9ms,rate=1mbit"),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    for backend in ["netem", "dummynet"] {
+        let o = run(&[
+            "netemu",
+            "render",
+            "--backend",
+            backend,
+            "--pipes",
+            twice.to_str().unwrap(),
+        ]);
+        assert_refused(
+            &o,
+            "twice.toml: [[flow]] #1 and [[flow]] #3 both match client 198.19.0.7:40000 and server 198.18.0.1:80",
+        );
+    }
+    // the first connection of a replay in the lab: 198.19.0.1:20000 -> 198.18.0.1:80
+    let db = dir.path().join("synth.db");
+    let o = run(&[
+        "-q",
+        "synth",
+        "--connections",
+        "2",
+        "--seed",
+        "7",
+        "-o",
+        db.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file = dir.path().join("one.toml");
+    std::fs::write(
+        &file,
+        [
+            flow("198.19.0.9:40000", "delay=1ms"),
+            flow("198.19.0.1:20000", "delay=1ms"),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let render = |more: &[&str]| {
+        run(&[
+            &[
+                "netemu",
+                "render",
+                "--backend",
+                "netem",
+                "--pipes",
+                file.to_str().unwrap(),
+                "--from",
+                db.to_str().unwrap(),
+                "--unestimated",
+                "unshaped",
+            ][..],
+            more,
+        ]
+        .concat())
+    };
+    let o = render(&[]);
+    assert_refused(
+        &o,
+        "synth.db: a connection from 198.19.0.1:20000 to 198.18.0.1:80 has the client and server of",
+    );
+    assert!(
+        stderr(&o).contains("one.toml's [[flow]] #2"),
+        "{}",
+        stderr(&o)
+    );
+    let o = render(&["--client-addr", "198.19.0.2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// An error quotes a pipe spec, a value or a TOML line by its head and length when it is
+/// long: a 5 MB value gave a 10 MB message, a 200 KB line a 200 KB one.
+#[test]
+fn errors_quote_long_input_by_its_head() {
+    let dir = tempdir();
+    let big = dir.path().join("big.toml");
+    let junk = "x".repeat(5_000_000);
+    std::fs::write(&big, format!("[default]\nboth = \"delay=1ms,{junk}\"\n")).unwrap();
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--pipes",
+        big.to_str().unwrap(),
+    ]);
+    assert_refused(&o, "big.toml: [default]: pipe spec `delay=1ms,xxx");
+    let e = stderr(&o);
+    assert!(e.len() < 1000, "{} bytes", e.len());
+    assert!(
+        e.contains("… (5000010 bytes)`: `xxx") && e.contains("… (5000000 bytes)` is not KEY=VALUE"),
+        "{e}"
+    );
+    let line = dir.path().join("line.toml");
+    std::fs::write(
+        &line,
+        format!("[default]\nboth = \"{}", "y".repeat(200_000)),
+    )
+    .unwrap();
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--pipes",
+        line.to_str().unwrap(),
+    ]);
+    assert_refused(&o, "line.toml: TOML parse error at line 2, column 200009");
+    let e = stderr(&o);
+    assert!(e.len() < 1000 && e.contains("… (200008 bytes)"), "{e}");
+    // on the command line (clap's own message would quote it whole, once more)
+    let arg = format!("delay=1ms,{}", "z".repeat(100_000));
+    let o = run(&["netemu", "render", "--backend", "netem", "--default", &arg]);
+    assert_refused(&o, "invalid value 'delay=1ms,zzz");
+    let e = stderr(&o);
+    assert!(
+        e.len() < 1000 && e.contains("… (100010 bytes)' for '--default <DEFAULT>': pipe spec `"),
+        "{e}"
+    );
+    // short ones are quoted whole, as typed
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=1ms,colour=red",
+    ]);
+    assert_refused(
+        &o,
+        "invalid value 'delay=1ms,colour=red' for '--default <DEFAULT>': pipe spec `delay=1ms,colour=red`: unknown key `colour`",
+    );
+}
+
+/// `--backend tc` and `ipfw` are aliases (as `mimic replay --emulator` takes them), and the
+/// help says so; anything else is refused with the list.
+#[test]
+fn backends_are_named_by_emulator_or_by_tool() {
+    let o = run(&["netemu", "render", "--help"]);
+    assert!(
+        stdout(&o).contains("netem or dummynet (or by the tool each is installed with: tc, ipfw)"),
+        "{}",
+        stdout(&o)
+    );
+    for (alias, name) in [("tc", "netem"), ("ipfw", "dummynet")] {
+        let a = run(&[
+            "netemu",
+            "render",
+            "--backend",
+            alias,
+            "--default",
+            "delay=1ms",
+        ]);
+        let n = run(&[
+            "netemu",
+            "render",
+            "--backend",
+            name,
+            "--default",
+            "delay=1ms",
+        ]);
+        assert!(a.status.success(), "{}", stderr(&a));
+        assert_eq!(stdout(&a), stdout(&n));
+    }
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "pf",
+        "--default",
+        "delay=1ms",
+    ]);
+    assert_refused(
+        &o,
+        "`pf` is not a backend (netem or dummynet; tc and ipfw are their aliases)",
+    );
+}

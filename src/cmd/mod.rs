@@ -35,6 +35,26 @@ pub(crate) fn file_output(s: &str) -> Result<std::path::PathBuf, String> {
     }
 }
 
+/// Value parser for a replayed connection's client (source) address: one a host can hold and
+/// a TCP connection can come from, not 0.0.0.0 (any address), a broadcast or a multicast one.
+pub(crate) fn client_addr(s: &str) -> Result<std::net::Ipv4Addr, String> {
+    let a: std::net::Ipv4Addr = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not an IPv4 address (e.g. 198.19.0.1)"))?;
+    let why = if a.is_unspecified() {
+        "the unspecified address (any address)"
+    } else if a.is_broadcast() {
+        "the broadcast address"
+    } else if a.is_multicast() {
+        "a multicast address"
+    } else {
+        return Ok(a);
+    };
+    Err(format!(
+        "{a} is {why}: no TCP connection comes from it; give an address a client host can hold"
+    ))
+}
+
 /// Value parser for a TCP server port: 1-65535 (port 0 is no port a connection can use: a
 /// server would listen on whatever port the kernel picks, a filter on it match nothing).
 pub(crate) fn server_port(s: &str) -> Result<u16, String> {

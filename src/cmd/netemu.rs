@@ -290,7 +290,7 @@ struct RenderArgs {
     from: Option<PathBuf>,
     /// With --from: the replay's client addresses (repeatable; default the lab's pool,
     /// 198.19.0.1 and up, as `mimic replay --lab` uses).
-    #[arg(long, value_name = "IP", requires = "from")]
+    #[arg(long, value_name = "IP", requires = "from", value_parser = super::client_addr)]
     client_addr: Vec<Ipv4Addr>,
     /// With --from: the server's address and port in the replay (default the lab's,
     /// 198.18.0.1:80).

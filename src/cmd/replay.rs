@@ -132,7 +132,7 @@ pub struct Args {
     pub capture_iface: Option<String>,
     /// Local source addresses for replayed connections (repeatable; with --server and
     /// without --agents, at least one).
-    #[arg(long, value_name = "IP", conflicts_with = "agents")]
+    #[arg(long, value_name = "IP", conflicts_with = "agents", value_parser = super::client_addr)]
     pub client_addr: Vec<Ipv4Addr>,
     /// Open the connections from these client agents instead of this process, split by the
     /// Community ID of each original connection (agent K gets `analyze --shard K/N`'s

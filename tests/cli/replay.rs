@@ -514,3 +514,47 @@ fn synth_check_names_replayed_connections_it_cannot_pair() {
         "{out}"
     );
 }
+
+/// A client (source) address no TCP connection can come from is refused where it is given,
+/// by `replay` and by `netemu render --from`, which renders the pipes for those addresses.
+#[test]
+fn a_client_address_no_connection_can_come_from_is_refused() {
+    for (addr, why) in [
+        ("0.0.0.0", "0.0.0.0 is the unspecified address"),
+        (
+            "255.255.255.255",
+            "255.255.255.255 is the broadcast address",
+        ),
+        ("224.0.0.1", "224.0.0.1 is a multicast address"),
+        ("198.19.0.300", "`198.19.0.300` is not an IPv4 address"),
+    ] {
+        let o = run(&[
+            "replay",
+            "in.db",
+            "-o",
+            "out.db",
+            "--server",
+            "127.0.0.1:80",
+            "--server-control",
+            "unix:/nonexistent/s.sock",
+            "--netemu",
+            "unix:/nonexistent/n.sock",
+            "--pki",
+            "/nonexistent/pki",
+            "--client-addr",
+            addr,
+        ]);
+        assert_refused(&o, why);
+        let o = run(&[
+            "netemu",
+            "render",
+            "--backend",
+            "netem",
+            "--from",
+            "in.db",
+            "--client-addr",
+            addr,
+        ]);
+        assert_refused(&o, why);
+    }
+}

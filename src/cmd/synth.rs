@@ -22,7 +22,8 @@ pub struct Args {
     /// New connections per second (Poisson arrivals).
     #[arg(long, default_value_t = 10.0, value_parser = super::positive_number)]
     rate: f64,
-    /// Largest response in bytes.
+    /// Largest response in bytes: lowers each client class's own cap (dial-up 24,000, DSL
+    /// 150,000, the others 300,000), never raises it.
     #[arg(long, default_value_t = 300_000)]
     max_response: u64,
     #[arg(long, default_value_t = 1)]
@@ -87,6 +88,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     if a.max_response < 1000 {
         anyhow::bail!("--max-response must be at least 1000 bytes");
+    }
+    // above the classes' own caps it would change nothing, while meta recorded it as given
+    let cap = synth::WEB_CLASSES
+        .iter()
+        .map(|c| c.max_response)
+        .max()
+        .unwrap_or(0);
+    if a.max_response > cap {
+        anyhow::bail!(
+            "--max-response {}: the largest response of any client class is {cap} bytes; this option lowers the classes' caps, it cannot raise them",
+            a.max_response
+        );
     }
     let s = synth::generate(
         &SynthOptions {

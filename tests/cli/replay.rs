@@ -558,3 +558,37 @@ fn a_client_address_no_connection_can_come_from_is_refused() {
         assert_refused(&o, why);
     }
 }
+
+/// `synth --max-response` above every class's own cap would change nothing while `meta`
+/// recorded it as given: refused, saying what the option does.
+#[test]
+fn synth_refuses_a_max_response_it_cannot_apply() {
+    let dir = tempdir();
+    let out = dir.path().join("s.db");
+    let o = run(&[
+        "synth",
+        "-q",
+        "--connections",
+        "5",
+        "--max-response",
+        "300001",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_refused(
+        &o,
+        "--max-response 300001: the largest response of any client class is 300000 bytes",
+    );
+    assert!(!out.exists());
+    let o = run(&[
+        "synth",
+        "-q",
+        "--connections",
+        "5",
+        "--max-response",
+        "300000",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -92,7 +92,22 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
     // rows left out as damaged: the first one named, and how many
     let mut damaged: (Option<String>, u64) = (None, 0);
     let mut damaged_ids = HashSet::new();
+    // response times left out as implausible: the first one named, and how many
+    let mut implausible: (Option<String>, u64) = (None, 0);
+    let has_exchanges = table_exists(&conn, "exchanges").map_err(q)?;
     {
+        // the span of a connection's own exchanges (first request byte to last response
+        // byte), which its response time is measured over: by the primary key's index
+        let mut span_stmt = if has_exchanges {
+            Some(
+                conn.prepare(
+                    "SELECT max(t_resp_last) - min(t_req_first) FROM exchanges WHERE conn_id = ?1",
+                )
+                .map_err(q)?,
+            )
+        } else {
+            None
+        };
         let mut stmt = conn
             .prepare(ConnectionRow::TABLE.select_sql().as_str())
             .map_err(q)?;
@@ -120,9 +135,31 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
                 },
             };
             // A negative response time would be a writer's bug; count it as unusable.
-            let rt = c.response_time_us.filter(|&v| v >= 0).map(|v| v as f64);
+            let mut rt = c.response_time_us.filter(|&v| v >= 0);
+            // One over an hour is kept only where the connection's exchanges span it: a
+            // connection kept busy can last hours, an edited row (9223372036854775807 µs,
+            // "p50 +2937239315591440%") cannot
+            let mut implausible_rt = false;
+            if let Some(v) = rt.filter(|&v| v > MAX_UNCHECKED_US) {
+                // REAL where edited timestamps overflow the subtraction
+                let span: Option<f64> = match &mut span_stmt {
+                    Some(st) => st.query_row([c.id], |r| r.get(0)).map_err(q)?,
+                    None => None,
+                };
+                if !span.is_some_and(|s| v as f64 <= s + SPAN_SLACK_US as f64) {
+                    if implausible.0.is_none() {
+                        implausible.0 = Some(format!("connection {}: {v} µs", c.id));
+                    }
+                    implausible.1 += 1;
+                    implausible_rt = true;
+                    rt = None;
+                }
+            }
+            let rt = rt.map(|v| v as f64);
             match rt {
                 Some(v) => rts.push(v),
+                // counted above, under a reason of its own
+                None if implausible_rt => {}
                 None => {
                     *excluded
                         .entry(exclusion_reason(
@@ -157,7 +194,22 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
             n,
         );
     }
+    if let (Some(first), n) = implausible {
+        excluded.insert(
+            format!(
+                "implausible response time (over an hour, longer than the connection's \
+                 exchanges span, e.g. {first}: a damaged or edited database)"
+            ),
+            n,
+        );
+    }
     if rts.is_empty() {
+        // its response times are what a replay of it measures
+        if meta.get("role").map(String::as_str) == Some("synth") {
+            return Err(CompareError::Synth {
+                path: path.to_path_buf(),
+            });
+        }
         return Err(CompareError::Empty {
             path: path.to_path_buf(),
             connections,
@@ -166,7 +218,7 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
 
     let (mut rd, mut qd) = (Metric::default(), Metric::default());
     let mut exchanges = 0u64;
-    if table_exists(&conn, "exchanges").map_err(q)? {
+    if has_exchanges {
         // two columns of the largest table mimic writes (one row per exchange), not its rows
         let sql = ExchangeRow::TABLE.select_columns_sql(&["response_delay_us", "query_delay_us"]);
         let mut stmt = conn.prepare(&sql).map_err(q)?;
@@ -237,6 +289,15 @@ pub(crate) fn load(path: &Path) -> Result<Input, CompareError> {
         replay_map,
     })
 }
+
+/// The longest response time (µs) taken without a look at the connection's exchanges: an
+/// hour, the bound `mimic replay` puts on a delay no capture gives (`MAX_PLAUSIBLE_US` in
+/// replay/src/workload.rs; compare does not depend on the replay crate).
+const MAX_UNCHECKED_US: i64 = 3_600_000_000;
+
+/// How much longer than its exchanges' span a response time may be: the two are rounded to
+/// the microsecond apart.
+const SPAN_SLACK_US: i64 = 1_000;
 
 fn push(m: &mut Metric, v: Option<f64>) {
     match v {

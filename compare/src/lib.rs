@@ -22,6 +22,7 @@ mod failif;
 pub mod fmt;
 mod html;
 mod input;
+mod outputs;
 mod plots;
 mod png;
 mod report;
@@ -32,6 +33,7 @@ mod tests;
 mod text;
 
 pub use failif::{FailIf, FailIfError, Op, Outcome, Stat, Threshold};
+pub use outputs::Outputs;
 pub use report::{
     Breakdown, Comparison, Direction, Distribution, ErrorStats, Excluded, InputSummary, Options,
     Paired, PopulationMetric, Report, StatDiff, Unpaired, ERROR_BANDS,
@@ -48,13 +50,19 @@ pub enum CompareError {
         path: PathBuf,
         source: rusqlite::Error,
     },
-    #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL, or below zero, for all), nothing to compare") })]
+    #[error("{}: empty input: {}", path.display(), if *connections == 0 { "the database has no connections".to_string() } else { format!("none of its {connections} connections has a response time (connections.response_time_us is NULL, below zero or implausible for all), nothing to compare") })]
     Empty { path: PathBuf, connections: u64 },
+    /// A synth workload: its response times are what a replay of it measures.
+    #[error("{}: a synth workload (meta role = synth) has no response times to compare, only what a replay of it measures: compare its replays (`mimic replay {} -o replay.db`, then `mimic compare replay.db OTHER-REPLAY.db`), or score a replay against it with `mimic synth check {} replay.db`", path.display(), path.display(), path.display())]
+    Synth { path: PathBuf },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Writing standard output failed (`--json -` into a full disk).
+    #[error("standard output: writing: {0}")]
+    Stdout(std::io::Error),
     #[error("PNG output: {0}")]
     Png(String),
     #[error("{0}")]
@@ -80,12 +88,54 @@ impl Report {
     /// Writes every figure of the report as `DIR/<name>.png` (creating DIR) and returns the
     /// paths: `response_time_cdf`, `rel_error_<other>_by_{response_time,bandwidth,min_rtt}`
     /// for each replay of BASE, `population_{min_rtt,bandwidth,loss,response_delay,query_delay}`.
+    /// All or nothing: each file replaced atomically, and none if any one fails.
     pub fn write_pngs(&self, dir: &Path) -> Result<Vec<PathBuf>, CompareError> {
+        let mut out = Outputs::new();
+        self.stage_pngs(&mut out, dir)?;
+        out.commit()
+    }
+
+    /// The file names [`Report::write_pngs`] writes into its directory.
+    pub fn png_names(&self) -> Vec<String> {
+        plots::figures(self)
+            .into_iter()
+            .map(|f| format!("{}.png", f.name))
+            .collect()
+    }
+
+    /// The PNG file names a report may have whatever its inputs (the per-replay
+    /// `rel_error_*` ones come on top): what an output can be checked against before
+    /// [`Report::build`].
+    pub fn fixed_png_names() -> Vec<String> {
+        plots::FIXED_NAMES
+            .iter()
+            .map(|n| format!("{n}.png"))
+            .collect()
+    }
+
+    /// Renders every figure as `DIR/<name>.png` into `out` (creating DIR), for
+    /// [`Outputs::commit`] to put in place with the run's other outputs.
+    pub fn stage_pngs(&self, out: &mut Outputs, dir: &Path) -> Result<(), CompareError> {
         let figures: Vec<(String, String)> = plots::figures(self)
             .into_iter()
             .map(|f| (f.name, f.chart.to_svg()))
             .collect();
-        png::write_all(dir, &figures)
+        // every PNG rendered before the first file is touched
+        let files = png::render_all(&figures)?;
+        if dir.exists() && !dir.is_dir() {
+            return Err(CompareError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "exists and is not a directory",
+                ),
+            });
+        }
+        out.create_dir(dir)?;
+        for (name, bytes) in files {
+            out.add(&dir.join(name), &bytes)?;
+        }
+        Ok(())
     }
 
     /// Writes the JSON (pretty-printed, newline-terminated) to `path` atomically.

@@ -260,8 +260,31 @@ pub(crate) fn figures(r: &Report) -> Vec<Figure> {
             },
         });
     }
+    // file_safe maps two labels to one stem ("r.1" and "r_1"): a later figure of that name
+    // gets "-2" and on, so that its PNG does not replace the other's
+    let mut seen = std::collections::HashSet::new();
+    for f in &mut out {
+        let mut name = f.name.clone();
+        let mut n = 1;
+        while !seen.insert(name.clone()) {
+            n += 1;
+            name = format!("{}-{n}", f.name);
+        }
+        f.name = name;
+    }
     out
 }
+
+/// The stems of the figures a report may have whatever its inputs, beside the per-replay
+/// `rel_error_*` ones: an output checked against these before the comparison's work.
+pub(crate) const FIXED_NAMES: [&str; 6] = [
+    "response_time_cdf",
+    "population_min_rtt",
+    "population_bandwidth",
+    "population_loss",
+    "population_response_delay",
+    "population_query_delay",
+];
 
 pub(crate) fn population_values<'a>(i: &'a crate::input::Input, key: &str) -> &'a [f64] {
     match key {

@@ -1,8 +1,6 @@
 //! PNG versions of the report's figures: the very SVG the HTML report inlines, rasterised by
 //! resvg with the system's fonts (Debian: fonts-dejavu-core).
 
-use std::path::{Path, PathBuf};
-
 use resvg::{tiny_skia, usvg};
 
 use crate::svg::{FONT, HEIGHT, WIDTH};
@@ -69,25 +67,13 @@ impl Rasterizer {
     }
 }
 
-/// Writes `name.png` for each figure into `dir` (created if missing), atomically each.
-pub(crate) fn write_all(
-    dir: &Path,
+/// Renders each figure into `(file name, PNG bytes)`, `name.png`; nothing is written.
+pub(crate) fn render_all(
     figures: &[(String, String)],
-) -> Result<Vec<PathBuf>, CompareError> {
-    std::fs::create_dir_all(dir).map_err(|source| CompareError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+) -> Result<Vec<(String, Vec<u8>)>, CompareError> {
     let r = Rasterizer::new()?;
-    let mut written = Vec::new();
-    for (name, svg) in figures {
-        let bytes = r.render(svg)?;
-        let path = dir.join(format!("{name}.png"));
-        mimic_core::db::write_atomic(&path, &bytes).map_err(|source| CompareError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        written.push(path);
-    }
-    Ok(written)
+    figures
+        .iter()
+        .map(|(name, svg)| Ok((format!("{name}.png"), r.render(svg)?)))
+        .collect()
 }

@@ -843,3 +843,233 @@ fn a_replay_whose_timing_was_distorted_is_warned_about() {
         .iter()
         .any(|x| x.contains("timing was distorted")));
 }
+
+/// A response time no capture gives (an edited row: 9223372036854775807 µs, which made the
+/// report say "p50 +2937239315591440%") is left out and counted under a reason of its own;
+/// one over an hour that the connection's own exchanges span (a connection kept busy that
+/// long) is kept.
+#[test]
+fn implausible_response_times_are_left_out_and_counted() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let edited = dir.path().join("edited.db");
+    std::fs::copy(&f.base, &edited).unwrap();
+    let c = rusqlite::Connection::open(&edited).unwrap();
+    c.execute_batch(
+        "UPDATE connections SET response_time_us = 9223372036854775807 WHERE id = 1;
+         -- two hours, and its exchanges span them
+         UPDATE connections SET response_time_us = 7200000000 WHERE id = 2;
+         UPDATE exchanges SET t_req_first = 1000, t_resp_last = 7200001000 WHERE conn_id = 2;
+         -- over an hour, but its exchanges span a second
+         UPDATE connections SET response_time_us = 5000000000 WHERE id = 3;
+         UPDATE exchanges SET t_req_first = 1000, t_resp_last = 1001000 WHERE conn_id = 3;
+         -- exchanges whose timestamps overflow the span (REAL in SQL) are read, not an error
+         UPDATE connections SET response_time_us = 4000000000 WHERE id = 4;
+         UPDATE exchanges SET t_req_first = -9223372036854775807, t_resp_last = 9223372036854775807 WHERE conn_id = 4;",
+    )
+    .unwrap();
+    drop(c);
+    let r = Report::build(&f.base, std::slice::from_ref(&edited), &opts()).unwrap();
+    let (b, e) = (&r.inputs[0], &r.inputs[1]);
+    assert_eq!(e.with_response_time, b.with_response_time - 2);
+    let x = e
+        .excluded
+        .iter()
+        .find(|x| x.reason.starts_with("implausible response time"))
+        .unwrap_or_else(|| panic!("{:?}", e.excluded));
+    assert_eq!(x.count, 2);
+    assert!(
+        x.reason
+            .contains("e.g. connection 1: 9223372036854775807 µs")
+            && x.reason.contains("a damaged or edited database"),
+        "{}",
+        x.reason
+    );
+    assert_eq!(r.response_times_us(1).last(), Some(&7.2e9));
+    // the rest compares as it is: the same workload, no absurd difference
+    let p50 = r.comparisons[0]
+        .rows
+        .iter()
+        .find(|d| d.stat == "p50")
+        .unwrap();
+    assert!(p50.rel.abs() < 0.05, "{p50:?}");
+    assert!(r.to_json()["inputs"][1]["excluded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("implausible response time")));
+    // an input with no other response time is empty, and says why
+    let all = dir.path().join("all.db");
+    let mut conns = originals(3, 1);
+    for c in &mut conns {
+        c.rt_us = Some(i64::MAX);
+    }
+    write_db(&all, "original", &[], &conns, &[]);
+    let e = Report::build(&all, std::slice::from_ref(&f.base), &opts())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("all.db: empty input: none of its 3 connections has a response time")
+            && e.contains("implausible"),
+        "{e}"
+    );
+}
+
+/// A synth workload has no response times (they are what its replays measure): as BASE or as
+/// an OTHER it is an error that says so and what to do, not "empty input".
+#[test]
+fn a_synth_workload_is_refused_saying_why() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let synth = dir.path().join("syn.db");
+    let mut conns = originals(20, 3);
+    for c in &mut conns {
+        c.rt_us = None;
+    }
+    write_db(&synth, "synth", &[], &conns, &[]);
+    for (base, other) in [(&synth, &f.base), (&f.base, &synth)] {
+        let e = Report::build(base, std::slice::from_ref(other), &opts())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: a synth workload (meta role = synth) has no response times",
+                synth.display()
+            )) && e.contains("compare its replays")
+                && e.contains(&format!("mimic synth check {} replay.db", synth.display())),
+            "{e}"
+        );
+    }
+}
+
+/// The outputs of a run are put in place all or nothing: a failure before the renames (a
+/// directory where a file goes, a device that takes no bytes) leaves every earlier file as it
+/// was, no temporary file and no directory made for them.
+#[test]
+fn outputs_are_put_in_place_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (d.join("a.html"), d.join("b.json"));
+    std::fs::write(&a, "old a").unwrap();
+
+    // a directory appears where the second goes after both were rendered
+    let mut out = Outputs::new();
+    out.add(&a, b"new a").unwrap();
+    out.add(&b, b"new b").unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let e = out.commit().unwrap_err().to_string();
+    assert!(e.contains("b.json: is a directory"), "{e}");
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "old a");
+    assert_eq!(listing(), ["a.html", "b.json"]);
+    std::fs::remove_dir(&b).unwrap();
+
+    // a device that takes no bytes: nothing renamed
+    if Path::new("/dev/full").exists() {
+        let mut out = Outputs::new();
+        out.add(&a, b"new a").unwrap();
+        out.add(Path::new("/dev/full"), b"bytes").unwrap();
+        let e = out.commit().unwrap_err().to_string();
+        assert!(e.contains("/dev/full"), "{e}");
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "old a");
+        assert_eq!(listing(), ["a.html"]);
+    }
+
+    // failing while rendering: the directories made for the outputs go again
+    let plots = d.join("new").join("plots");
+    let mut out = Outputs::new();
+    out.create_dir(&plots).unwrap();
+    out.add(&plots.join("x.png"), b"png").unwrap();
+    std::fs::create_dir(&b).unwrap();
+    assert!(out.add(&b, b"new b").is_err());
+    drop(out);
+    assert_eq!(listing(), ["a.html", "b.json"]);
+    std::fs::remove_dir(&b).unwrap();
+
+    // two outputs of one name: refused, not the last one left
+    let mut out = Outputs::new();
+    out.add(&b, b"one").unwrap();
+    out.add(&b, b"two").unwrap();
+    assert!(out.commit().is_err());
+    assert_eq!(listing(), ["a.html"]);
+
+    // all rendered: all in place
+    let mut out = Outputs::new();
+    out.add(&a, b"new a").unwrap();
+    out.add(&b, b"new b").unwrap();
+    assert_eq!(out.commit().unwrap(), [a.clone(), b.clone()]);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "new a");
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "new b");
+    assert_eq!(listing(), ["a.html", "b.json"]);
+}
+
+/// `write_pngs` replaces the plots all or nothing: with a directory where its last plot goes,
+/// none is written (it once wrote the other 8 and failed), the earlier ones stay as they
+/// were, and no temporary file is left.
+#[test]
+fn pngs_are_written_all_or_nothing() {
+    let f = fixture();
+    let r = Report::build(&f.base, &[f.replay.clone(), f.faster.clone()], &opts()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("png");
+    std::fs::create_dir(&png).unwrap();
+    std::fs::write(png.join("response_time_cdf.png"), "an earlier plot").unwrap();
+    let last = r.png_names().pop().unwrap();
+    std::fs::create_dir(png.join(&last)).unwrap();
+    let e = r.write_pngs(&png).unwrap_err().to_string();
+    assert!(e.contains(&last) && e.contains("is a directory"), "{e}");
+    let mut left: Vec<String> = std::fs::read_dir(&png)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [last.clone(), "response_time_cdf.png".to_string()]);
+    assert_eq!(
+        std::fs::read_to_string(png.join("response_time_cdf.png")).unwrap(),
+        "an earlier plot"
+    );
+    // once the way is clear, all of them
+    std::fs::remove_dir(png.join(&last)).unwrap();
+    assert_eq!(r.write_pngs(&png).unwrap().len(), 9);
+    assert_eq!(std::fs::read_dir(&png).unwrap().count(), 9);
+}
+
+/// Two OTHERs whose labels differ only where a file name cannot ("r.1", "r_1") get PNGs of
+/// their own: the second's once replaced the first's. The names other than the per-replay
+/// ones are among those checked before the comparison.
+#[test]
+fn figure_names_stay_unique_and_known() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (r1, r2) = (dir.path().join("r.1.db"), dir.path().join("r_1.db"));
+    std::fs::copy(&f.replay, &r1).unwrap();
+    std::fs::copy(&f.replay, &r2).unwrap();
+    let r = Report::build(&f.base, &[r1, r2], &opts()).unwrap();
+    let names = r.png_names();
+    assert_eq!(names.len(), 1 + 3 + 3 + 5, "{names:?}");
+    let unique: std::collections::HashSet<&String> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    assert!(
+        names.contains(&"rel_error_r_1_by_min_rtt-2.png".to_string()),
+        "{names:?}"
+    );
+    let fixed = Report::fixed_png_names();
+    for n in names.iter().filter(|n| !n.starts_with("rel_error_")) {
+        assert!(fixed.contains(n), "{n} is not in fixed_png_names");
+    }
+    let files = r.write_pngs(&dir.path().join("png")).unwrap();
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("png")).unwrap().count(),
+        files.len()
+    );
+}

@@ -2,7 +2,6 @@
 //! confidence intervals, the KS test, per-connection error of replays, and a verdict; HTML,
 //! PNG and JSON outputs; `--fail-if` as a rollout gate (exit 1 when the condition holds).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -24,7 +23,9 @@ holds only when the whole LEVEL% bootstrap interval of the difference lies beyon
   --fail-if 'p90 > +5%' --confidence 95   fails a rollout only when p90 is surely >5% slower
 Exit status: 0 no condition held, 1 a --fail-if condition held, 2 error.")]
 pub struct Args {
-    /// The reference database: an analyzed capture (role original), a synth workload or a replay.
+    /// The reference database: an analyzed capture (role original) or a replay. (A synth
+    /// workload has no response times until replayed: compare its replays, or score one
+    /// against it with `mimic synth check`.)
     #[arg(value_name = "BASE.db")]
     pub base: PathBuf,
     /// Databases to compare with BASE: replays of it (paired connection by connection through
@@ -89,34 +90,114 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
     Ok(v / 100.0)
 }
 
-/// An output file must not be one of the inputs, any SQLite database or a capture: `--json
-/// base.db` would otherwise replace a database with a report.
-fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> anyhow::Result<()> {
-    if path.as_os_str() == "-" {
-        return Ok(());
+/// What a path names, for telling two outputs (or an output and an input) of one file apart
+/// however they are spelt: its directory canonicalized (the nearest one that exists, the rest
+/// as given) and its file name. `./r.html` and `r.html`, `d/../r.html` and `r.html` match.
+fn identity(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        // an existing file, through links too: an output linked to an input is that input
+        return p;
     }
-    mimic_core::db::check_output_dir(path).with_context(|| format!("{flag} {}", path.display()))?;
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    if inputs.iter().any(|i| same(i, path)) {
-        anyhow::bail!(
-            "{flag} {}: that is one of the input databases; {flag} takes the name of the file to write",
-            path.display()
-        );
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            identity(parent).join(name)
+        }
+        _ => std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
     }
-    if let Some(kind) = mimic_core::db::data_file_kind(path) {
+}
+
+/// An output file as the checks name it.
+#[derive(Clone)]
+struct OutFile {
+    /// How the command line gave it: `--html r.html`, `--png plots: plots/population_loss.png`.
+    what: String,
+    /// What the flag takes, for the hint of a refusal.
+    takes: &'static str,
+    path: PathBuf,
+    /// Whether its directory must exist now (the PNGs' is made).
+    dir_exists: bool,
+}
+
+impl OutFile {
+    fn file(flag: &str, path: &Path) -> OutFile {
+        OutFile {
+            what: format!("{flag} {}", path.display()),
+            takes: match flag {
+                "--html" => "--html takes the name of the file to write",
+                _ => "--json takes the name of the file to write",
+            },
+            path: path.to_path_buf(),
+            dir_exists: true,
+        }
+    }
+
+    fn plots(dir: &Path, names: Vec<String>) -> Vec<OutFile> {
+        names
+            .into_iter()
+            .map(|n| {
+                let path = dir.join(n);
+                OutFile {
+                    what: format!("--png {}: {}", dir.display(), path.display()),
+                    takes: "a plot of the report goes there: move it away, or give --png another directory",
+                    path,
+                    dir_exists: false,
+                }
+            })
+            .collect()
+    }
+}
+
+/// An output file must not be a directory, one of the inputs, any SQLite database or a
+/// capture: `--json base.db` would otherwise replace a database with a report.
+fn check_output(o: &OutFile, inputs: &[PathBuf]) -> anyhow::Result<()> {
+    let (what, takes) = (&o.what, o.takes);
+    if o.dir_exists {
+        mimic_core::db::check_output_dir(&o.path).with_context(|| what.clone())?;
+    }
+    if o.path.is_dir() {
+        anyhow::bail!("{what}: is a directory; {takes}");
+    }
+    if inputs.contains(&identity(&o.path)) {
+        anyhow::bail!("{what}: that is one of the input databases; {takes}");
+    }
+    if let Some(kind) = mimic_core::db::data_file_kind(&o.path) {
         anyhow::bail!(
-            "{flag} {}: is {}, not overwriting it; {flag} takes the name of the file to write",
-            path.display(),
+            "{what}: is {}, not overwriting it; {takes}",
             kind.describe()
         );
     }
     Ok(())
 }
 
+/// Checks every output file, and that no two name the same file: the one written last would
+/// silently replace the other.
+fn check_outputs(outputs: &[OutFile], inputs: &[PathBuf]) -> anyhow::Result<()> {
+    let mut seen: Vec<(PathBuf, &OutFile)> = Vec::new();
+    for o in outputs {
+        check_output(o, inputs)?;
+        let id = identity(&o.path);
+        if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+            anyhow::bail!(
+                "{} and {} name the same file: give each output a file of its own",
+                first.what,
+                o.what
+            );
+        }
+        seen.push((id, o));
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // an interruption removes the outputs rendered so far (the signal alone would leave them
+    // hidden beside their names)
+    mimic_core::interrupt::remove_temps_on_interrupt("compare")
+        .context("installing SIGINT/SIGTERM handlers")?;
     // Validate everything the user typed before reading any database.
     let gates = args
         .fail_if
@@ -128,20 +209,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         confidence: args.confidence.unwrap_or(Options::default().confidence),
     };
+    // Every output is checked before any database is read, and written all or nothing after.
     if let Some(dir) = &args.png {
         if dir.exists() && !dir.is_dir() {
             anyhow::bail!("--png {}: exists and is not a directory", dir.display());
         }
     }
-    let inputs: Vec<&Path> = std::iter::once(args.base.as_path())
-        .chain(args.others.iter().map(PathBuf::as_path))
+    let inputs: Vec<PathBuf> = std::iter::once(&args.base)
+        .chain(&args.others)
+        .map(|p| identity(p))
         .collect();
-    if let Some(p) = &args.json {
-        check_output("--json", p, &inputs)?;
-    }
+    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let mut files = Vec::new();
     if let Some(p) = &args.html {
-        check_output("--html", p, &inputs)?;
+        files.push(OutFile::file("--html", p));
     }
+    if let Some(p) = args.json.as_ref().filter(|_| !json_on_stdout) {
+        files.push(OutFile::file("--json", p));
+    }
+    let plots = |names: Vec<String>| match &args.png {
+        Some(dir) => OutFile::plots(dir, names),
+        None => Vec::new(),
+    };
+    check_outputs(
+        &[files.clone(), plots(Report::fixed_png_names())].concat(),
+        &inputs,
+    )?;
 
     let spinner = progress::spinner("compare");
     spinner.set_message(format!("{} inputs", 1 + args.others.len()));
@@ -164,21 +257,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("{line}");
         }
     };
+    // the PNGs' names hang on the inputs (one set per replay of BASE): checked again, all
+    // of them, before anything is rendered
+    let pngs = plots(report.png_names());
+    let n_pngs = pngs.len();
+    check_outputs(&[files, pngs].concat(), &inputs)?;
+    let outcomes: Vec<_> = gates.iter().map(|g| g.evaluate(&report)).collect();
+
+    // Every output rendered into a temporary file first, then all put in place together.
+    let mut out = mimic_compare::Outputs::new();
     if let Some(path) = &args.html {
-        report.write_html(path).context("writing the HTML report")?;
-        say(format!("mimic: wrote {}", path.display()));
+        out.add(path, report.to_html().as_bytes())
+            .context("writing the HTML report")?;
     }
     if let Some(dir) = &args.png {
-        let files = report.write_pngs(dir).context("writing the PNG plots")?;
-        say(format!(
-            "mimic: wrote {} plots into {}",
-            files.len(),
-            dir.display()
-        ));
+        report
+            .stage_pngs(&mut out, dir)
+            .context("writing the PNG plots")?;
     }
-    let outcomes: Vec<_> = gates.iter().map(|g| g.evaluate(&report)).collect();
-    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let mut out = std::io::stdout().lock();
     if let Some(path) = &args.json {
         // The report, plus how each --fail-if condition came out, for a CI job to keep.
         let mut v = report.to_json();
@@ -198,22 +294,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut s = serde_json::to_string_pretty(&v)?;
         s.push('\n');
         if json_on_stdout {
-            out.write_all(s.as_bytes())?;
+            out.add_stdout(s.into_bytes());
         } else {
-            mimic_core::db::write_atomic(path, s.as_bytes())
-                .with_context(|| format!("writing the JSON report {}", path.display()))?;
-            say(format!("mimic: wrote {}", path.display()));
+            out.add(path, s.as_bytes())
+                .context("writing the JSON report")?;
         }
     }
     if !json_on_stdout {
-        out.write_all(report.to_text().as_bytes())?;
-    } else {
+        out.add_stdout(report.to_text().into_bytes());
+    }
+    out.commit().map_err(|e| match e {
+        // names standard output itself
+        e @ mimic_compare::CompareError::Stdout(_) => anyhow::Error::from(e),
+        e => anyhow::Error::from(e).context("writing the report"),
+    })?;
+    if let Some(path) = &args.html {
+        say(format!("mimic: wrote {}", path.display()));
+    }
+    if let Some(dir) = &args.png {
+        say(format!(
+            "mimic: wrote {n_pngs} plots into {}",
+            dir.display()
+        ));
+    }
+    if let Some(path) = args.json.as_ref().filter(|_| !json_on_stdout) {
+        say(format!("mimic: wrote {}", path.display()));
+    }
+    if json_on_stdout {
         // stdout is the JSON; the verdict still reaches a person on stderr.
         for line in report.verdict().lines() {
             say(format!("verdict: {line}"));
         }
     }
-    out.flush()?;
 
     let mut held = false;
     for (gate, outcomes) in gates.iter().zip(&outcomes) {

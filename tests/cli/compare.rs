@@ -1085,3 +1085,284 @@ fn synth_refuses_a_rate_below_its_floor() {
     );
     assert!(!out.exists());
 }
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A run's outputs are all or nothing: one that cannot be written (a directory where a plot
+/// goes, `--json /dev/full`, standard output on a full disk) fails the run before any file is
+/// put in place, so the HTML and JSON of an earlier run stay as they were and no plot,
+/// temporary file or new directory is left. (The HTML was once left newly written, and 5 of
+/// 6 plots.)
+#[test]
+fn compare_outputs_are_all_or_nothing() {
+    let f = fixture();
+    let dir = tempdir();
+    let d = dir.path();
+    let (html, json, png) = (d.join("h.html"), d.join("j.json"), d.join("p"));
+    let earlier = || {
+        std::fs::write(&html, "the earlier report").unwrap();
+        std::fs::write(&json, "{}").unwrap();
+    };
+    let unchanged = |o: &std::process::Output| {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(o));
+        assert!(!stderr(o).contains("wrote"), "{}", stderr(o));
+        assert_eq!(
+            std::fs::read_to_string(&html).unwrap(),
+            "the earlier report"
+        );
+        assert_eq!(std::fs::read_to_string(&json).unwrap(), "{}");
+    };
+    let all = |extra: &[&str]| {
+        let mut a = vec![
+            "compare",
+            s(&f.base),
+            s(&f.replay),
+            "--bootstrap",
+            "200",
+            "--html",
+            s(&html),
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    earlier();
+    // a directory where a plot goes: refused before the comparison, naming it
+    for name in ["response_time_cdf.png", "population_query_delay.png"] {
+        std::fs::create_dir_all(png.join(name)).unwrap();
+        let o = all(&["--json", s(&json), "--png", s(&png)]);
+        unchanged(&o);
+        assert!(
+            stderr(&o).contains(&format!(
+                "--png {}: {}: is a directory",
+                s(&png),
+                s(&png.join(name))
+            )),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(listing(&png), [name]);
+        std::fs::remove_dir(png.join(name)).unwrap();
+    }
+    // a plot named after a replay of BASE, known only once the inputs are read: still
+    // refused before anything is written
+    let per_replay = png.join("rel_error_replay-iw3_by_min_rtt.png");
+    std::fs::create_dir(&per_replay).unwrap();
+    let o = all(&["--json", s(&json), "--png", s(&png)]);
+    unchanged(&o);
+    assert!(
+        stderr(&o).contains(&format!("{}: is a directory", s(&per_replay))),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(listing(&png), ["rel_error_replay-iw3_by_min_rtt.png"]);
+    std::fs::remove_dir(&per_replay).unwrap();
+    std::fs::remove_dir(&png).unwrap();
+    // a device that takes no bytes: the error names it, and no plot directory is made
+    let o = all(&["--json", "/dev/full", "--png", s(&png)]);
+    unchanged(&o);
+    assert!(
+        stderr(&o).contains("/dev/full: No space left on device"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!png.exists(), "{:?}", listing(&png));
+    // standard output on a full disk: named, and the files are not put in place either
+    for json_arg in ["-", s(&json)] {
+        let o = mimic()
+            .args([
+                "compare",
+                s(&f.base),
+                s(&f.replay),
+                "--bootstrap",
+                "200",
+                "--html",
+                s(&html),
+                "--json",
+                json_arg,
+            ])
+            .stdout(
+                std::fs::File::options()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .output()
+            .unwrap();
+        unchanged(&o);
+        assert!(
+            stderr(&o).contains("mimic: error: standard output: writing: No space left on device"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(listing(d), ["h.html", "j.json"], "temporary files left");
+    // all writable: all written
+    let o = all(&["--json", s(&json), "--png", s(&png)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+    assert!(std::fs::read_to_string(&json)
+        .unwrap()
+        .contains("mimic-compare/1"));
+    assert_eq!(listing(&png).len(), 9, "{:?}", listing(&png));
+    assert_eq!(listing(d), ["h.html", "j.json", "p"]);
+}
+
+/// Two outputs naming one file, however spelt (`X` and `./X`, or a plot's path), or an output
+/// naming an input: refused before anything is written. (`--html X --json X` once exited 0
+/// with the HTML replaced by the JSON.)
+#[test]
+fn compare_refuses_two_outputs_of_one_file() {
+    let f = fixture();
+    let dir = tempdir();
+    let d = dir.path();
+    std::fs::copy(&f.base, d.join("base.db")).unwrap();
+    std::fs::copy(&f.replay, d.join("replay.db")).unwrap();
+    let in_dir = |args: &[&str]| {
+        let mut a = vec!["compare", "base.db", "replay.db", "--bootstrap", "200"];
+        a.extend_from_slice(args);
+        mimic().args(&a).current_dir(d).output().unwrap()
+    };
+    for (args, want) in [
+        (
+            vec!["--html", "r", "--json", "r"],
+            "--html r and --json r name the same file",
+        ),
+        (
+            vec!["--html", "./r", "--json", "r"],
+            "--html ./r and --json r name the same file",
+        ),
+        (
+            vec!["--html", "r", "--json", "p/../r"],
+            "--html r and --json p/../r name the same file",
+        ),
+        (
+            vec!["--html", "p/response_time_cdf.png", "--png", "p"],
+            "--html p/response_time_cdf.png and --png p: p/response_time_cdf.png name the same file",
+        ),
+        (
+            vec!["--json", "p/rel_error_replay_by_bandwidth.png", "--png", "./p"],
+            "--json p/rel_error_replay_by_bandwidth.png and --png ./p: ./p/rel_error_replay_by_bandwidth.png name the same file",
+        ),
+        (
+            vec!["--html", "./base.db"],
+            "--html ./base.db: that is one of the input databases",
+        ),
+    ] {
+        std::fs::create_dir_all(d.join("p")).unwrap();
+        let o = in_dir(&args);
+        assert_refused(&o, want);
+        assert_eq!(
+            listing(d),
+            ["base.db", "p", "replay.db"],
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert!(listing(&d.join("p")).is_empty(), "{args:?}");
+    }
+}
+
+/// A response time no capture gives (an edited row) is left out and counted under its own
+/// reason, not compared: it once gave "p50 +2937239315591440% … slower", exit 0.
+#[test]
+fn compare_leaves_out_implausible_response_times() {
+    let dir = tempdir();
+    let base = dir.path().join("bro.db");
+    let o = run(&[
+        "analyze",
+        s(&trace("web/zeek_http_bro.org.pcap")),
+        "-o",
+        s(&base),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let edited = dir.path().join("edited.db");
+    std::fs::copy(&base, &edited).unwrap();
+    let n_rt = |db: &Path| -> i64 {
+        rusqlite::Connection::open(db)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM connections WHERE response_time_us IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let with_rt = n_rt(&base);
+    assert!(with_rt >= 2, "{with_rt}");
+    rusqlite::Connection::open(&edited)
+        .unwrap()
+        .execute(
+            "UPDATE connections SET response_time_us = 9223372036854775807 \
+             WHERE id = (SELECT min(id) FROM connections WHERE response_time_us IS NOT NULL)",
+            [],
+        )
+        .unwrap();
+    let o = run(&["compare", s(&base), s(&edited), "--json", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let e = &j["inputs"][1];
+    assert_eq!(e["with_response_time"], with_rt - 1, "{e}");
+    let x = e["excluded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| {
+            x["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("implausible response time")
+        })
+        .unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(x["count"], 1, "{x}");
+    assert!(
+        x["reason"]
+            .as_str()
+            .unwrap()
+            .contains("9223372036854775807 µs"),
+        "{x}"
+    );
+    let p50 = j["comparisons"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["stat"] == "p50")
+        .unwrap();
+    assert!(p50["rel"].as_f64().unwrap().abs() < 10.0, "{p50}");
+}
+
+/// A synth workload has no response times: `--help` does not offer it as BASE, and comparing
+/// one says why and what to do instead, not "empty input".
+#[test]
+fn compare_of_a_synth_workload_says_why_not() {
+    let f = fixture();
+    let dir = tempdir();
+    let syn = dir.path().join("syn.db");
+    let o = run(&["synth", "--connections", "20", "-o", s(&syn), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["compare", s(&syn), s(&f.base)]);
+    assert_refused(
+        &o,
+        &format!(
+            "{}: a synth workload (meta role = synth) has no response times to compare",
+            s(&syn)
+        ),
+    );
+    assert_refused(&o, &format!("mimic synth check {} replay.db", s(&syn)));
+    assert!(!stderr(&o).contains("empty input"), "{}", stderr(&o));
+    let help = stdout(&run(&["compare", "--help"]));
+    assert!(
+        help.contains("an analyzed capture (role original) or a replay")
+            && !help.contains("a synth workload or a replay"),
+        "{help}"
+    );
+}

@@ -4,6 +4,29 @@
 
 use crate::common::{assert_refused, run, stderr, tempdir};
 
+/// `mimic replay INPUT -o OUT` against a remote server whose control sockets and PKI do not
+/// exist, from client address 127.0.0.2, then `extra`: it fails before reaching anything.
+fn remote_replay(input: &str, out: &str, extra: &[&str]) -> std::process::Output {
+    let mut a = vec![
+        "replay",
+        input,
+        "-o",
+        out,
+        "--server",
+        "127.0.0.1:80",
+        "--server-control",
+        "unix:/nonexistent/s.sock",
+        "--netemu",
+        "unix:/nonexistent/n.sock",
+        "--pki",
+        "/nonexistent/pki",
+        "--client-addr",
+        "127.0.0.2",
+    ];
+    a.extend_from_slice(extra);
+    run(&a)
+}
+
 #[test]
 fn bad_inputs_are_named_and_nothing_is_written() {
     let dir = tempdir();
@@ -74,22 +97,7 @@ fn the_output_is_checked_before_the_replay() {
         ),
     ] {
         // a remote replay whose PKI does not exist: the output's refusal must come first
-        let o = run(&[
-            "replay",
-            db_s,
-            "-o",
-            out.to_str().unwrap(),
-            "--server",
-            "127.0.0.1:80",
-            "--server-control",
-            "unix:/nonexistent/s.sock",
-            "--netemu",
-            "unix:/nonexistent/n.sock",
-            "--pki",
-            "/nonexistent/pki",
-            "--client-addr",
-            "127.0.0.2",
-        ]);
+        let o = remote_replay(db_s, out.to_str().unwrap(), &[]);
         assert_refused(&o, why);
     }
     assert!(!dir.path().join("no").exists());
@@ -223,26 +231,7 @@ fn stack_is_refused_with_a_remote_server() {
 fn the_capture_vantage_is_asked_for_explicitly() {
     let dir = tempdir();
     let out = dir.path().join("out.db");
-    let remote = |extra: &[&str]| {
-        let mut a = vec![
-            "replay",
-            "in.db",
-            "-o",
-            out.to_str().unwrap(),
-            "--server",
-            "127.0.0.1:80",
-            "--server-control",
-            "unix:/nonexistent/s.sock",
-            "--netemu",
-            "unix:/nonexistent/n.sock",
-            "--pki",
-            "/nonexistent/pki",
-            "--client-addr",
-            "127.0.0.2",
-        ];
-        a.extend_from_slice(extra);
-        run(&a)
-    };
+    let remote = |extra: &[&str]| remote_replay("in.db", out.to_str().unwrap(), extra);
     let o = remote(&["--capture-iface", "lo"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
@@ -395,24 +384,7 @@ fn emulator_flag_errors_name_what_is_wrong() {
     // dummynet on a remote router: refused before anything is reached; netem goes on (to
     // the missing input here: a remote router takes netem pipes, `netemu run --backend netem`)
     for emulator in ["netem", "dummynet"] {
-        let o = run(&[
-            "replay",
-            "in.db",
-            "-o",
-            out_s,
-            "--server",
-            "127.0.0.1:80",
-            "--server-control",
-            "unix:/nonexistent/s.sock",
-            "--netemu",
-            "unix:/nonexistent/n.sock",
-            "--pki",
-            "/nonexistent/pki",
-            "--client-addr",
-            "127.0.0.2",
-            "--emulator",
-            emulator,
-        ]);
+        let o = remote_replay("in.db", out_s, &["--emulator", emulator]);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         let e = stderr(&o);
         if emulator == "dummynet" {
@@ -528,22 +500,7 @@ fn a_client_address_no_connection_can_come_from_is_refused() {
         ("224.0.0.1", "224.0.0.1 is a multicast address"),
         ("198.19.0.300", "`198.19.0.300` is not an IPv4 address"),
     ] {
-        let o = run(&[
-            "replay",
-            "in.db",
-            "-o",
-            "out.db",
-            "--server",
-            "127.0.0.1:80",
-            "--server-control",
-            "unix:/nonexistent/s.sock",
-            "--netemu",
-            "unix:/nonexistent/n.sock",
-            "--pki",
-            "/nonexistent/pki",
-            "--client-addr",
-            addr,
-        ]);
+        let o = remote_replay("in.db", "out.db", &["--client-addr", addr]);
         assert_refused(&o, why);
         let o = run(&[
             "netemu",

@@ -58,16 +58,16 @@ impl Drop for TempOutput {
 }
 
 /// From now on SIGINT and SIGTERM remove the temporary outputs held at that moment, say so
-/// on stderr (`mimic: {what} interrupted; nothing was written`) and end the process with
-/// 128 + the signal's number, as the signal itself would have. The list stays locked from
-/// then on, so no temporary output is started after the signal (an output renamed into place
-/// just before it is whole, and stays).
+/// on stderr (`mimic: {what} interrupted; nothing was written`) and end the process with 130,
+/// the status every mimic command gives when interrupted (GUIDE.md). The list stays locked
+/// from then on, so no temporary output is started after the signal (an output renamed into
+/// place just before it is whole, and stays).
 pub fn remove_temps_on_interrupt(what: &'static str) -> std::io::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     std::thread::Builder::new()
         .name("mimic-interrupt".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            if signals.forever().next().is_some() {
                 let held = temps();
                 for (p, _) in held.iter().filter(|(_, if_empty)| !if_empty) {
                     let _ = if p.is_dir() {
@@ -80,7 +80,7 @@ pub fn remove_temps_on_interrupt(what: &'static str) -> std::io::Result<()> {
                     let _ = std::fs::remove_dir(p);
                 }
                 eprintln!("mimic: {what} interrupted; nothing was written");
-                std::process::exit(128 + sig);
+                std::process::exit(130);
             }
         })?;
     Ok(())

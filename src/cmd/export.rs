@@ -136,6 +136,14 @@ enum Error {
         column: String,
         value: String,
     },
+    /// A value the zeek format's field cannot hold (a port outside 0-65535, a negative byte
+    /// count, an address that is none, an end before the start): refused for the same reason.
+    NotZeek {
+        id: i64,
+        column: &'static str,
+        value: String,
+        field: &'static str,
+    },
 }
 
 impl From<rusqlite::Error> for Error {
@@ -166,6 +174,15 @@ impl Error {
             Error::NotUtf8 { id, column, value } => anyhow::anyhow!(
                 "{db}: connection {id}: {column} holds text that is not UTF-8: {value}; the \
                  database was changed outside mimic or is damaged"
+            ),
+            Error::NotZeek {
+                id,
+                column,
+                value,
+                field,
+            } => anyhow::anyhow!(
+                "{db}: connection {id}: {column} holds {value}, which Zeek's {field} cannot \
+                 hold; the database was changed outside mimic or is damaged"
             ),
             Error::Io(e) => match out {
                 Some(p) => anyhow::anyhow!("{}: writing: {e}", p.display()),
@@ -394,6 +411,53 @@ fn zeek_seconds(us: i64) -> String {
     format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
 }
 
+/// Refuses a connection whose values a conn.log field cannot hold: Zeek's reader would reject
+/// the line (a `port` is 0-65535, a `count` is not negative, an `addr` is an address), and a
+/// negative `duration` is no connection.
+fn zeek_can_hold(c: &ConnectionRow) -> Result<(), Error> {
+    let bad = |column, value: String, field| {
+        Err(Error::NotZeek {
+            id: c.id,
+            column,
+            value,
+            field,
+        })
+    };
+    for (column, ip) in [("client_ip", &c.client_ip), ("server_ip", &c.server_ip)] {
+        if ip.parse::<std::net::IpAddr>().is_err() {
+            return bad(
+                column,
+                format!("'{}'", ip.escape_default()),
+                "addr (an address)",
+            );
+        }
+    }
+    for (column, port) in [
+        ("client_port", c.client_port),
+        ("server_port", c.server_port),
+    ] {
+        if !(0..=65_535).contains(&port) {
+            return bad(column, port.to_string(), "port (0-65535)");
+        }
+    }
+    for (column, n) in [
+        ("data_bytes_up", c.data_bytes_up),
+        ("data_bytes_down", c.data_bytes_down),
+    ] {
+        if n < 0 {
+            return bad(column, n.to_string(), "count (not negative)");
+        }
+    }
+    if c.t_end < c.t_first {
+        return bad(
+            "t_end",
+            format!("{} (before t_first, {})", c.t_end, c.t_first),
+            "duration (not negative)",
+        );
+    }
+    Ok(())
+}
+
 fn write_zeek(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
     let now: String = conn.query_row("SELECT strftime('%Y-%m-%d-%H-%M-%S', 'now')", [], |r| {
         r.get(0)
@@ -411,6 +475,7 @@ fn write_zeek(conn: &Connection, out: &mut dyn Write) -> Result<(), Error> {
     let http: std::collections::HashSet<i64> =
         st.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
     for c in ConnectionRow::read_all(conn, "id")? {
+        zeek_can_hold(&c)?;
         let state = conn_state(
             c.t_syn.is_some(),
             c.prune_reason.as_deref(),

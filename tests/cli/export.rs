@@ -944,3 +944,58 @@ fn an_interrupted_write_keeps_the_previous_output_and_leaves_no_temporary_file()
         );
     }
 }
+
+/// The zeek format refuses a value its conn.log field cannot hold — a port outside 0-65535, a
+/// negative byte count, an address that is none, an end before the start (a database edited
+/// or damaged) — naming the connection and column, and writes nothing: Zeek's reader would
+/// reject the line (it wrote `-1` as a port). The other formats dump what the database holds.
+#[test]
+fn zeek_refuses_values_its_fields_cannot_hold() {
+    let dir = tempdir();
+    let db = dir.path().join("flows.db");
+    let o = run(&["analyze", "-q", "-o", s(&db), s(&captures()[0])]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("conn.log");
+    let o = run(&["export", "--format", "zeek", s(&db), "-o", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let good = std::fs::read(&out).unwrap();
+    let id: i64 = Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT max(id) FROM connections", [], |r| r.get(0))
+        .unwrap();
+    for (set, want) in [
+        (
+            "client_port = -1",
+            "client_port holds -1, which Zeek's port (0-65535)",
+        ),
+        (
+            "server_port = 70000",
+            "server_port holds 70000, which Zeek's port",
+        ),
+        (
+            "data_bytes_down = -5",
+            "data_bytes_down holds -5, which Zeek's count",
+        ),
+        (
+            "client_ip = 'nowhere'",
+            "client_ip holds 'nowhere', which Zeek's addr",
+        ),
+        ("t_end = t_first - 10", "t_end holds"),
+    ] {
+        let bad = dir.path().join("bad.db");
+        std::fs::copy(&db, &bad).unwrap();
+        Connection::open(&bad)
+            .unwrap()
+            .execute(&format!("UPDATE connections SET {set} WHERE id = {id}"), [])
+            .unwrap();
+        let o = run(&["export", "--format", "zeek", s(&bad), "-o", s(&out)]);
+        assert_refused(&o, &format!("bad.db: connection {id}: {want}"));
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            good,
+            "{set}: the output was replaced"
+        );
+        let o = run(&["export", "--format", "csv", s(&bad)]);
+        assert!(o.status.success(), "{set}: {}", stderr(&o));
+    }
+}

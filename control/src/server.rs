@@ -25,11 +25,24 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Binds `addr`. A stale unix socket file is replaced (a live one is an error); its
+    /// Binds `addr`. A stale unix socket file is replaced (a live one is an error, and so is
+    /// anything there that is not a socket: a file given by mistake would be deleted); its
     /// directory is created; the socket is made mode 0600.
     pub fn bind(addr: &ControlAddr) -> io::Result<Listener> {
         match addr {
             ControlAddr::Unix(p) => {
+                use std::os::unix::fs::FileTypeExt;
+                if let Ok(m) = std::fs::symlink_metadata(p) {
+                    if !m.file_type().is_socket() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            format!(
+                                "{}: exists and is not a socket (not replacing it): name a path for the control socket",
+                                p.display()
+                            ),
+                        ));
+                    }
+                }
                 if let Some(d) = p.parent() {
                     std::fs::create_dir_all(d)?;
                 }

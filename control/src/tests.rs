@@ -326,6 +326,21 @@ fn the_controller_is_served_over_tls_and_unix_sockets() {
     stop.store(true, Ordering::SeqCst);
     srv.join().unwrap();
     assert!(!t.path().join("serve.sock").exists(), "socket removed");
+
+    // a stale socket is replaced; a file that is not a socket is refused and kept (it was
+    // deleted, and the socket that took its place removed at exit)
+    let stale = t.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    drop(Listener::bind(&ControlAddr::Unix(stale.clone())).unwrap());
+    let file = t.path().join("notes.txt");
+    std::fs::write(&file, "precious").unwrap();
+    let e = Listener::bind(&ControlAddr::Unix(file.clone()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("notes.txt: exists and is not a socket"), "{e}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
 }
 
 #[test]

@@ -491,11 +491,19 @@ pub fn run_capture(mut cfg: CaptureConfig) -> Result<CaptureSummary, CaptureErro
         totals.counters,
         (totals.kernel_dropped, totals.interface_dropped),
     );
-    let stop_reason = shared
-        .stop_reason
-        .lock()
-        .expect("lock")
-        .unwrap_or(StopReason::EndOfInput);
+    // the signal handler sets the flag the workers stop on without a reason: a file source
+    // stopped that way has not reached its end (the watch loop may have seen the workers
+    // finish before the flag)
+    let stop_reason =
+        shared
+            .stop_reason
+            .lock()
+            .expect("lock")
+            .unwrap_or(if cfg.stop.load(Ordering::SeqCst) {
+                StopReason::Signal
+            } else {
+                StopReason::EndOfInput
+            });
     let summary = CaptureSummary {
         source: cfg.source.to_string(),
         stop_reason,

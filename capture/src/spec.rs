@@ -4,7 +4,8 @@
 //! how it is doing are written and read here only:
 //!
 //! * `capture.ready` ([`READY_FILE`]) — written once the source is capturing: `pid N` and
-//!   `source SRC` lines ([`Ready`]); removed at start if stale;
+//!   `source SRC` lines ([`Ready`]); removed at start if stale (a capture whose process still
+//!   runs is not: the new one is refused);
 //! * `capture-summary.json` ([`SUMMARY_FILE`]) — the [`CaptureSummary`] when the capture ends,
 //!   with space for it held from the start so that a full disk cannot leave it unwritten.
 
@@ -278,6 +279,19 @@ impl CaptureSpec {
         self.check_source()?;
         let key_given = self.key.as_deref().map(CaptureKey::load).transpose()?;
         let dir = &self.dir;
+        // another capture writing into this directory: its ready file and summary are not
+        // stale, and two captures' files in one directory are no capture
+        if let Some(r) = Ready::read(dir).filter(|r| r.pid != std::process::id()) {
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", r.pid)).unwrap_or_default();
+            if mimic_core::process::running(r.pid as i32) && comm.starts_with("mimic") {
+                return Err(CaptureRunError::Invalid(format!(
+                    "{}: a capture is running into this directory (pid {}, source {}): stop it, or give this one another output directory",
+                    dir.display(),
+                    r.pid,
+                    r.source
+                )));
+            }
+        }
         std::fs::create_dir_all(dir).map_err(|source| CaptureRunError::Io {
             what: "creating",
             path: dir.clone(),

@@ -1298,3 +1298,48 @@ fn ring_keeps_at_most_n_files_of_at_most_s_bytes() {
         "the ring's files are not the newest packets"
     );
 }
+
+/// A capture into a directory another capture is writing into is refused, and leaves that
+/// capture's `capture.ready` alone: it used to remove it as stale (a controller waiting for it
+/// was then misled) and, with `--key`, write its own over it. A ready file whose process has
+/// ended is stale and replaced. (The running capture is stood for by a process whose name
+/// starts with `mimic`, as a capture's does.)
+#[test]
+fn a_capture_into_a_directory_another_capture_writes_is_refused() {
+    let dir = tempdir();
+    let out = dir.path().join("cap");
+    std::fs::create_dir(&out).unwrap();
+    let sleeper = dir.path().join("mimic-sleep");
+    std::fs::copy("/bin/sleep", &sleeper).unwrap();
+    let mut live = Command::new(&sleeper).arg("60").spawn().unwrap();
+    let ready = out.join("capture.ready");
+    let text = format!("pid {}\nsource pcap:elsewhere.pcap\n", live.id());
+    std::fs::write(&ready, &text).unwrap();
+    let key = fixed_key(dir.path());
+    let input = trace("web/zeek_http_bro.org.pcap");
+    let o = mimic()
+        .arg("capture")
+        .arg("--source")
+        .arg(format!("pcap:{}", input.display()))
+        .arg("-o")
+        .arg(&out)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    let _ = live.kill();
+    let _ = live.wait();
+    assert_refused(
+        &o,
+        &format!(
+            "a capture is running into this directory (pid {}, source pcap:elsewhere.pcap)",
+            live.id()
+        ),
+    );
+    assert_eq!(std::fs::read_to_string(&ready).unwrap(), text);
+    // that process has ended: its ready file is stale
+    capture_ok(&input, &out, &["-q", "--key", key.to_str().unwrap()]);
+    assert!(!std::fs::read_to_string(&ready)
+        .unwrap()
+        .contains("elsewhere"));
+}

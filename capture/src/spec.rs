@@ -240,10 +240,17 @@ impl CaptureSpec {
     pub fn check_source(&self) -> Result<(), CaptureRunError> {
         if let SourceSpec::File(p) = &self.source {
             if !p.is_file() {
-                return Err(CaptureRunError::Invalid(format!(
-                    "{}: no such file",
-                    p.display()
-                )));
+                // say what is there: "no such file" for a FIFO or a directory misled
+                let why = if p.is_dir() {
+                    "is a directory"
+                } else if p.exists() {
+                    "not a regular file (a file source reads a capture file; a pipe or device will not do)"
+                } else if p.as_os_str() == "-" {
+                    "a file source reads a capture file, not standard input"
+                } else {
+                    "no such file"
+                };
+                return Err(CaptureRunError::Invalid(format!("{}: {why}", p.display())));
             }
         }
         Ok(())

@@ -1343,3 +1343,34 @@ fn a_capture_into_a_directory_another_capture_writes_is_refused() {
         .unwrap()
         .contains("elsewhere"));
 }
+
+/// A file source that is not a regular file is refused saying what it is (all were "no such
+/// file"), and no output directory is made.
+#[test]
+fn a_file_source_that_is_not_a_file_says_what_it_is() {
+    let dir = tempdir();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let out = dir.path().join("cap");
+    for (src, why) in [
+        (fifo.to_str().unwrap(), "fifo: not a regular file"),
+        (sub.to_str().unwrap(), "sub: is a directory"),
+        (
+            "-",
+            "-: a file source reads a capture file, not standard input",
+        ),
+        ("/nonexistent.pcap", "/nonexistent.pcap: no such file"),
+    ] {
+        let o = mimic()
+            .args(["capture", "-q", "--source", &format!("pcap:{src}"), "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_refused(&o, why);
+    }
+    assert!(!out.exists());
+}

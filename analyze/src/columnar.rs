@@ -96,6 +96,42 @@ pub enum ColumnarError {
         found: u32,
         count: u32,
     },
+    #[error("{dir}: holds shard={found} of a run of {n} shard(s), and this run has {count}: the directory would mix two runs' results (write into an empty directory, or remove it first)")]
+    OtherCount {
+        dir: PathBuf,
+        found: u32,
+        n: u32,
+        count: u32,
+    },
+}
+
+/// The shard count that shard `shard`'s part of `meta` in `dir` records (its `shard` row,
+/// "K/N"; rows but none of that key: an unsharded run, 1). `None` when the part cannot be
+/// read or has no rows (a later step says so, or the part is replaced).
+fn recorded_count(dir: &Path, shard: u32) -> Option<u32> {
+    use arrow_array::{Array, StringArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let f = File::open(part_path(dir, "meta", shard)).ok()?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .ok()?
+        .build()
+        .ok()?;
+    let mut rows = 0;
+    for batch in reader {
+        let b = batch.ok()?;
+        rows += b.num_rows();
+        let text = |name| {
+            b.column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        };
+        let (keys, values) = (text("key")?, text("value")?);
+        for i in 0..b.num_rows() {
+            if !keys.is_null(i) && keys.value(i) == "shard" && !values.is_null(i) {
+                return values.value(i).split_once('/')?.1.parse().ok();
+            }
+        }
+    }
+    (rows > 0).then_some(1)
 }
 
 /// The Arrow type of an SQL column type.
@@ -525,6 +561,24 @@ impl ParquetDataset {
                         found,
                         count,
                     });
+                }
+                // a shard this run could write, but of a run of another count (its meta
+                // says "K/N"): one shard of a 2-shard run beside one of a 3-shard run is no
+                // dataset either
+                if t.name == "meta" {
+                    if let Some(found) = found {
+                        match recorded_count(dir, found) {
+                            Some(n) if n != count => {
+                                return Err(ColumnarError::OtherCount {
+                                    dir: dir.to_path_buf(),
+                                    found,
+                                    n,
+                                    count,
+                                })
+                            }
+                            _ => {}
+                        }
+                    }
                 }
             }
         }
@@ -1128,6 +1182,36 @@ mod tests {
         for k in 1..=n {
             assert!(part_path(&dir, "connections", k).is_file(), "shard {k}");
         }
+    }
+
+    /// A directory holding a shard of a run of another count is another run's, whatever its
+    /// number: refused (shard 1 of a 2-shard run beside a 3-shard run's was taken); the
+    /// run's own count is welcome.
+    #[test]
+    fn a_shard_of_a_run_of_another_count_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ds");
+        let meta = ParquetDataset::index("meta").unwrap();
+        let mut ds = ParquetDataset::create(&dir, 1, 2).unwrap();
+        ds.table(meta)
+            .push(&MetaRow {
+                key: "shard".into(),
+                value: Some("1/2".into()),
+            })
+            .unwrap();
+        ds.commit().unwrap();
+        let e = ParquetDataset::create(&dir, 2, 3)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("holds shard=1 of a run of 2 shard(s), and this run has 3"),
+            "{e}"
+        );
+        ParquetDataset::create(&dir, 2, 2)
+            .unwrap()
+            .commit()
+            .unwrap();
     }
 
     /// A directory holding a shard beyond the run's count is another run's: refused.

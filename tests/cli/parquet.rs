@@ -323,14 +323,13 @@ fn a_commit_killed_halfway_is_completed_by_the_next_run() {
     let a = trace("web/tcptrace_http.dmp.pcap");
     let b = trace("web/zeek_http_bro.org.pcap");
     let ds = tmp.path().join("ds");
-    ok(
-        &analyze_set(std::slice::from_ref(&a), &ds, &["--format", "parquet"]),
-        "run A",
-    );
+    // shards 1 and 2 of two-shard runs: a dataset holds the shards of runs of one count
+    let half = ["--format", "parquet", "--shard", "1/2"];
+    ok(&analyze_set(std::slice::from_ref(&a), &ds, &half), "run A");
     let before = parts(&ds, 1);
     let clean = tmp.path().join("clean");
     ok(
-        &analyze_set(std::slice::from_ref(&b), &clean, &["--format", "parquet"]),
+        &analyze_set(std::slice::from_ref(&b), &clean, &half),
         "run B",
     );
     let want = parts(&clean, 1);
@@ -351,7 +350,8 @@ fn a_commit_killed_halfway_is_completed_by_the_next_run() {
         .arg(&b)
         .arg("-o")
         .arg(&ds)
-        .args(["-q", "--format", "parquet"])
+        .arg("-q")
+        .args(half)
         .env("MIMIC_FAULT_ABORT_COMMIT_AFTER", "2");
     let o = run_with_timeout(cmd, Duration::from_secs(120), "killed run");
     assert!(

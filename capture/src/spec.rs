@@ -321,6 +321,9 @@ impl CaptureSpec {
         // Space for the summary, held from the start: a capture that fills its disk still has
         // room to say what it wrote and lost. Released just before the summary is written.
         let reserve = SummaryReserve::create(dir)?;
+        // the key this run generates, removed again if it never captured: left behind, it
+        // would make the next capture into the directory ask for `--key`
+        let mut generated_key = None;
         let (key, key_origin) = match key_given {
             Some(k) => (
                 k,
@@ -341,6 +344,7 @@ impl CaptureSpec {
                     source,
                 })?;
                 k.save_new(&p)?;
+                generated_key = Some(p);
                 (k, "key generated for this capture".to_string())
             }
         };
@@ -362,7 +366,10 @@ impl CaptureSpec {
             source: src_text.clone(),
         }
         .to_text();
+        let started = Arc::new(AtomicBool::new(false));
+        let started_flag = started.clone();
         let on_ready: Box<dyn FnOnce() + Send> = Box::new(move || {
+            started_flag.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Err(e) = mimic_core::db::write_atomic(&ready, ready_text.as_bytes()) {
                 eprintln!(
                     "mimic capture: warning: could not write {}: {e}",
@@ -398,7 +405,17 @@ impl CaptureSpec {
             on_ready: Some(on_ready),
             probe: hooks.probe,
         };
-        let summary = run_capture(cfg)?;
+        let summary = match run_capture(cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(k) =
+                    generated_key.filter(|_| !started.load(std::sync::atomic::Ordering::SeqCst))
+                {
+                    let _ = std::fs::remove_file(k);
+                }
+                return Err(e.into());
+            }
+        };
         drop(reserve);
         if let Err(e) = write_summary(dir, &summary) {
             eprintln!("mimic capture: warning: {e}");

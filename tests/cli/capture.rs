@@ -1374,3 +1374,25 @@ fn a_file_source_that_is_not_a_file_says_what_it_is() {
     }
     assert!(!out.exists());
 }
+
+/// A capture that fails before capturing (an empty input) leaves no key behind: the next
+/// capture into the directory was refused ("capture.key exists from an earlier capture")
+/// unless given `--key`.
+#[test]
+fn a_capture_that_never_started_leaves_no_key() {
+    let dir = tempdir();
+    let empty = dir.path().join("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    let out = dir.path().join("cap");
+    let o = mimic()
+        .args(["capture", "-q", "--source"])
+        .arg(format!("pcap:{}", empty.display()))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_refused(&o, "empty.pcap: empty file");
+    assert!(!out.join("capture.key").exists());
+    capture_ok(&trace("web/zeek_http_bro.org.pcap"), &out, &["-q"]);
+    assert!(out.join("capture.key").exists());
+}

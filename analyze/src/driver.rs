@@ -32,8 +32,6 @@ pub enum AnalyzeError {
     Db(#[from] DbError),
     #[error(transparent)]
     Output(#[from] OutputError),
-    #[error("{0}: the output would overwrite an input")]
-    OutputIsInput(PathBuf),
     #[error("interrupted: nothing was written")]
     Interrupted,
     #[error("standard input (`-`) can be read only once")]
@@ -662,44 +660,37 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
 }
 
 /// Refuses an output that cannot be written or would replace an input, before any work is
-/// done: an input reached through another name (a symlink, a hard link, `./`) is the same file
-/// when it has the same device and inode, and the database's final rename would destroy it.
+/// done: a database output gets the checks every database output gets
+/// ([`mimic_core::db::check_db_output`]: an input under another name, a directory, a device,
+/// a capture, a missing directory); a Parquet dataset must be a directory, and no input.
 fn check_output(
     output: &Path,
     inputs: &[PathBuf],
     format: OutputFormat,
 ) -> Result<(), AnalyzeError> {
-    use std::os::unix::fs::MetadataExt;
-    let bad = |what: &str| {
-        AnalyzeError::Db(DbError::Io {
-            path: output.to_path_buf(),
-            source: std::io::Error::other(what.to_string()),
-        })
-    };
-    if let Ok(out) = std::fs::metadata(output) {
-        match format {
-            OutputFormat::Sqlite if out.is_dir() => return Err(bad("is a directory")),
-            OutputFormat::Parquet if !out.is_dir() => {
-                return Err(bad(
+    let inputs: Vec<&Path> = inputs
+        .iter()
+        .filter(|p| !is_stdin(p))
+        .map(PathBuf::as_path)
+        .collect();
+    match format {
+        OutputFormat::Sqlite => Ok(mimic_core::db::check_db_output(output, &inputs)?),
+        OutputFormat::Parquet => {
+            let io = |source| {
+                AnalyzeError::Db(DbError::Io {
+                    path: output.to_path_buf(),
+                    source,
+                })
+            };
+            if std::fs::metadata(output).is_ok_and(|m| !m.is_dir()) {
+                return Err(io(std::io::Error::other(
                     "exists and is not a directory (Parquet output is a directory)",
-                ))
+                )));
             }
-            _ => {}
-        }
-        for p in inputs.iter().filter(|p| !is_stdin(p)) {
-            if let Ok(m) = std::fs::metadata(p) {
-                if (m.dev(), m.ino()) == (out.dev(), out.ino()) {
-                    return Err(AnalyzeError::OutputIsInput(p.clone()));
-                }
-            }
+            mimic_core::db::refuse_an_input(output, &inputs)?;
+            mimic_core::db::check_output_dir(output).map_err(io)
         }
     }
-    mimic_core::db::check_output_dir(output).map_err(|source| {
-        AnalyzeError::Db(DbError::Io {
-            path: output.to_path_buf(),
-            source,
-        })
-    })
 }
 
 #[derive(Default)]

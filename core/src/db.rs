@@ -557,19 +557,12 @@ pub fn check_output_dir(dest: &Path) -> std::io::Result<()> {
 /// one of `inputs` under any name, a directory, a device or FIFO (a rename would replace
 /// `/dev/null` with a file), a capture, or one in a directory that does not exist.
 pub fn check_db_output(dest: &Path, inputs: &[&Path]) -> Result<(), DbError> {
-    use std::os::unix::fs::MetadataExt;
     let io = |source| DbError::Io {
         path: dest.to_path_buf(),
         source,
     };
+    refuse_an_input(dest, inputs)?;
     if let Ok(out) = std::fs::metadata(dest) {
-        for p in inputs {
-            if std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino())) {
-                return Err(DbError::OutputIsInput {
-                    path: p.to_path_buf(),
-                });
-            }
-        }
         if out.is_dir() {
             return Err(io(std::io::Error::other("is a directory")));
         }
@@ -582,6 +575,24 @@ pub fn check_db_output(dest: &Path, inputs: &[&Path]) -> Result<(), DbError> {
     check_output_dir(dest)
         .and_then(|_| refuse_replacing_a_capture(dest))
         .map_err(io)
+}
+
+/// Refuses an output `dest` that is one of `inputs` under any name (a symlink, a hard link,
+/// `./`: the same device and inode), which its final rename would destroy.
+pub fn refuse_an_input(dest: &Path, inputs: &[&Path]) -> Result<(), DbError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(dest) else {
+        return Ok(());
+    };
+    match inputs
+        .iter()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino())))
+    {
+        Some(p) => Err(DbError::OutputIsInput {
+            path: p.to_path_buf(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO

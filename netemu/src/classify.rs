@@ -186,24 +186,31 @@ pub struct IpNet {
 
 impl IpNet {
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let m = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix)
-                };
-                u32::from(n) & m == u32::from(a) & m
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let m = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix)
-                };
-                u128::from(n) & m == u128::from(a) & m
-            }
-            _ => false,
+        self.addr.is_ipv4() == ip.is_ipv4()
+            && masked(self.addr, self.prefix) == masked(ip, self.prefix)
+    }
+
+    /// The prefix as the set of addresses it holds: its address without the host bits
+    /// (`198.19.0.9/24` and `198.19.0.0/24` are one network).
+    pub fn network(self) -> IpNet {
+        IpNet {
+            addr: masked(self.addr, self.prefix),
+            prefix: self.prefix,
+        }
+    }
+}
+
+/// `a` with all but its first `prefix` bits cleared.
+#[inline]
+fn masked(a: IpAddr, prefix: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(a) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) & m).into())
         }
     }
 }

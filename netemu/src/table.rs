@@ -22,12 +22,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::classify::IpNet;
 use crate::config::PipeConfig;
 use crate::engine::{FlowRule, PipeTable, PrefixRule};
 use crate::units::quote;
@@ -100,22 +99,6 @@ fn pair(
     }
 }
 
-/// A prefix as the set of addresses it holds: its address without the host bits, and its
-/// length (`198.19.0.9/24` and `198.19.0.0/24` are one network).
-fn network(n: IpNet) -> (IpAddr, u8) {
-    let addr = match n.addr {
-        IpAddr::V4(a) => {
-            let mask = u32::MAX.checked_shl(32 - n.prefix as u32).unwrap_or(0);
-            IpAddr::V4((u32::from(a) & mask).into())
-        }
-        IpAddr::V6(a) => {
-            let mask = u128::MAX.checked_shl(128 - n.prefix as u32).unwrap_or(0);
-            IpAddr::V6((u128::from(a) & mask).into())
-        }
-    };
-    (addr, n.prefix)
-}
-
 /// toml's message for `e`: its own rendering (the line at fault, a caret under the column)
 /// where the line and the message are short enough to quote whole; else the line's number
 /// and column with the line and the message quoted by their heads, so that a file of one
@@ -182,7 +165,7 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
         }
         // the same two networks (host bits aside): prefixes are tried in order, so the later
         // entry would never be used; overlapping ones are the way to say "this, else that"
-        if let Some(j) = first_prefix.insert((network(r.client), network(r.server)), i) {
+        if let Some(j) = first_prefix.insert((r.client.network(), r.server.network()), i) {
             return Err(err(format!(
                 "[[prefix]] #{} and {what} both match client {} and server {}: prefixes are tried in order, so {what} would never be used (give each pair of networks one entry)",
                 j + 1,

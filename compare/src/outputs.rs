@@ -16,8 +16,7 @@ enum Staged {
     /// interrupted meanwhile.
     File {
         dest: PathBuf,
-        tmp: PathBuf,
-        _held: mimic_core::interrupt::TempOutput,
+        tmp: mimic_core::interrupt::TempOutput,
     },
     /// A device or FIFO (`/dev/null`, `/dev/stdout`): renaming over it would replace it, so it
     /// is written in place on commit, before any rename.
@@ -95,15 +94,15 @@ impl Outputs {
             });
             return Ok(());
         }
-        let tmp = mimic_core::db::temp_sibling(dest);
+        let tmp = mimic_core::interrupt::TempOutput::new(mimic_core::db::temp_sibling(dest));
+        let path = tmp.path().to_path_buf();
         // pushed first, so that a failure below still has it removed
         self.staged.push(Staged::File {
             dest: dest.to_path_buf(),
-            tmp: tmp.clone(),
-            _held: mimic_core::interrupt::TempOutput::new(&tmp),
+            tmp,
         });
         (|| {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = std::fs::File::create(&path)?;
             f.write_all(bytes)?;
             f.sync_all()
         })()
@@ -160,8 +159,8 @@ impl Outputs {
         let mut written = Vec::new();
         for s in &self.staged {
             match s {
-                Staged::File { dest, tmp, .. } => {
-                    std::fs::rename(tmp, dest).map_err(|e| io_error(dest, e))?;
+                Staged::File { dest, tmp } => {
+                    std::fs::rename(tmp.path(), dest).map_err(|e| io_error(dest, e))?;
                     written.push(dest.clone());
                 }
                 Staged::InPlace { dest, .. } => written.push(dest.clone()),
@@ -182,7 +181,7 @@ impl Drop for Outputs {
         // already), then the directories made for them, if nothing else went in
         for s in &self.staged {
             if let Staged::File { tmp, .. } = s {
-                let _ = std::fs::remove_file(tmp);
+                let _ = std::fs::remove_file(tmp.path());
             }
         }
         for d in &self.made_dirs {

@@ -202,10 +202,9 @@ pub struct AtomicDb {
     syncer: Option<Syncer>,
     /// File size at the last request to the syncer.
     synced_len: u64,
-    tmp: PathBuf,
+    /// The temporary file, removed if the process is interrupted meanwhile.
+    tmp: crate::interrupt::TempOutput,
     dest: PathBuf,
-    /// Removes `tmp` if the process is interrupted meanwhile.
-    _held: crate::interrupt::TempOutput,
 }
 
 /// Bytes written between background syncs of a database being written.
@@ -264,16 +263,16 @@ impl AtomicDb {
                 source,
             })?;
         remove_stale_temp_siblings(&dest);
-        let tmp = temp_sibling(&dest);
-        let _ = std::fs::remove_file(&tmp);
-        let held = crate::interrupt::TempOutput::new(&tmp);
+        let held = crate::interrupt::TempOutput::new(temp_sibling(&dest));
+        let tmp = held.path();
+        let _ = std::fs::remove_file(tmp);
         let sq = |source| DbError::Sqlite {
             path: dest.clone(),
             source,
         };
         skip_memory_statistics();
         let setup = || -> Result<Connection, rusqlite::Error> {
-            let conn = Connection::open(&tmp)?;
+            let conn = Connection::open(tmp)?;
             // The temporary file is private to this run: trade durability for speed until
             // commit. Large pages: fewer b-tree pages to balance during bulk loads.
             conn.execute_batch("PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;")?;
@@ -290,15 +289,15 @@ impl AtomicDb {
         let conn = match setup() {
             Ok(conn) => conn,
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
+                let _ = std::fs::remove_file(tmp);
                 return Err(sq(e));
             }
         };
-        let file = match std::fs::File::open(&tmp) {
+        let file = match std::fs::File::open(tmp) {
             Ok(f) => f,
             Err(source) => {
                 drop(conn);
-                let _ = std::fs::remove_file(&tmp);
+                let _ = std::fs::remove_file(tmp);
                 return Err(DbError::Io { path: dest, source });
             }
         };
@@ -307,9 +306,8 @@ impl AtomicDb {
             file,
             syncer: None,
             synced_len: 0,
-            tmp,
+            tmp: held,
             dest,
-            _held: held,
         })
     }
 
@@ -362,10 +360,10 @@ impl AtomicDb {
                 source,
             })
             .and_then(|()| self.file.sync_all().map_err(io))
-            .and_then(|()| std::fs::rename(&self.tmp, &dest).map_err(io));
+            .and_then(|()| std::fs::rename(self.tmp.path(), &dest).map_err(io));
         if done.is_err() {
             // a database that cannot take its name is not left behind under the temporary one
-            let _ = std::fs::remove_file(&self.tmp);
+            let _ = std::fs::remove_file(self.tmp.path());
         }
         done.map(|()| dest)
     }
@@ -374,7 +372,7 @@ impl AtomicDb {
 impl Drop for AtomicDb {
     fn drop(&mut self) {
         if self.conn.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
+            let _ = std::fs::remove_file(self.tmp.path());
         }
     }
 }
@@ -607,8 +605,8 @@ pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()>
             .open(dest)?
             .write_all(bytes);
     }
-    let tmp = temp_sibling(dest);
-    let _held = crate::interrupt::TempOutput::new(&tmp);
+    let held = crate::interrupt::TempOutput::new(temp_sibling(dest));
+    let tmp = held.path();
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

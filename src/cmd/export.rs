@@ -197,11 +197,9 @@ impl Error {
 /// FIFO (`-o /dev/null`, `-o /dev/stdout`) is written in place: renaming over it would replace it.
 struct AtomicFile {
     out: Option<BufWriter<File>>,
-    /// None when writing in place.
-    tmp: Option<PathBuf>,
+    /// None when writing in place; removed if the process is interrupted meanwhile.
+    tmp: Option<mimic_core::interrupt::TempOutput>,
     dest: PathBuf,
-    /// Removes `tmp` if the process is interrupted meanwhile.
-    _held: Option<mimic_core::interrupt::TempOutput>,
 }
 
 impl AtomicFile {
@@ -209,12 +207,11 @@ impl AtomicFile {
         let (f, tmp) = if mimic_core::db::is_special_file(dest) {
             (File::options().write(true).open(dest)?, None)
         } else {
-            let tmp = mimic_core::db::temp_sibling(dest);
-            (File::create(&tmp)?, Some(tmp))
+            let tmp = mimic_core::interrupt::TempOutput::new(mimic_core::db::temp_sibling(dest));
+            (File::create(tmp.path())?, Some(tmp))
         };
         Ok(AtomicFile {
             out: Some(BufWriter::with_capacity(1 << 16, f)),
-            _held: tmp.as_ref().map(mimic_core::interrupt::TempOutput::new),
             tmp,
             dest: dest.to_path_buf(),
         })
@@ -230,7 +227,7 @@ impl AtomicFile {
         if let Some(tmp) = &self.tmp {
             f.sync_all()?;
             drop(f);
-            std::fs::rename(tmp, &self.dest)?;
+            std::fs::rename(tmp.path(), &self.dest)?;
         }
         Ok(())
     }
@@ -240,8 +237,8 @@ impl Drop for AtomicFile {
     fn drop(&mut self) {
         // not committed (or the rename failed): leave nothing half-written behind
         if let Some(tmp) = &self.tmp {
-            if self.out.take().is_some() || tmp.exists() {
-                let _ = std::fs::remove_file(tmp);
+            if self.out.take().is_some() || tmp.path().exists() {
+                let _ = std::fs::remove_file(tmp.path());
             }
         }
     }

@@ -608,13 +608,13 @@ pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()>
     let held = crate::interrupt::TempOutput::new(temp_sibling(dest));
     let tmp = held.path();
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::File::create(tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, dest)
+        std::fs::rename(tmp, dest)
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(tmp);
     }
     result
 }

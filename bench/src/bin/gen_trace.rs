@@ -7,48 +7,93 @@
 //! to one second). Checksums are left as they were (no peer in the benchmark verifies them).
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
+use clap::Parser;
 use mimic_core::packet::LinkType;
 use mimic_core::trace::TraceReader;
 use pcap_parser::{LegacyPcapBlock, Linktype, PcapHeader, ToVec};
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut out: Option<PathBuf> = None;
-    let mut loops = 1u32;
-    let mut inputs = Vec::new();
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--out" => out = args.next().map(PathBuf::from),
-            "--loops" => loops = args.next().and_then(|v| v.parse().ok()).expect("--loops N"),
-            _ => inputs.push(PathBuf::from(a)),
+/// Builds a large many-connection benchmark trace by looping real captures (Ethernet frames
+/// only; every loop's addresses rewritten so its connections are distinct).
+#[derive(Parser)]
+#[command(name = "gen-trace")]
+struct Args {
+    /// The pcap file to write (replaced atomically: written beside it, then renamed)
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// How many times each trace is replayed
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=65535))]
+    loops: u32,
+    /// The captures to loop (pcap or pcapng; a file that cannot be read is skipped and named)
+    #[arg(required = true, value_name = "TRACE")]
+    traces: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let tmp = args.out.with_extension("pcap.tmp");
+    match write(&args, &tmp) {
+        Ok(frames) => {
+            if let Err(e) = std::fs::rename(&tmp, &args.out) {
+                let _ = std::fs::remove_file(&tmp);
+                eprintln!(
+                    "gen-trace: cannot rename {} to {}: {e}",
+                    tmp.display(),
+                    args.out.display()
+                );
+                return ExitCode::FAILURE;
+            }
+            eprintln!("wrote {frames} frames to {}", args.out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            eprintln!("gen-trace: {e}");
+            ExitCode::FAILURE
         }
     }
-    let out = out.expect("--out FILE");
-    if inputs.is_empty() || loops == 0 || loops > 65535 {
-        eprintln!("usage: gen-trace --out FILE --loops N(1..65535) TRACE...");
-        std::process::exit(2);
-    }
-    let mut w =
-        BufWriter::with_capacity(1 << 20, std::fs::File::create(&out).expect("create output"));
+}
+
+/// Writes the looped trace to `tmp`; the number of frames written.
+fn write(args: &Args, tmp: &Path) -> Result<u64, String> {
+    let io = |e: std::io::Error| format!("writing {}: {e}", tmp.display());
+    let file = std::fs::File::create(tmp).map_err(io)?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
     let mut hdr = PcapHeader::new();
     hdr.network = Linktype::ETHERNET;
     hdr.snaplen = 262_144;
-    w.write_all(&hdr.to_vec_raw().expect("header")).unwrap();
+    w.write_all(&hdr.to_vec_raw().expect("a pcap header serializes"))
+        .map_err(io)?;
     let mut clock: i64 = 1_600_000_000_000_000_000;
     let mut frames = 0u64;
-    for k in 0..loops {
-        for path in &inputs {
+    let mut readable = 0usize;
+    for k in 0..args.loops {
+        for path in &args.traces {
             let mut r = match TraceReader::open(path) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("skipping {e}");
+                    if k == 0 {
+                        eprintln!("gen-trace: skipping {e}");
+                    }
                     continue;
                 }
             };
+            readable += usize::from(k == 0);
             let mut prev: Option<i64> = None;
-            while let Ok(Some(f)) = r.next_frame() {
+            loop {
+                let f = match r.next_frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => {
+                        if k == 0 {
+                            eprintln!("gen-trace: {}: the rest skipped: {e}", path.display());
+                        }
+                        break;
+                    }
+                };
                 if f.link != LinkType::Ethernet {
                     continue;
                 }
@@ -67,14 +112,18 @@ fn main() {
                     origlen: f.wire_len.max(data.len() as u32),
                     data: &data,
                 };
-                w.write_all(&block.to_vec_raw().expect("record")).unwrap();
+                w.write_all(&block.to_vec_raw().expect("a pcap record serializes"))
+                    .map_err(io)?;
                 frames += 1;
             }
             clock += 1_000_000;
         }
     }
-    w.flush().unwrap();
-    eprintln!("wrote {} frames to {}", frames, out.display());
+    if readable == 0 {
+        return Err("none of the traces could be read".into());
+    }
+    w.flush().map_err(io)?;
+    Ok(frames)
 }
 
 /// XORs bytes 1–2 of IPv4 addresses (2–3 of IPv6) with `k`, after any VLAN tags.

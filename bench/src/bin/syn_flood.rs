@@ -9,48 +9,75 @@
 //! valid IPv4 and TCP checksums.
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use clap::Parser;
 use pcap_parser::{LegacyPcapBlock, Linktype, PcapHeader, ToVec};
 
-fn usage() -> ! {
-    eprintln!("usage: syn-flood --out FILE --count N [--rate SYN_PER_S] [--retries R]");
-    std::process::exit(2);
+/// Writes a SYN scan nobody answers (one attempt per distinct source) for the analyzer's
+/// memory bound.
+#[derive(Parser)]
+#[command(name = "syn-flood")]
+struct Args {
+    /// The pcap file to write (written beside it, then renamed)
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Connection attempts (distinct sources; at most 60,000 ports x 131,072 addresses)
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=60_000 * 131_072))]
+    count: u64,
+    /// SYNs per second
+    #[arg(long, value_name = "SYN_PER_S", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    rate: u64,
+    /// Resend every SYN this many more times, 1 s apart
+    #[arg(long, value_name = "R", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=8))]
+    retries: u32,
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut out: Option<PathBuf> = None;
-    let mut count: Option<u64> = None;
-    let mut rate = 100_000u64;
-    let mut retries = 0u32;
-    while let Some(a) = args.next() {
-        let mut num = || args.next().and_then(|v| v.parse::<u64>().ok());
-        match a.as_str() {
-            "--out" => out = args.next().map(PathBuf::from),
-            "--count" => count = Some(num().unwrap_or_else(|| usage())),
-            "--rate" => rate = num().filter(|&r| r > 0).unwrap_or_else(|| usage()),
-            "--retries" => retries = num().filter(|&r| r <= 8).unwrap_or_else(|| usage()) as u32,
-            _ => usage(),
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let tmp = args.out.with_extension("pcap.tmp");
+    let res = write(&args, &tmp)
+        .map_err(|e| format!("writing {}: {e}", tmp.display()))
+        .and_then(|frames| {
+            std::fs::rename(&tmp, &args.out)
+                .map(|()| frames)
+                .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), args.out.display()))
+        });
+    match res {
+        Ok(frames) => {
+            eprintln!(
+                "wrote {frames} SYNs ({} connections) to {}",
+                args.count,
+                args.out.display()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            eprintln!("syn-flood: {e}");
+            std::process::ExitCode::FAILURE
         }
     }
-    let (Some(out), Some(count)) = (out, count) else {
-        usage()
-    };
-    // 60,000 ports per source address, 131,072 addresses in 198.18.0.0/15
-    if count == 0 || count > 60_000 * 131_072 {
-        usage();
-    }
-    let tmp = out.with_extension("tmp");
-    let file = std::fs::File::create(&tmp).unwrap_or_else(|e| {
-        eprintln!("syn-flood: cannot create {}: {e}", tmp.display());
-        std::process::exit(1)
-    });
-    let mut w = BufWriter::with_capacity(1 << 20, file);
+}
+
+/// Writes the scan to `tmp`; the number of frames written.
+fn write(
+    &Args {
+        count,
+        rate,
+        retries,
+        ..
+    }: &Args,
+    tmp: &Path,
+) -> std::io::Result<u64> {
+    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(tmp)?);
     let mut hdr = PcapHeader::new();
     hdr.network = Linktype::ETHERNET;
     hdr.snaplen = 65_535;
-    w.write_all(&hdr.to_vec_raw().expect("header")).unwrap();
+    w.write_all(&hdr.to_vec_raw().expect("a pcap header serializes"))?;
     let start: i64 = 1_700_000_000_000_000_000;
     let gap = 1_000_000_000 / rate as i64;
     let mut frame = [0u8; 74];
@@ -76,17 +103,12 @@ fn main() {
                 origlen: frame.len() as u32,
                 data: &frame,
             };
-            w.write_all(&block.to_vec_raw().expect("record")).unwrap();
+            w.write_all(&block.to_vec_raw().expect("a pcap record serializes"))?;
             frames += 1;
         }
     }
-    w.flush().unwrap();
-    drop(w);
-    std::fs::rename(&tmp, &out).unwrap();
-    eprintln!(
-        "wrote {frames} SYNs ({count} connections) to {}",
-        out.display()
-    );
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(frames)
 }
 
 /// Fills `f` with SYN number `i` (its `r`-th retransmission).

@@ -44,12 +44,51 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
         }
         unsafe { libc::CPU_SET(c, &mut set) };
     }
+    // the kernel ignores CPUs of the list that are offline or absent, and refuses the list
+    // with a bare EINVAL only when none is left: name the ones that cannot be used
+    let online = online_cpus();
+    if let Some(on) = &online {
+        let absent: Vec<usize> = cpus.iter().copied().filter(|c| !on.contains(c)).collect();
+        if !absent.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} {} {} not online on this machine (online: {})",
+                    if absent.len() == 1 { "CPU" } else { "CPUs" },
+                    format_list(&absent),
+                    if absent.len() == 1 { "is" } else { "are" },
+                    format_list(on)
+                ),
+            ));
+        }
+    }
     // SAFETY: pid 0 is the calling thread; the set is initialised.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if r != 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            // online but outside this process's cpuset (a container or a cgroup's limit)
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "CPU {} is outside the CPUs this process's cgroup allows{}",
+                    format_list(cpus),
+                    allowed_cpus()
+                        .map(|a| format!(" (it runs on {})", format_list(&a)))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        return Err(e);
     }
     Ok(())
+}
+
+/// The CPUs online on this machine (`/sys/devices/system/cpu/online`), or `None` where that
+/// cannot be read.
+pub fn online_cpus() -> Option<Vec<usize>> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    parse_list(s.trim()).ok()
 }
 
 /// Parses a CPU list: comma-separated CPU numbers and ranges, e.g. `0`, `0,2-3`.
@@ -492,6 +531,25 @@ fn busy_ticks(stat: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinning_to_a_cpu_that_is_not_online_names_it() {
+        let online = online_cpus().expect("/sys/devices/system/cpu/online is readable");
+        let beyond = online.iter().max().unwrap() + 1;
+        // refused before the thread's affinity changes
+        let e = pin_current_thread(&[beyond]).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("CPU {beyond} is not online")) && e.contains("online: "),
+            "{e}"
+        );
+        let e = pin_current_thread(&[online[0], beyond, beyond + 1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("CPUs {}-{} are not online", beyond, beyond + 1)),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_thread_counts_its_own_page_faults() {

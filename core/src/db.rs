@@ -270,6 +270,16 @@ impl AtomicDb {
             path: dest.clone(),
             source,
         };
+        // made here rather than by SQLite, whose "unable to open database file" would hide
+        // why (a read-only file system, a directory without write permission); SQLite takes an
+        // empty file as a new database
+        if let Err(source) = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+        {
+            return Err(DbError::Io { path: dest, source });
+        }
         skip_memory_statistics();
         let setup = || -> Result<Connection, rusqlite::Error> {
             let conn = Connection::open(tmp)?;

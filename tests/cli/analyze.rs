@@ -1455,3 +1455,29 @@ fn a_corrupt_record_is_skipped_and_the_rest_analyzed() {
         );
     }
 }
+
+/// An output on a read-only file system is refused naming the cause (SQLite's own words were
+/// "unable to open database file"), for SQLite and Parquet alike. The file system is a
+/// read-only tmpfs in a mount namespace of its own (`unshare -rm`, no root needed).
+#[test]
+fn an_output_on_a_read_only_file_system_names_the_cause() {
+    let unshare = require_tool("unshare");
+    let d = tempdir();
+    let ro = d.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let input = trace_or("web/ndpi_netflix.pcap", "web/pcapplusplus_example.pcap");
+    for (out, format) in [("x.db", "sqlite"), ("x", "parquet")] {
+        let script = format!(
+            "mount -t tmpfs -o ro tmpfs '{}' && exec '{}' analyze '{}' -o '{}/{out}' --format {format}",
+            ro.display(),
+            mimic_bin().display(),
+            input.display(),
+            ro.display()
+        );
+        let o = Command::new(&unshare)
+            .args(["-rm", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_refused(&o, "Read-only file system");
+    }
+}

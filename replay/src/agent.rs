@@ -174,6 +174,40 @@ fn unix_ns(t: SystemTime) -> i64 {
     }
 }
 
+/// Checks that every source address an agent was given is an address of this host (assigned,
+/// or inside a local route such as `ip route add local 198.19.32.0/19 dev lo`): the kernel
+/// refuses to bind any other, so a connection from one would fail only when the replay opens it.
+pub fn check_local(addrs: &[Ipv4Addr]) -> Result<(), String> {
+    let mut foreign = Vec::new();
+    let mut count = 0usize;
+    for &a in addrs {
+        match std::net::UdpSocket::bind(SocketAddrV4::new(a, 0)) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+                count += 1;
+                if foreign.len() < 3 {
+                    foreign.push(a.to_string());
+                }
+            }
+            Err(e) => return Err(format!("--client-addr {a}: binding it: {e}")),
+        }
+    }
+    if count == 0 {
+        return Ok(());
+    }
+    let more = if count > foreign.len() {
+        format!(" and {} more", count - foreign.len())
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "--client-addr: {}{more} {} not an address of this host (assign it, e.g. `ip addr add {}/32 dev lo`, or route its prefix here with `ip route add local PREFIX dev lo`, and route replies to it back through the network emulator)",
+        foreign.join(", "),
+        if count == 1 { "is" } else { "are" },
+        foreign[0]
+    ))
+}
+
 /// Now on the wall clock, in ns since the Unix epoch (what `start` takes).
 pub fn now_unix_ns() -> i64 {
     unix_ns(SystemTime::now())
@@ -470,6 +504,23 @@ impl AgentClient {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn source_addresses_must_be_local() {
+        check_local(&["127.0.0.1".parse().unwrap(), "127.3.2.1".parse().unwrap()]).unwrap();
+        // TEST-NET-2 and -3 (this machine's own network is in TEST-NET-1)
+        let e = check_local(&[
+            "127.0.0.1".parse().unwrap(),
+            "198.51.100.77".parse().unwrap(),
+            "203.0.113.9".parse().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("198.51.100.77, 203.0.113.9 are not an address of this host")
+                && e.contains("ip addr add 198.51.100.77/32 dev lo"),
+            "{e} (net.ipv4.ip_nonlocal_bind must be 0 here)"
+        );
+    }
+
     use super::*;
     use crate::preamble::Preamble;
     use crate::workload::{Close, ExchangeSpec};

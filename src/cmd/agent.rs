@@ -58,6 +58,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 /// Runs the agent `a` describes until SIGINT, SIGTERM or a control `shutdown`.
 pub fn run_spec(a: AgentSpec) -> anyhow::Result<ExitCode> {
     let addrs = a.addresses().map_err(anyhow::Error::msg)?;
+    agent::check_local(&addrs).map_err(anyhow::Error::msg)?;
     let tls = RoleTls::load(&a.pki, agent::ROLE)?;
     let listener = Listener::bind(&a.control)
         .with_context(|| format!("binding control channel {}", a.control))?;
@@ -71,14 +72,12 @@ pub fn run_spec(a: AgentSpec) -> anyhow::Result<ExitCode> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, exit.clone())
         .context("installing a SIGINT handler")?;
     let n = addrs.len();
+    let bound = super::bound_control(&listener, &a.control);
     let server = Agent::new(addrs, a.timer_cpus.clone(), exit.clone())
         .spawn(listener, tls, stop.clone())
         .context("starting the control channel")?;
     if !crate::progress::quiet() {
-        eprintln!(
-            "mimic agent: serving the control channel on {} with {n} client addresses",
-            a.control
-        );
+        eprintln!("mimic agent: serving the control channel on {bound} with {n} client addresses");
     }
     while !exit.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));

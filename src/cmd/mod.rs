@@ -116,3 +116,14 @@ pub(crate) fn parse_role_args(args: Vec<std::ffi::OsString>) -> crate::Command {
         Err(e) => panic!("`mimic {line}` does not parse: {e}"),
     }
 }
+
+/// The control channel a bound listener serves, as the user can reach it: `tcp:HOST:0` asks the
+/// kernel for a port, and the line a role prints on start must say which one it got.
+pub(crate) fn bound_control(
+    listener: &mimic_control::Listener,
+    asked: &mimic_control::ControlAddr,
+) -> String {
+    listener
+        .local_addr()
+        .map_or_else(|_| asked.to_string(), |a| a.to_string())
+}

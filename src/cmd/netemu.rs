@@ -659,6 +659,7 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
     // then the process enters the lab's emu namespace for the datapath.
     let listener = control::Listener::bind(&addr)
         .with_context(|| format!("binding control channel {addr}"))?;
+    let bound = super::bound_control(&listener, &addr);
     let metrics = metrics.map(mimic_metrics::bind).transpose()?;
     if let Some(i) = &info {
         if !mimic_netemu::netns::exists(&i.ns_emu) {
@@ -701,7 +702,7 @@ fn run_emulator(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
             .name("netemu-control".into())
             .spawn(move || control::serve(listener, tls, jtx, waker, stop))?
     };
-    eprintln!("mimic: netemu bridging {cif} <-> {sif}; control {addr}");
+    eprintln!("mimic: netemu bridging {cif} <-> {sif}; control {bound}");
     let dpt = std::thread::Builder::new()
         .name("netemu-datapath".into())
         .spawn(move || dp.run(engine, jrx, waker, Some(signal_fd)))?;
@@ -762,6 +763,7 @@ fn run_kernel_router(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
     let router = Arc::new(std::sync::Mutex::new(router));
     let listener = control::Listener::bind(&addr)
         .with_context(|| format!("binding control channel {addr}"))?;
+    let bound = super::bound_control(&listener, &addr);
     let stop = Arc::new(AtomicBool::new(false));
     let ctl = {
         let (stop, router) = (stop.clone(), router.clone());
@@ -770,7 +772,7 @@ fn run_kernel_router(spec: EmulatorSpec) -> anyhow::Result<ExitCode> {
             .spawn(move || control::serve_kernel(listener, tls, router, stop))?
     };
     eprintln!(
-        "mimic: netemu kernel pipes (netem, kernel {}) on {cif} (downstream) and {sif} (upstream){}; control {addr}",
+        "mimic: netemu kernel pipes (netem, kernel {}) on {cif} (downstream) and {sif} (upstream){}; control {bound}",
         info.kernel,
         if info.forced { "; a foreign root qdisc was replaced (--force)" } else { "" }
     );

@@ -129,6 +129,11 @@ pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
         let listener =
             server::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        // the control channel as bound (said below, once the signals are handled)
+        let ctl_at = ctl_listener
+            .as_ref()
+            .zip(a.control.as_ref())
+            .map(|(l, addr)| super::bound_control(l, addr));
         let ctl = match (ctl_listener, tls) {
             (Some(l), Some(tls)) => Some(
                 control::spawn(
@@ -152,6 +157,19 @@ pub fn run_spec(a: ServeSpec) -> anyhow::Result<ExitCode> {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
             let _ = tx.send(true);
         });
+        if !crate::progress::quiet() {
+            // the bound addresses (a port 0 asks the kernel for one, which the user must
+            // learn), said once a SIGTERM right after the line stops cleanly
+            let at = listener
+                .local_addr()
+                .map_or_else(|_| a.listen.to_string(), |l| l.to_string());
+            match &ctl_at {
+                Some(c) => eprintln!(
+                    "mimic serve: serving replayed connections on {at}; control channel on {c}"
+                ),
+                None => eprintln!("mimic serve: serving replayed connections on {at}"),
+            }
+        }
         let fin = server::serve_allowed(listener, stats, allow, stop_rx).await;
         if let Some(c) = ctl {
             c.stop();

@@ -93,6 +93,8 @@ pub struct CaptureFetch {
 pub enum ServiceError {
     #[error("no interface of this host holds the listen address {0}: start `mimic serve` with --capture-iface IF")]
     NoIface(IpAddr),
+    #[error("--capture-iface {0}: no such network interface on this host (`ip link` lists them)")]
+    NoSuchIface(String),
     #[error("no capture is running or stopped here (capture_start first)")]
     NoCapture,
     #[error("the capture is still running (capture_stop first)")]
@@ -111,6 +113,15 @@ pub enum ServiceError {
     },
     #[error(transparent)]
     Capture(#[from] CaptureRunError),
+}
+
+/// Whether `name` is a network interface of this network namespace.
+fn iface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ServiceError {
@@ -163,6 +174,13 @@ impl CaptureService {
         source: Option<SourceSpec>,
         root: Option<PathBuf>,
     ) -> Result<CaptureService, ServiceError> {
+        // checked now: the capture starts only when a replay asks for it, over the control
+        // channel, and a misspelt interface would fail that replay rather than this command
+        if let Some(SourceSpec::Iface(name)) = &source {
+            if !iface_exists(name) {
+                return Err(ServiceError::NoSuchIface(name.clone()));
+            }
+        }
         let (root, own_root) = match root {
             Some(r) => (r, false),
             None => (
@@ -739,5 +757,25 @@ mod tests {
         .unwrap();
         let e = s.start().unwrap_err().to_string();
         assert!(e.contains("--capture-iface"), "{e}");
+        // a named interface that does not exist is refused when serve starts, not when a
+        // replay asks for the capture
+        let e = CaptureService::new(
+            "127.0.0.1:80".parse().unwrap(),
+            Some("nosuchif0".into()),
+            Some(tmp.path().join("c")),
+        )
+        .err()
+        .expect("an interface that does not exist is refused")
+        .to_string();
+        assert!(
+            e.contains("--capture-iface nosuchif0: no such network interface"),
+            "{e}"
+        );
+        CaptureService::new(
+            "127.0.0.1:80".parse().unwrap(),
+            Some("lo".into()),
+            Some(tmp.path().join("c")),
+        )
+        .unwrap();
     }
 }

@@ -305,8 +305,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Cmd::Status { name, json } => {
             let st = lab::status(&name)?;
+            // nothing of it anywhere: a name mistyped, or a lab already down
+            let nothing = !st.namespaces.iter().any(|n| n.1)
+                && !st.info.runtime_dir.exists()
+                && st.hosts.iter().all(|h| h.guest.is_none())
+                && matches!(st.owner, lab::Ownership::None)
+                && st.netemu_pid.is_none();
             if json {
                 println!("{}", serde_json::to_string_pretty(&st)?);
+            } else if nothing {
+                println!(
+                    "lab {}: not up, nothing of it exists (`mimic lab list` names the labs on this host)",
+                    st.name
+                );
             } else {
                 println!(
                     "lab {}: {}, {}",

@@ -650,3 +650,25 @@ fn backends_are_named_by_emulator_or_by_tool() {
         "`pf` is not a backend (netem or dummynet; tc and ipfw are their aliases)",
     );
 }
+
+/// `lab status` of a lab of which nothing exists (a mistyped name, or one already down) says so
+/// in one line and exits 1, instead of listing every namespace and interface as missing.
+#[test]
+fn the_status_of_a_lab_that_does_not_exist_is_one_line() {
+    let name = format!("nolab{}", std::process::id() % 100_000);
+    let o = run(&["lab", "status", &name]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "lab {name}: not up, nothing of it exists (`mimic lab list` names the labs on this host)"
+        ),
+        "{out}"
+    );
+    // the JSON form keeps every field for scripts
+    let o = run(&["lab", "status", &name, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["up"], false);
+}

@@ -24,8 +24,10 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
+use rustls::client::danger::ServerCertVerifier;
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
@@ -320,6 +322,22 @@ fn roots(dir: &Path) -> Result<Arc<RootCertStore>, PkiError> {
     Ok(Arc::new(roots))
 }
 
+/// `dir/file` fails the check the other end of the channel makes of it.
+fn not_trusted(dir: &Path, file: &str, e: rustls::Error) -> PkiError {
+    use rustls::CertificateError as C;
+    let why = match &e {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => format!(
+            "not signed by the CA in {} (the files come from different `mimic pki init` runs: copy ca.crt and this host's certificate and key from one)",
+            dir.join("ca.crt").display()
+        ),
+        rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            format!("names another role (the other end would refuse it): {e}")
+        }
+        _ => format!("would be refused by the other end of the channel: {e}"),
+    };
+    file_err(&dir.join(file), why)
+}
+
 /// A role's side of the channel: its certificate and key, and the CA that must have signed
 /// the controller's certificate.
 #[derive(Clone)]
@@ -335,6 +353,15 @@ impl RoleTls {
         let roots = roots(dir)?;
         let certs = load_certs(dir, &format!("{role}.crt"))?;
         let key = load_key(dir, &format!("{role}.key"))?;
+        // what the controller will check at every handshake, checked now: a certificate from
+        // another `pki init` (or another role's) would fail only when a replay dials this host
+        let own = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+            .build()
+            .map_err(|e| PkiError::Invalid(format!("{}: {e}", dir.join("ca.crt").display())))?;
+        let name = ServerName::try_from(role.to_string())
+            .map_err(|e| PkiError::Invalid(format!("role {role:?}: {e}")))?;
+        own.verify_server_cert(&certs[0], &certs[1..], &name, &[], UnixTime::now())
+            .map_err(|e| not_trusted(dir, &format!("{role}.crt"), e))?;
         let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider())
             .build()
             .map_err(|e| PkiError::Invalid(format!("{}: {e}", dir.join("ca.crt").display())))?;
@@ -375,7 +402,16 @@ pub struct ControllerTls {
 impl ControllerTls {
     /// Loads `ca.crt`, `controller.crt` and `controller.key` from `dir`.
     pub fn load(dir: &Path) -> Result<ControllerTls, PkiError> {
-        Self::load_identity(dir, CONTROLLER)
+        let tls = Self::load_identity(dir, CONTROLLER)?;
+        // the roles check this at every handshake: checked now, so that a certificate from
+        // another `pki init` is named before anything starts
+        let certs = load_certs(dir, &format!("{CONTROLLER}.crt"))?;
+        WebPkiClientVerifier::builder_with_provider(roots(dir)?, provider())
+            .build()
+            .map_err(|e| PkiError::Invalid(format!("{}: {e}", dir.join("ca.crt").display())))?
+            .verify_client_cert(&certs[0], &certs[1..], UnixTime::now())
+            .map_err(|e| not_trusted(dir, &format!("{CONTROLLER}.crt"), e))?;
+        Ok(tls)
     }
 
     /// Loads `ca.crt`, `STEM.crt` and `STEM.key` from `dir`: a controller that shows that

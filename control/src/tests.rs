@@ -357,11 +357,13 @@ fn a_controller_with_a_key_from_another_pki_is_refused() {
     assert!(e.contains("not signed by this PKI's CA"), "{e}");
 
     // the same CA as the role trusts, but the certificate and key of another PKI's
-    // controller: the role refuses it
+    // controller: the role refuses it (`load` itself refuses such files: `load_identity`
+    // takes them, as a controller built another way could show them)
     std::fs::copy(d.path().join("ca.crt"), other.path().join("ca.crt")).unwrap();
+    assert!(ControllerTls::load(other.path()).is_err());
     let e = auth_error(Client::connect(
         &role.addr,
-        &ControllerTls::load(other.path()).unwrap(),
+        &ControllerTls::load_identity(other.path(), "controller").unwrap(),
         "netemu",
     ));
     assert!(e.contains("refused our certificate"), "{e}");
@@ -553,4 +555,32 @@ fn a_call_the_role_does_not_answer_in_time_fails_and_closes_the_connection() {
         "nothing ran after the timeout"
     );
     role.still_serves(d.path());
+}
+
+/// A host given the CA of one `pki init` and its certificate from another fails when it starts,
+/// naming the mix-up, rather than at the first handshake of a replay; so does a role given
+/// another role's certificate.
+#[test]
+fn files_of_two_pki_runs_are_refused_when_loaded() {
+    let a = pki_dir();
+    let b = pki_dir();
+    std::fs::copy(b.path().join("ca.crt"), a.path().join("ca.crt")).unwrap();
+    for e in [
+        RoleTls::load(a.path(), "agent").err().unwrap().to_string(),
+        ControllerTls::load(a.path()).err().unwrap().to_string(),
+    ] {
+        assert!(
+            e.contains("not signed by the CA in") && e.contains("different `mimic pki init` runs"),
+            "{e}"
+        );
+    }
+    let c = pki_dir();
+    for (from, to) in [("serve.crt", "agent.crt"), ("serve.key", "agent.key")] {
+        std::fs::copy(c.path().join(from), c.path().join(to)).unwrap();
+    }
+    let e = RoleTls::load(c.path(), "agent").err().unwrap().to_string();
+    assert!(e.contains("agent.crt: names another role"), "{e}");
+    // the files of one run still load
+    RoleTls::load(b.path(), "agent").unwrap();
+    ControllerTls::load(b.path()).unwrap();
 }

@@ -592,9 +592,12 @@ mod tests {
         let other = tmp.path().join("other");
         mimic_control::pki::init(&other, &Default::default()).unwrap();
         std::fs::copy(pki.join("ca.crt"), other.join("ca.crt")).unwrap();
-        let e = AgentClient::connect(&addr, &ControllerTls::load(&other).unwrap())
-            .err()
-            .expect("a controller from another PKI is refused");
+        let e = AgentClient::connect(
+            &addr,
+            &ControllerTls::load_identity(&other, "controller").unwrap(),
+        )
+        .err()
+        .expect("a controller from another PKI is refused");
         assert!(matches!(e, ControlError::Auth { .. }), "{e}");
 
         let mut c = AgentClient::connect(&addr, &ControllerTls::load(&pki).unwrap()).unwrap();

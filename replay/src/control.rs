@@ -463,9 +463,12 @@ mod tests {
         let other = tmp.path().join("other");
         mimic_control::pki::init(&other, &Default::default()).unwrap();
         std::fs::copy(pki.join("ca.crt"), other.join("ca.crt")).unwrap();
-        let e = ServeClient::connect(&ctl_addr, &ControllerTls::load(&other).unwrap())
-            .err()
-            .expect("refused");
+        let e = ServeClient::connect(
+            &ctl_addr,
+            &ControllerTls::load_identity(&other, "controller").unwrap(),
+        )
+        .err()
+        .expect("refused");
         assert!(matches!(e, ControlError::Auth { .. }), "{e}");
         assert_eq!(allow.ranges(), Some(vec![]));
 

@@ -477,6 +477,148 @@ impl Output {
     }
 }
 
+/// What became of a `….pcapng.part` that a capture killed before closing it left behind.
+#[derive(Debug)]
+pub enum LeftPart {
+    /// Cut to its last whole block and renamed to its final name: `packets` packets kept,
+    /// `cut` trailing bytes of a block cut short removed (its statistics block is missing).
+    Recovered {
+        path: PathBuf,
+        packets: u64,
+        cut: u64,
+    },
+    /// No packet in it: removed.
+    Removed { part: PathBuf },
+    /// Left as it is, with the reason.
+    Kept { part: PathBuf, why: String },
+}
+
+impl std::fmt::Display for LeftPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeftPart::Recovered { path, packets, cut } => write!(
+                f,
+                "{}: recovered from the .part a killed capture left: {packets} packets kept{}, no statistics block",
+                path.display(),
+                if *cut > 0 { format!(", a block cut short ({cut} bytes) removed") } else { String::new() }
+            ),
+            LeftPart::Removed { part } => write!(
+                f,
+                "{}: removed (a killed capture left it without a packet)",
+                part.display()
+            ),
+            LeftPart::Kept { part, why } => {
+                write!(f, "{}: left by a killed capture, kept as it is: {why}", part.display())
+            }
+        }
+    }
+}
+
+/// Finishes the `….pcapng.part` files of `dir`, which only a capture that was killed (a
+/// SIGKILL, a crash, a power cut) leaves: each becomes a valid pcapng of its whole blocks under
+/// its final name, or is removed when it holds no packet. The caller makes sure that no capture
+/// is writing into `dir`.
+pub fn finish_left_parts(dir: &Path) -> Vec<LeftPart> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut parts: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".pcapng.part"))
+                && p.is_file()
+        })
+        .collect();
+    parts.sort();
+    parts.into_iter().map(|p| finish_part(&p)).collect()
+}
+
+fn finish_part(part: &Path) -> LeftPart {
+    let kept = |why: String| LeftPart::Kept {
+        part: part.to_path_buf(),
+        why,
+    };
+    let path = part.with_extension(""); // NAME.pcapng.part -> NAME.pcapng
+    if path.exists() {
+        return kept(format!("{} exists", path.display()));
+    }
+    let (end, packets, len) = match whole_blocks(part) {
+        Ok(x) => x,
+        Err(e) => return kept(format!("reading it: {e}")),
+    };
+    if packets == 0 {
+        return match fs::remove_file(part) {
+            Ok(()) => LeftPart::Removed {
+                part: part.to_path_buf(),
+            },
+            Err(e) => kept(format!("removing it: {e}")),
+        };
+    }
+    let done = OpenOptions::new()
+        .write(true)
+        .open(part)
+        .and_then(|f| {
+            f.set_len(end)?;
+            f.sync_all()
+        })
+        .and_then(|()| fs::rename(part, &path));
+    match done {
+        Ok(()) => LeftPart::Recovered {
+            path,
+            packets,
+            cut: len - end,
+        },
+        Err(e) => kept(format!("finishing it: {e}")),
+    }
+}
+
+/// The end of the last whole block of a pcapng file that starts with a section header and
+/// describes an interface before its packets, the packets up to there, and the file's length.
+fn whole_blocks(p: &Path) -> io::Result<(u64, u64, u64)> {
+    use pcap_parser::pcapng::{parse_block_le, Block};
+    use std::io::Read;
+    let mut f = File::open(p)?;
+    let len = f.metadata()?.len();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let (mut base, mut pos) = (0u64, 0usize); // buf[0] is at file offset `base`
+    let (mut end, mut packets, mut header, mut iface) = (0u64, 0u64, false, false);
+    let mut eof = false;
+    loop {
+        match parse_block_le(&buf[pos..]) {
+            Ok((rest, block)) => {
+                let next = buf.len() - rest.len();
+                match block {
+                    Block::SectionHeader(_) => header = true,
+                    _ if !header => break,
+                    Block::InterfaceDescription(_) => iface = true,
+                    Block::EnhancedPacket(_) | Block::SimplePacket(_) if !iface => break,
+                    Block::EnhancedPacket(_) | Block::SimplePacket(_) => packets += 1,
+                    _ => {}
+                }
+                pos = next;
+                end = base + pos as u64;
+            }
+            Err(pcap_parser::nom::Err::Incomplete(_)) if !eof => {
+                // keep the unparsed tail, read more behind it
+                buf.drain(..pos);
+                base += pos as u64;
+                pos = 0;
+                let have = buf.len();
+                buf.resize(have + (1 << 20), 0);
+                let n = f.read(&mut buf[have..])?;
+                buf.truncate(have + n);
+                eof = n == 0;
+            }
+            // the end of the file, or a block written in part (or damaged): stop before it
+            Err(_) => break,
+        }
+    }
+    Ok((end, packets, len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -638,5 +780,85 @@ mod tests {
         let files = o.finish().unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(count_frames(&files[0]), 0);
+    }
+
+    /// A `.part` left by a killed capture (here: copied while the writer is still open, then
+    /// a block cut short appended, as a kill in the middle of a write leaves it) becomes the
+    /// valid file of its whole blocks under its final name; one without a packet is removed;
+    /// one whose final name exists is left.
+    #[test]
+    fn a_part_left_by_a_killed_capture_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Output::new(
+            cfg(dir.path(), None, None),
+            Timestamp::from_nanos(1_000_000_000),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        for i in 0..50u8 {
+            o.write(
+                LinkType::Raw,
+                Timestamp::from_nanos(1_000_000_000 + i as i64),
+                60,
+                &[i; 60],
+            )
+            .unwrap();
+        }
+        o.flush().unwrap();
+        let part = o.cfg.dir.join(format!(
+            "{}.part",
+            o.current_file()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+        ));
+        let left = tempfile::tempdir().unwrap();
+        let copy = left.path().join(part.file_name().unwrap());
+        fs::copy(&part, &copy).unwrap();
+        let whole = fs::metadata(&copy).unwrap().len();
+        // an enhanced packet block's type and length, and part of its body
+        let mut f = OpenOptions::new().append(true).open(&copy).unwrap();
+        f.write_all(&[6, 0, 0, 0, 96, 0, 0, 0, 0, 0, 0, 0, 1, 2])
+            .unwrap();
+        drop(f);
+        // a .part with nothing but the section header
+        let empty = left.path().join("t-19700101T000001Z-00009.pcapng.part");
+        let mut shb = Vec::new();
+        pcapng::section_header(&mut shb, "mimic test", "linux", &[]);
+        fs::write(&empty, &shb).unwrap();
+        // a .part whose final name exists
+        let taken = left.path().join("t-19700101T000001Z-00007.pcapng");
+        fs::write(&taken, b"x").unwrap();
+        fs::copy(
+            &part,
+            left.path().join("t-19700101T000001Z-00007.pcapng.part"),
+        )
+        .unwrap();
+
+        let done = finish_left_parts(left.path());
+        assert_eq!(done.len(), 3, "{done:?}");
+        let final_name = copy.with_extension("");
+        assert!(
+            done.iter().any(|d| matches!(d, LeftPart::Recovered { path, packets: 50, cut: 14 } if *path == final_name)),
+            "{done:?}"
+        );
+        assert!(done
+            .iter()
+            .any(|d| matches!(d, LeftPart::Removed { part } if *part == empty)));
+        assert!(done
+            .iter()
+            .any(|d| matches!(d, LeftPart::Kept { why, .. } if why.contains("exists"))));
+        assert!(!copy.exists() && !empty.exists());
+        assert_eq!(fs::metadata(&final_name).unwrap().len(), whole);
+        assert_eq!(count_frames(&final_name), 50);
+        assert!(
+            done[0].to_string().contains("no statistics block"),
+            "{}",
+            done[0]
+        );
+        // the writer's own file was not touched, and finishes as usual
+        drop(o);
     }
 }

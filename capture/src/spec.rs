@@ -304,6 +304,10 @@ impl CaptureSpec {
             path: dir.clone(),
             source,
         })?;
+        // no capture writes here (checked above): a `.part` is what a killed one left
+        for left in crate::output::finish_left_parts(dir) {
+            eprintln!("mimic capture: warning: {left}");
+        }
         let (ready, summary_path) = (self.ready_path(), self.summary_path());
         for stale in [&ready, &summary_path] {
             match std::fs::remove_file(stale) {

@@ -367,7 +367,27 @@ fn print_summary(s: &Summary) {
         ));
     }
     if s.evicted > 0 {
-        extra.push(format!("evicted (table full) {}", group(s.evicted)));
+        // every connection moved out to make room counts here; only those still open then
+        // are flagged `evicted` (the "pruned" count above): the rest had ended already
+        let flagged = s
+            .pruned
+            .iter()
+            .find(|(k, _)| k.as_str() == "evicted")
+            .map_or(0, |(_, v)| *v);
+        let ended = s.evicted.saturating_sub(flagged);
+        extra.push(if ended > 0 {
+            format!(
+                "moved out of the full connection table {} ({} still open, flagged evicted; {} had ended)",
+                group(s.evicted),
+                group(flagged),
+                group(ended)
+            )
+        } else {
+            format!(
+                "moved out of the full connection table {} (all still open, flagged evicted)",
+                group(s.evicted)
+            )
+        });
     }
     for (k, v) in &s.limit_drops {
         extra.push(format!("{k} beyond per-connection limits {}", group(*v)));

@@ -1481,3 +1481,78 @@ fn an_output_on_a_read_only_file_system_names_the_cause() {
         assert_refused(&o, "Read-only file system");
     }
 }
+
+/// A full connection table: the summary says how many connections were moved out, and that
+/// only those still open are flagged `evicted` (the "pruned" count), the rest having ended
+/// (the two figures read as a contradiction before).
+#[test]
+fn a_full_table_says_which_moved_out_connections_are_flagged() {
+    let d = tempdir();
+    let input = trace_or(
+        "web/zeek_http_methods.pcap",
+        "web/pcapplusplus_example.pcap",
+    );
+    let db = d.path().join("e.db");
+    let o = mimic()
+        .args([
+            "analyze",
+            input.to_str().unwrap(),
+            "-o",
+            db.to_str().unwrap(),
+        ])
+        .args(["--max-connections", "1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let num = |s: &str| s.replace(',', "").parse::<u64>().unwrap();
+    let after = |line: &str, key: &str| -> Option<u64> {
+        let rest = &line[line.find(key)? + key.len()..];
+        Some(num(rest
+            .split(|c: char| !c.is_ascii_digit() && c != ',')
+            .next()?))
+    };
+    let flagged = out
+        .lines()
+        .find_map(|l| after(l, "pruned (flagged, kept in the table): evicted "))
+        .or_else(|| out.lines().find_map(|l| after(l, ", evicted ")))
+        .unwrap_or(0);
+    let noted = out
+        .lines()
+        .find(|l| l.starts_with("noted: "))
+        .unwrap_or_else(|| panic!("no noted line in {out}"));
+    let moved = after(noted, "moved out of the full connection table ").expect(noted);
+    // thousands grouped as the summary writes them
+    let grp = |n: u64| {
+        let d = n.to_string();
+        let mut g = String::new();
+        for (i, ch) in d.chars().enumerate() {
+            if i > 0 && (d.len() - i) % 3 == 0 {
+                g.push(',');
+            }
+            g.push(ch);
+        }
+        g
+    };
+    if moved > flagged {
+        assert!(
+            noted.contains(&format!(
+                "({} still open, flagged evicted; {} had ended)",
+                grp(flagged),
+                grp(moved - flagged)
+            )),
+            "{out}"
+        );
+    } else {
+        assert!(noted.contains("(all still open, flagged evicted)"), "{out}");
+    }
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let in_db: i64 = c
+        .query_row(
+            "SELECT count(*) FROM connections WHERE ',' || prune_reason || ',' LIKE '%,evicted,%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(in_db as u64, flagged, "{out}");
+}

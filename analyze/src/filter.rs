@@ -11,10 +11,10 @@ use pcap::{BpfProgram, Capture, Linktype};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
-    #[error("capture filter {expr:?}: {message}")]
+    #[error("capture filter {expr}: {message}")]
     Invalid { expr: String, message: String },
     #[error(
-        "{file}: capture filter {expr:?} cannot be compiled for link type {link} of this input: {message}"
+        "{file}: capture filter {expr} cannot be compiled for link type {link} of this input: {message}"
     )]
     LinkType {
         file: String,
@@ -38,6 +38,18 @@ impl std::fmt::Debug for CaptureFilter {
     }
 }
 
+/// The expression as messages show it, quoted: whole up to 200 characters, else its start and
+/// its length (an OR list of hundreds of hosts would fill the screen).
+pub fn brief(expr: &str) -> String {
+    const SHOWN: usize = 200;
+    let n = expr.chars().count();
+    if n <= SHOWN {
+        return format!("{expr:?}");
+    }
+    let head: String = expr.chars().take(SHOWN - 40).collect();
+    format!("{head:?}… ({n} characters)")
+}
+
 /// The libpcap link type (`DLT_*`) a frame of `link` is compiled for. The file formats carry
 /// `LINKTYPE_*` values; they are the same numbers except LINKTYPE_RAW (101), which libpcap
 /// compiles as DLT_RAW (12 on Linux).
@@ -58,18 +70,36 @@ fn link_name(link: LinkType) -> String {
 }
 
 fn compile(expr: &str, dlt: i32) -> Result<BpfProgram, String> {
+    compile_with(expr, dlt, true)
+}
+
+fn compile_with(expr: &str, dlt: i32, optimize: bool) -> Result<BpfProgram, String> {
     let dead = Capture::dead(Linktype(dlt)).map_err(|e| e.to_string())?;
     // optimized, as tcpdump compiles it
-    dead.compile(expr, true).map_err(|e| e.to_string())
+    dead.compile(expr, optimize).map_err(|e| e.to_string())
 }
 
 impl CaptureFilter {
+    /// Whether `expr` is a filter libpcap can compile for Ethernet, without its optimizer
+    /// (the same parser and code generator; the optimizer, which [`CaptureFilter::new`] runs,
+    /// takes seconds on long OR lists, and a flag check should not pay for it twice). An
+    /// expression that optimizes to nothing ("expression rejects all packets") passes here and
+    /// is refused by `new`.
+    pub fn check(expr: &str) -> Result<(), FilterError> {
+        compile_with(expr, dlt(LinkType::Ethernet), false)
+            .map(|_| ())
+            .map_err(|message| FilterError::Invalid {
+                expr: brief(expr),
+                message,
+            })
+    }
+
     /// Compiles `expr` for Ethernet, so that a mistake in it is reported before any input is
     /// read; programs for other link types are compiled when a frame of theirs arrives.
     pub fn new(expr: &str) -> Result<CaptureFilter, FilterError> {
         let ether = dlt(LinkType::Ethernet);
         let prog = compile(expr, ether).map_err(|message| FilterError::Invalid {
-            expr: expr.to_string(),
+            expr: brief(expr),
             message,
         })?;
         Ok(CaptureFilter {
@@ -104,7 +134,7 @@ impl CaptureFilter {
             }),
             Err(message) => Err(FilterError::LinkType {
                 file: file.to_string(),
-                expr: self.expr.clone(),
+                expr: brief(&self.expr),
                 link: link_name(link),
                 message: message.clone(),
             }),
@@ -173,6 +203,25 @@ fn run(prog: &BpfProgram, data: &[u8], wire_len: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_long_filter_is_checked_once_and_shown_briefly() {
+        let hosts: Vec<String> = (0..300)
+            .map(|i| format!("host 10.{}.{}.1", i / 250, i % 250))
+            .collect();
+        let long = hosts.join(" or ");
+        CaptureFilter::check(&long).unwrap();
+        let bad = format!("{long} or tcp prot 80");
+        let e = CaptureFilter::check(&bad).unwrap_err().to_string();
+        assert!(e.contains("syntax error"), "{e}");
+        assert!(e.contains(&format!("… ({} characters)", bad.len())), "{e}");
+        assert!(e.len() < 300, "{e}");
+        assert_eq!(brief("tcp port 80"), "\"tcp port 80\"");
+        // what only the optimizer finds is left to `new`
+        CaptureFilter::check("tcp and udp").unwrap();
+        let e = CaptureFilter::new("tcp and udp").unwrap_err().to_string();
+        assert!(e.contains("rejects all packets"), "{e}");
+    }
     use super::*;
 
     /// Ethernet + IPv4 (10.0.0.1 → 10.0.0.2) + TCP (40000 → `dport`, SYN), 54 bytes.

@@ -121,10 +121,10 @@ fn parse_bw(s: &str) -> Result<BwMethod, String> {
     s.parse()
 }
 
-/// Compiles the filter once (for Ethernet), so that a mistake in it is refused with the other
-/// flags, before anything is read.
+/// Checks the filter (compiled for Ethernet, unoptimized), so that a mistake in it is refused
+/// with the other flags, before anything is read; the analysis compiles it for good.
 fn parse_filter(s: &str) -> Result<String, String> {
-    mimic_analyze::filter::CaptureFilter::new(s)
+    mimic_analyze::filter::CaptureFilter::check(s)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
 }
@@ -415,7 +415,8 @@ fn print_summary(s: &Summary) {
     }
     if let Some(f) = &s.filter {
         println!(
-            "capture filter {f:?}: {} frames rejected (not analyzed, not counted above)",
+            "capture filter {}: {} frames rejected (not analyzed, not counted above)",
+            mimic_analyze::filter::brief(f),
             group(s.filter_rejected)
         );
     }

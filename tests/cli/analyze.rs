@@ -1527,7 +1527,7 @@ fn a_full_table_says_which_moved_out_connections_are_flagged() {
         let d = n.to_string();
         let mut g = String::new();
         for (i, ch) in d.chars().enumerate() {
-            if i > 0 && (d.len() - i) % 3 == 0 {
+            if i > 0 && (d.len() - i).is_multiple_of(3) {
                 g.push(',');
             }
             g.push(ch);

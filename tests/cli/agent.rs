@@ -2,6 +2,12 @@
 
 use crate::common::{assert_refused, run, stderr, tempdir};
 
+/// `mimic agent --control SOCK --pki PKI EXTRA...`, run to its end.
+fn agent(sock: &str, pki: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let pki = pki.to_str().unwrap();
+    run(&[&["agent", "--control", sock, "--pki", pki][..], extra].concat())
+}
+
 #[test]
 fn agent_flags_are_checked_before_anything_starts() {
     let d = tempdir();
@@ -23,29 +29,13 @@ fn agent_flags_are_checked_before_anything_starts() {
     // a PKI without the agent's files: named, with the way to make them
     let pki = d.path().join("pki");
     std::fs::create_dir(&pki).unwrap();
-    let o = run(&[
-        "agent",
-        "--control",
-        &sock,
-        "--pki",
-        pki.to_str().unwrap(),
-        "--client-addr",
-        "127.0.0.2",
-    ]);
+    let o = agent(&sock, &pki, &["--client-addr", "127.0.0.2"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(e.contains("ca.crt") && e.contains("pki init"), "{e}");
     // a source address this host does not hold: its connections could never be opened
     // (TEST-NET-3; refused before the PKI is read)
-    let o = run(&[
-        "agent",
-        "--control",
-        &sock,
-        "--pki",
-        pki.to_str().unwrap(),
-        "--client-addr",
-        "203.0.113.0/30",
-    ]);
+    let o = agent(&sock, &pki, &["--client-addr", "203.0.113.0/30"]);
     assert_refused(
         &o,
         "203.0.113.1, 203.0.113.2 are not an address of this host",
@@ -101,17 +91,11 @@ fn roles_name_the_port_they_were_given() {
     }
     // a timer CPU that is not online is named as such (was the kernel's bare EINVAL)
     let sock = format!("unix:{}", d.path().join("a.sock").display());
-    let o = run(&[
-        "agent",
-        "--control",
+    let o = agent(
         &sock,
-        "--pki",
-        pki.to_str().unwrap(),
-        "--client-addr",
-        "127.0.0.2",
-        "--timer-cpus",
-        "1000",
-    ]);
+        &pki,
+        &["--client-addr", "127.0.0.2", "--timer-cpus", "1000"],
+    );
     assert_refused(&o, "CPU 1000 is not online on this machine");
 }
 

@@ -1,6 +1,6 @@
-//! A run's outputs written all or nothing: each file rendered into a temporary sibling
-//! (`mimic_core::db::temp_sibling`, as `write_atomic` names it), and renamed into place only
-//! once every one was rendered. Dropped before [`Outputs::commit`], or failing in it before its
+//! A run's outputs written all or nothing: each file rendered into its temporary sibling
+//! (`mimic_core::db::StagedFile`, the writer behind `write_atomic`), and renamed into place
+//! only once every one was rendered. Dropped before [`Outputs::commit`], or failing in it before its
 //! renames, it removes its temporaries and the directories it made, and every earlier file
 //! stays as it was. (`write_atomic` does one file; a report of several must not leave its HTML
 //! newly written when its JSON or a PNG then fails.)
@@ -12,12 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::CompareError;
 
 enum Staged {
-    /// Rendered into `tmp`, renamed over `dest` on commit; `tmp` removed if the process is
-    /// interrupted meanwhile.
-    File {
-        dest: PathBuf,
-        tmp: mimic_core::interrupt::TempOutput,
-    },
+    /// Rendered into its temporary sibling, renamed over its destination on commit.
+    File(mimic_core::db::StagedFile),
     /// A device or FIFO (`/dev/null`, `/dev/stdout`): renaming over it would replace it, so it
     /// is written in place on commit, before any rename.
     InPlace { dest: PathBuf, bytes: Vec<u8> },
@@ -94,19 +90,13 @@ impl Outputs {
             });
             return Ok(());
         }
-        let tmp = mimic_core::interrupt::TempOutput::new(mimic_core::db::temp_sibling(dest));
-        let path = tmp.path().to_path_buf();
-        // pushed first, so that a failure below still has it removed
-        self.staged.push(Staged::File {
-            dest: dest.to_path_buf(),
-            tmp,
-        });
-        (|| {
-            let mut f = std::fs::File::create(&path)?;
-            f.write_all(bytes)?;
-            f.sync_all()
-        })()
-        .map_err(|e| io_error(dest, e))
+        let mut f = mimic_core::db::StagedFile::create(dest).map_err(|e| io_error(dest, e))?;
+        f.writer()
+            .write_all(bytes)
+            .and_then(|()| f.finish())
+            .map_err(|e| io_error(dest, e))?;
+        self.staged.push(Staged::File(f));
+        Ok(())
     }
 
     /// `bytes` for standard output, written on commit.
@@ -123,9 +113,14 @@ impl Outputs {
         // one name would leave only the last
         let mut seen = HashSet::new();
         for s in &self.staged {
-            if let Staged::File { dest, .. } | Staged::InPlace { dest, .. } = s {
+            let dest = match s {
+                Staged::File(f) => Some(f.dest()),
+                Staged::InPlace { dest, .. } => Some(dest.as_path()),
+                Staged::Stdout(_) => None,
+            };
+            if let Some(dest) = dest {
                 refuse_directory(dest)?;
-                if !seen.insert(dest.clone()) {
+                if !seen.insert(dest) {
                     return Err(io_error(
                         dest,
                         std::io::Error::new(
@@ -153,17 +148,18 @@ impl Outputs {
                         _ => {}
                     }
                 }
-                Staged::File { .. } => {}
+                Staged::File(_) => {}
             }
         }
         let mut written = Vec::new();
-        for s in &self.staged {
+        for s in std::mem::take(&mut self.staged) {
             match s {
-                Staged::File { dest, tmp } => {
-                    std::fs::rename(tmp.path(), dest).map_err(|e| io_error(dest, e))?;
-                    written.push(dest.clone());
+                Staged::File(f) => {
+                    let dest = f.dest().to_path_buf();
+                    f.commit().map_err(|e| io_error(&dest, e))?;
+                    written.push(dest);
                 }
-                Staged::InPlace { dest, .. } => written.push(dest.clone()),
+                Staged::InPlace { dest, .. } => written.push(dest),
                 Staged::Stdout(_) => {}
             }
         }
@@ -177,13 +173,9 @@ impl Drop for Outputs {
         if self.committed {
             return;
         }
-        // not committed, or a rename failed: no temporary left behind (a renamed one is gone
-        // already), then the directories made for them, if nothing else went in
-        for s in &self.staged {
-            if let Staged::File { tmp, .. } = s {
-                let _ = std::fs::remove_file(tmp.path());
-            }
-        }
+        // not committed, or a rename failed: no temporary left behind (each staged file removes
+        // its own), then the directories made for them, if nothing else went in
+        self.staged.clear();
         for d in &self.made_dirs {
             let _ = std::fs::remove_dir(d);
         }

@@ -603,30 +603,85 @@ pub fn refuse_an_input(dest: &Path, inputs: &[&Path]) -> Result<(), DbError> {
     }
 }
 
-/// Writes a file atomically: a temporary sibling, fsync, rename. A device or FIFO
-/// ([`is_special_file`]) is written in place instead.
+/// Writes a file atomically: a temporary sibling, fsync, rename ([`StagedFile`]). A device or
+/// FIFO ([`is_special_file`]) is written in place instead.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dest = dest.as_ref();
     check_output_dir(dest)?;
-    if is_special_file(dest) {
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(dest)?
-            .write_all(bytes);
+    let mut f = StagedFile::create(dest)?;
+    f.writer().write_all(bytes)?;
+    f.commit()
+}
+
+/// A file written under its temporary sibling ([`temp_sibling`]) and renamed over its
+/// destination only when complete, so that the destination holds the previous file or the
+/// whole new one, never part of one. Dropped before [`StagedFile::commit`] (or failing in it),
+/// the temporary file is removed, and so it is if the process is interrupted meanwhile
+/// ([`crate::interrupt`]). A device or FIFO (`/dev/null`, `/dev/stdout`) is written in place:
+/// renaming over it would replace it. The one writer behind `write_atomic`, export's files and
+/// compare's outputs.
+pub struct StagedFile {
+    out: Option<std::io::BufWriter<std::fs::File>>,
+    /// None when writing in place.
+    tmp: Option<crate::interrupt::TempOutput>,
+    dest: PathBuf,
+}
+
+impl StagedFile {
+    /// Opens the temporary sibling of `dest` (or `dest` itself, a device or FIFO) for writing.
+    /// The caller has checked `dest`'s directory ([`check_output_dir`]).
+    pub fn create(dest: &Path) -> std::io::Result<StagedFile> {
+        let (f, tmp) = if is_special_file(dest) {
+            (std::fs::File::options().write(true).open(dest)?, None)
+        } else {
+            let tmp = crate::interrupt::TempOutput::new(temp_sibling(dest));
+            (std::fs::File::create(tmp.path())?, Some(tmp))
+        };
+        Ok(StagedFile {
+            out: Some(std::io::BufWriter::with_capacity(1 << 16, f)),
+            tmp,
+            dest: dest.to_path_buf(),
+        })
     }
-    let held = crate::interrupt::TempOutput::new(temp_sibling(dest));
-    let tmp = held.path();
-    let result = (|| {
-        let mut f = std::fs::File::create(tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(tmp, dest)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(tmp);
+
+    pub fn writer(&mut self) -> &mut std::io::BufWriter<std::fs::File> {
+        self.out.as_mut().expect("writer present until finished")
     }
-    result
+
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Flushes what was written and makes the temporary file durable, leaving the rename to
+    /// [`StagedFile::commit`] (for outputs put in place together once all are written).
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(out) = self.out.take() {
+            let f = out.into_inner().map_err(|e| e.into_error())?;
+            if self.tmp.is_some() {
+                f.sync_all()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`StagedFile::finish`], then renames the file over its destination.
+    pub fn commit(mut self) -> std::io::Result<()> {
+        self.finish()?;
+        if let Some(tmp) = self.tmp.take() {
+            std::fs::rename(tmp.path(), &self.dest)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        // not committed (or the rename failed): nothing half-written left behind
+        if let Some(tmp) = &self.tmp {
+            let _ = std::fs::remove_file(tmp.path());
+        }
+    }
 }
 
 /// The name to give SQLite for `path`: a relative path that starts with `file:` would be

@@ -4,7 +4,6 @@
 //! DB -o DIR`, every table of the database as a Parquet dataset (the writer of `mimic analyze
 //! --format parquet`).
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -94,7 +93,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
     let db = a.db.display().to_string();
     let result = match &a.output {
         Some(path) => {
-            let mut out = AtomicFile::create(path)
+            let mut out = mimic_core::db::StagedFile::create(path)
                 .with_context(|| format!("{}: cannot create", path.display()))?;
             write(&conn, &db, a.format, out.writer())
                 .and_then(|()| out.commit().map_err(Error::Io))
@@ -188,58 +187,6 @@ impl Error {
                 Some(p) => anyhow::anyhow!("{}: writing: {e}", p.display()),
                 None => anyhow::anyhow!("standard output: writing: {e}"),
             },
-        }
-    }
-}
-
-/// A file written under a temporary name beside its destination and renamed over it only when
-/// complete; dropped before [`AtomicFile::commit`], the temporary file is removed. A device or
-/// FIFO (`-o /dev/null`, `-o /dev/stdout`) is written in place: renaming over it would replace it.
-struct AtomicFile {
-    out: Option<BufWriter<File>>,
-    /// None when writing in place; removed if the process is interrupted meanwhile.
-    tmp: Option<mimic_core::interrupt::TempOutput>,
-    dest: PathBuf,
-}
-
-impl AtomicFile {
-    fn create(dest: &Path) -> io::Result<AtomicFile> {
-        let (f, tmp) = if mimic_core::db::is_special_file(dest) {
-            (File::options().write(true).open(dest)?, None)
-        } else {
-            let tmp = mimic_core::interrupt::TempOutput::new(mimic_core::db::temp_sibling(dest));
-            (File::create(tmp.path())?, Some(tmp))
-        };
-        Ok(AtomicFile {
-            out: Some(BufWriter::with_capacity(1 << 16, f)),
-            tmp,
-            dest: dest.to_path_buf(),
-        })
-    }
-
-    fn writer(&mut self) -> &mut BufWriter<File> {
-        self.out.as_mut().expect("writer present until commit")
-    }
-
-    fn commit(mut self) -> io::Result<()> {
-        let out = self.out.take().expect("commit once");
-        let f = out.into_inner().map_err(|e| e.into_error())?;
-        if let Some(tmp) = &self.tmp {
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(tmp.path(), &self.dest)?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        // not committed (or the rename failed): leave nothing half-written behind
-        if let Some(tmp) = &self.tmp {
-            if self.out.take().is_some() || tmp.path().exists() {
-                let _ = std::fs::remove_file(tmp.path());
-            }
         }
     }
 }

@@ -80,6 +80,20 @@ pub struct PipeTable {
     pub flows: Vec<FlowRule>,
 }
 
+impl PipeTable {
+    /// The first two flow rules of one client and server, as (earlier, later) indices: a
+    /// connection's packets take the first one's pipes, so the later one would never be used.
+    /// The one check behind the pipe file's parser, `netemu render --pipes F --from DB` and
+    /// the renderers.
+    pub fn duplicate_flow(&self) -> Option<(usize, usize)> {
+        let mut first = std::collections::HashMap::with_capacity(self.flows.len());
+        self.flows
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| first.insert((f.client, f.server), i).map(|j| (j, i)))
+    }
+}
+
 /// Limits on what the engine holds; what they refuse is counted or reported.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

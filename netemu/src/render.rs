@@ -330,19 +330,19 @@ pub fn check_interfaces(opts: &RenderOptions) -> Result<(), RenderError> {
 /// Two flow rules of one client and server: a connection's packets match the first one's
 /// filters, so the second's pipes would never be used.
 fn check_duplicate_flows(table: &PipeTable) -> Result<(), RenderError> {
-    let mut first = std::collections::HashMap::with_capacity(table.flows.len());
-    for (i, f) in table.flows.iter().enumerate() {
-        if let Some(j) = first.insert((f.client, f.server), i) {
-            return Err(unsupported(
+    match table.duplicate_flow() {
+        Some((j, i)) => {
+            let f = &table.flows[i];
+            Err(unsupported(
                 &format!("flow #{} {} -> {}", i + 1, f.client, f.server),
                 &format!(
                     "the same client and server as flow #{}: its filters would never match (one rule per connection)",
                     j + 1
                 ),
-            ));
+            ))
         }
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A flow or prefix rule whose client and server are of different address families matches

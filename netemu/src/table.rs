@@ -22,7 +22,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -174,8 +173,6 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
             )));
         }
     }
-    // the entry each client/server pair was first given in
-    let mut first: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
     for (i, fl) in f.flow.into_iter().enumerate() {
         let what = format!("[[flow]] #{}", i + 1);
         let (up, down) = pair(fl.pipes.up, fl.pipes.down, fl.pipes.both, &what).map_err(err)?;
@@ -210,16 +207,19 @@ pub fn parse(text: &str, path: &str) -> Result<PipeTable, TableError> {
                 r.client, r.server
             )));
         }
-        // a connection takes the first rule of its client and server: a second one's pipes
-        // would never be used (and its filter never match)
-        if let Some(j) = first.insert((r.client, r.server), i) {
-            return Err(err(format!(
-                "[[flow]] #{} and {what} both match client {} and server {}: a connection takes one rule's pipes, so {what} would never be used (give each connection one entry)",
-                j + 1,
-                r.client,
-                r.server
-            )));
-        }
+    }
+    // a connection takes the first rule of its client and server: a second one's pipes would
+    // never be used (and its filter never match)
+    if let Some((j, i)) = t.duplicate_flow() {
+        let r = &t.flows[i];
+        return Err(err(format!(
+            "[[flow]] #{} and [[flow]] #{} both match client {} and server {}: a connection takes one rule's pipes, so [[flow]] #{} would never be used (give each connection one entry)",
+            j + 1,
+            i + 1,
+            r.client,
+            r.server,
+            i + 1
+        )));
     }
     Ok(t)
 }

@@ -470,30 +470,24 @@ fn run_render(a: RenderArgs) -> anyhow::Result<ExitCode> {
                 a.select
             );
         }
+        let in_file = table.flows.len();
+        table.flows.extend(rules);
         // a connection with the client and server of a flow of the file: a packet takes the
-        // first rule's pipes, so the second's would never be used
-        if let Some(p) = &a.tables.pipes {
-            let in_file: std::collections::HashMap<_, usize> = table
-                .flows
-                .iter()
-                .enumerate()
-                .map(|(i, f)| ((f.client, f.server), i))
-                .collect();
-            if let Some((r, i)) = rules
-                .iter()
-                .find_map(|r| in_file.get(&(r.client, r.server)).map(|&i| (r, i)))
-            {
+        // first rule's pipes, so the second's would never be used (two of the database's own
+        // are left to the renderer's check, which names them)
+        if let (Some(p), Some((j, i))) = (&a.tables.pipes, table.duplicate_flow()) {
+            if j < in_file {
+                let r = &table.flows[i];
                 bail!(
                     "{}: a connection from {} to {} has the client and server of {}'s [[flow]] #{}: one rule per connection (give --client-addr or --server other addresses)",
                     db.display(),
                     r.client,
                     r.server,
                     p.display(),
-                    i + 1
+                    j + 1
                 );
             }
         }
-        table.flows.extend(rules);
     }
     if a.apply && (a.client_if.is_none() || a.server_if.is_none()) {
         bail!("--apply changes the interfaces' root qdiscs: name both with --client-if and --server-if");

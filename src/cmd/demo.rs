@@ -161,14 +161,68 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The file that marks a directory as a demo's output: a later demo may write over what one
+/// left there, and over nothing else.
+const OUT_MARK: &str = ".mimic-demo";
+
+/// What is wrong with the demo's arguments given what exists: checked before anything is
+/// built or written.
+fn check_args(a: &Args) -> anyhow::Result<()> {
+    if a.change == StackProfile::default() {
+        bail!("--change is empty: name the stack change to evaluate, e.g. --change initcwnd=10");
+    }
+    if a.current.merged(&a.change) == a.current {
+        bail!(
+            "--change {} changes nothing of --current {}: both replays would run the same stack",
+            a.change,
+            a.current
+        );
+    }
+    // a lab of that name belongs to someone else: the demo would rebuild it, change its
+    // server stack and remove it when done
+    if lab::list().iter().any(|l| l.name == a.lab) {
+        bail!(
+            "lab {} exists (`mimic lab status {}`): the demo builds a lab of its own and removes it when done; give --lab a name no lab has, or take that lab down first (`mimic lab down {}`)",
+            a.lab,
+            a.lab,
+            a.lab
+        );
+    }
+    match std::fs::read_dir(&a.out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() && !a.out.join(OUT_MARK).is_file() {
+                bail!(
+                    "{}: holds files an earlier demo did not write (the demo replaces its workload.db, production*.db, replay-*.db, report.* and plots/ there): name a new or empty directory with --out",
+                    a.out.display()
+                );
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if a.out.exists() && !a.out.is_dir() => {
+            bail!(
+                "{}: not a directory (--out names the demo's output directory): {e}",
+                a.out.display()
+            )
+        }
+        Err(e) => bail!("{}: {e}", a.out.display()),
+    }
+    Ok(())
+}
+
 fn demo(a: Args) -> anyhow::Result<ExitCode> {
     preflight(&a.lab)?;
+    check_args(&a)?;
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&STOP))
             .context("installing the Ctrl-C handler")?;
     }
     let started = Instant::now();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    std::fs::write(
+        a.out.join(OUT_MARK),
+        "this directory holds the output of `mimic demo`; a later demo replaces it\n",
+    )
+    .with_context(|| format!("writing {}", a.out.join(OUT_MARK).display()))?;
     let out = std::path::absolute(&a.out)?;
     let p = |f: &str| out.join(f);
     let exe = std::env::current_exe()?;

@@ -296,3 +296,67 @@ fn demo_without_root_says_so() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("needs root"), "{}", stderr(&o));
 }
+
+/// What the demo refuses before it builds anything: a lab name that exists (it would rebuild
+/// that lab, change its stack and remove it), an output directory holding files no demo wrote
+/// (it would replace them), and a change that changes nothing (two identical replays).
+#[test]
+fn demo_refuses_what_it_would_destroy_or_waste() {
+    require_root("the demo test");
+    let tmp = tempdir();
+    let demo = |lab: &str, out: &std::path::Path, extra: &[&str]| {
+        mimic()
+            .args(["demo", "--out", out.to_str().unwrap(), "--lab", lab])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // a lab of that name exists (here, what `lab list` counts as one: its runtime directory)
+    let lab = format!("dx{}", std::process::id() % 100_000);
+    let dir = mimic_netemu::lab::runtime_dir(&lab);
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = demo(&lab, &tmp.path().join("a"), &[]);
+    std::fs::remove_dir(&dir).unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("lab {lab} exists")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !tmp.path().join("a").exists(),
+        "a refused demo made its --out"
+    );
+    // a directory of someone else's files
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("workload.db"), "USERDATA").unwrap();
+    let o = demo(&lab, &theirs, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("holds files an earlier demo did not write"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("workload.db")).unwrap(),
+        "USERDATA"
+    );
+    // a file as --out
+    let o = demo(&lab, &theirs.join("workload.db"), &[]);
+    assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
+    // no change to evaluate
+    for extra in [
+        &["--change", ""][..],
+        &["--current", "initcwnd=10", "--change", "initcwnd=10"],
+    ] {
+        let o = demo(&lab, &tmp.path().join("b"), extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--change is empty") || stderr(&o).contains("changes nothing"),
+            "{extra:?}: {}",
+            stderr(&o)
+        );
+    }
+    assert_lab_gone(&lab);
+}

@@ -4,7 +4,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,18 +20,34 @@ pub type Handler = Arc<dyn Fn(Value) -> Result<Value, String> + Send + Sync>;
 
 /// A bound control listener.
 pub enum Listener {
-    Unix(UnixListener, PathBuf),
+    /// The socket, its path, and the directories made for it (deepest first), removed with
+    /// it when empty.
+    Unix(UnixListener, PathBuf, Vec<PathBuf>),
     Tcp(TcpListener),
 }
 
 impl Listener {
     /// Binds `addr`. A stale unix socket file is replaced (a live one is an error, and so is
     /// anything there that is not a socket: a file given by mistake would be deleted); its
-    /// directory is created; the socket is made mode 0600.
+    /// directory is created (and removed with the socket, if it was made here and is empty
+    /// then); the socket is made mode 0600.
     pub fn bind(addr: &ControlAddr) -> io::Result<Listener> {
         match addr {
             ControlAddr::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
+                // sockaddr_un's path holds 107 bytes and a NUL: refused before any directory
+                // is made for it
+                const SUN_PATH: usize = 107;
+                let len = p.as_os_str().len();
+                if len > SUN_PATH {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{}: a unix socket path holds at most {SUN_PATH} bytes, this one has {len}: name a shorter path",
+                            p.display()
+                        ),
+                    ));
+                }
                 if let Ok(m) = std::fs::symlink_metadata(p) {
                     if !m.file_type().is_socket() {
                         return Err(io::Error::new(
@@ -43,8 +59,26 @@ impl Listener {
                         ));
                     }
                 }
-                if let Some(d) = p.parent() {
-                    std::fs::create_dir_all(d)?;
+                let made: Vec<PathBuf> = p
+                    .ancestors()
+                    .skip(1)
+                    .filter(|a| !a.as_os_str().is_empty())
+                    .take_while(|a| !a.exists())
+                    .map(Path::to_path_buf)
+                    .collect();
+                let remove_made = |made: &[PathBuf]| {
+                    for d in made {
+                        let _ = std::fs::remove_dir(d);
+                    }
+                };
+                if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(d).map_err(|e| {
+                        remove_made(&made);
+                        io::Error::new(
+                            e.kind(),
+                            format!("{}: making its directory {}: {e}", p.display(), d.display()),
+                        )
+                    })?;
                 }
                 if UnixStream::connect(p).is_ok() {
                     return Err(io::Error::new(
@@ -53,11 +87,13 @@ impl Listener {
                     ));
                 }
                 let _ = std::fs::remove_file(p);
-                let l = UnixListener::bind(p)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+                let l = UnixListener::bind(p).map_err(|e| {
+                    remove_made(&made);
+                    io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+                })?;
                 use std::os::unix::fs::PermissionsExt;
                 let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
-                Ok(Listener::Unix(l, p.clone()))
+                Ok(Listener::Unix(l, p.clone(), made))
             }
             ControlAddr::Tcp(a) => TcpListener::bind(a)
                 .map(Listener::Tcp)
@@ -68,14 +104,14 @@ impl Listener {
     /// The address it listens on (a TCP port 0 resolved).
     pub fn local_addr(&self) -> io::Result<ControlAddr> {
         match self {
-            Listener::Unix(_, p) => Ok(ControlAddr::Unix(p.clone())),
+            Listener::Unix(_, p, _) => Ok(ControlAddr::Unix(p.clone())),
             Listener::Tcp(l) => Ok(ControlAddr::Tcp(l.local_addr()?.to_string())),
         }
     }
 
     fn accept(&self) -> io::Result<(Stream, String)> {
         match self {
-            Listener::Unix(l, p) => l
+            Listener::Unix(l, p, _) => l
                 .accept()
                 .map(|(s, _)| (Stream::Unix(s), format!("unix:{}", p.display()))),
             Listener::Tcp(l) => l.accept().map(|(s, peer)| {
@@ -87,7 +123,7 @@ impl Listener {
 
     fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
         match self {
-            Listener::Unix(l, _) => l.set_nonblocking(nb),
+            Listener::Unix(l, _, _) => l.set_nonblocking(nb),
             Listener::Tcp(l) => l.set_nonblocking(nb),
         }
     }
@@ -95,8 +131,11 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, p) = self {
+        if let Listener::Unix(_, p, made) = self {
             let _ = std::fs::remove_file(p);
+            for d in made.iter() {
+                let _ = std::fs::remove_dir(d);
+            }
         }
     }
 }

@@ -584,3 +584,35 @@ fn files_of_two_pki_runs_are_refused_when_loaded() {
     RoleTls::load(b.path(), "agent").unwrap();
     ControllerTls::load(b.path()).unwrap();
 }
+
+/// A unix control socket's missing directories are made for it and removed with it; a path
+/// longer than a socket address holds is refused before any directory is made.
+#[test]
+fn a_unix_socket_leaves_no_directory_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("a/b/c.sock");
+    let l = Listener::bind(&ControlAddr::Unix(sock.clone())).unwrap();
+    assert!(sock.exists());
+    drop(l);
+    assert!(
+        !d.path().join("a").exists(),
+        "the directories made for it stay"
+    );
+    let long = d.path().join("x/y").join("u".repeat(120));
+    let e = Listener::bind(&ControlAddr::Unix(long))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("holds at most 107 bytes"), "{e}");
+    assert!(
+        !d.path().join("x").exists(),
+        "a refused path's directories were made"
+    );
+    // a parent that is a file: named as such
+    std::fs::write(d.path().join("f"), "").unwrap();
+    let e = Listener::bind(&ControlAddr::Unix(d.path().join("f/s.sock")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("making its directory"), "{e}");
+}

@@ -116,7 +116,7 @@ pub enum ServiceError {
 }
 
 /// Whether `name` is a network interface of this network namespace.
-fn iface_exists(name: &str) -> bool {
+pub fn iface_exists(name: &str) -> bool {
     let Ok(c) = std::ffi::CString::new(name) else {
         return false;
     };

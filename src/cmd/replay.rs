@@ -181,6 +181,22 @@ fn parse_agent(s: &str) -> Result<AgentTarget, String> {
 impl Args {
     /// The replay these flags describe; `exe` is the mimic executable that runs the roles.
     pub fn into_spec(self, exe: PathBuf) -> anyhow::Result<ReplayOptions> {
+        // checked now: it is used only after the whole replay, whose result a failure there
+        // would lose
+        if let Some(k) = self
+            .keep_capture
+            .as_ref()
+            .filter(|k| k.exists() && !k.is_dir())
+        {
+            anyhow::bail!(
+                "--keep-capture {}: not a directory (it names the directory the capture files are kept in)",
+                k.display()
+            );
+        }
+        // (clap's `requires` is not checked against --server, which conflicts with --lab)
+        if self.no_cpu_split && self.lab.is_none() {
+            anyhow::bail!("--no-cpu-split is for a lab replay (--lab): a remote replay places nothing on the other hosts' CPUs");
+        }
         let target = match (self.lab, self.server) {
             (Some(name), _) => Target::Lab {
                 name,
@@ -195,7 +211,14 @@ impl Args {
                 pki_dir: self.pki.context("--server needs --pki")?,
                 capture: match (self.vantage, self.capture_iface) {
                     (VantageArg::Server, None) => RemoteCapture::Server,
-                    (VantageArg::Client, Some(iface)) => RemoteCapture::Client { iface },
+                    (VantageArg::Client, Some(iface)) => {
+                        if !mimic_replay::serve_capture::iface_exists(&iface) {
+                            anyhow::bail!(
+                                "--capture-iface {iface}: no such network interface on this host (`ip link` lists them)"
+                            );
+                        }
+                        RemoteCapture::Client { iface }
+                    }
                     (VantageArg::Client, None) => anyhow::bail!(
                         "--vantage client needs --capture-iface IF (the local interface on the path to the server)"
                     ),
@@ -207,6 +230,10 @@ impl Args {
                     if self.client_addr.is_empty() && self.agents.is_empty() {
                         anyhow::bail!("--server needs --client-addr (or --agents)");
                     }
+                    // this host opens the connections from them: checked before any role is
+                    // dialled
+                    mimic_replay::agent::check_local(&self.client_addr)
+                        .map_err(anyhow::Error::msg)?;
                     self.client_addr
                 },
             },

@@ -549,3 +549,35 @@ fn synth_refuses_a_max_response_it_cannot_apply() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// What a remote replay can know is wrong is refused before it dials a role (it used to wait
+/// 15 s for the emulator and then blame it, or fail after the whole replay): a source address
+/// this host does not hold, a capture interface that does not exist, a --keep-capture that is
+/// a file, and the lab-only --no-cpu-split.
+#[test]
+fn a_remote_replay_refuses_up_front_what_it_can_check() {
+    let dir = tempdir();
+    let out = dir.path().join("r.db");
+    let out = out.to_str().unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, "x").unwrap();
+    for (extra, want) in [
+        (
+            &["--client-addr", "203.0.113.5"][..],
+            "203.0.113.5 is not an address of this host",
+        ),
+        (
+            &["--vantage", "client", "--capture-iface", "nosuchif0"],
+            "--capture-iface nosuchif0: no such network interface",
+        ),
+        (
+            &["--keep-capture", file.to_str().unwrap()],
+            "not a directory",
+        ),
+        (&["--no-cpu-split"], "--no-cpu-split is for a lab replay"),
+    ] {
+        // (before any role is dialled: those in remote_replay do not exist)
+        let o = remote_replay("in.db", out, extra);
+        assert_refused(&o, want);
+    }
+}

@@ -23,6 +23,13 @@ pub enum ReplayError {
     Analysis(String),
     #[error("{role} did not start: {why}")]
     Role { role: &'static str, why: String },
+    /// A role on another host (one this replay did not start) that never answered.
+    #[error("{role} at {addr}: {why}")]
+    Unreachable {
+        role: &'static str,
+        addr: String,
+        why: String,
+    },
     #[error("{0}")]
     Io(String),
     #[error("{0}")]

@@ -342,11 +342,7 @@ impl Roles {
                         Some(g) => g.alive(),
                         None => processes.alive(NETEMU) || remote,
                     },
-                    || match connect_netemu(ep) {
-                        Ok(c) => Ok(Some(c)),
-                        Err(e) if e.is_refusal() => Err(e.into()),
-                        Err(_) => Ok(None),
-                    },
+                    || attempt(connect_netemu(ep)),
                 )
                 .map_err(|e| match guest_emu {
                     Some(g) => match e {
@@ -356,7 +352,11 @@ impl Roles {
                         },
                         other => other,
                     },
-                    None => annotate(e, &self.work.join("netemu.log")),
+                    None => annotate(
+                        e,
+                        &self.work.join("netemu.log"),
+                        remote.then_some(&ep.netemu),
+                    ),
                 })?,
             ),
         };
@@ -373,17 +373,23 @@ impl Roles {
                 Some(g) => every.check(|| g.alive()),
                 None => processes.alive(SERVE) || remote,
             },
-            || match guest_serve::connect_serve(&ep.serve, &ep.tls, ep.serve_ns.as_deref()) {
-                Ok(c) => Ok(Some(c)),
-                Err(e) if e.is_refusal() => Err(e.into()),
-                Err(_) => Ok(None),
+            || {
+                attempt(guest_serve::connect_serve(
+                    &ep.serve,
+                    &ep.tls,
+                    ep.serve_ns.as_deref(),
+                ))
             },
         )
         .map_err(|e| {
             if let Some(g) = in_guest {
                 g.fetch_log();
             }
-            annotate(e, &self.work.join("serve.log"))
+            annotate(
+                e,
+                &self.work.join("serve.log"),
+                (remote && in_guest.is_none()).then_some(&ep.serve),
+            )
         })?;
         let mut ctl = Controls {
             netemu,
@@ -397,9 +403,9 @@ impl Roles {
                     Duration::from_secs(15),
                     stop,
                     || processes.alive(CAPTURE),
-                    || Ok(capture.ready().map(|_| ())),
+                    || Ok(capture.ready().map(|_| ()).ok_or_else(String::new)),
                 )
-                .map_err(|e| annotate(e, &self.work.join("capture.log")))?;
+                .map_err(|e| annotate(e, &self.work.join("capture.log"), None))?;
             }
             Capture::Serve { .. } => {
                 // (a discard goes out with the controls from here on, whatever happens)
@@ -611,21 +617,22 @@ impl Drop for LabGuard {
     }
 }
 
-/// Polls `f` until it yields a value: `Ok(None)` means not yet, an error ends the wait (and so
-/// does Ctrl-C).
+/// Polls `f` until it yields a value: `Ok(Err(why))` means not yet (the last `why` goes into
+/// the timeout's message), an error ends the wait (and so does Ctrl-C).
 fn wait_for<T>(
     what: &'static str,
     limit: Duration,
     stop: &AtomicBool,
     mut alive: impl FnMut() -> bool,
-    mut f: impl FnMut() -> Result<Option<T>, ReplayError>,
+    mut f: impl FnMut() -> Result<Result<T, String>, ReplayError>,
 ) -> Result<T, ReplayError> {
     let until = Instant::now() + limit;
     loop {
         interrupted(stop)?;
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
+        let last = match f()? {
+            Ok(v) => return Ok(v),
+            Err(why) => why,
+        };
         if !alive() {
             return Err(ReplayError::Role {
                 role: what,
@@ -635,10 +642,24 @@ fn wait_for<T>(
         if Instant::now() > until {
             return Err(ReplayError::Role {
                 role: what,
-                why: format!("not ready within {limit:?}"),
+                why: if last.is_empty() {
+                    format!("not ready within {limit:?}")
+                } else {
+                    format!("not ready within {limit:?} (last try: {last})")
+                },
             });
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A connection attempt to a role's control channel as [`wait_for`] takes it: refused
+/// handshakes end the wait, anything else (no listener yet) is tried again.
+fn attempt<T>(r: Result<T, ControlError>) -> Result<Result<T, String>, ReplayError> {
+    match r {
+        Ok(c) => Ok(Ok(c)),
+        Err(e) if e.is_refusal() => Err(e.into()),
+        Err(e) => Ok(Err(e.to_string())),
     }
 }
 
@@ -648,13 +669,27 @@ fn log_tail(p: &Path) -> String {
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
 }
 
-fn annotate(e: ReplayError, log: &Path) -> ReplayError {
-    match e {
-        ReplayError::Role { role, why } => ReplayError::Role {
+/// A role's failure to start with the tail of its log; for a role on another host (`remote`:
+/// not started here, no log here), that it was not reachable at `addr`.
+fn annotate(e: ReplayError, log: &Path, remote: Option<&ControlAddr>) -> ReplayError {
+    match (e, remote) {
+        (ReplayError::Role { role, why }, Some(addr)) => ReplayError::Unreachable {
             role,
-            why: format!("{why}; log: {}", log_tail(log)),
+            addr: addr.to_string(),
+            why: why.replace("not ready within", "not reachable within"),
         },
-        other => other,
+        (ReplayError::Role { role, why }, None) => {
+            let tail = log_tail(log);
+            ReplayError::Role {
+                role,
+                why: if tail.is_empty() {
+                    format!("{why}; its log {} is empty", log.display())
+                } else {
+                    format!("{why}; log: {tail}")
+                },
+            }
+        }
+        (other, _) => other,
     }
 }
 

@@ -138,7 +138,8 @@ pub struct RunArgs {
     #[command(flatten)]
     tables: Tables,
     /// Busy-wait this many microseconds before each departure instead of sleeping.
-    #[arg(long, default_value_t = spec::DEFAULT_SPIN_US)]
+    #[arg(long, default_value_t = spec::DEFAULT_SPIN_US,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
     /// What limits the busy-waiting: `fixed`, at most half of every 10 ms, for a router that
     /// only forwards; `load`, less as the rest of the machine gets busy, for a datapath
@@ -148,17 +149,19 @@ pub struct RunArgs {
     #[arg(long, default_value_t = SpinRule::ROUTER, value_name = "fixed|load|always")]
     spin_rule: SpinRule,
     /// SCHED_FIFO priority of the datapath thread (0 = normal scheduling).
-    #[arg(long, default_value_t = spec::DEFAULT_RT_PRIORITY)]
+    #[arg(long, default_value_t = spec::DEFAULT_RT_PRIORITY,
+          value_parser = clap::value_parser!(i32).range(0..=99))]
     rt_priority: i32,
     /// Pin the datapath thread to this CPU (keep the emulated hosts' timer threads off
     /// it: `mimic serve --timer-cpus`); `mimic replay --lab` does this by itself.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = online_cpu)]
     cpu: Option<usize>,
     /// Frame buffers for packets inside pipes (2 KiB each).
-    #[arg(long, default_value_t = spec::DEFAULT_BUFFERS)]
+    #[arg(long, default_value_t = spec::DEFAULT_BUFFERS,
+          value_parser = clap::value_parser!(u32).range(1..))]
     buffers: u32,
     /// Most flow rules at once.
-    #[arg(long, default_value_t = spec::DEFAULT_MAX_FLOWS)]
+    #[arg(long, default_value_t = spec::DEFAULT_MAX_FLOWS, value_parser = at_least_one)]
     max_flows: usize,
     /// Base of the seeds of pipes that name none.
     #[arg(long, default_value_t = spec::DEFAULT_SEED)]
@@ -964,6 +967,30 @@ fn print_counters(rows: &[PipeCounters], stats: &RunStats) {
     );
 }
 
+/// `--cpu N`: a CPU that is online here (one that is not would only warn when the datapath
+/// starts, and run unpinned).
+fn online_cpu(s: &str) -> Result<usize, String> {
+    let c: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a CPU number"))?;
+    match mimic_core::cpu::online_cpus() {
+        Some(on) if !on.contains(&c) => Err(format!(
+            "CPU {c} is not online on this machine (online: {})",
+            mimic_core::cpu::format_list(&on)
+        )),
+        _ => Ok(c),
+    }
+}
+
+/// A count that must be at least 1 (`--max-flows`: with 0 no connection's pipes fit).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a count")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -995,7 +1022,8 @@ mod tests {
             spin_us: 25,
             spin_rule: SpinRule::FollowLoad,
             rt_priority: 0,
-            cpu: Some(3),
+            // a CPU of this machine (`--cpu` refuses one that is not online)
+            cpu: mimic_core::cpu::online_cpus().and_then(|c| c.last().copied()),
             buffers: 4096,
             max_flows: 1000,
             seed: 77,

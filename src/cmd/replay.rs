@@ -181,18 +181,6 @@ fn parse_agent(s: &str) -> Result<AgentTarget, String> {
 impl Args {
     /// The replay these flags describe; `exe` is the mimic executable that runs the roles.
     pub fn into_spec(self, exe: PathBuf) -> anyhow::Result<ReplayOptions> {
-        // checked now: it is used only after the whole replay, whose result a failure there
-        // would lose
-        if let Some(k) = self
-            .keep_capture
-            .as_ref()
-            .filter(|k| k.exists() && !k.is_dir())
-        {
-            anyhow::bail!(
-                "--keep-capture {}: not a directory (it names the directory the capture files are kept in)",
-                k.display()
-            );
-        }
         // (clap's `requires` is not checked against --server, which conflicts with --lab)
         if self.no_cpu_split && self.lab.is_none() {
             anyhow::bail!("--no-cpu-split is for a lab replay (--lab): a remote replay places nothing on the other hosts' CPUs");
@@ -211,14 +199,7 @@ impl Args {
                 pki_dir: self.pki.context("--server needs --pki")?,
                 capture: match (self.vantage, self.capture_iface) {
                     (VantageArg::Server, None) => RemoteCapture::Server,
-                    (VantageArg::Client, Some(iface)) => {
-                        if !mimic_replay::serve_capture::iface_exists(&iface) {
-                            anyhow::bail!(
-                                "--capture-iface {iface}: no such network interface on this host (`ip link` lists them)"
-                            );
-                        }
-                        RemoteCapture::Client { iface }
-                    }
+                    (VantageArg::Client, Some(iface)) => RemoteCapture::Client { iface },
                     (VantageArg::Client, None) => anyhow::bail!(
                         "--vantage client needs --capture-iface IF (the local interface on the path to the server)"
                     ),
@@ -230,10 +211,6 @@ impl Args {
                     if self.client_addr.is_empty() && self.agents.is_empty() {
                         anyhow::bail!("--server needs --client-addr (or --agents)");
                     }
-                    // this host opens the connections from them: checked before any role is
-                    // dialled
-                    mimic_replay::agent::check_local(&self.client_addr)
-                        .map_err(anyhow::Error::msg)?;
                     self.client_addr
                 },
             },
@@ -264,6 +241,39 @@ impl Args {
     }
 }
 
+/// What this host must have for the replay `opts` describes, checked before any role is
+/// started or dialled (a remote replay used to wait 15 s for its emulator and then blame it,
+/// and a `--keep-capture` file failed after the whole replay, losing it).
+fn check_here(opts: &ReplayOptions) -> anyhow::Result<()> {
+    if let Some(k) = opts
+        .keep_capture
+        .as_ref()
+        .filter(|k| k.exists() && !k.is_dir())
+    {
+        anyhow::bail!(
+            "--keep-capture {}: not a directory (it names the directory the capture files are kept in)",
+            k.display()
+        );
+    }
+    if let Target::Remote {
+        client_addrs,
+        capture,
+        ..
+    } = &opts.target
+    {
+        // this host opens the connections from them
+        mimic_replay::agent::check_local(client_addrs).map_err(anyhow::Error::msg)?;
+        if let RemoteCapture::Client { iface } = capture {
+            if !mimic_replay::serve_capture::iface_exists(iface) {
+                anyhow::bail!(
+                    "--capture-iface {iface}: no such network interface on this host (`ip link` lists them)"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // SAFETY: geteuid has no preconditions.
     if a.lab.is_some() && unsafe { libc::geteuid() } != 0 {
@@ -273,6 +283,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let json = a.json;
     let opts = a.into_spec(std::env::current_exe()?)?;
+    check_here(&opts)?;
     let summary = match replay_with_progress(&opts) {
         Ok(s) => s,
         Err(ReplayError::Interrupted) => {
@@ -505,7 +516,8 @@ mod tests {
             seed: 42,
             server_port: 8080,
             keep_capture: Some("caps".into()),
-            cpu_split: false,
+            // --no-cpu-split is the lab's (below)
+            cpu_split: true,
             agents: Vec::new(),
             agent_timeout: mimic_replay::agent::DEFAULT_LIMIT,
             emulator: Emulator::Netem,
@@ -541,6 +553,7 @@ mod tests {
             name: "t9".into(),
             keep: true,
         };
+        lab.cpu_split = false;
         lab.stack = Some("initcwnd=10,cc=cubic,sack=0,rto_min=50ms".parse().unwrap());
         lab.queue = QueueOverride {
             up: None,

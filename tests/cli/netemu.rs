@@ -672,3 +672,20 @@ fn the_status_of_a_lab_that_does_not_exist_is_one_line() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["up"], false);
 }
+
+/// `netemu run` refuses values with which it could not work, before anything starts (they
+/// ran: no packet fits in 0 buffers, no connection in 0 flow rules; a CPU that is not online
+/// or a priority above SCHED_FIFO's 99 only warned).
+#[test]
+fn netemu_run_refuses_values_it_cannot_work_with() {
+    for (flag, value, want) in [
+        ("--buffers", "0", "0 is not in 1.."),
+        ("--max-flows", "0", "must be at least 1"),
+        ("--spin-us", "99999999999", "is not in 0..=1000000"),
+        ("--cpu", "1000", "CPU 1000 is not online"),
+        ("--rt-priority", "100", "100 is not in 0..=99"),
+    ] {
+        let o = run(&["netemu", "run", "--lab", "x", flag, value]);
+        assert_refused(&o, want);
+    }
+}

@@ -498,6 +498,20 @@ pub struct AgentSpec {
     pub timer_cpus: Option<Vec<usize>>,
 }
 
+/// Why `a` cannot be the source of a TCP connection (the unspecified address, broadcast,
+/// multicast), or `None` when it can.
+pub fn unusable_source(a: Ipv4Addr) -> Option<&'static str> {
+    if a.is_unspecified() {
+        Some("the unspecified address (any address)")
+    } else if a.is_broadcast() {
+        Some("the broadcast address")
+    } else if a.is_multicast() {
+        Some("a multicast address")
+    } else {
+        None
+    }
+}
+
 /// The most source addresses an agent takes (a /16).
 pub const MAX_AGENT_ADDRS: usize = 65_536;
 
@@ -528,6 +542,19 @@ impl AgentSpec {
     /// The source addresses `client_addrs` stands for, in order (a prefix shorter than /31
     /// without its network and broadcast addresses).
     pub fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
+        let out = self.expand()?;
+        if let Some((a, why)) = out
+            .iter()
+            .find_map(|&a| unusable_source(a).map(|why| (a, why)))
+        {
+            return Err(format!(
+                "--client-addr {a} is {why}: no TCP connection comes from it; give addresses this host holds"
+            ));
+        }
+        Ok(out)
+    }
+
+    fn expand(&self) -> Result<Vec<Ipv4Addr>, String> {
         let mut out = Vec::new();
         for n in &self.client_addrs {
             let std::net::IpAddr::V4(base) = n.addr else {

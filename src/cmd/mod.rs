@@ -41,18 +41,12 @@ pub(crate) fn client_addr(s: &str) -> Result<std::net::Ipv4Addr, String> {
     let a: std::net::Ipv4Addr = s
         .parse()
         .map_err(|_| format!("`{s}` is not an IPv4 address (e.g. 198.19.0.1)"))?;
-    let why = if a.is_unspecified() {
-        "the unspecified address (any address)"
-    } else if a.is_broadcast() {
-        "the broadcast address"
-    } else if a.is_multicast() {
-        "a multicast address"
-    } else {
-        return Ok(a);
-    };
-    Err(format!(
-        "{a} is {why}: no TCP connection comes from it; give an address a client host can hold"
-    ))
+    match mimic_replay::spec::unusable_source(a) {
+        None => Ok(a),
+        Some(why) => Err(format!(
+            "{a} is {why}: no TCP connection comes from it; give an address a client host can hold"
+        )),
+    }
 }
 
 /// Value parser for a TCP server port: 1-65535 (port 0 is no port a connection can use: a

@@ -40,6 +40,9 @@ fn agent_flags_are_checked_before_anything_starts() {
         &o,
         "203.0.113.1, 203.0.113.2 are not an address of this host",
     );
+    // no connection comes from the unspecified address (bind takes it, so it passed)
+    let o = agent(&sock, &pki, &["--client-addr", "0.0.0.0"]);
+    assert_refused(&o, "0.0.0.0 is the unspecified address");
     assert!(!d.path().join("a.sock").exists());
 }
 

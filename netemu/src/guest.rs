@@ -913,7 +913,7 @@ fn console_tail(p: &Path) -> String {
         .collect();
     let n = lines.len();
     if n == 0 {
-        return "(nothing)".into();
+        return "(none: the kernel stopped before printing anything; a truncated image, or one for another machine?)".into();
     }
     lines[n.saturating_sub(3)..].join(" | ")
 }
@@ -1020,21 +1020,32 @@ pub fn boot(
         return fail(GuestError::Io(e));
     }
     let deadline = t0 + spec.boot_timeout;
+    // the console of a boot that failed, kept where the lab's cleanup (which removes the
+    // runtime directory) leaves it, for the error to point at
+    let kept_console = || {
+        let keep = std::env::temp_dir().join(format!("mimic-{}.console", spec.netns));
+        match std::fs::copy(&console, &keep) {
+            Ok(_) => keep.display().to_string(),
+            Err(_) => console.display().to_string(),
+        }
+    };
     let mut client = None;
     while client.is_none() {
         if !alive(pid) {
             return fail(GuestError::BootDied {
                 host: spec.netns.clone(),
-                console: console.display().to_string(),
+                console: kept_console(),
                 tail: console_tail(&console),
             });
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            // stopped first, so that the kept copy is all it printed
+            kill(rd, role);
             return fail(GuestError::BootTimeout {
                 host: spec.netns.clone(),
                 secs: spec.boot_timeout.as_secs_f64(),
-                console: console.display().to_string(),
+                console: kept_console(),
                 tail: console_tail(&console),
             });
         }

@@ -737,6 +737,13 @@ fn a_guest_that_does_not_come_up_in_time_is_killed_and_the_lab_removed() {
             && e.contains("console"),
         "{e}"
     );
+    // its console is kept where the lab's cleanup leaves it, and named
+    let console = std::env::temp_dir().join(format!("mimic-{name}-emu.console"));
+    assert!(
+        e.contains(&format!("console {}", console.display())) && console.is_file(),
+        "{e}"
+    );
+    std::fs::remove_file(&console).unwrap();
     assert!(
         t0.elapsed() < Duration::from_secs(30),
         "took {:?}",

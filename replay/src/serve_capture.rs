@@ -181,6 +181,16 @@ impl CaptureService {
                 return Err(ServiceError::NoSuchIface(name.clone()));
             }
         }
+        if let Some(r) = root.as_ref().filter(|r| r.exists() && !r.is_dir()) {
+            return Err(ServiceError::Io {
+                what: "--capture-dir",
+                path: r.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "not a directory (it names the directory the captures go under)",
+                ),
+            });
+        }
         let (root, own_root) = match root {
             Some(r) => (r, false),
             None => (
@@ -769,6 +779,17 @@ mod tests {
         .to_string();
         assert!(
             e.contains("--capture-iface nosuchif0: no such network interface"),
+            "{e}"
+        );
+        // a --capture-dir that is a file: refused at start too
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let e = CaptureService::new("127.0.0.1:80".parse().unwrap(), None, Some(file))
+            .err()
+            .expect("a file as --capture-dir is refused")
+            .to_string();
+        assert!(
+            e.contains("--capture-dir") && e.contains("not a directory"),
             "{e}"
         );
         CaptureService::new(

@@ -924,8 +924,10 @@ impl LabInfo {
     pub fn client_host_named(&self, role: &str) -> Option<ClientHost> {
         match role {
             "cli" => self.client_host(1),
+            // `cli2`, `cli10`: the number as the lab names its hosts (not `cli02`, `cli+2`)
             r => r
                 .strip_prefix("cli")
+                .filter(|k| !k.starts_with(['0', '+']))
                 .and_then(|k| k.parse::<u32>().ok())
                 .filter(|&k| k >= 2)
                 .and_then(|k| self.client_host(k)),
@@ -1619,7 +1621,9 @@ mod tests {
         assert!(i.switch().0.len() <= 15 && i.switch().1.len() <= 15);
         assert_eq!(i.client_host(0), None);
         assert_eq!(i.client_host(MAX_CLIENTS + 1), None);
-        for bad in ["cli1", "cli0", "srv", "cli9", "clix"] {
+        for bad in [
+            "cli1", "cli0", "srv", "cli9", "clix", "cli02", "cli002", "cli+2",
+        ] {
             assert_eq!(i.client_host_named(bad), None, "{bad}");
         }
     }

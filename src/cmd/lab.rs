@@ -185,6 +185,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for n in &notes {
                 eprintln!("mimic: note: {n}");
             }
+            // a lab that is up keeps the client hosts it has: `--clients` only adds
+            let had = lab::client_count(&name).unwrap_or(1);
+            if clients < had {
+                eprintln!(
+                    "mimic: note: lab {name} has {had} client hosts; --clients {clients} removes none (take the lab down and up again for fewer)"
+                );
+            }
             if clients > 1 {
                 for h in lab::add_clients(&name, clients)
                     .with_context(|| format!("adding client hosts to lab {name}"))?
@@ -222,6 +229,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let argv: Vec<&str> = command.iter().map(String::as_str).collect();
             let code = match lab::host(&name, &host)? {
                 lab::Host::Namespace(ns) => {
+                    if timeout.is_some() {
+                        eprintln!(
+                            "mimic: note: --timeout applies to guest hosts; {host} of lab {name} is a namespace, where the command runs until it ends (wrap it in `timeout`)"
+                        );
+                    }
                     let st = mimic_netemu::netns::command(&ns, argv[0], &argv[1..])
                         .status()
                         .with_context(|| format!("running ip netns exec {ns} {}", argv[0]))?;

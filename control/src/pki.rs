@@ -82,9 +82,16 @@ pub fn validate_role(name: &str) -> Result<(), PkiError> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-');
     if !ok {
-        return Err(PkiError::Invalid(format!(
-            "`{name}` is not a role name (lower-case letters, digits and `-`, starting with a letter)"
-        )));
+        return Err(PkiError::Invalid(if name.len() > 63 {
+            format!(
+                "a role name holds at most 63 characters (a DNS label), this one has {}",
+                name.len()
+            )
+        } else {
+            format!(
+                "`{name}` is not a role name (lower-case letters, digits and `-`, starting with a letter, not ending with `-`)"
+            )
+        }));
     }
     if name == CONTROLLER || name == "ca" {
         return Err(PkiError::Invalid(format!(
@@ -278,6 +285,12 @@ fn missing_hint(dir: &Path, file: &str) -> String {
 
 fn load_certs(dir: &Path, file: &str) -> Result<Vec<CertificateDer<'static>>, PkiError> {
     let path = dir.join(file);
+    if dir.exists() && !dir.is_dir() {
+        return Err(file_err(
+            dir,
+            "not a directory (name the directory that holds `mimic pki init`'s files)",
+        ));
+    }
     if !path.exists() {
         return Err(file_err(&path, missing_hint(dir, file)));
     }

@@ -279,6 +279,12 @@ fn loading_names_the_missing_or_unsafe_file() {
         e.contains("controller.key") && e.contains("chmod 600"),
         "{e}"
     );
+    // a file where the directory should be
+    let e = RoleTls::load(&d.path().join("netemu.key"), "serve")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("netemu.key: not a directory"), "{e}");
     std::fs::write(d.path().join("netemu.crt"), "not pem").unwrap();
     let e = RoleTls::load(d.path(), "netemu").err().unwrap().to_string();
     assert!(e.contains("netemu.crt"), "{e}");

@@ -218,6 +218,12 @@ fn masked(a: IpAddr, prefix: u8) -> IpAddr {
 impl FromStr for IpNet {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains(',') {
+            return Err(format!(
+                "`{}`: one prefix per value (repeat the flag for more)",
+                crate::units::quote(s)
+            ));
+        }
         let (a, p) = s
             .split_once('/')
             .map(|(a, p)| (a, Some(p)))
@@ -380,6 +386,8 @@ pub(crate) mod tests {
         assert!(!n.contains("198.19.32.1".parse().unwrap()));
         assert!(!n.contains("::1".parse().unwrap()));
         assert!("198.19.0.0/33".parse::<IpNet>().is_err());
+        let e = "10.0.0.0/8,10.1.0.0/16".parse::<IpNet>().unwrap_err();
+        assert!(e.contains("one prefix per value"), "{e}");
         assert_eq!("10.0.0.1".parse::<IpNet>().unwrap().prefix, 32);
     }
 }

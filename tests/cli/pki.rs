@@ -43,6 +43,9 @@ fn pki_init_writes_keys_0600_and_refuses_to_overwrite_without_force() {
 
     let o = run(&["pki", "init", dir_s, "--force", "--role", "Not A Name"]);
     assert_refused(&o, "not a role name");
+    let long = "r".repeat(64);
+    let o = run(&["pki", "init", dir_s, "--force", "--role", &long]);
+    assert_refused(&o, "at most 63 characters");
 }
 
 #[test]

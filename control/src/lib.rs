@@ -48,8 +48,16 @@ impl FromStr for ControlAddr {
             }
             Ok(ControlAddr::Unix(p.into()))
         } else if let Some(a) = s.strip_prefix("tcp:") {
-            if !a.contains(':') {
-                return Err(format!("`{s}`: write tcp:HOST:PORT"));
+            // the port after the last colon (an IPv6 host in brackets: tcp:[::1]:7000)
+            let port_ok = a.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty()
+                    && port.parse::<u16>().is_ok()
+                    && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']')))
+            });
+            if !port_ok {
+                return Err(format!(
+                    "`{s}`: write tcp:HOST:PORT (an IPv6 address in brackets: tcp:[::1]:7000)"
+                ));
             }
             Ok(ControlAddr::Tcp(a.into()))
         } else {

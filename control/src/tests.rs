@@ -119,6 +119,22 @@ fn addresses() {
     );
     assert!("127.0.0.1:7070".parse::<ControlAddr>().is_err());
     assert!("tcp:7070".parse::<ControlAddr>().is_err());
+    assert_eq!(
+        "tcp:[::1]:0".parse::<ControlAddr>(),
+        Ok(ControlAddr::Tcp("[::1]:0".into()))
+    );
+    assert!("tcp:host.example:7000".parse::<ControlAddr>().is_ok());
+    // no port, or an IPv6 address without brackets: refused when parsed, not when bound
+    for bad in [
+        "tcp:[::1]",
+        "tcp:::1",
+        "tcp:host:",
+        "tcp::7000",
+        "tcp:h:70000",
+    ] {
+        let e = bad.parse::<ControlAddr>().unwrap_err();
+        assert!(e.contains("write tcp:HOST:PORT"), "{bad}: {e}");
+    }
 }
 
 #[test]

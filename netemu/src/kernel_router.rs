@@ -565,21 +565,24 @@ impl KernelRouter {
         force: bool,
     ) -> Result<KernelRouter, RenderError> {
         render::check_interfaces(&render::RenderOptions::new(client_if, server_if))?;
-        render::probe_netem()?;
         let opts = ApplyOptions::default();
+        // the interfaces first: a missing one would otherwise be blamed on a kernel without
+        // netem, when this one has none either
         let mut roots = Vec::new();
         for dev in [server_if, client_if] {
-            let r = render::root_qdisc(dev, &opts)?;
-            if let RootQdisc::Other { kind, handle } = &r {
+            roots.push((dev, render::root_qdisc(dev, &opts)?));
+        }
+        render::probe_netem()?;
+        for (dev, r) in &roots {
+            if let RootQdisc::Other { kind, handle } = r {
                 if !force {
                     return Err(RenderError::ForeignRoot {
-                        dev: dev.into(),
+                        dev: dev.to_string(),
                         kind: kind.clone(),
                         handle: handle.clone(),
                     });
                 }
             }
-            roots.push((dev, r));
         }
         let mut forced = false;
         let mut clear = Vec::new();

@@ -1240,10 +1240,15 @@ pub fn apply(
     let mut report = ApplyReport::default();
     match backend {
         Backend::Netem => {
+            // the interfaces are read first: a missing one is named as such, not blamed on
+            // a kernel without netem
+            let devs = [&ropts.server_if, &ropts.client_if];
+            for dev in devs {
+                root_qdisc(dev, opts)?;
+            }
             if script.needs_netem {
                 probe_netem()?;
             }
-            let devs = [&ropts.server_if, &ropts.client_if];
             let mut roots = Vec::new();
             for dev in devs {
                 let r = root_qdisc(dev, opts)?;

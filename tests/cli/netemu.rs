@@ -689,3 +689,23 @@ fn netemu_run_refuses_values_it_cannot_work_with() {
         assert_refused(&o, want);
     }
 }
+
+/// An interface that does not exist is named as such when kernel pipes are applied (the
+/// error blamed the kernel for lacking netem, which this host's does too).
+#[test]
+fn applying_kernel_pipes_names_a_missing_interface() {
+    let o = run(&[
+        "netemu",
+        "render",
+        "--backend",
+        "netem",
+        "--default",
+        "delay=1ms",
+        "--client-if",
+        "nosuchif0",
+        "--server-if",
+        "nosuchif1",
+        "--apply",
+    ]);
+    assert_refused(&o, "Cannot find device");
+}

@@ -27,8 +27,8 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", value_parser = parse_control, requires = "pki")]
     pub control: Option<ControlAddr>,
     /// Directory with this role's control-channel files from `mimic pki init`: ca.crt,
-    /// serve.crt, serve.key (mode 0600).
-    #[arg(long, value_name = "DIR")]
+    /// serve.crt, serve.key (mode 0600). For the control channel: needs --control.
+    #[arg(long, value_name = "DIR", requires = "control")]
     pub pki: Option<PathBuf>,
     /// Serve replay connections only from this client range, e.g. 198.19.0.0/19
     /// (repeatable; a controller's announcement replaces the list). Without --allow and

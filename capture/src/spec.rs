@@ -299,6 +299,9 @@ impl CaptureSpec {
                 )));
             }
         }
+        // a directory this run makes is removed again if the run fails before writing into it
+        // (declared before the summary reserve inside it, so dropped after it)
+        let _made = MadeDir((!dir.exists()).then(|| dir.clone()));
         std::fs::create_dir_all(dir).map_err(|source| CaptureRunError::Io {
             what: "creating",
             path: dir.clone(),
@@ -524,6 +527,18 @@ impl Args {
 
 /// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
 /// a full disk cannot leave the capture without its summary. Removed when dropped.
+/// The output directory a capture made, removed when the capture ends if it is empty then (a
+/// run refused before capturing leaves no directory behind).
+struct MadeDir(Option<PathBuf>);
+
+impl Drop for MadeDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
 struct SummaryReserve(PathBuf);
 
 impl SummaryReserve {

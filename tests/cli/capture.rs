@@ -1396,3 +1396,29 @@ fn a_capture_that_never_started_leaves_no_key() {
     capture_ok(&trace("web/zeek_http_bro.org.pcap"), &out, &["-q"]);
     assert!(out.join("capture.key").exists());
 }
+
+/// A capture refused before it captured leaves no output directory behind (it left an empty
+/// one), and one that existed stays.
+#[test]
+fn a_refused_capture_leaves_no_directory_it_made() {
+    let d = tempdir();
+    let out = d.path().join("new/caps");
+    let o = crate::common::run(&[
+        "capture",
+        "--source",
+        "iface:nosuchif0",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_refused(&o, "nosuchif0");
+    assert!(!out.exists(), "{} was left", out.display());
+    let o = crate::common::run(&[
+        "capture",
+        "--source",
+        "iface:nosuchif0",
+        "-o",
+        d.path().to_str().unwrap(),
+    ]);
+    assert_refused(&o, "nosuchif0");
+    assert!(d.path().is_dir());
+}

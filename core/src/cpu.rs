@@ -96,9 +96,18 @@ pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim) {
         let num = |x: &str| {
-            x.trim()
+            let c = x
+                .trim()
                 .parse::<usize>()
-                .map_err(|_| format!("`{x}` in CPU list `{s}` is not a CPU number"))
+                .map_err(|_| format!("`{x}` in CPU list `{s}` is not a CPU number"))?;
+            // (a range up to a huge number would also be a huge list)
+            if c >= libc::CPU_SETSIZE as usize {
+                return Err(format!(
+                    "CPU {c} in CPU list `{s}`: CPU numbers go up to {}",
+                    libc::CPU_SETSIZE - 1
+                ));
+            }
+            Ok(c)
         };
         match part.split_once('-') {
             Some((a, b)) => {
@@ -531,6 +540,16 @@ fn busy_ticks(stat: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_list_stays_within_the_cpu_numbers() {
+        assert_eq!(parse_list("0,2-3"), Ok(vec![0, 2, 3]));
+        let e = parse_list("0-1000000000000").unwrap_err();
+        assert!(
+            e.contains("CPU 1000000000000 in CPU list") && e.contains("go up to 1023"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn pinning_to_a_cpu_that_is_not_online_names_it() {

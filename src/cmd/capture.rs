@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// Output directory (created if missing).
     #[arg(short, long, value_name = "DIR", required = true)]
     pub output: Option<PathBuf>,
-    /// Keep K of every N connections (both directions together), e.g. 1/90.
+    /// Keep K of every N connections (both directions together), e.g. 1/90; N alone is 1/N.
     #[arg(long, value_name = "K/N", default_value = "1/1", value_parser = parse_rate)]
     pub sample: Rate,
     /// Sampling rule: keyed (SipHash of the 5-tuple) or last-octet (Monkey's: by the client address's last byte).
@@ -124,9 +124,12 @@ fn parse_payload(s: &str) -> Result<PayloadPolicy, String> {
     if s == "all" {
         return Ok(PayloadPolicy::All);
     }
-    s.parse::<u32>()
-        .map(PayloadPolicy::Bytes)
-        .map_err(|_| format!("{s:?}: expected a byte count or `all`"))
+    match s.parse::<u64>() {
+        Ok(n) => u32::try_from(n).map(PayloadPolicy::Bytes).map_err(|_| {
+            format!("{n} bytes is more than any packet carries: give at most 65535, or `all`")
+        }),
+        Err(_) => Err(format!("{s:?}: expected a byte count or `all`")),
+    }
 }
 fn parse_rotate_arg(s: &str) -> Result<Rotate, String> {
     parse_rotate(s)

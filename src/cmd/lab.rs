@@ -421,7 +421,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A timeout: a duration as the pipes take them (`90s`, `500ms`), or in minutes or hours
+/// (`5m`, `5min`, `1h`), as `capture --rotate` takes them.
 fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    for (unit, secs) in [("min", 60.0), ("m", 60.0), ("h", 3600.0)] {
+        if let Some(v) = t
+            .strip_suffix(unit)
+            .and_then(|v| v.trim().parse::<f64>().ok())
+        {
+            if !(v.is_finite() && v > 0.0 && v * secs <= 86_400.0) {
+                return Err(format!("`{s}`: give more than 0 and at most a day"));
+            }
+            return Ok(Duration::from_secs_f64(v * secs));
+        }
+    }
     let ns = mimic_netemu::units::parse_duration(s)?;
     if ns == 0 {
         return Err("must be longer than 0".into());
@@ -475,4 +489,21 @@ fn describe(l: &lab::LabEntry) -> String {
             ", no runtime directory"
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_take_minutes_and_hours_too() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_timeout("1.5h"), Ok(Duration::from_secs(5400)));
+        for bad in ["0m", "-1h", "25h", "0s", "5", "5x"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
 }

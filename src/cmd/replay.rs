@@ -123,12 +123,13 @@ pub struct Args {
         value_name = "SIDE",
         value_enum,
         default_value = "server",
-        requires = "server"
+        requires = "server",
+        conflicts_with = "lab"
     )]
     pub vantage: VantageArg,
     /// With --vantage client: the local interface on the path to the server, where the replay
     /// is captured.
-    #[arg(long, value_name = "IF", requires = "server")]
+    #[arg(long, value_name = "IF", requires = "server", conflicts_with = "lab")]
     pub capture_iface: Option<String>,
     /// Local source addresses for replayed connections (repeatable; with --server and
     /// without --agents, at least one).

@@ -254,7 +254,8 @@ fn the_capture_vantage_is_asked_for_explicitly() {
         "--vantage",
         "client",
     ]);
-    assert_refused(&o, "--server");
+    // the vantage is a remote replay's (`--server`): named as not for a lab
+    assert_refused(&o, "cannot be used with '--vantage <SIDE>'");
     assert!(!out.exists());
 }
 

@@ -108,6 +108,18 @@ impl ServeSpec {
                     .into(),
             );
         }
+        if self.metrics.is_some_and(|m| {
+            m.port() == self.listen.port()
+                && m.port() != 0
+                && (m.ip() == self.listen.ip()
+                    || m.ip().is_unspecified()
+                    || self.listen.ip().is_unspecified())
+        }) {
+            return Err(format!(
+                "--metrics and --listen both name port {}: give the metrics another port",
+                self.listen.port()
+            ));
+        }
         Ok(())
     }
 }

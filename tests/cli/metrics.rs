@@ -180,3 +180,16 @@ fn a_taken_metrics_port_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `serve --metrics` on the replay port is named as such (the metrics took the port, then
+/// serving failed with "address already in use" after "metrics at ..." was printed).
+#[test]
+fn serve_metrics_on_the_replay_port_is_refused() {
+    for (listen, metrics) in [
+        ("127.0.0.1:18481", "127.0.0.1:18481"),
+        ("0.0.0.0:18481", "127.0.0.1:18481"),
+    ] {
+        let o = crate::common::run(&["serve", "--listen", listen, "--metrics", metrics]);
+        crate::common::assert_refused(&o, "--metrics and --listen both name port 18481");
+    }
+}

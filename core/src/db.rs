@@ -668,9 +668,11 @@ impl StagedFile {
     /// [`StagedFile::finish`], then renames the file over its destination.
     pub fn commit(mut self) -> std::io::Result<()> {
         self.finish()?;
-        if let Some(tmp) = self.tmp.take() {
+        if let Some(tmp) = &self.tmp {
+            // a failed rename leaves `tmp` set, for Drop to remove the file
             std::fs::rename(tmp.path(), &self.dest)?;
         }
+        self.tmp = None;
         Ok(())
     }
 }
@@ -1104,6 +1106,32 @@ fn bring_up_to_date_waiting(
 
 #[cfg(test)]
 mod tests {
+    use super::StagedFile;
+
+    /// A staged file whose rename fails (a directory of its name) leaves no temporary; one
+    /// committed leaves only its destination.
+    #[test]
+    fn a_staged_file_leaves_no_temporary_behind() {
+        use std::io::Write;
+        let d = tempfile::tempdir().unwrap();
+        let dir_dest = d.path().join("taken");
+        std::fs::create_dir(&dir_dest).unwrap();
+        let mut f = StagedFile::create(&dir_dest).unwrap();
+        f.writer().write_all(b"x").unwrap();
+        assert!(f.commit().is_err());
+        let ok = d.path().join("ok");
+        let mut f = StagedFile::create(&ok).unwrap();
+        f.writer().write_all(b"y").unwrap();
+        f.commit().unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["ok", "taken"]);
+        assert_eq!(std::fs::read(&ok).unwrap(), b"y");
+    }
+
     use super::*;
 
     /// A temporary folder for one test's databases.

@@ -265,6 +265,12 @@ impl Output {
                 path: part.clone(),
                 source,
             })?;
+        // held while the file is written (the kernel releases it when the process dies): a
+        // later capture into this directory finishes only `.part` files nobody holds
+        lock(&file, true).map_err(|source| OutputError::Io {
+            path: part.clone(),
+            source,
+        })?;
         let mut buf = Vec::with_capacity(FLUSH_AT + 65_536);
         let os = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
         pcapng::section_header(&mut buf, &self.cfg.user_appl, &os, &self.cfg.comments);
@@ -536,6 +542,23 @@ pub fn finish_left_parts(dir: &Path) -> Vec<LeftPart> {
     parts.into_iter().map(|p| finish_part(&p)).collect()
 }
 
+/// An exclusive `flock` on `f`: waiting for it (`wait`), or failing with `WouldBlock` when
+/// another open file description holds it.
+fn lock(f: &File, wait: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let op = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    // SAFETY: a valid open descriptor for the duration of the call.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn finish_part(part: &Path) -> LeftPart {
     let kept = |why: String| LeftPart::Kept {
         part: part.to_path_buf(),
@@ -545,10 +568,26 @@ fn finish_part(part: &Path) -> LeftPart {
     if path.exists() {
         return kept(format!("{} exists", path.display()));
     }
-    let (end, packets, len) = match whole_blocks(part) {
+    // held until this function returns; a capture still writing the file holds it
+    let held = match OpenOptions::new().write(true).open(part) {
+        Ok(f) => f,
+        Err(e) => return kept(format!("opening it: {e}")),
+    };
+    match lock(&held, false) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            return kept("a running capture is writing it".into())
+        }
+        Err(e) => return kept(format!("locking it: {e}")),
+    }
+    let (end, packets, len, header) = match whole_blocks(part) {
         Ok(x) => x,
         Err(e) => return kept(format!("reading it: {e}")),
     };
+    if !header && len > 0 {
+        // not a file this writer began (or damaged from its first byte): not ours to remove
+        return kept("it does not start with a pcapng section header".into());
+    }
     if packets == 0 {
         return match fs::remove_file(part) {
             Ok(()) => LeftPart::Removed {
@@ -557,13 +596,9 @@ fn finish_part(part: &Path) -> LeftPart {
             Err(e) => kept(format!("removing it: {e}")),
         };
     }
-    let done = OpenOptions::new()
-        .write(true)
-        .open(part)
-        .and_then(|f| {
-            f.set_len(end)?;
-            f.sync_all()
-        })
+    let done = held
+        .set_len(end)
+        .and_then(|()| held.sync_all())
         .and_then(|()| fs::rename(part, &path));
     match done {
         Ok(()) => LeftPart::Recovered {
@@ -576,8 +611,9 @@ fn finish_part(part: &Path) -> LeftPart {
 }
 
 /// The end of the last whole block of a pcapng file that starts with a section header and
-/// describes an interface before its packets, the packets up to there, and the file's length.
-fn whole_blocks(p: &Path) -> io::Result<(u64, u64, u64)> {
+/// describes an interface before its packets, the packets up to there, the file's length, and
+/// whether it starts with a section header at all.
+fn whole_blocks(p: &Path) -> io::Result<(u64, u64, u64, bool)> {
     use pcap_parser::pcapng::{parse_block_le, Block};
     use std::io::Read;
     let mut f = File::open(p)?;
@@ -616,7 +652,7 @@ fn whole_blocks(p: &Path) -> io::Result<(u64, u64, u64)> {
             Err(_) => break,
         }
     }
-    Ok((end, packets, len))
+    Ok((end, packets, len, header))
 }
 
 #[cfg(test)]
@@ -837,8 +873,16 @@ mod tests {
         )
         .unwrap();
 
+        // a .part that is not pcapng: not removed
+        let foreign = left.path().join("notes.pcapng.part");
+        fs::write(&foreign, b"my own notes").unwrap();
+
         let done = finish_left_parts(left.path());
-        assert_eq!(done.len(), 3, "{done:?}");
+        assert_eq!(done.len(), 4, "{done:?}");
+        assert!(foreign.exists());
+        assert!(done
+            .iter()
+            .any(|d| matches!(d, LeftPart::Kept { why, .. } if why.contains("section header"))));
         let final_name = copy.with_extension("");
         assert!(
             done.iter().any(|d| matches!(d, LeftPart::Recovered { path, packets: 50, cut: 14 } if *path == final_name)),
@@ -853,11 +897,19 @@ mod tests {
         assert!(!copy.exists() && !empty.exists());
         assert_eq!(fs::metadata(&final_name).unwrap().len(), whole);
         assert_eq!(count_frames(&final_name), 50);
+        let recovered = done
+            .iter()
+            .find(|d| matches!(d, LeftPart::Recovered { .. }))
+            .unwrap()
+            .to_string();
+        assert!(recovered.contains("no statistics block"), "{recovered}");
+        // a .part the running writer holds is left alone
+        let running = finish_left_parts(dir.path());
         assert!(
-            done[0].to_string().contains("no statistics block"),
-            "{}",
-            done[0]
+            matches!(&running[..], [LeftPart::Kept { why, .. }] if why.contains("running capture")),
+            "{running:?}"
         );
+        assert!(part.exists());
         // the writer's own file was not touched, and finishes as usual
         drop(o);
     }

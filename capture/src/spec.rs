@@ -301,7 +301,13 @@ impl CaptureSpec {
         }
         // a directory this run makes is removed again if the run fails before writing into it
         // (declared before the summary reserve inside it, so dropped after it)
-        let _made = MadeDir((!dir.exists()).then(|| dir.clone()));
+        let _made = MadeDir(
+            dir.ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .take_while(|a| !a.exists())
+                .map(Path::to_path_buf)
+                .collect(),
+        );
         std::fs::create_dir_all(dir).map_err(|source| CaptureRunError::Io {
             what: "creating",
             path: dir.clone(),
@@ -527,13 +533,13 @@ impl Args {
 
 /// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
 /// a full disk cannot leave the capture without its summary. Removed when dropped.
-/// The output directory a capture made, removed when the capture ends if it is empty then (a
-/// run refused before capturing leaves no directory behind).
-struct MadeDir(Option<PathBuf>);
+/// The directories a capture made for its output (deepest first), removed when the capture
+/// ends if they are empty then (a run refused before capturing leaves none behind).
+struct MadeDir(Vec<PathBuf>);
 
 impl Drop for MadeDir {
     fn drop(&mut self) {
-        if let Some(d) = &self.0 {
+        for d in &self.0 {
             let _ = std::fs::remove_dir(d);
         }
     }

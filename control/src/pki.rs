@@ -335,6 +335,20 @@ fn roots(dir: &Path) -> Result<Arc<RootCertStore>, PkiError> {
     Ok(Arc::new(roots))
 }
 
+/// This host's clock, for a message about a certificate's validity: `2026-12-05 07:20:01 UTC`.
+fn humantime_now() -> String {
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
 /// `dir/file` fails the check the other end of the channel makes of it.
 fn not_trusted(dir: &Path, file: &str, e: rustls::Error) -> PkiError {
     use rustls::CertificateError as C;
@@ -346,6 +360,10 @@ fn not_trusted(dir: &Path, file: &str, e: rustls::Error) -> PkiError {
         rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
             format!("names another role (the other end would refuse it): {e}")
         }
+        rustls::Error::InvalidCertificate(C::Expired | C::NotValidYet) => format!(
+            "{e} by this host's clock (it reads {}; if that is right, make new files with `mimic pki init --force`)",
+            humantime_now()
+        ),
         _ => format!("would be refused by the other end of the channel: {e}"),
     };
     file_err(&dir.join(file), why)

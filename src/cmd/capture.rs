@@ -126,7 +126,7 @@ fn parse_payload(s: &str) -> Result<PayloadPolicy, String> {
     }
     match s.parse::<u64>() {
         Ok(n) => u32::try_from(n).map(PayloadPolicy::Bytes).map_err(|_| {
-            format!("{n} bytes is more than any packet carries: give at most 65535, or `all`")
+            format!("{n} bytes: more than 4294967295 (and than any packet carries); give a byte count or `all`")
         }),
         Err(_) => Err(format!("{s:?}: expected a byte count or `all`")),
     }

@@ -1412,6 +1412,7 @@ fn a_refused_capture_leaves_no_directory_it_made() {
     ]);
     assert_refused(&o, "nosuchif0");
     assert!(!out.exists(), "{} was left", out.display());
+    assert!(!d.path().join("new").exists(), "its parent was left");
     let o = crate::common::run(&[
         "capture",
         "--source",

@@ -520,10 +520,10 @@ impl std::fmt::Display for LeftPart {
     }
 }
 
-/// Finishes the `….pcapng.part` files of `dir`, which only a capture that was killed (a
-/// SIGKILL, a crash, a power cut) leaves: each becomes a valid pcapng of its whole blocks under
-/// its final name, or is removed when it holds no packet. The caller makes sure that no capture
-/// is writing into `dir`.
+/// Finishes the `….pcapng.part` files of `dir` that no running capture holds (a writer keeps an
+/// `flock` on its file), which only a capture that was killed (a SIGKILL, a crash, a power
+/// cut) leaves: each becomes a valid pcapng of its whole blocks under its final name, or is
+/// removed when it holds no packet; a file that is not pcapng is left as it is.
 pub fn finish_left_parts(dir: &Path) -> Vec<LeftPart> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();

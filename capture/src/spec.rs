@@ -301,19 +301,13 @@ impl CaptureSpec {
         }
         // a directory this run makes is removed again if the run fails before writing into it
         // (declared before the summary reserve inside it, so dropped after it)
-        let _made = MadeDir(
-            dir.ancestors()
-                .filter(|a| !a.as_os_str().is_empty())
-                .take_while(|a| !a.exists())
-                .map(Path::to_path_buf)
-                .collect(),
-        );
+        let _made = MadeDir(mimic_core::db::missing_dirs(dir));
         std::fs::create_dir_all(dir).map_err(|source| CaptureRunError::Io {
             what: "creating",
             path: dir.clone(),
             source,
         })?;
-        // no capture writes here (checked above): a `.part` is what a killed one left
+        // a `.part` no running capture holds is what a killed one left
         for left in crate::output::finish_left_parts(dir) {
             eprintln!("mimic capture: warning: {left}");
         }
@@ -531,8 +525,6 @@ impl Args {
     }
 }
 
-/// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
-/// a full disk cannot leave the capture without its summary. Removed when dropped.
 /// The directories a capture made for its output (deepest first), removed when the capture
 /// ends if they are empty then (a run refused before capturing leaves none behind).
 struct MadeDir(Vec<PathBuf>);
@@ -545,6 +537,8 @@ impl Drop for MadeDir {
     }
 }
 
+/// A file of zeros that holds disk space for `capture-summary.json` while the capture runs, so
+/// a full disk cannot leave the capture without its summary. Removed when dropped.
 struct SummaryReserve(PathBuf);
 
 impl SummaryReserve {

@@ -62,12 +62,7 @@ impl Outputs {
     /// Creates `dir` and any missing parents now; the ones made here are removed again (when
     /// empty) if the outputs are not committed.
     pub fn create_dir(&mut self, dir: &Path) -> Result<(), CompareError> {
-        let missing: Vec<PathBuf> = dir
-            .ancestors()
-            .filter(|a| !a.as_os_str().is_empty())
-            .take_while(|a| !a.exists())
-            .map(Path::to_path_buf)
-            .collect();
+        let missing = mimic_core::db::missing_dirs(dir);
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         self.held_dirs.extend(
             missing

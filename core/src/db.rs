@@ -535,6 +535,16 @@ fn remove_stale_temp_siblings(dest: &Path) {
     }
 }
 
+/// The directories that `create_dir_all(dir)` would make: `dir` and its ancestors that do not
+/// exist, deepest first (the order to remove them in, when a run that made them fails).
+pub fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .take_while(|a| !a.exists())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
 /// Whether `dest` exists and is neither a regular file nor a directory: a device such as
 /// `/dev/null` or `/dev/stdout`, a FIFO, a socket. Renaming a temporary file over it would
 /// replace the device with a file, so such an output is written in place (or refused where

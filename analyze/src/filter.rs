@@ -69,13 +69,10 @@ fn link_name(link: LinkType) -> String {
     }
 }
 
-fn compile(expr: &str, dlt: i32) -> Result<BpfProgram, String> {
-    compile_with(expr, dlt, true)
-}
-
-fn compile_with(expr: &str, dlt: i32, optimize: bool) -> Result<BpfProgram, String> {
+/// `expr` compiled for `dlt`; `optimize` as tcpdump compiles it (the analysis), or not (a
+/// syntax check: libpcap's optimizer is what takes long).
+fn compile(expr: &str, dlt: i32, optimize: bool) -> Result<BpfProgram, String> {
     let dead = Capture::dead(Linktype(dlt)).map_err(|e| e.to_string())?;
-    // optimized, as tcpdump compiles it
     dead.compile(expr, optimize).map_err(|e| e.to_string())
 }
 
@@ -86,7 +83,7 @@ impl CaptureFilter {
     /// expression that optimizes to nothing ("expression rejects all packets") passes here and
     /// is refused by `new`.
     pub fn check(expr: &str) -> Result<(), FilterError> {
-        compile_with(expr, dlt(LinkType::Ethernet), false)
+        compile(expr, dlt(LinkType::Ethernet), false)
             .map(|_| ())
             .map_err(|message| FilterError::Invalid {
                 expr: brief(expr),
@@ -98,7 +95,7 @@ impl CaptureFilter {
     /// read; programs for other link types are compiled when a frame of theirs arrives.
     pub fn new(expr: &str) -> Result<CaptureFilter, FilterError> {
         let ether = dlt(LinkType::Ethernet);
-        let prog = compile(expr, ether).map_err(|message| FilterError::Invalid {
+        let prog = compile(expr, ether, true).map_err(|message| FilterError::Invalid {
             expr: brief(expr),
             message,
         })?;
@@ -126,7 +123,10 @@ impl CaptureFilter {
     ) -> Result<bool, FilterError> {
         let d = dlt(link);
         let expr = &self.expr;
-        let prog = self.programs.entry(d).or_insert_with(|| compile(expr, d));
+        let prog = self
+            .programs
+            .entry(d)
+            .or_insert_with(|| compile(expr, d, true));
         match prog {
             Ok(p) => Ok(match null_header_in_host_order(link, data) {
                 Some(fixed) => run(p, &fixed, wire_len),
@@ -203,25 +203,6 @@ fn run(prog: &BpfProgram, data: &[u8], wire_len: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_long_filter_is_checked_once_and_shown_briefly() {
-        let hosts: Vec<String> = (0..300)
-            .map(|i| format!("host 10.{}.{}.1", i / 250, i % 250))
-            .collect();
-        let long = hosts.join(" or ");
-        CaptureFilter::check(&long).unwrap();
-        let bad = format!("{long} or tcp prot 80");
-        let e = CaptureFilter::check(&bad).unwrap_err().to_string();
-        assert!(e.contains("syntax error"), "{e}");
-        assert!(e.contains(&format!("… ({} characters)", bad.len())), "{e}");
-        assert!(e.len() < 300, "{e}");
-        assert_eq!(brief("tcp port 80"), "\"tcp port 80\"");
-        // what only the optimizer finds is left to `new`
-        CaptureFilter::check("tcp and udp").unwrap();
-        let e = CaptureFilter::new("tcp and udp").unwrap_err().to_string();
-        assert!(e.contains("rejects all packets"), "{e}");
-    }
     use super::*;
 
     /// Ethernet + IPv4 (10.0.0.1 → 10.0.0.2) + TCP (40000 → `dport`, SYN), 54 bytes.
@@ -307,5 +288,24 @@ mod tests {
                 && msg.contains("RAW"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_long_filter_is_checked_once_and_shown_briefly() {
+        let hosts: Vec<String> = (0..300)
+            .map(|i| format!("host 10.{}.{}.1", i / 250, i % 250))
+            .collect();
+        let long = hosts.join(" or ");
+        CaptureFilter::check(&long).unwrap();
+        let bad = format!("{long} or tcp prot 80");
+        let e = CaptureFilter::check(&bad).unwrap_err().to_string();
+        assert!(e.contains("syntax error"), "{e}");
+        assert!(e.contains(&format!("… ({} characters)", bad.len())), "{e}");
+        assert!(e.len() < 300, "{e}");
+        assert_eq!(brief("tcp port 80"), "\"tcp port 80\"");
+        // what only the optimizer finds is left to `new`
+        CaptureFilter::check("tcp and udp").unwrap();
+        let e = CaptureFilter::new("tcp and udp").unwrap_err().to_string();
+        assert!(e.contains("rejects all packets"), "{e}");
     }
 }

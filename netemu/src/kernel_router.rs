@@ -565,25 +565,11 @@ impl KernelRouter {
         force: bool,
     ) -> Result<KernelRouter, RenderError> {
         render::check_interfaces(&render::RenderOptions::new(client_if, server_if))?;
-        let opts = ApplyOptions::default();
-        // the interfaces first: a missing one would otherwise be blamed on a kernel without
-        // netem, when this one has none either
-        let mut roots = Vec::new();
-        for dev in [server_if, client_if] {
-            roots.push((dev, render::root_qdisc(dev, &opts)?));
-        }
-        render::probe_netem()?;
-        for (dev, r) in &roots {
-            if let RootQdisc::Other { kind, handle } = r {
-                if !force {
-                    return Err(RenderError::ForeignRoot {
-                        dev: dev.to_string(),
-                        kind: kind.clone(),
-                        handle: handle.clone(),
-                    });
-                }
-            }
-        }
+        let opts = ApplyOptions {
+            force,
+            ..ApplyOptions::default()
+        };
+        let roots = render::roots_to_replace([server_if, client_if], &opts, true)?;
         let mut forced = false;
         let mut clear = Vec::new();
         for (dev, r) in roots {

@@ -1155,6 +1155,36 @@ pub fn root_qdisc(dev: &str, opts: &ApplyOptions) -> Result<RootQdisc, RenderErr
     })
 }
 
+/// The root qdiscs of `devs` that netem pipes will replace, read before anything is changed:
+/// the interfaces first (a missing one is named as such, not blamed on a kernel without
+/// netem), then netem itself where `needs_netem`; a root qdisc mimic did not install is
+/// refused unless `opts.force`. What `render --apply` and the kernel router both check.
+pub fn roots_to_replace<'a>(
+    devs: [&'a str; 2],
+    opts: &ApplyOptions,
+    needs_netem: bool,
+) -> Result<Vec<(&'a str, RootQdisc)>, RenderError> {
+    let roots = devs
+        .into_iter()
+        .map(|dev| root_qdisc(dev, opts).map(|r| (dev, r)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if needs_netem {
+        probe_netem()?;
+    }
+    for (dev, r) in &roots {
+        if let RootQdisc::Other { kind, handle } = r {
+            if !opts.force {
+                return Err(RenderError::ForeignRoot {
+                    dev: dev.to_string(),
+                    kind: kind.clone(),
+                    handle: handle.clone(),
+                });
+            }
+        }
+    }
+    Ok(roots)
+}
+
 /// Whether the kernel has netem: tries one in a throwaway network namespace.
 pub fn probe_netem() -> Result<(), RenderError> {
     let ns = format!("mimic-netem-probe-{}", std::process::id());
@@ -1240,30 +1270,8 @@ pub fn apply(
     let mut report = ApplyReport::default();
     match backend {
         Backend::Netem => {
-            // the interfaces are read first: a missing one is named as such, not blamed on
-            // a kernel without netem
-            let devs = [&ropts.server_if, &ropts.client_if];
-            for dev in devs {
-                root_qdisc(dev, opts)?;
-            }
-            if script.needs_netem {
-                probe_netem()?;
-            }
-            let mut roots = Vec::new();
-            for dev in devs {
-                let r = root_qdisc(dev, opts)?;
-                if let RootQdisc::Other { kind, handle } = &r {
-                    if !opts.force {
-                        return Err(RenderError::ForeignRoot {
-                            dev: dev.to_string(),
-                            kind: kind.clone(),
-                            handle: handle.clone(),
-                        });
-                    }
-                }
-                roots.push((dev, r));
-            }
-            for (dev, r) in roots {
+            let devs = [ropts.server_if.as_str(), ropts.client_if.as_str()];
+            for (dev, r) in roots_to_replace(devs, opts, script.needs_netem)? {
                 match r {
                     RootQdisc::KernelDefault(_) => {}
                     RootQdisc::Mimic => {
@@ -1271,11 +1279,11 @@ pub fn apply(
                             opts,
                             &["qdisc", "del", "dev", dev, "root", "handle", TC_HANDLE],
                         )?;
-                        report.replaced.push(dev.clone());
+                        report.replaced.push(dev.to_string());
                     }
                     RootQdisc::Other { .. } => {
                         tc_run(opts, &["qdisc", "del", "dev", dev, "root"])?;
-                        report.forced.push(dev.clone());
+                        report.forced.push(dev.to_string());
                     }
                 }
             }

@@ -484,16 +484,19 @@ fn setsockopt<T>(
 }
 
 fn ifindex(name: &str) -> Result<i32, DatapathError> {
-    let c = std::ffi::CString::new(name).map_err(|_| DatapathError::Os {
-        what: format!("interface name {name:?}"),
-        err: io::ErrorKind::InvalidInput.into(),
-    })?;
-    // SAFETY: a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        return Err(os(format!("interface {name} (in this network namespace)")));
+    if name.contains('\0') {
+        return Err(DatapathError::Os {
+            what: format!("interface name {name:?}"),
+            err: io::ErrorKind::InvalidInput.into(),
+        });
     }
-    Ok(i as i32)
+    crate::netns::interface_index(name)
+        .map(|i| i as i32)
+        .ok_or_else(|| DatapathError::Os {
+            what: format!("interface {name} (in this network namespace)"),
+            // what if_nametoindex says of a name it does not know
+            err: io::Error::from_raw_os_error(libc::ENODEV),
+        })
 }
 
 impl Ring {

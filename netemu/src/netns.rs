@@ -17,6 +17,15 @@ where
     c
 }
 
+/// The index of network interface `name` in the calling thread's network namespace, or `None`
+/// when it has none of that name.
+pub fn interface_index(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
 /// Whether the named namespace exists.
 pub fn exists(ns: &str) -> bool {
     Path::new("/run/netns").join(ns).exists()

@@ -115,15 +115,6 @@ pub enum ServiceError {
     Capture(#[from] CaptureRunError),
 }
 
-/// Whether `name` is a network interface of this network namespace.
-pub fn iface_exists(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else {
-        return false;
-    };
-    // SAFETY: a valid NUL-terminated string.
-    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
-}
-
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ServiceError {
     let path = path.to_path_buf();
     move |source| ServiceError::Io { what, path, source }
@@ -177,7 +168,7 @@ impl CaptureService {
         // checked now: the capture starts only when a replay asks for it, over the control
         // channel, and a misspelt interface would fail that replay rather than this command
         if let Some(SourceSpec::Iface(name)) = &source {
-            if !iface_exists(name) {
+            if mimic_netemu::netns::interface_index(name).is_none() {
                 return Err(ServiceError::NoSuchIface(name.clone()));
             }
         }

@@ -265,7 +265,7 @@ fn check_here(opts: &ReplayOptions) -> anyhow::Result<()> {
         // this host opens the connections from them
         mimic_replay::agent::check_local(client_addrs).map_err(anyhow::Error::msg)?;
         if let RemoteCapture::Client { iface } = capture {
-            if !mimic_replay::serve_capture::iface_exists(iface) {
+            if mimic_netemu::netns::interface_index(iface).is_none() {
                 anyhow::bail!(
                     "--capture-iface {iface}: no such network interface on this host (`ip link` lists them)"
                 );

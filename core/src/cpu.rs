@@ -46,8 +46,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     }
     // the kernel ignores CPUs of the list that are offline or absent, and refuses the list
     // with a bare EINVAL only when none is left: name the ones that cannot be used
-    let online = online_cpus();
-    if let Some(on) = &online {
+    if let Some(on) = online_cpus() {
         let absent: Vec<usize> = cpus.iter().copied().filter(|c| !on.contains(c)).collect();
         if !absent.is_empty() {
             return Err(io::Error::new(
@@ -57,7 +56,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
                     if absent.len() == 1 { "CPU" } else { "CPUs" },
                     format_list(&absent),
                     if absent.len() == 1 { "is" } else { "are" },
-                    format_list(on)
+                    format_list(&on)
                 ),
             ));
         }

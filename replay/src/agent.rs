@@ -504,23 +504,6 @@ impl AgentClient {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn source_addresses_must_be_local() {
-        check_local(&["127.0.0.1".parse().unwrap(), "127.3.2.1".parse().unwrap()]).unwrap();
-        // TEST-NET-2 and -3 (this machine's own network is in TEST-NET-1)
-        let e = check_local(&[
-            "127.0.0.1".parse().unwrap(),
-            "198.51.100.77".parse().unwrap(),
-            "203.0.113.9".parse().unwrap(),
-        ])
-        .unwrap_err();
-        assert!(
-            e.contains("198.51.100.77, 203.0.113.9 are not an address of this host")
-                && e.contains("ip addr add 198.51.100.77/32 dev lo"),
-            "{e} (net.ipv4.ip_nonlocal_bind must be 0 here)"
-        );
-    }
-
     use super::*;
     use crate::preamble::Preamble;
     use crate::workload::{Close, ExchangeSpec};
@@ -703,5 +686,22 @@ mod tests {
         assert!(again.contains("connection is closed"), "{again}");
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn source_addresses_must_be_local() {
+        check_local(&["127.0.0.1".parse().unwrap(), "127.3.2.1".parse().unwrap()]).unwrap();
+        // TEST-NET-2 and -3 (this machine's own network is in TEST-NET-1)
+        let e = check_local(&[
+            "127.0.0.1".parse().unwrap(),
+            "198.51.100.77".parse().unwrap(),
+            "203.0.113.9".parse().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("198.51.100.77, 203.0.113.9 are not an address of this host")
+                && e.contains("ip addr add 198.51.100.77/32 dev lo"),
+            "{e} (net.ipv4.ip_nonlocal_bind must be 0 here)"
+        );
     }
 }

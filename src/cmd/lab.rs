@@ -425,16 +425,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// (`5m`, `5min`, `1h`), as `capture --rotate` takes them.
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    for (unit, secs) in [("min", 60.0), ("m", 60.0), ("h", 3600.0)] {
-        if let Some(v) = t
-            .strip_suffix(unit)
-            .and_then(|v| v.trim().parse::<f64>().ok())
-        {
-            if !(v.is_finite() && v > 0.0 && v * secs <= 86_400.0) {
-                return Err(format!("`{s}`: give more than 0 and at most a day"));
-            }
-            return Ok(Duration::from_secs_f64(v * secs));
+    // minutes and hours read as capture reads them; the pipes' units (no `m`: a delay of
+    // `5m` is more likely a mistyped `5ms`) for the rest
+    if t.ends_with(['m', 'h']) || t.ends_with("min") {
+        let d = mimic_capture::capture::parse_duration(t)?;
+        if d > Duration::from_secs(86_400) {
+            return Err(format!("`{s}`: give at most a day"));
         }
+        return Ok(d);
     }
     let ns = mimic_netemu::units::parse_duration(s)?;
     if ns == 0 {

@@ -1,5 +1,7 @@
 //! What can end a replay early.
 
+use std::time::Duration;
+
 use mimic_capture::CaptureRunError;
 use mimic_core::db::DbError;
 use mimic_netemu::control::ControlError;
@@ -23,6 +25,13 @@ pub enum ReplayError {
     Analysis(String),
     #[error("{role} did not start: {why}")]
     Role { role: &'static str, why: String },
+    /// A role that did not answer within `limit`; `last`: why the last try failed, if it said.
+    #[error("{role} did not start: not ready within {limit:?}{}", last_try(.last))]
+    NotReady {
+        role: &'static str,
+        limit: Duration,
+        last: String,
+    },
     /// A role on another host (one this replay did not start) that never answered.
     #[error("{role} at {addr}: {why}")]
     Unreachable {
@@ -36,4 +45,27 @@ pub enum ReplayError {
     Invalid(String),
     #[error("interrupted")]
     Interrupted,
+}
+
+/// `" (last try: WHY)"`, or nothing when the last try gave no reason.
+pub(crate) fn last_try(last: &str) -> String {
+    if last.is_empty() {
+        String::new()
+    } else {
+        format!(" (last try: {last})")
+    }
+}
+
+impl ReplayError {
+    /// A role's failure to start as `(role, why)`, whether it exited or never answered.
+    pub(crate) fn role_failure(&self) -> Option<(&'static str, String)> {
+        match self {
+            ReplayError::Role { role, why } => Some((role, why.clone())),
+            ReplayError::NotReady { role, limit, last } => Some((
+                role,
+                format!("not ready within {limit:?}{}", last_try(last)),
+            )),
+            _ => None,
+        }
+    }
 }

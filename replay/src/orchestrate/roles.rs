@@ -25,6 +25,7 @@ use mimic_netemu::netns;
 use mimic_netemu::spec::{Bridge, EmulatorSpec};
 use mimic_netemu::stack::{self, StackProfile};
 
+use super::error::last_try;
 use super::guest_emu::GuestEmulator;
 use super::guest_serve::{self, GuestServe};
 use super::kernel::KernelPipes;
@@ -345,12 +346,12 @@ impl Roles {
                     || attempt(connect_netemu(ep)),
                 )
                 .map_err(|e| match guest_emu {
-                    Some(g) => match e {
-                        ReplayError::Role { role, why } => ReplayError::Role {
+                    Some(g) => match e.role_failure() {
+                        Some((role, why)) => ReplayError::Role {
                             role,
                             why: format!("{why}; log in the router guest: {}", g.log_tail()),
                         },
-                        other => other,
+                        None => e,
                     },
                     None => annotate(
                         e,
@@ -640,13 +641,10 @@ fn wait_for<T>(
             });
         }
         if Instant::now() > until {
-            return Err(ReplayError::Role {
+            return Err(ReplayError::NotReady {
                 role: what,
-                why: if last.is_empty() {
-                    format!("not ready within {limit:?}")
-                } else {
-                    format!("not ready within {limit:?} (last try: {last})")
-                },
+                limit,
+                last,
             });
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -672,13 +670,21 @@ fn log_tail(p: &Path) -> String {
 /// A role's failure to start with the tail of its log; for a role on another host (`remote`:
 /// not started here, no log here), that it was not reachable at `addr`.
 fn annotate(e: ReplayError, log: &Path, remote: Option<&ControlAddr>) -> ReplayError {
+    let Some((role, why)) = e.role_failure() else {
+        return e;
+    };
     match (e, remote) {
-        (ReplayError::Role { role, why }, Some(addr)) => ReplayError::Unreachable {
+        (ReplayError::NotReady { limit, last, .. }, Some(addr)) => ReplayError::Unreachable {
             role,
             addr: addr.to_string(),
-            why: why.replace("not ready within", "not reachable within"),
+            why: format!("not reachable within {limit:?}{}", last_try(&last)),
         },
-        (ReplayError::Role { role, why }, None) => {
+        (_, Some(addr)) => ReplayError::Unreachable {
+            role,
+            addr: addr.to_string(),
+            why,
+        },
+        (_, None) => {
             let tail = log_tail(log);
             ReplayError::Role {
                 role,
@@ -689,13 +695,60 @@ fn annotate(e: ReplayError, log: &Path, remote: Option<&ControlAddr>) -> ReplayE
                 },
             }
         }
-        (other, _) => other,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_role_that_never_answered_is_named_with_its_last_try_or_its_log() {
+        let stop = AtomicBool::new(false);
+        let timeout = || {
+            wait_for(
+                NETEMU,
+                Duration::from_millis(60),
+                &stop,
+                || true,
+                || Ok::<Result<(), String>, _>(Err("Connection refused".into())),
+            )
+            .unwrap_err()
+        };
+        // a remote role: no log here, its address and the last try instead
+        let addr: ControlAddr = "tcp:198.18.0.9:7000".parse().unwrap();
+        assert_eq!(
+            annotate(timeout(), Path::new("/nonexistent"), Some(&addr)).to_string(),
+            "network emulator at tcp:198.18.0.9:7000: not reachable within 60ms \
+             (last try: Connection refused)"
+        );
+        // a role started here: the tail of its log, or that the log is empty
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("netemu.log");
+        std::fs::write(&log, "starting\nerror: no such interface t-up\n").unwrap();
+        assert_eq!(
+            annotate(timeout(), &log, None).to_string(),
+            "network emulator did not start: not ready within 60ms (last try: Connection \
+             refused); log: starting | error: no such interface t-up"
+        );
+        std::fs::write(&log, "").unwrap();
+        let exited = ReplayError::Role {
+            role: SERVE,
+            why: "it exited (see its log)".into(),
+        };
+        assert_eq!(
+            annotate(exited, &log, None).to_string(),
+            format!(
+                "server emulator did not start: it exited (see its log); its log {} is empty",
+                log.display()
+            )
+        );
+        // other errors pass through unchanged
+        assert_eq!(
+            annotate(ReplayError::Interrupted, &log, Some(&addr)).to_string(),
+            "interrupted"
+        );
+    }
 
     #[test]
     fn the_replay_capture_keeps_every_packet_with_real_addresses_and_the_preamble() {

@@ -256,18 +256,9 @@ impl Output {
                 source: io::Error::new(io::ErrorKind::AlreadyExists, "output file already exists"),
             });
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&part)
-            .map_err(|source| OutputError::Io {
-                path: part.clone(),
-                source,
-            })?;
-        // held while the file is written (the kernel releases it when the process dies): a
+        // locked while the file is written (the kernel releases it when the process dies): a
         // later capture into this directory finishes only `.part` files nobody holds
-        lock(&file, true).map_err(|source| OutputError::Io {
+        let file = create_locked(&self.cfg.dir, &part).map_err(|source| OutputError::Io {
             path: part.clone(),
             source,
         })?;
@@ -559,6 +550,56 @@ fn lock(f: &File, wait: bool) -> io::Result<()> {
     }
 }
 
+/// Creates `part` in `dir` already holding its `flock`, so that no other capture ever sees it
+/// unlocked (and takes a file being begun for one a killed capture left): an unnamed file
+/// (`O_TMPFILE`) is locked, then linked under its name. Where the file system or a missing
+/// `/proc` does not allow that, the file is created and then locked.
+fn create_locked(dir: &Path, part: &Path) -> io::Result<File> {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain = || -> io::Result<File> {
+        let f = OpenOptions::new().write(true).create_new(true).open(part)?;
+        lock(&f, true)?;
+        Ok(f)
+    };
+    let unnamed = match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o666)
+        .open(dir)
+    {
+        Ok(f) => f,
+        // no O_TMPFILE here (EOPNOTSUPP; EISDIR/EINVAL from kernels or file systems without it)
+        Err(_) => return plain(),
+    };
+    lock(&unnamed, true)?;
+    let from =
+        CString::new(format!("/proc/self/fd/{}", unnamed.as_raw_fd())).expect("no NUL in a number");
+    let to = CString::new(part.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        return Ok(unnamed);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // no /proc to name the file by: the plain way
+        Some(libc::ENOENT) if !part.exists() => plain(),
+        _ => Err(e),
+    }
+}
+
 fn finish_part(part: &Path) -> LeftPart {
     let kept = |why: String| LeftPart::Kept {
         part: part.to_path_buf(),
@@ -816,6 +857,35 @@ mod tests {
         let files = o.finish().unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(count_frames(&files[0]), 0);
+    }
+
+    /// The `.part` a capture writes is locked from the moment it has its name: a second
+    /// capture's sweep, even before the first flush (an empty file), leaves it alone.
+    #[test]
+    fn a_part_being_written_is_locked_from_its_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = Output::new(
+            cfg(dir.path(), None, None),
+            Timestamp::from_nanos(1_000_000_000),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap();
+        o.open_now(LinkType::Raw).unwrap();
+        let part = PathBuf::from(format!("{}.part", o.current_file().unwrap().display()));
+        assert_eq!(fs::metadata(&part).unwrap().len(), 0, "nothing flushed yet");
+        let left = finish_left_parts(dir.path());
+        assert!(
+            matches!(&left[..], [LeftPart::Kept { part: p, why }] if *p == part && why.contains("running capture")),
+            "{left:?}"
+        );
+        assert!(part.exists());
+        // the name is taken: creating it again fails instead of truncating the file
+        assert_eq!(
+            create_locked(dir.path(), &part).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        o.finish().unwrap();
+        assert!(!part.exists() && finish_left_parts(dir.path()).is_empty());
     }
 
     /// A `.part` left by a killed capture (here: copied while the writer is still open, then

@@ -104,6 +104,15 @@ pub fn validate_role(name: &str) -> Result<(), PkiError> {
 /// Writes a new PKI into `dir` (created mode 0700 if missing); returns the files written.
 /// Refuses, before writing anything, when one of them exists and `force` is off.
 pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
+    init_at(dir, opts, time::OffsetDateTime::now_utc())
+}
+
+/// [`init`] as if the clock read `now` (a PKI made in the past, for tests of expiry).
+pub(crate) fn init_at(
+    dir: &Path,
+    opts: &InitOptions,
+    now: time::OffsetDateTime,
+) -> Result<Vec<PathBuf>, PkiError> {
     let mut roles: Vec<String> = ROLES.iter().map(|r| r.to_string()).collect();
     for r in &opts.extra_roles {
         validate_role(r)?;
@@ -114,7 +123,6 @@ pub fn init(dir: &Path, opts: &InitOptions) -> Result<Vec<PathBuf>, PkiError> {
     if opts.days == 0 {
         return Err(PkiError::Invalid("--days must be at least 1".into()));
     }
-    let now = time::OffsetDateTime::now_utc();
     // a little slack for hosts whose clocks run behind the one that made the PKI
     let not_before = now - time::Duration::hours(1);
     // X.509 writes times up to the year 9999 (GeneralizedTime)
@@ -335,9 +343,8 @@ fn roots(dir: &Path) -> Result<Arc<RootCertStore>, PkiError> {
     Ok(Arc::new(roots))
 }
 
-/// This host's clock, for a message about a certificate's validity: `2026-12-05 07:20:01 UTC`.
-fn humantime_now() -> String {
-    let t = time::OffsetDateTime::now_utc();
+/// A time for a message about a certificate's validity: `2026-12-05 07:20:01 UTC`.
+fn utc(t: time::OffsetDateTime) -> String {
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
         t.year(),
@@ -360,10 +367,29 @@ fn not_trusted(dir: &Path, file: &str, e: rustls::Error) -> PkiError {
         rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
             format!("names another role (the other end would refuse it): {e}")
         }
-        rustls::Error::InvalidCertificate(C::Expired | C::NotValidYet) => format!(
-            "{e} by this host's clock (it reads {}; if that is right, make new files with `mimic pki init --force`)",
-            humantime_now()
-        ),
+        rustls::Error::InvalidCertificate(
+            c @ (C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. }),
+        ) => {
+            let at = |t: &UnixTime| {
+                i64::try_from(t.as_secs())
+                    .ok()
+                    .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+                    .map(|t| format!(" on {}", utc(t)))
+                    .unwrap_or_default()
+            };
+            let what = match c {
+                C::ExpiredContext { not_after, .. } => format!("expired{}", at(not_after)),
+                C::NotValidYetContext { not_before, .. } => {
+                    format!("is not valid before{}", at(not_before))
+                }
+                C::Expired => "expired".into(),
+                _ => "is not valid yet".into(),
+            };
+            format!(
+                "the certificate {what} by this host's clock (it reads {}; if that is right, make new files with `mimic pki init --force`)",
+                utc(time::OffsetDateTime::now_utc())
+            )
+        }
         _ => format!("would be refused by the other end of the channel: {e}"),
     };
     file_err(&dir.join(file), why)

@@ -523,6 +523,45 @@ fn a_role_with_a_certificate_from_another_pki_is_not_trusted() {
     assert_eq!(role.counters.requests.load(Ordering::SeqCst), 0);
 }
 
+/// Files whose certificates expired are refused when loaded, on either side, naming the file
+/// and this host's clock (the other end would refuse them at the first handshake).
+#[test]
+fn expired_certificates_are_refused_when_loaded() {
+    let d = tempfile::tempdir().unwrap();
+    let days = InitOptions {
+        days: 2,
+        ..InitOptions::default()
+    };
+    let then = time::OffsetDateTime::now_utc() - time::Duration::days(30);
+    pki::init_at(d.path(), &days, then).unwrap();
+    let role = RoleTls::load(d.path(), "netemu")
+        .err()
+        .expect("an expired role certificate");
+    let controller = ControllerTls::load(d.path())
+        .err()
+        .expect("an expired controller certificate");
+    for (e, file) in [(role, "netemu.crt"), (controller, "controller.crt")] {
+        let e = e.to_string();
+        assert!(
+            e.contains(&d.path().join(file).display().to_string()),
+            "{e}"
+        );
+        assert!(e.contains("the certificate expired on 20"), "{e}");
+        assert!(e.contains("UTC by this host's clock (it reads 20"), "{e}");
+        assert!(e.contains("mimic pki init --force"), "{e}");
+    }
+    // made a day ago and valid for two: loads
+    let fresh = tempfile::tempdir().unwrap();
+    pki::init_at(
+        fresh.path(),
+        &days,
+        time::OffsetDateTime::now_utc() - time::Duration::days(1),
+    )
+    .unwrap();
+    RoleTls::load(fresh.path(), "netemu").unwrap();
+    ControllerTls::load(fresh.path()).unwrap();
+}
+
 /// A role that does not answer within the call's limit: the call fails with a timeout naming
 /// the role and the request, in about the limit and not when the role wakes; the client says
 /// why it cannot be used any more, and the role goes on serving new connections. Calls within

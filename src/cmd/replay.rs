@@ -22,6 +22,7 @@ use mimic_replay::workload::{RequestTiming, Select};
 use super::parse_control;
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["lab", "server"])))]
 pub struct Args {
     /// The workload: a database from mimic analyze, mimic synth or an earlier replay.
     pub input: PathBuf,
@@ -29,7 +30,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE", value_parser = super::file_output)]
     pub output: PathBuf,
     /// Replay in this lab (built for the replay and torn down after unless it exists already).
-    #[arg(long, value_name = "NAME", required_unless_present = "server")]
+    #[arg(long, value_name = "NAME")]
     pub lab: Option<String>,
     /// Keep a lab the replay had to build.
     #[arg(long, requires = "lab")]

@@ -128,6 +128,33 @@ fn queue_lengths_are_checked() {
     }
 }
 
+/// A replay goes to a lab or to a remote server: without either (with `--agents` too, which
+/// works with both) the message names both, and both at once are refused.
+#[test]
+fn a_replay_names_both_targets_when_given_neither() {
+    for extra in [&[][..], &["--agents", "tcp:127.0.0.1:9"][..]] {
+        let o = run(&[&["replay", "in.db", "-o", "out.db"][..], extra].concat());
+        assert_eq!(o.status.code(), Some(2), "{extra:?}");
+        assert!(
+            stderr(&o).contains("<--lab <NAME>|--server <ADDR>>"),
+            "{extra:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = run(&[
+        "replay",
+        "in.db",
+        "-o",
+        "out.db",
+        "--lab",
+        "x",
+        "--server",
+        "198.18.1.1:80",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
 /// Port 0 is no server's port: the server emulator would listen wherever the kernel put it
 /// and the clients connect to nothing.
 #[test]

@@ -716,6 +716,16 @@ mod tests {
         }
     }
 
+    /// An output of `c` for a capture that began at `start_ns`, with empty statistics.
+    fn output(c: OutputConfig, start_ns: i64) -> Output {
+        Output::new(
+            c,
+            Timestamp::from_nanos(start_ns),
+            Box::new(|| (IfStats::default(), String::new())),
+        )
+        .unwrap()
+    }
+
     fn count_frames(p: &Path) -> usize {
         let mut r = mimic_core::trace::TraceReader::open(p).unwrap();
         let mut n = 0;
@@ -737,12 +747,7 @@ mod tests {
     #[test]
     fn rotation_by_size_and_time() {
         let dir = tempfile::tempdir().unwrap();
-        let mut o = Output::new(
-            cfg(dir.path(), Some(2_000), None),
-            Timestamp::from_nanos(0),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(cfg(dir.path(), Some(2_000), None), 0);
         for i in 0..100 {
             o.write(
                 LinkType::Ethernet,
@@ -767,12 +772,7 @@ mod tests {
             .ends_with(".part")));
 
         let dir = tempfile::tempdir().unwrap();
-        let mut o = Output::new(
-            cfg(dir.path(), None, Some(1_000_000_000)),
-            Timestamp::from_nanos(0),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(cfg(dir.path(), None, Some(1_000_000_000)), 0);
         for s in [10, 10, 11, 13, 13, 13] {
             o.write(
                 LinkType::Ethernet,
@@ -795,12 +795,7 @@ mod tests {
         let (n, size) = (3usize, 4096u64);
         let mut c = cfg(dir.path(), Some(size), None);
         c.max_files = Some(n);
-        let mut o = Output::new(
-            c,
-            Timestamp::from_nanos(0),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(c, 0);
         let counters = o.counters();
         // 5 × N × S bytes of packet blocks (132 bytes each)
         let packets = 5 * n as u64 * size / 132;
@@ -847,12 +842,7 @@ mod tests {
     #[test]
     fn empty_capture_leaves_a_valid_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut o = Output::new(
-            cfg(dir.path(), None, None),
-            Timestamp::from_nanos(0),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(cfg(dir.path(), None, None), 0);
         o.open_now(LinkType::Raw).unwrap();
         let files = o.finish().unwrap();
         assert_eq!(files.len(), 1);
@@ -864,12 +854,7 @@ mod tests {
     #[test]
     fn a_part_being_written_is_locked_from_its_creation() {
         let dir = tempfile::tempdir().unwrap();
-        let mut o = Output::new(
-            cfg(dir.path(), None, None),
-            Timestamp::from_nanos(1_000_000_000),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(cfg(dir.path(), None, None), 1_000_000_000);
         o.open_now(LinkType::Raw).unwrap();
         let part = PathBuf::from(format!("{}.part", o.current_file().unwrap().display()));
         assert_eq!(fs::metadata(&part).unwrap().len(), 0, "nothing flushed yet");
@@ -895,12 +880,7 @@ mod tests {
     #[test]
     fn a_part_left_by_a_killed_capture_is_finished() {
         let dir = tempfile::tempdir().unwrap();
-        let mut o = Output::new(
-            cfg(dir.path(), None, None),
-            Timestamp::from_nanos(1_000_000_000),
-            Box::new(|| (IfStats::default(), String::new())),
-        )
-        .unwrap();
+        let mut o = output(cfg(dir.path(), None, None), 1_000_000_000);
         for i in 0..50u8 {
             o.write(
                 LinkType::Raw,

@@ -266,7 +266,10 @@ pub fn run(
     mimic_core::db::check_db_output(&opts.output, &[opts.input.as_path()])?;
     progress.stage("load");
     let mut wl = workload::load(&opts.input, opts.select, opts.limit)?;
-    let rate_sources = rates::assign(&mut wl, opts.unestimated)?;
+    let mut rate_sources = rates::assign(&mut wl, opts.unestimated)?;
+    rate_sources.queues = rate_sources
+        .queues
+        .overridden(opts.queue.down, wl.conns.len());
     progress
         .total
         .store(wl.conns.len() as u64, Ordering::Relaxed);

@@ -38,6 +38,22 @@ pub struct QueueSources {
     /// Nothing known (no rate, or a database before migration 6): the rate class's length, or
     /// the queue its RTT samples show.
     pub unknown: u64,
+    /// Set by `--queue` (down=N or N): every connection's, whatever its original showed.
+    pub given: u64,
+}
+
+impl QueueSources {
+    /// Every one of `conns` connections' downstream queue comes from `--queue` when it names
+    /// that direction; else these counts stand.
+    pub fn overridden(self, down: Option<u32>, conns: usize) -> QueueSources {
+        match down {
+            Some(_) => QueueSources {
+                given: conns as u64,
+                ..QueueSources::default()
+            },
+            None => self,
+        }
+    }
 }
 
 /// The lower median (of an even count the smaller middle one: a value one of them had), sorting
@@ -130,6 +146,45 @@ mod tests {
         }
     }
 
+    /// `--queue down=N` (or N) sets every connection's downstream queue: the counts, the
+    /// summary and the meta say so instead of the pooling they would have reported.
+    #[test]
+    fn a_queue_given_on_the_command_line_is_counted_as_such() {
+        let pooled = QueueSources {
+            own_overflow: 2,
+            unknown: 8,
+            ..QueueSources::default()
+        };
+        assert_eq!(
+            pooled.overridden(None, 10),
+            pooled,
+            "--queue up=N leaves down alone"
+        );
+        let given = pooled.overridden(Some(100), 10);
+        assert_eq!(
+            given,
+            QueueSources {
+                given: 10,
+                ..QueueSources::default()
+            }
+        );
+        let r = super::super::RateSources {
+            queues: given,
+            ..Default::default()
+        };
+        assert!(
+            r.describe().contains("\nqueues: 10 from --queue\n"),
+            "{}",
+            r.describe()
+        );
+        let meta = r.meta();
+        let m = |k: &str| meta.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+        assert_eq!(
+            (m("queue_given"), m("queue_unknown")),
+            ("10".into(), "0".into())
+        );
+    }
+
     #[test]
     fn a_clients_overflow_sizes_the_queue_of_its_other_connections() {
         // one 1 Mbit/s client: two connections overflowed its 51-packet queue, two never
@@ -170,7 +225,8 @@ mod tests {
                 own_overflow: 2,
                 client_overflow: 2,
                 lower_bound: 3,
-                unknown: 1
+                unknown: 1,
+                given: 0
             }
         );
     }

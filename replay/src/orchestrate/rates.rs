@@ -182,6 +182,7 @@ impl RateSources {
             ),
             ("queue_lower_bound", self.queues.lower_bound.to_string()),
             ("queue_unknown", self.queues.unknown.to_string()),
+            ("queue_given", self.queues.given.to_string()),
             ("shaper_bucket_own", self.shapers.bucket_own.to_string()),
             (
                 "shaper_bucket_client",
@@ -246,13 +247,17 @@ impl RateSources {
             } else {
                 String::new()
             },
-        ) + &format!(
-            "\nqueues: {} as the original overflowed it, {} as its client's other connections did, {} at least what they showed, {} by rate class",
-            self.queues.own_overflow,
-            self.queues.client_overflow,
-            self.queues.lower_bound,
-            self.queues.unknown
-        ) + &format!(
+        ) + &if self.queues.given > 0 {
+            format!("\nqueues: {} from --queue", self.queues.given)
+        } else {
+            format!(
+                "\nqueues: {} as the original overflowed it, {} as its client's other connections did, {} at least what they showed, {} by rate class",
+                self.queues.own_overflow,
+                self.queues.client_overflow,
+                self.queues.lower_bound,
+                self.queues.unknown
+            )
+        } + &format!(
             "\nshapers: {} token buckets as the original's own packets showed, {} as its client's other connections' did, {} serializing links",
             self.shapers.bucket_own,
             self.shapers.bucket_client,

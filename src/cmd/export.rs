@@ -26,7 +26,7 @@ Formats (one record per connection, in connection id order):
         exchanges, rtt_samples, bw_samples, meta, ...) as DIR/table=NAME/shard=K/part-0.parquet
         (K of a shard's meta `shard`, else 1), as `mimic analyze --format parquet` writes;
         -o DIR is required
-Exit status: 0 written, 2 error (a closed pipe on stdout is not an error).")]
+Exit status: 0 written, 2 error. A closed pipe on stdout (`| head`) ends it quietly by SIGPIPE, as it ends any Unix filter (status 141 in a shell).")]
 pub struct Args {
     /// The database to export (from analyze, replay or synth; older schema levels too).
     #[arg(value_name = "DB")]
@@ -101,13 +101,10 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         }
         None => {
             let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-            let r =
-                write(&conn, &db, a.format, &mut out).and_then(|()| out.flush().map_err(Error::Io));
-            match r {
-                // `mimic export ... | head`: the reader has what it wanted
-                Err(Error::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-                r => r.map_err(|e| e.context(&db, None)),
-            }
+            // a closed pipe (`| head`) ends the process by SIGPIPE before a write can fail
+            write(&conn, &db, a.format, &mut out)
+                .and_then(|()| out.flush().map_err(Error::Io))
+                .map_err(|e| e.context(&db, None))
         }
     };
     result?;

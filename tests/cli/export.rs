@@ -766,7 +766,7 @@ fn export_to_a_file_is_atomic_and_errors_name_the_file() {
 }
 
 #[test]
-fn export_into_a_closed_pipe_is_not_an_error() {
+fn export_into_a_closed_pipe_ends_quietly() {
     let dir = tempdir();
     let db = analyzed(dir.path());
     for format in ["text", "csv", "json", "zeek"] {
@@ -785,8 +785,14 @@ fn export_into_a_closed_pipe_is_not_an_error() {
         let o = child.wait_with_output().unwrap();
         let e = stderr(&o);
         assert!(e.is_empty(), "{format}: {e}");
-        // killed by SIGPIPE like any Unix filter, or a clean exit: never the error status
-        assert_ne!(o.status.code(), Some(2), "{format}");
+        // killed by SIGPIPE like any Unix filter, or a clean exit where the whole export fit
+        // in the pipe before it closed: never the error status
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            o.status.success() || o.status.signal() == Some(13),
+            "{format}: {:?}",
+            o.status
+        );
     }
 }
 

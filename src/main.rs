@@ -55,7 +55,8 @@ enum Command {
     Synth(cmd::synth::Args),
     /// Compare response-time distributions of databases and write the report.
     Compare(cmd::compare::Args),
-    /// Write a per-connection summary of a database as text, CSV, JSON lines or a Zeek conn.log.
+    /// Write a per-connection summary of a database as text, CSV, JSON lines or a Zeek
+    /// conn.log, or every table as Parquet.
     Export(cmd::export::Args),
     /// Run the whole pipeline on the built-in lab and print the verdict.
     Demo(cmd::demo::Args),

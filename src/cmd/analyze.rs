@@ -33,7 +33,8 @@ pub struct Args {
     /// A server prefix such as 10.0.0.0/8, for connections whose handshake was not captured (repeatable).
     #[arg(long = "server-net", value_name = "CIDR", value_parser = parse_cidr)]
     pub server_nets: Vec<Cidr>,
-    /// Analyzer threads (connections are sharded by flow; the reader runs on its own thread when N > 1).
+    /// Analyzer threads (connections are sharded by flow; frames are read on a thread of their
+    /// own when N > 1, and with 1 on a machine of three or more cores).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
     /// Analyze only the frames this capture filter accepts: BPF as tcpdump takes it

@@ -2035,7 +2035,7 @@ fn classify(
                     offset,
                     link: LinkType::from_u32(idb.linktype.0 as u32),
                     // an invalid if_tsresol falls back to the default (microseconds)
-                    units_per_sec: idb.ts_resolution().filter(|u| *u > 0).unwrap_or(1_000_000),
+                    units_per_sec: if_tsresol(&idb.options).unwrap_or(1_000_000),
                     // if_tsoffset (option code 14), an i64 in section byte order; pcap-parser's
                     // `ts_offset()` reads it little-endian whatever the section. (if_tsresol is
                     // one byte, so its byte order does not matter.)
@@ -2115,6 +2115,21 @@ fn section_u32(read_le: u32, section_be: bool) -> u32 {
 
 /// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.
 /// pcap-parser keeps option values as the file's raw bytes.
+/// Units per second of an interface's timestamps from its `if_tsresol` option (code 9, one
+/// byte): 10^-N seconds, or 2^-N with the high bit set. pcap-parser's `ts_resolution()` refuses
+/// every power of two (it tests the exponent before masking the flag bit off), which read a
+/// 2^-10 capture's times as microseconds, 1.024 times too fast and thousands of years early.
+/// None without the option or where its unit cannot be counted in a u64 (10^-20 and finer,
+/// 2^-64 and finer).
+fn if_tsresol(options: &[PcapNGOption<'_>]) -> Option<u64> {
+    let v = *options.iter().find(|o| o.code.0 == 9)?.value.first()?;
+    if v & 0x80 != 0 {
+        1u64.checked_shl(u32::from(v & 0x7f))
+    } else {
+        10u64.checked_pow(u32::from(v))
+    }
+}
+
 fn option_u64(options: &[PcapNGOption<'_>], code: u16, section_be: bool) -> Option<u64> {
     let o = options
         .iter()
@@ -2657,6 +2672,42 @@ mod tests {
             assert_eq!(f.data, b"abc");
             assert!(r.next_frame().unwrap().is_none());
             assert_eq!(r.stats.ts_out_of_range, 0);
+        }
+    }
+
+    /// `if_tsresol` in powers of two (the high bit set: 2^-N seconds) as the pcapng spec
+    /// defines it; pcap-parser refuses every such value, which read them as microseconds.
+    /// Powers of ten likewise; a unit too fine for a u64 (2^-64, 10^-20) falls back to
+    /// microseconds. (A 64-bit timestamp in units finer than about 10^-10 s cannot reach 2023.)
+    #[test]
+    fn pcapng_ts_resolution_in_powers_of_two_and_ten() {
+        // (if_tsresol, units per second)
+        for (resol, units) in [
+            (0x8a_u8, 1u64 << 10),
+            (0x80, 1),
+            (0x94, 1 << 20),
+            (0x9e, 1 << 30),
+            (0xa0, 1 << 32),
+            (0, 1),
+            (3, 1_000),
+            (10, 10_000_000_000),
+            (0xc0, 1_000_000), // 2^-64: not countable, the default
+            (20, 1_000_000),   // 10^-20: likewise
+        ] {
+            let mut w = NgWriter::new(false);
+            w.interface(&[(9, vec![resol])]);
+            // 1,700,000,000.75 s in the interface's units (a quarter short of a second)
+            let ts = 1_700_000_000u128 * u128::from(units) + u128::from(units) * 3 / 4;
+            w.enhanced_packet(0, ts as u64, b"abc");
+            let mut r = TraceReader::from_bytes(format!("r{resol:x}.pcapng"), w.out).unwrap();
+            let f = r.next_frame().unwrap().expect("frame skipped");
+            let want = if units >= 4 {
+                1_700_000_000_750_000_000
+            } else {
+                1_700_000_000_000_000_000 // whole seconds or halves: the fraction is cut
+                    + (units as i64 * 3 / 4) * 1_000_000_000 / units as i64
+            };
+            assert_eq!(f.ts, Timestamp::from_nanos(want), "if_tsresol {resol:#x}");
         }
     }
 

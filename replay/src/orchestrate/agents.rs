@@ -192,7 +192,10 @@ impl Agents {
                             }
                         }
                         if Instant::now() > until {
-                            return Err(err(&name, format!("not reachable within 15s (last try: {e})")));
+                            return Err(err(
+                                &name,
+                                format!("not reachable within 15s (last try: {e})"),
+                            ));
                         }
                         std::thread::sleep(Duration::from_millis(50));
                     }

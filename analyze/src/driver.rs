@@ -41,6 +41,47 @@ pub enum AnalyzeError {
     /// Every input ended in an error before its first frame: there is nothing to analyze.
     #[error("{0}; no frame could be read, so nothing was written")]
     NoFrames(String),
+    /// Frames were read, and not one of them could be decoded (every one of a link type mimic
+    /// does not decode, or of a pcapng interface never described): nothing was analyzed.
+    #[error("{0}: none of the {1} frames read could be decoded ({2}); nothing was written")]
+    NothingDecodable(String, u64, String),
+}
+
+/// A run that read frames and could decode none of them (a capture of a link type mimic does
+/// not decode, such as PPP): an error, not an empty result. A run whose frames decoded but
+/// carried no TCP (only UDP, say) is analyzed as such.
+fn undecodable_only(stats: &AnalyzerStats, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
+    let count = |k: &str| stats.skipped.get(k).copied().unwrap_or(0);
+    let (link, iface) = (count("unsupported_link_type"), count("unknown_interface"));
+    if stats.frames == 0 || stats.tcp_segments > 0 || link + iface < stats.frames {
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if link > 0 {
+        why.push(format!(
+            "{link} of a link type mimic does not decode; it decodes Ethernet, Linux cooked (SLL, SLL2), raw IP, IPv4, IPv6, BSD null/loopback and NFLOG"
+        ));
+    }
+    if iface > 0 {
+        why.push(format!(
+            "{iface} of a pcapng interface the file never described"
+        ));
+    }
+    let names: Vec<String> = inputs
+        .iter()
+        .map(|p| {
+            if is_stdin(p) {
+                STDIN_LABEL.to_string()
+            } else {
+                p.display().to_string()
+            }
+        })
+        .collect();
+    Err(AnalyzeError::NothingDecodable(
+        names.join(", "),
+        stats.frames,
+        why.join("; "),
+    ))
 }
 
 /// How an input path of `-` (standard input) is named in messages.
@@ -593,6 +634,7 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
         *stats.skipped.entry(k).or_default() += v;
         stats.frames += v;
     }
+    undecodable_only(&stats, &opts.inputs)?;
     let (ts_invalid_fraction, ts_missing, capture_dropped) = source.reader_notes();
     let elapsed = started.elapsed().as_secs_f64();
     let summary = Summary {

@@ -735,6 +735,49 @@ fn gzip_of_a_text_file_says_what_it_holds() {
 /// "frames before it were analyzed"). Alone it is now an error (exit 2, GUIDE.md: nothing
 /// could be analyzed, so nothing is written); beside other inputs it is a warning saying no
 /// frame of it could be read, and `meta` records it.
+/// A capture none of whose frames mimic can decode (here: its link type says PPP) is an error
+/// naming the input and why, with the previous output kept, not an empty database; beside a
+/// capture that decodes, its frames are counted as not analyzed.
+#[test]
+fn a_capture_of_a_link_type_mimic_does_not_decode_is_an_error() {
+    let tmp = tempdir();
+    let good = trace("web/zeek_http_bro.org.pcap");
+    let mut bytes = std::fs::read(&good).unwrap();
+    assert_eq!(
+        &bytes[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        "a little-endian pcap"
+    );
+    bytes[20..24].copy_from_slice(&9u32.to_le_bytes()); // LINKTYPE_PPP
+    let ppp = tmp.path().join("ppp.pcap");
+    std::fs::write(&ppp, &bytes).unwrap();
+    let out = tmp.path().join("flows.db");
+    std::fs::write(&out, b"the previous result").unwrap();
+    let o = analyze(&ppp, &out, &[]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains(&format!("{}: none of the", ppp.display()))
+            && e.contains("frames read could be decoded")
+            && e.contains("of a link type mimic does not decode")
+            && e.ends_with("nothing was written\n"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), b"the previous result");
+    // with a capture that decodes: analyzed, the PPP frames counted as not analyzed
+    let o = Command::new(mimic_bin())
+        .args(["analyze", "--json", "-o"])
+        .arg(&out)
+        .arg(&good)
+        .arg(&ppp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["connections"].as_u64().unwrap() > 0, "{s}");
+    assert!(s.to_string().contains("\"unsupported_link_type\""), "{s}");
+}
+
 #[test]
 fn capture_cut_inside_its_first_record() {
     let tmp = tempdir();

@@ -29,7 +29,7 @@
 //! replaced the shard since, so the shard is one run's whole (until then, a reader sees some
 //! of its tables and some of the earlier run's).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,12 +103,30 @@ pub enum ColumnarError {
         n: u32,
         count: u32,
     },
+    /// `what`/`detail` as `mimic merge` says them (`merge::run_mismatch`).
+    #[error("{dir}: holds shard={found} of another run ({what}: {detail}): the directory would mix two runs' results, so this shard was not written (write into an empty directory, or remove it first)")]
+    OtherRun {
+        dir: PathBuf,
+        found: u32,
+        what: &'static str,
+        detail: String,
+    },
 }
 
 /// The shard count that shard `shard`'s part of `meta` in `dir` records (its `shard` row,
 /// "K/N"; rows but none of that key: an unsharded run, 1). `None` when the part cannot be
 /// read or has no rows (a later step says so, or the part is replaced).
 fn recorded_count(dir: &Path, shard: u32) -> Option<u32> {
+    let meta = read_meta(dir, shard)?;
+    match meta.get("shard") {
+        Some(v) => v.split_once('/')?.1.parse().ok(),
+        None => Some(1),
+    }
+}
+
+/// The rows of shard `shard`'s part of `meta` in `dir`, key to value; `None` when the part
+/// cannot be read or has no rows.
+pub fn read_meta(dir: &Path, shard: u32) -> Option<BTreeMap<String, String>> {
     use arrow_array::{Array, StringArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let f = File::open(part_path(dir, "meta", shard)).ok()?;
@@ -116,22 +134,22 @@ fn recorded_count(dir: &Path, shard: u32) -> Option<u32> {
         .ok()?
         .build()
         .ok()?;
-    let mut rows = 0;
+    let mut meta = BTreeMap::new();
     for batch in reader {
         let b = batch.ok()?;
-        rows += b.num_rows();
         let text = |name| {
             b.column_by_name(name)
                 .and_then(|c| c.as_any().downcast_ref::<StringArray>())
         };
         let (keys, values) = (text("key")?, text("value")?);
         for i in 0..b.num_rows() {
-            if !keys.is_null(i) && keys.value(i) == "shard" && !values.is_null(i) {
-                return values.value(i).split_once('/')?.1.parse().ok();
+            if !keys.is_null(i) {
+                let v = (!values.is_null(i)).then(|| values.value(i).to_string());
+                meta.insert(keys.value(i).to_string(), v.unwrap_or_default());
             }
         }
     }
-    (rows > 0).then_some(1)
+    (!meta.is_empty()).then_some(meta)
 }
 
 /// The Arrow type of an SQL column type.
@@ -614,6 +632,39 @@ impl ParquetDataset {
         &self.dir
     }
 
+    /// Refuses to join a dataset whose other shards are of another run: their `meta` and this
+    /// run's (`meta`) must agree as `mimic merge` requires of shards (the same inputs and
+    /// settings); a shard whose meta part cannot be read is left to the readers.
+    pub fn check_same_run(&self, meta: &BTreeMap<String, String>) -> Result<(), ColumnarError> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("table=meta")) else {
+            return Ok(());
+        };
+        let mut found: Vec<u32> = entries
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("shard="))
+                    .and_then(|k| k.parse::<u32>().ok())
+            })
+            .filter(|k| *k != self.shard)
+            .collect();
+        found.sort_unstable();
+        for k in found {
+            if let Some(theirs) = read_meta(&self.dir, k) {
+                if let Some((what, detail)) = crate::merge::run_mismatch(meta, &theirs) {
+                    return Err(ColumnarError::OtherRun {
+                        dir: self.dir.clone(),
+                        found: k,
+                        what,
+                        detail,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The index of table `name` (for [`ParquetDataset::table`]).
     pub fn index(name: &str) -> Option<usize> {
         TABLES.iter().position(|t| t.name == name)
@@ -840,6 +891,17 @@ pub fn export_database(
             w.end_row()?;
         }
     }
+    // a shard database joins a dataset only beside shards of its own run
+    let meta: BTreeMap<String, String> = {
+        let mut st = conn
+            .prepare("SELECT key, value FROM meta WHERE value IS NOT NULL")
+            .map_err(sql)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(sql)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(sql)?
+    };
+    ds.check_same_run(&meta)?;
     Ok((k, ds.commit()?))
 }
 

@@ -224,55 +224,60 @@ fn check_shards(shards: &[ShardDb]) -> Result<u32, MergeError> {
     if !missing.is_empty() {
         return Err(MergeError::Missing { missing, n });
     }
-    // every shard read the same frames: what it analyzed plus what it passed over is the whole
-    // input's TCP segments
-    let segments = |s: &ShardDb| -> String {
-        let get = |k: &str| {
-            s.meta
-                .get(k)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        (get("tcp_segments") + get("other_shard_segments")).to_string()
-    };
     for s in &shards[1..] {
-        let keys: std::collections::BTreeSet<&String> =
-            first.meta.keys().chain(s.meta.keys()).collect();
-        for key in keys {
-            if summed(key) || PER_SHARD.contains(&key.as_str()) || OWN.contains(&key.as_str()) {
-                continue;
-            }
-            let (va, vb) = (first.meta.get(key), s.meta.get(key));
-            if va != vb {
-                let show =
-                    |v: Option<&String>| v.map_or("absent".to_string(), |v| format!("{v:?}"));
-                let input = INPUT_KEYS.contains(&key.as_str()) || key.starts_with("skipped.");
-                return Err(MergeError::Mismatch {
-                    a: first.path.clone(),
-                    b: s.path.clone(),
-                    what: if input {
-                        "different inputs"
-                    } else {
-                        "different settings"
-                    },
-                    detail: mismatch(key, &show(va), &show(vb)),
-                });
-            }
-        }
-        if segments(first) != segments(s) {
+        if let Some((what, detail)) = run_mismatch(&first.meta, &s.meta) {
             return Err(MergeError::Mismatch {
                 a: first.path.clone(),
                 b: s.path.clone(),
-                what: "different inputs",
-                detail: mismatch(
-                    "tcp_segments + other_shard_segments",
-                    &segments(first),
-                    &segments(s),
-                ),
+                what,
+                detail,
             });
         }
     }
     Ok(n)
+}
+
+/// Why the shards whose `meta` rows are `a` and `b` are not shards of one run, if they are not:
+/// "different inputs" or "different settings", and which row differs (every shard of a run
+/// read the same frames with the same settings: what it analyzed plus what it passed over is
+/// the whole input's TCP segments). Also the Parquet writer's check of a dataset's shards.
+pub fn run_mismatch(
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+) -> Option<(&'static str, String)> {
+    let segments = |m: &BTreeMap<String, String>| -> String {
+        let get = |k: &str| m.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        (get("tcp_segments") + get("other_shard_segments")).to_string()
+    };
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for key in keys {
+        if summed(key) || PER_SHARD.contains(&key.as_str()) || OWN.contains(&key.as_str()) {
+            continue;
+        }
+        let (va, vb) = (a.get(key), b.get(key));
+        if va != vb {
+            let show = |v: Option<&String>| v.map_or("absent".to_string(), |v| format!("{v:?}"));
+            let input = INPUT_KEYS.contains(&key.as_str()) || key.starts_with("skipped.");
+            return Some((
+                if input {
+                    "different inputs"
+                } else {
+                    "different settings"
+                },
+                mismatch(key, &show(va), &show(vb)),
+            ));
+        }
+    }
+    (segments(a) != segments(b)).then(|| {
+        (
+            "different inputs",
+            mismatch(
+                "tcp_segments + other_shard_segments",
+                &segments(a),
+                &segments(b),
+            ),
+        )
+    })
 }
 
 /// The merged database's meta rows (besides the ones it writes for itself).

@@ -409,6 +409,7 @@ impl ParquetStore {
 
     /// Writes `meta` and every table's file, and moves them into place.
     pub fn commit(mut self) -> Result<PathBuf, ColumnarError> {
+        self.ds.check_same_run(&self.meta)?;
         let w = self.ds.table(self.ix[0]);
         for (key, value) in std::mem::take(&mut self.meta) {
             w.push(&MetaRow {

@@ -294,6 +294,48 @@ fn parquet_output_refuses_what_it_cannot_write() {
     );
     let o = analyze_set(std::slice::from_ref(&f), &ds, &["--format", "parquet"]);
     assert_refused(&o, "shard=3");
+    // another shard of the same count, but of another input or with other settings: as
+    // `mimic merge` refuses such shards, the dataset refuses them, naming the difference, and
+    // keeps only what it held
+    let other = trace("web/zeek_http_bro.org.pcap");
+    for (input, extra, why) in [
+        (&other, &[][..], "different inputs: meta `frames`"),
+        (
+            &f,
+            &["--idle-timeout", "5"][..],
+            "different settings: meta `idle_timeout_s`",
+        ),
+    ] {
+        let args = [&["--format", "parquet", "--shard", "1/3"][..], extra].concat();
+        let o = analyze_set(std::slice::from_ref(input), &ds, &args);
+        assert_refused(&o, "holds shard=3 of another run");
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+        assert!(!ds.join("table=meta/shard=1").exists());
+    }
+    // exporting a shard database into it likewise
+    let db = tmp.path().join("s1.db");
+    ok(
+        &analyze_set(std::slice::from_ref(&other), &db, &["--shard", "1/3"]),
+        "sqlite shard",
+    );
+    let o = run(&[
+        "export",
+        "--format",
+        "parquet",
+        db.to_str().unwrap(),
+        "-o",
+        ds.to_str().unwrap(),
+    ]);
+    assert_refused(&o, "different inputs");
+    // the same run's other shard joins it
+    ok(
+        &analyze_set(
+            std::slice::from_ref(&f),
+            &ds,
+            &["--format", "parquet", "--shard", "1/3"],
+        ),
+        "shard 1/3",
+    );
 
     let full = tmp.path().join("flows.db");
     ok(&analyze_set(std::slice::from_ref(&f), &full, &[]), "sqlite");
@@ -374,10 +416,10 @@ fn a_commit_killed_halfway_is_completed_by_the_next_run() {
         "the killed run left its mark"
     );
 
-    // the next run on the directory (another shard: it leaves shard 1 alone) completes it
+    // the next run on the directory (B's other shard: it leaves shard 1 alone) completes it
     let mut cmd = mimic();
     cmd.arg("analyze")
-        .arg(&a)
+        .arg(&b)
         .arg("-o")
         .arg(&ds)
         .args(["--format", "parquet", "--shard", "2/2"]);

@@ -59,6 +59,14 @@ pub enum Threshold {
     AbsoluteUs(f64),
 }
 
+/// Why a relative threshold cannot be judged: BASE's `what` is 0.
+fn base_zero(what: &str, op: Op) -> String {
+    format!(
+        "BASE's {what} is 0, and a difference relative to 0 is undefined: give the threshold as a time (e.g. \"{} 5ms\")",
+        op.symbol()
+    )
+}
+
 /// A parsed `--fail-if` condition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FailIf {
@@ -71,6 +79,11 @@ pub struct FailIf {
     /// [`FailIf::with_confidence`]).
     pub confidence: Option<f64>,
 }
+
+/// Connections each side (pairs, where paired) below which a bootstrap interval says nothing:
+/// every resample of one connection is that connection (an interval of one point), and a
+/// handful give intervals far narrower than the truth's.
+pub const MIN_INTERVAL_CONNECTIONS: usize = 10;
 
 /// A condition evaluated against one OTHER.
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +104,10 @@ pub struct Outcome {
     /// What the point estimate alone says (equal to `holds` in the point-estimate form).
     pub point_holds: bool,
     pub holds: bool,
+    /// Why the condition cannot be judged for this OTHER (then `holds` is false, and a gate is
+    /// no answer: `mimic compare` exits 2): a relative threshold against a BASE statistic of
+    /// 0, or an interval from fewer than [`MIN_INTERVAL_CONNECTIONS`] connections a side.
+    pub undecided: Option<String>,
     /// E.g. "p90 +7.3% (is > +5.0%)", or with a level
     /// "p90 +7.3% [+5.9%, +8.8%] at 95%, unpaired: the whole interval is above +5.0%, significant".
     pub explanation: String,
@@ -245,6 +262,7 @@ impl FailIf {
                         Threshold::AbsoluteUs(_) => o - base,
                     };
                     let holds = self.op.test(value, limit);
+                    let undecided = value.is_nan().then(|| base_zero(&stat, self.op));
                     return Outcome {
                         other,
                         value,
@@ -253,11 +271,15 @@ impl FailIf {
                         paired: None,
                         point_holds: holds,
                         holds,
-                        explanation: format!(
-                            "{stat} {} ({} {op} {limit_shown})",
-                            show(value),
-                            if holds { "is" } else { "is not" },
-                        ),
+                        explanation: match &undecided {
+                            Some(why) => format!("{stat} {}: {why}", show(value)),
+                            None => format!(
+                                "{stat} {} ({} {op} {limit_shown})",
+                                show(value),
+                                if holds { "is" } else { "is not" },
+                            ),
+                        },
+                        undecided,
                     };
                 };
                 // Paired where the report pairs BASE's and OTHER's connections (a replay of
@@ -282,7 +304,26 @@ impl FailIf {
                         None => "unpaired".to_string(),
                     }
                 );
-                if !(ci[0].is_finite() && ci[1].is_finite()) {
+                let n = match &paired {
+                    Some((n, _)) => *n,
+                    None => report.samples[0].len().min(report.samples[k].len()),
+                };
+                let undecided = if n < MIN_INTERVAL_CONNECTIONS {
+                    Some(format!(
+                        "{n} connection{} {}: too few for a {level_shown} interval (at least {MIN_INTERVAL_CONNECTIONS} {})",
+                        if n == 1 { "" } else { "s" },
+                        if paired.is_some() { "paired" } else { "on the smaller side" },
+                        if paired.is_some() { "pairs" } else { "each side" },
+                    ))
+                } else if !(ci[0].is_finite() && ci[1].is_finite()) {
+                    Some(format!(
+                        "no {level_shown} interval: {}",
+                        base_zero(&format!("{stat} in the resamples"), self.op)
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = undecided {
                     return Outcome {
                         other,
                         value,
@@ -291,10 +332,8 @@ impl FailIf {
                         paired: paired.as_ref().map(|p| p.1.clone()),
                         point_holds,
                         holds: false,
-                        explanation: format!(
-                            "{stat} {}: no {level_shown} interval (BASE's {stat} is 0 in the resamples), so it cannot hold",
-                            show(value)
-                        ),
+                        explanation: format!("{stat} {}: {why}", show(value)),
+                        undecided: Some(why),
                     };
                 }
                 // The bound on the threshold's side decides; the other bound tells whether the
@@ -329,9 +368,15 @@ impl FailIf {
                     point_holds,
                     holds,
                     explanation,
+                    undecided: None,
                 }
             })
             .collect()
+    }
+
+    /// Whether the condition could not be judged for some OTHER (see [`Outcome::undecided`]).
+    pub fn undecided(outcomes: &[Outcome]) -> bool {
+        outcomes.iter().any(|o| o.undecided.is_some())
     }
 
     /// How the gate is shown: the condition, with the level when it is judged on intervals:
@@ -549,16 +594,43 @@ mod tests {
             assert_eq!(o.holds, holds, "{text}: {o:?}");
             assert_eq!(o.point_holds, holds, "{text}: {o:?}");
         }
-        // BASE of 0: no relative interval, so a relative condition cannot hold; an absolute one can
+        // BASE of 0: no relative interval, so a relative condition cannot be judged (on the
+        // interval or the point estimate); an absolute one can
         let r = report(&[vec![0.0; 20], vec![500.0; 20]]);
         let o = &gate("p50 > +5%", 0.95).evaluate(&r)[0];
         assert!(!o.holds && o.interval.is_none(), "{o:?}");
         assert!(
-            o.explanation.contains("no 95% interval"),
-            "{}",
-            o.explanation
+            o.explanation.contains("no 95% interval")
+                && o.undecided
+                    .as_deref()
+                    .unwrap()
+                    .contains("BASE's p50 in the resamples is 0"),
+            "{o:?}"
+        );
+        let point = &FailIf::parse("p50 > +5%").unwrap().evaluate(&r)[0];
+        assert!(!point.holds && point.undecided.is_some(), "{point:?}");
+        assert!(
+            point.explanation.contains("give the threshold as a time"),
+            "{point:?}"
         );
         assert!(gate("p50 > 400us", 0.95).holds(&r));
+        assert!(!FailIf::undecided(&gate("p50 > 400us", 0.95).evaluate(&r)));
+        // one connection a side: every resample is that connection, an interval of one point;
+        // nine are too few as well, ten are enough
+        for (n, decided) in [(1, false), (9, false), (10, true)] {
+            let r = report(&[vec![1000.0; n], vec![9000.0; n]]);
+            let o = &gate("p90 > +5%", 0.95).evaluate(&r)[0];
+            assert_eq!(o.undecided.is_none(), decided, "{n}: {o:?}");
+            assert_eq!(o.holds, decided, "{n}: {o:?}");
+            if !decided {
+                assert!(
+                    o.explanation.contains("too few for a 95% interval"),
+                    "{o:?}"
+                );
+            }
+            // the point estimate needs no interval
+            assert!(FailIf::parse("p90 > +5%").unwrap().holds(&r), "{n}");
+        }
     }
 
     #[test]

@@ -21,7 +21,10 @@ Without --confidence a condition is judged on the point estimate. With --confide
 holds only when the whole LEVEL% bootstrap interval of the difference lies beyond the threshold
 (> and >=: its lower bound; < and <=: its upper bound), so noise alone does not fire it:
   --fail-if 'p90 > +5%' --confidence 95   fails a rollout only when p90 is surely >5% slower
-Exit status: 0 no condition held, 1 a --fail-if condition held, 2 error.")]
+A condition that cannot be judged is an error: a relative threshold where BASE's statistic is 0,
+or, with --confidence, fewer than 10 connections a side (pairs, where paired).
+Exit status: 0 no condition held, 1 a --fail-if condition held, 2 error (a condition that could
+not be judged, where none held, included).")]
 pub struct Args {
     /// The reference database: an analyzed capture (role original) or a replay. (A synth
     /// workload has no response times until replayed: compare its replays, or score one
@@ -328,9 +331,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 
     let mut held = false;
+    let mut undecided = false;
     for (gate, outcomes) in gates.iter().zip(&outcomes) {
         for o in outcomes {
-            if o.holds {
+            if o.undecided.is_some() {
+                undecided = true;
+                eprintln!(
+                    "mimic: error: --fail-if {} cannot be judged for {}: {}",
+                    gate.describe(),
+                    o.other,
+                    o.explanation
+                );
+            } else if o.holds {
                 held = true;
                 eprintln!(
                     "mimic: --fail-if {} holds for {}: {}",
@@ -348,8 +360,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // a condition that held is the answer; one that could not be judged is none
     Ok(if held {
         ExitCode::from(1)
+    } else if undecided {
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     })

@@ -920,6 +920,47 @@ fn compare_fail_if_exit_codes() {
     );
     let o = run(&["compare", base, s(&f.replay), "--fail-if", "p90 > 5"]);
     assert_refused(&o, "no unit");
+
+    // a relative threshold against a BASE statistic of 0 cannot be judged: an error (2), not
+    // a pass, unless another condition held (1)
+    let dir = tempdir();
+    let conns = |rt: i64| -> Vec<Conn> {
+        (1..=20)
+            .map(|id| Conn {
+                id,
+                rt_us: Some(rt),
+                min_rtt_us: 1_000,
+                bw_bps: Some(1e6),
+                loss: 0.0,
+                bytes_down: 1_000,
+            })
+            .collect()
+    };
+    let (zero, slow) = (dir.path().join("zero.db"), dir.path().join("slow.db"));
+    write_db(&zero, "original", &[], &conns(0), &[]);
+    write_db(&slow, "original", &[], &conns(500_000), &[]);
+    let gate = |extra: &[&str]| {
+        run(&[
+            &["compare", s(&zero), s(&slow), "--bootstrap", "200"][..],
+            extra,
+        ]
+        .concat())
+    };
+    for extra in [
+        &["--fail-if", "p90 > +5%"][..],
+        &["--fail-if", "p90 > +5%", "--confidence", "95"],
+    ] {
+        let o = gate(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot be judged for slow: p90")
+                && stderr(&o).contains("give the threshold as a time"),
+            "{extra:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = gate(&["--fail-if", "p90 > +5%", "--fail-if", "p90 > 100ms"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
 #[test]

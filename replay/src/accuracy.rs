@@ -29,6 +29,16 @@ pub enum AccuracyError {
         replay: String,
         truth_conns: usize,
     },
+    /// Not one replayed connection could be scored: each `replay_map` row names an original
+    /// the truth lacks or a replayed connection the replay lacks (a damaged or edited map).
+    #[error("{replay}: none of its {replayed} replayed connections could be scored against {truth} ({no_replayed_row} name a replayed connection its connections table lacks, {no_truth} an original connection {truth} lacks): a damaged replay_map?")]
+    NoneScored {
+        truth: String,
+        replay: String,
+        replayed: usize,
+        no_truth: u64,
+        no_replayed_row: u64,
+    },
 }
 
 /// One criterion: how many of `n` paired items met it, against the share required.
@@ -422,6 +432,15 @@ pub fn evaluate(truth: &Path, replay: &Path) -> Result<AccuracyReport, AccuracyE
         rand_expected += p * segs;
         rand_var += p * (1.0 - p) * segs;
         rand_inferred += inf.loss_random.max(0.0) * segs;
+    }
+    if paired == 0 && !pairs.is_empty() {
+        return Err(AccuracyError::NoneScored {
+            truth: tp,
+            replay: rp,
+            replayed: pairs.len(),
+            no_truth,
+            no_replayed_row,
+        });
     }
     // Every drop the emulator made on a data segment costs the server one retransmission, so
     // the inferred losses should match the drops in count; the interval is the binomial one

@@ -39,10 +39,18 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Check {
     /// Compare the analysis of a replay with the truth of the workload it replayed (the
-    /// analyzer's accuracy harness); exit 1 when a criterion is missed.
+    /// analyzer's accuracy harness); exit 1 when a criterion is missed, 2 when nothing could be
+    /// scored.
     Check {
+        /// The workload that was replayed: a `mimic synth` database (its parameters are what
+        /// the emulator and the server were set to), or any database replayed the same way.
+        #[arg(value_name = "TRUTH.db")]
         truth: PathBuf,
+        /// The replay of TRUTH (`mimic replay TRUTH.db -o REPLAY.db`), paired with it through
+        /// its replay_map.
+        #[arg(value_name = "REPLAY.db")]
         replay: PathBuf,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },

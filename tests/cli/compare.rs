@@ -1107,6 +1107,20 @@ fn synth_check_of_a_replay_of_another_database_says_so() {
     // the arguments swapped: the "replay" has no replay_map rows
     let o = run(&["synth", "check", s(&f.replay), s(&f.base)]);
     assert_refused(&o, "not a replay database");
+    // a replay whose replay_map names replayed connections its table lacks: nothing to score
+    let damaged = dir.path().join("damaged.db");
+    std::fs::copy(&f.replay, &damaged).unwrap();
+    rusqlite::Connection::open(&damaged)
+        .unwrap()
+        .execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM connections;")
+        .unwrap();
+    let o = run(&["synth", "check", s(&f.base), s(&damaged)]);
+    assert_refused(&o, "replayed connections could be scored against");
+    assert!(
+        stderr(&o).contains("a damaged replay_map?"),
+        "{}",
+        stderr(&o)
+    );
     // the pair that belongs together is scored (pass or miss, never an error)
     let o = run(&["synth", "check", s(&f.base), s(&f.replay)]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));

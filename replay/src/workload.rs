@@ -462,9 +462,14 @@ fn max_data_rtts(c: &Connection) -> rusqlite::Result<HashMap<i64, i64>> {
 /// an hour, as for a pipe table's delays.
 const MAX_PLAUSIBLE_US: i64 = 3_600_000_000;
 
+/// The fastest bandwidth a replay takes from a database: 10 Tbit/s, past any link a capture
+/// could have measured (a packet pair resolves no finer than about 100 µs), well within a
+/// pipe's u64 bit rate.
+const MAX_PLAUSIBLE_BPS: f64 = 1e13;
+
 /// Why a connection's values cannot have come from a capture, if they cannot: an RTT or
 /// delayed-ACK timer below zero or over an hour, a loss rate outside 0–1, a bandwidth that is
-/// not a positive number.
+/// not a positive number or above [`MAX_PLAUSIBLE_BPS`].
 fn implausible_values(r: &ConnectionRow) -> Option<String> {
     let us = |name: &str, v: Option<i64>| match v {
         Some(v) if !(0..=MAX_PLAUSIBLE_US).contains(&v) => {
@@ -485,6 +490,9 @@ fn implausible_values(r: &ConnectionRow) -> Option<String> {
             Some(b) if !(b.is_finite() && b > 0.0) => {
                 Some(format!("bw_bps {b} is not a positive number"))
             }
+            Some(b) if b > MAX_PLAUSIBLE_BPS => Some(format!(
+                "bw_bps {b:e} is above 10 Tbit/s, faster than any link a capture measures"
+            )),
             _ => None,
         })
 }

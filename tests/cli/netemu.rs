@@ -138,7 +138,9 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
              UPDATE connections SET loss_rate_down = 5, loss_random_down = 5 \
                WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 2); \
              UPDATE connections SET client_ip = CAST(x'3139382e3139ff' AS TEXT) \
-               WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 3);",
+               WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 3); \
+             UPDATE connections SET bw_bps = 1e300 \
+               WHERE id = (SELECT id FROM connections ORDER BY id LIMIT 1 OFFSET 0);",
         )
         .unwrap();
     }
@@ -153,8 +155,9 @@ fn render_from_a_flows_db_gives_the_replays_pipes() {
     assert!(!sh.contains("loss 100%"), "{sh}");
     let warned = stderr(&o);
     assert!(
-        warned.contains("synth.db: 3 connections skipped for values no capture gives")
-            && warned.contains("min_rtt_us 36893488147419104 is not between 0 and an hour"),
+        warned.contains("synth.db: 4 connections skipped for values no capture gives")
+            && warned.contains("bw_bps 1e300 is above 10 Tbit/s")
+            && !sh.contains("18446744073709551615"),
         "{warned}"
     );
     // nothing left: the message says what left nothing

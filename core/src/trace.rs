@@ -51,8 +51,17 @@ pub enum TraceError {
     GzipNotATrace { path: PathBuf, head: String },
     #[error("{path}: empty file (no pcap or pcapng header)")]
     Empty { path: PathBuf },
-    #[error("{path}: file is cut short in the middle of a record at byte {offset}")]
-    Truncated { path: PathBuf, offset: u64 },
+    /// `content`: the offset is into a gzip file's decompressed content.
+    #[error("{path}: file is cut short in the middle of a record at byte {offset}{}", if *.content { " of its decompressed content" } else { "" })]
+    Truncated {
+        path: PathBuf,
+        offset: u64,
+        content: bool,
+    },
+    /// A gzip stream that ends without its trailer where its content is between two records:
+    /// every record it held was read; whatever followed is lost.
+    #[error("{path}: the gzip stream is cut short (it ends without its trailer) after byte {offset} of its decompressed content, where a record ends: every record up to there was read, anything after is lost")]
+    GzipCut { path: PathBuf, offset: u64 },
     /// The file ends inside its file header (classic pcap) or first section header (pcapng).
     #[error("{path}: file is cut short: {what}")]
     HeaderCut { path: PathBuf, what: String },
@@ -75,7 +84,9 @@ impl TraceError {
             TraceError::Io { .. } => "io_error",
             TraceError::NotATrace { .. } | TraceError::GzipNotATrace { .. } => "not_a_trace",
             TraceError::Empty { .. } => "empty_file",
-            TraceError::Truncated { .. } | TraceError::HeaderCut { .. } => "file_truncated",
+            TraceError::Truncated { .. }
+            | TraceError::GzipCut { .. }
+            | TraceError::HeaderCut { .. } => "file_truncated",
             TraceError::Corrupt { .. } => "corrupt_record",
             TraceError::UnsupportedVersion { .. } => "unsupported_version",
         }
@@ -89,6 +100,7 @@ impl TraceError {
             | TraceError::GzipNotATrace { path, .. }
             | TraceError::Empty { path }
             | TraceError::Truncated { path, .. }
+            | TraceError::GzipCut { path, .. }
             | TraceError::HeaderCut { path, .. }
             | TraceError::UnsupportedVersion { path, .. }
             | TraceError::Corrupt { path, .. } => path,
@@ -551,7 +563,11 @@ impl TraceReader {
         if head.is_empty() {
             // a gzip stream of nothing, or cut before its first byte of content
             return Err(if cut {
-                TraceError::Truncated { path, offset: 0 }
+                TraceError::Truncated {
+                    path,
+                    offset: 0,
+                    content: true,
+                }
             } else {
                 TraceError::Empty { path }
             });
@@ -560,7 +576,13 @@ impl TraceReader {
         let source: Box<dyn Read + Send> = Box::new(io::Cursor::new(head.clone()).chain(source));
         let inner = match create_reader(INITIAL_BUFFER, source) {
             Ok(r) => r,
-            Err(PcapError::Eof) if cut => return Err(TraceError::Truncated { path, offset: 0 }),
+            Err(PcapError::Eof) if cut => {
+                return Err(TraceError::Truncated {
+                    path,
+                    offset: 0,
+                    content: true,
+                })
+            }
             Err(PcapError::Eof) => return Err(TraceError::Empty { path }),
             Err(PcapError::Incomplete(_)) | Err(PcapError::UnexpectedEof) => {
                 return Err(header_cut(path, &head, gzip))
@@ -789,7 +811,7 @@ impl TraceReader {
             if self.inner.data().is_empty() && self.inner.reader_exhausted() {
                 // everything read (pcap-parser would call a buffer read to its end cut short)
                 if self.gzip_cut() {
-                    return Err(self.truncated());
+                    return Err(self.gzip_cut_between_records());
                 }
                 return Ok(None);
             }
@@ -802,7 +824,7 @@ impl TraceReader {
                 }
                 Err(PcapError::Eof) if self.gzip_findings.cut.load(Ordering::Relaxed) => {
                     // cut between two records: still a file cut short
-                    return Err(self.truncated());
+                    return Err(self.gzip_cut_between_records());
                 }
                 Err(PcapError::Eof) => return Ok(None),
                 // the whole block is in the buffer: what it holds does not fit in it
@@ -1424,7 +1446,11 @@ impl TraceReader {
         }
         let path = self.path.clone();
         Err(match end {
-            NoResync::Cut => TraceError::Truncated { path, offset: pos },
+            NoResync::Cut => TraceError::Truncated {
+                path,
+                offset: pos,
+                content: self.gzip,
+            },
             NoResync::Huge => {
                 let left = skipped.saturating_sub(self.legacy_record_header as u64);
                 TraceError::Corrupt {
@@ -1586,7 +1612,11 @@ impl TraceReader {
         }
         let path = self.path.clone();
         Err(match end {
-            NoResync::Cut => TraceError::Truncated { path, offset: pos },
+            NoResync::Cut => TraceError::Truncated {
+                path,
+                offset: pos,
+                content: self.gzip,
+            },
             NoResync::Huge => TraceError::Corrupt {
                 path,
                 offset: pos,
@@ -1685,6 +1715,17 @@ impl TraceReader {
         }
     }
 
+    /// The error for a gzip stream cut short where its content is between two records.
+    fn gzip_cut_between_records(&self) -> TraceError {
+        if !self.inner.data().is_empty() {
+            return self.truncated();
+        }
+        TraceError::GzipCut {
+            path: self.path.clone(),
+            offset: self.position(),
+        }
+    }
+
     /// The error for input that ends inside a record: cut short, unless the record is a
     /// classic pcap record whose length field no capture could hold (the input then ends
     /// inside it only because it claims so much).
@@ -1698,6 +1739,7 @@ impl TraceReader {
             None => TraceError::Truncated {
                 path: self.path.clone(),
                 offset: self.position(),
+                content: self.gzip,
             },
         }
     }
@@ -3153,6 +3195,39 @@ mod tests {
                 "trial {trial}: {kept} of {n} frames kept after {flips} flips"
             );
         }
+    }
+
+    /// A gzip stream cut short: without its trailer alone (every record read) it says that the
+    /// stream ended where a record ends; cut inside its deflate data, it says where in the
+    /// decompressed content the record it cut began (not an offset into the file).
+    #[test]
+    fn a_gzip_stream_cut_short_says_where_in_its_content() {
+        let (plain, _) = numbered_pcap(false, false, 300);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let good = gz.finish().unwrap();
+        for cut in [4, 8] {
+            let mut r =
+                TraceReader::from_bytes("t.pcap.gz", good[..good.len() - cut].to_vec()).unwrap();
+            let (frames, e) = read_all(&mut r);
+            assert_eq!(frames, all_but(300, &[]), "{cut}");
+            let e = e.expect("a cut stream");
+            assert!(
+                matches!(e, TraceError::GzipCut { offset, .. } if offset == plain.len() as u64),
+                "{e:?}"
+            );
+            assert_eq!(e.reason(), "file_truncated");
+            assert!(e.to_string().contains("where a record ends"), "{e}");
+        }
+        let mut r = TraceReader::from_bytes("t.pcap.gz", good[..good.len() / 2].to_vec()).unwrap();
+        let (frames, e) = read_all(&mut r);
+        assert!(!frames.is_empty() && frames.len() < 300);
+        let e = e.expect("a cut stream").to_string();
+        assert!(
+            e.contains("in the middle of a record at byte")
+                && e.ends_with(" of its decompressed content"),
+            "{e}"
+        );
     }
 
     /// Audit repro 3: a gzip stream whose CRC32 (or length) trailer is wrong, and one followed

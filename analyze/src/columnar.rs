@@ -892,15 +892,10 @@ pub fn export_database(
         }
     }
     // a shard database joins a dataset only beside shards of its own run
-    let meta: BTreeMap<String, String> = {
-        let mut st = conn
-            .prepare("SELECT key, value FROM meta WHERE value IS NOT NULL")
-            .map_err(sql)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(sql)?;
-        rows.collect::<rusqlite::Result<_>>().map_err(sql)?
-    };
+    let meta = crate::merge::read_meta(conn, db).map_err(|e| ColumnarError::Io {
+        path: db.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     ds.check_same_run(&meta)?;
     Ok((k, ds.commit()?))
 }

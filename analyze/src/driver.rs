@@ -50,10 +50,16 @@ pub enum AnalyzeError {
 /// A run that read frames and could decode none of them (a capture of a link type mimic does
 /// not decode, such as PPP): an error, not an empty result. A run whose frames decoded but
 /// carried no TCP (only UDP, say) is analyzed as such.
-fn undecodable_only(stats: &AnalyzerStats, inputs: &[PathBuf]) -> Result<(), AnalyzeError> {
+/// (`rejected`: frames the capture filter turned away, which decoded, or were of a link type
+/// it compiled for, and count as read.)
+fn undecodable_only(
+    stats: &AnalyzerStats,
+    rejected: u64,
+    inputs: &[PathBuf],
+) -> Result<(), AnalyzeError> {
     let count = |k: &str| stats.skipped.get(k).copied().unwrap_or(0);
     let (link, iface) = (count("unsupported_link_type"), count("unknown_interface"));
-    if stats.frames == 0 || stats.tcp_segments > 0 || link + iface < stats.frames {
+    if stats.frames == 0 || stats.tcp_segments > 0 || rejected > 0 || link + iface < stats.frames {
         return Ok(());
     }
     let mut why = Vec::new();
@@ -634,7 +640,7 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
         *stats.skipped.entry(k).or_default() += v;
         stats.frames += v;
     }
-    undecodable_only(&stats, &opts.inputs)?;
+    undecodable_only(&stats, source.select.rejected, &opts.inputs)?;
     let (ts_invalid_fraction, ts_missing, capture_dropped) = source.reader_notes();
     let elapsed = started.elapsed().as_secs_f64();
     let summary = Summary {
@@ -1224,6 +1230,42 @@ impl Read for StdinStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nothing decodable is an error only where every frame read was skipped for its link
+    /// type or interface: a frame that decoded, a TCP segment, or a frame the filter turned
+    /// away (read, and not counted in `frames`) makes a run an answer.
+    #[test]
+    fn only_a_run_of_undecodable_frames_is_refused() {
+        let stats = |frames: u64, tcp: u64, link: u64, iface: u64| AnalyzerStats {
+            frames,
+            tcp_segments: tcp,
+            skipped: [
+                ("unsupported_link_type", link),
+                ("unknown_interface", iface),
+            ]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+            ..AnalyzerStats::default()
+        };
+        let inputs = [PathBuf::from("a.pcap"), PathBuf::from("-")];
+        let e = undecodable_only(&stats(8, 0, 5, 3), 0, &inputs).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "a.pcap, standard input: none of the 8 frames read could be decoded (5 of a link type \
+             mimic does not decode; it decodes Ethernet, Linux cooked (SLL, SLL2), raw IP, IPv4, \
+             IPv6, BSD null/loopback and NFLOG; 3 of a pcapng interface the file never \
+             described); nothing was written"
+        );
+        for (s, rejected) in [
+            (stats(0, 0, 0, 0), 0),     // nothing read: another check's
+            (stats(8, 1, 5, 2), 0),     // one TCP segment
+            (stats(8, 0, 5, 2), 0),     // one frame that decoded (UDP, say)
+            (stats(3, 0, 0, 3), 1_000), // the filter took the rest
+        ] {
+            assert!(undecodable_only(&s, rejected, &inputs).is_ok(), "{s:?}");
+        }
+    }
 
     /// Records and counters of one capture analyzed by `run_single` in the way `reading`
     /// says.

@@ -142,7 +142,9 @@ struct ShardDb {
     meta: BTreeMap<String, String>,
 }
 
-fn read_meta(c: &Connection, path: &Path) -> Result<BTreeMap<String, String>, DbError> {
+/// Every `meta` row of the database `c` (at `path`), key to value (NULL read as "", as a
+/// Parquet dataset's meta reads it).
+pub(crate) fn read_meta(c: &Connection, path: &Path) -> Result<BTreeMap<String, String>, DbError> {
     let sq = |source| DbError::Sqlite {
         path: path.to_path_buf(),
         source,

@@ -559,11 +559,7 @@ fn create_locked(dir: &Path, part: &Path) -> io::Result<File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
-    let plain = || -> io::Result<File> {
-        let f = OpenOptions::new().write(true).create_new(true).open(part)?;
-        lock(&f, true)?;
-        Ok(f)
-    };
+    let plain = || create_then_lock(part);
     let unnamed = match OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_TMPFILE)
@@ -594,10 +590,19 @@ fn create_locked(dir: &Path, part: &Path) -> io::Result<File> {
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        // no /proc to name the file by: the plain way
-        Some(libc::ENOENT) if !part.exists() => plain(),
-        _ => Err(e),
+        Some(libc::EEXIST) => Err(e),
+        // no /proc to name the file by, or a file system that will not link an unnamed file:
+        // the plain way
+        _ => plain(),
     }
+}
+
+/// [`create_locked`] where an unnamed file cannot be made or linked: the file is created, then
+/// locked (a sweep in between could take it for a killed capture's).
+fn create_then_lock(part: &Path) -> io::Result<File> {
+    let f = OpenOptions::new().write(true).create_new(true).open(part)?;
+    lock(&f, true)?;
+    Ok(f)
 }
 
 fn finish_part(part: &Path) -> LeftPart {
@@ -849,8 +854,11 @@ mod tests {
         assert_eq!(count_frames(&files[0]), 0);
     }
 
-    /// The `.part` a capture writes is locked from the moment it has its name: a second
-    /// capture's sweep, even before the first flush (an empty file), leaves it alone.
+    /// The `.part` a capture writes is locked while it is written: a second capture's sweep,
+    /// even before the first flush (an empty file), leaves it alone, made either way (linked
+    /// locked, or created then locked where that cannot be). That no sweep sees it unlocked
+    /// between its creation and its lock is `create_locked`'s construction: no test can hit
+    /// that window.
     #[test]
     fn a_part_being_written_is_locked_from_its_creation() {
         let dir = tempfile::tempdir().unwrap();
@@ -871,6 +879,19 @@ mod tests {
         );
         o.finish().unwrap();
         assert!(!part.exists() && finish_left_parts(dir.path()).is_empty());
+        // the fallback: created, then locked
+        let other = dir.path().join("t-19700101T000001Z-00003.pcapng.part");
+        let held = create_then_lock(&other).unwrap();
+        let left = finish_left_parts(dir.path());
+        assert!(
+            matches!(&left[..], [LeftPart::Kept { why, .. }] if why.contains("running capture")),
+            "{left:?}"
+        );
+        drop(held);
+        assert!(matches!(
+            &finish_left_parts(dir.path())[..],
+            [LeftPart::Removed { .. }]
+        ));
     }
 
     /// A `.part` left by a killed capture (here: copied while the writer is still open, then

@@ -11,7 +11,10 @@
 //! println!("{}", report.verdict());
 //! report.write_html(Path::new("report.html"))?;
 //! let gate = FailIf::parse("p90 > +5%")?;
-//! if gate.holds(&report) { std::process::exit(1) }
+//! let outcomes = gate.evaluate(&report);
+//! if outcomes.iter().any(|o| o.holds) { std::process::exit(1) }
+//! // a relative threshold against a BASE statistic of 0 says nothing either way
+//! if FailIf::undecided(&outcomes) { std::process::exit(2) }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -32,7 +35,7 @@ mod svg;
 mod tests;
 mod text;
 
-pub use failif::{FailIf, FailIfError, Op, Outcome, Stat, Threshold};
+pub use failif::{FailIf, FailIfError, Op, Outcome, Stat, Threshold, MIN_INTERVAL_CONNECTIONS};
 pub use outputs::Outputs;
 pub use report::{
     Breakdown, Comparison, Direction, Distribution, ErrorStats, Excluded, InputSummary, Options,

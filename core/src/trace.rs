@@ -2155,8 +2155,6 @@ fn section_u32(read_le: u32, section_be: bool) -> u32 {
     u32_in(read_le.to_le_bytes(), section_be)
 }
 
-/// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.
-/// pcap-parser keeps option values as the file's raw bytes.
 /// Units per second of an interface's timestamps from its `if_tsresol` option (code 9, one
 /// byte): 10^-N seconds, or 2^-N with the high bit set. pcap-parser's `ts_resolution()` refuses
 /// every power of two (it tests the exponent before masking the flag bit off), which read a
@@ -2172,6 +2170,8 @@ fn if_tsresol(options: &[PcapNGOption<'_>]) -> Option<u64> {
     }
 }
 
+/// The first option `code` whose value holds 8 bytes, as a u64 in the section's byte order.
+/// pcap-parser keeps option values as the file's raw bytes.
 fn option_u64(options: &[PcapNGOption<'_>], code: u16, section_be: bool) -> Option<u64> {
     let o = options
         .iter()

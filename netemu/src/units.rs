@@ -159,11 +159,15 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
             "`{q}` is below 1 bit/s (`unlimited` is a pipe without a rate limit)"
         ));
     }
-    if bps > 1e13 {
+    if bps > MAX_RATE_BPS {
         return Err(format!("`{q}` is above 10 Tbit/s"));
     }
     Ok(bps.round() as u64)
 }
+
+/// The fastest rate a pipe takes (and a replay takes from a database): 10 Tbit/s, past any link
+/// a capture could have measured, well within a pipe's u64 bit rate.
+pub const MAX_RATE_BPS: f64 = 1e13;
 
 /// Formats bits per second compactly and exactly (`10mbit`, `1500kbit`, `64001bit`).
 pub fn fmt_rate(bps: u64) -> String {

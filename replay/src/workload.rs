@@ -462,10 +462,8 @@ fn max_data_rtts(c: &Connection) -> rusqlite::Result<HashMap<i64, i64>> {
 /// an hour, as for a pipe table's delays.
 const MAX_PLAUSIBLE_US: i64 = 3_600_000_000;
 
-/// The fastest bandwidth a replay takes from a database: 10 Tbit/s, past any link a capture
-/// could have measured (a packet pair resolves no finer than about 100 µs), well within a
-/// pipe's u64 bit rate.
-const MAX_PLAUSIBLE_BPS: f64 = 1e13;
+/// The fastest bandwidth a replay takes from a database: a pipe's fastest rate.
+const MAX_PLAUSIBLE_BPS: f64 = mimic_netemu::units::MAX_RATE_BPS;
 
 /// Why a connection's values cannot have come from a capture, if they cannot: an RTT or
 /// delayed-ACK timer below zero or over an hour, a loss rate outside 0–1, a bandwidth that is

@@ -289,6 +289,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     serde_json::json!({
                         "condition": g,
                         "holds": o.iter().any(|o| o.holds),
+                        "undecided": FailIf::undecided(o),
                         "outcomes": o,
                     })
                 })
@@ -368,4 +369,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The help's "fewer than 10 connections" is the library's limit.
+    #[test]
+    fn the_help_names_the_interval_limit() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        let help = Cli::command().render_long_help().to_string();
+        let want = format!(
+            "fewer than {} connections a side",
+            mimic_compare::MIN_INTERVAL_CONNECTIONS
+        );
+        assert!(help.contains(&want), "{help}");
+    }
 }

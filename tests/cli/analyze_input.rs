@@ -731,10 +731,6 @@ fn gzip_of_a_text_file_says_what_it_holds() {
     }
 }
 
-/// A pcap cut inside its first record exited 0 with an empty database (its warning said
-/// "frames before it were analyzed"). Alone it is now an error (exit 2, GUIDE.md: nothing
-/// could be analyzed, so nothing is written); beside other inputs it is a warning saying no
-/// frame of it could be read, and `meta` records it.
 /// A capture none of whose frames mimic can decode (here: its link type says PPP) is an error
 /// naming the input and why, with the previous output kept, not an empty database; beside a
 /// capture that decodes, its frames are counted as not analyzed.
@@ -778,6 +774,10 @@ fn a_capture_of_a_link_type_mimic_does_not_decode_is_an_error() {
     assert!(s.to_string().contains("\"unsupported_link_type\""), "{s}");
 }
 
+/// A pcap cut inside its first record exited 0 with an empty database (its warning said
+/// "frames before it were analyzed"). Alone it is now an error (exit 2, GUIDE.md: nothing
+/// could be analyzed, so nothing is written); beside other inputs it is a warning saying no
+/// frame of it could be read, and `meta` records it.
 #[test]
 fn capture_cut_inside_its_first_record() {
     let tmp = tempdir();

@@ -194,7 +194,10 @@ impl Agents {
                         if Instant::now() > until {
                             return Err(err(
                                 &name,
-                                format!("not reachable within 15s (last try: {e})"),
+                                format!(
+                                    "not reachable within 15s{}",
+                                    super::error::last_try(&e.to_string())
+                                ),
                             ));
                         }
                         std::thread::sleep(Duration::from_millis(50));

@@ -26,7 +26,7 @@ pub enum ReplayError {
     #[error("{role} did not start: {why}")]
     Role { role: &'static str, why: String },
     /// A role that did not answer within `limit`; `last`: why the last try failed, if it said.
-    #[error("{role} did not start: not ready within {limit:?}{}", last_try(.last))]
+    #[error("{role} did not start: {}", not_ready(*.limit, .last))]
     NotReady {
         role: &'static str,
         limit: Duration,
@@ -47,6 +47,11 @@ pub enum ReplayError {
     Interrupted,
 }
 
+/// `"not ready within LIMIT (last try: WHY)"`.
+fn not_ready(limit: Duration, last: &str) -> String {
+    format!("not ready within {limit:?}{}", last_try(last))
+}
+
 /// `" (last try: WHY)"`, or nothing when the last try gave no reason.
 pub(crate) fn last_try(last: &str) -> String {
     if last.is_empty() {
@@ -61,10 +66,7 @@ impl ReplayError {
     pub(crate) fn role_failure(&self) -> Option<(&'static str, String)> {
         match self {
             ReplayError::Role { role, why } => Some((role, why.clone())),
-            ReplayError::NotReady { role, limit, last } => Some((
-                role,
-                format!("not ready within {limit:?}{}", last_try(last)),
-            )),
+            ReplayError::NotReady { role, limit, last } => Some((role, not_ready(*limit, last))),
             _ => None,
         }
     }

@@ -55,7 +55,7 @@ pub enum AnalyzeError {
 fn undecodable_only(
     stats: &AnalyzerStats,
     rejected: u64,
-    inputs: &[PathBuf],
+    labels: &[String],
 ) -> Result<(), AnalyzeError> {
     let count = |k: &str| stats.skipped.get(k).copied().unwrap_or(0);
     let (link, iface) = (count("unsupported_link_type"), count("unknown_interface"));
@@ -73,18 +73,8 @@ fn undecodable_only(
             "{iface} of a pcapng interface the file never described"
         ));
     }
-    let names: Vec<String> = inputs
-        .iter()
-        .map(|p| {
-            if is_stdin(p) {
-                STDIN_LABEL.to_string()
-            } else {
-                p.display().to_string()
-            }
-        })
-        .collect();
     Err(AnalyzeError::NothingDecodable(
-        names.join(", "),
+        labels.join(", "),
         stats.frames,
         why.join("; "),
     ))
@@ -640,7 +630,7 @@ pub fn run_to(opts: &RunOptions, format: OutputFormat) -> Result<Summary, Analyz
         *stats.skipped.entry(k).or_default() += v;
         stats.frames += v;
     }
-    undecodable_only(&stats, source.select.rejected, &opts.inputs)?;
+    undecodable_only(&stats, source.select.rejected, &source.labels)?;
     let (ts_invalid_fraction, ts_missing, capture_dropped) = source.reader_notes();
     let elapsed = started.elapsed().as_secs_f64();
     let summary = Summary {
@@ -1248,7 +1238,7 @@ mod tests {
             .collect(),
             ..AnalyzerStats::default()
         };
-        let inputs = [PathBuf::from("a.pcap"), PathBuf::from("-")];
+        let inputs = ["a.pcap".to_string(), STDIN_LABEL.to_string()];
         let e = undecodable_only(&stats(8, 0, 5, 3), 0, &inputs).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -82,6 +82,8 @@ pub enum ColumnarError {
         column: &'static str,
         what: String,
     },
+    #[error(transparent)]
+    Db(#[from] mimic_core::db::DbError),
     #[error("{path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -122,6 +124,25 @@ fn recorded_count(dir: &Path, shard: u32) -> Option<u32> {
         Some(v) => v.split_once('/')?.1.parse().ok(),
         None => Some(1),
     }
+}
+
+/// The shards (`shard=K` directories) that table `table` of the dataset in `dir` holds, in
+/// order; none where the table's directory cannot be read.
+fn shards_of(dir: &Path, table: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir.join(format!("table={table}"))) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("shard="))
+                .and_then(|k| k.parse::<u32>().ok())
+        })
+        .collect();
+    found.sort_unstable();
+    found
 }
 
 /// The rows of shard `shard`'s part of `meta` in `dir`, key to value; `None` when the part
@@ -562,17 +583,8 @@ impl ParquetDataset {
             },
         }
         for t in TABLES {
-            let tdir = dir.join(format!("table={}", t.name));
-            let Ok(entries) = std::fs::read_dir(&tdir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name();
-                let found = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("shard="))
-                    .and_then(|k| k.parse::<u32>().ok());
-                if let Some(found) = found.filter(|k| *k > count) {
+            for found in shards_of(dir, t.name) {
+                if found > count {
                     return Err(ColumnarError::ForeignShard {
                         dir: dir.to_path_buf(),
                         table: t.name,
@@ -584,18 +596,16 @@ impl ParquetDataset {
                 // says "K/N"): one shard of a 2-shard run beside one of a 3-shard run is no
                 // dataset either
                 if t.name == "meta" {
-                    if let Some(found) = found {
-                        match recorded_count(dir, found) {
-                            Some(n) if n != count => {
-                                return Err(ColumnarError::OtherCount {
-                                    dir: dir.to_path_buf(),
-                                    found,
-                                    n,
-                                    count,
-                                })
-                            }
-                            _ => {}
+                    match recorded_count(dir, found) {
+                        Some(n) if n != count => {
+                            return Err(ColumnarError::OtherCount {
+                                dir: dir.to_path_buf(),
+                                found,
+                                n,
+                                count,
+                            })
                         }
+                        _ => {}
                     }
                 }
             }
@@ -636,21 +646,10 @@ impl ParquetDataset {
     /// run's (`meta`) must agree as `mimic merge` requires of shards (the same inputs and
     /// settings); a shard whose meta part cannot be read is left to the readers.
     pub fn check_same_run(&self, meta: &BTreeMap<String, String>) -> Result<(), ColumnarError> {
-        let Ok(entries) = std::fs::read_dir(self.dir.join("table=meta")) else {
-            return Ok(());
-        };
-        let mut found: Vec<u32> = entries
-            .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("shard="))
-                    .and_then(|k| k.parse::<u32>().ok())
-            })
-            .filter(|k| *k != self.shard)
-            .collect();
-        found.sort_unstable();
-        for k in found {
+        for k in shards_of(&self.dir, "meta") {
+            if k == self.shard {
+                continue;
+            }
             if let Some(theirs) = read_meta(&self.dir, k) {
                 if let Some((what, detail)) = crate::merge::run_mismatch(meta, &theirs) {
                     return Err(ColumnarError::OtherRun {
@@ -892,10 +891,7 @@ pub fn export_database(
         }
     }
     // a shard database joins a dataset only beside shards of its own run
-    let meta = crate::merge::read_meta(conn, db).map_err(|e| ColumnarError::Io {
-        path: db.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let meta = crate::merge::read_meta(conn, db)?;
     ds.check_same_run(&meta)?;
     Ok((k, ds.commit()?))
 }
